@@ -1,0 +1,142 @@
+#include "compiler/action.h"
+
+#include <charconv>
+
+namespace ppc {
+
+namespace {
+
+constexpr const char* kKindNames[kNumActionKinds] = {
+    "F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OVERLAP_F_B",
+};
+
+void append_int(std::string& out, int v) {
+  char buf[16];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, end);
+}
+
+void append_simple(std::string& out, ActionKind k, int stage, int mb) {
+  append_int(out, stage);
+  out += kKindNames[static_cast<int>(k)];
+  append_int(out, mb);
+}
+
+// Parses "<digits>" at text[pos...]; returns false if there is none or it overflows.
+bool parse_uint(std::string_view text, size_t& pos, int& value) {
+  size_t start = pos;
+  while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') ++pos;
+  if (pos == start) return false;
+  auto [ptr, ec] = std::from_chars(text.data() + start, text.data() + pos, value);
+  return ec == std::errc() && ptr == text.data() + pos;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// A plain action: <stage><KIND><microbatch>. Kinds are matched longest first.
+std::optional<Action> parse_simple(std::string_view text, std::string* error) {
+  size_t pos = 0;
+  int stage = 0;
+  if (!parse_uint(text, pos, stage)) {
+    if (error) *error = "expected a stage number at the start";
+    return std::nullopt;
+  }
+  static constexpr ActionKind kOrder[] = {ActionKind::SendF, ActionKind::RecvF, ActionKind::SendB,
+                                          ActionKind::RecvB, ActionKind::F,     ActionKind::B,
+                                          ActionKind::I,     ActionKind::W};
+  std::string_view rest = text.substr(pos);
+  for (ActionKind k : kOrder) {
+    std::string_view name = kKindNames[static_cast<int>(k)];
+    if (rest.substr(0, name.size()) != name) continue;
+    size_t mpos = pos + name.size();
+    int mb = 0;
+    if (!parse_uint(text, mpos, mb)) {
+      if (error) *error = "expected a microbatch number after '" + std::string(name) + "'";
+      return std::nullopt;
+    }
+    if (mpos != text.size()) {
+      if (error) *error = "unexpected text after the microbatch number";
+      return std::nullopt;
+    }
+    return is_comm(k) ? Action::comm(k, stage, mb, -1) : Action::compute(k, stage, mb);
+  }
+  if (error) {
+    *error = "unknown action kind";
+    if (rest.substr(0, 7) == "UNSHARD" || rest.substr(0, 7) == "RESHARD" || rest.substr(0, 11) == "REDUCE_GRAD")
+      *error = "FSDP action '" + std::string(rest) + "' is not a pipeline action";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const char* kind_name(ActionKind k) { return kKindNames[static_cast<int>(k)]; }
+
+void append_to(std::string& out, const Action& a) {
+  if (a.kind == ActionKind::OverlapFB) {
+    out += '(';
+    append_simple(out, ActionKind::F, a.stage, a.microbatch);
+    out += ';';
+    append_simple(out, a.sub_kind, a.stage2, a.microbatch2);
+    out += ")OVERLAP_F_B";
+    return;
+  }
+  append_simple(out, a.kind, a.stage, a.microbatch);
+}
+
+std::string to_string(const Action& a) {
+  std::string s;
+  append_to(s, a);
+  return s;
+}
+
+std::optional<Action> parse_action(std::string_view text, std::string* error) {
+  text = trim(text);
+  if (text.empty()) {
+    if (error) *error = "empty action";
+    return std::nullopt;
+  }
+  if (text.front() != '(') return parse_simple(text, error);
+  size_t close = text.find(')');
+  if (close == std::string_view::npos) {
+    if (error) *error = "missing ')' in compound action";
+    return std::nullopt;
+  }
+  if (text.substr(close + 1) != "OVERLAP_F_B") {
+    if (error) *error = "a compound action must end with ')OVERLAP_F_B'";
+    return std::nullopt;
+  }
+  std::string_view inner = text.substr(1, close - 1);
+  size_t semi = inner.find(';');
+  if (semi == std::string_view::npos || inner.find(';', semi + 1) != std::string_view::npos) {
+    if (error) *error = "OVERLAP_F_B must hold exactly two actions, a forward and a backward";
+    return std::nullopt;
+  }
+  std::string sub_error;
+  auto f = parse_simple(trim(inner.substr(0, semi)), &sub_error);
+  auto b = f ? parse_simple(trim(inner.substr(semi + 1)), &sub_error) : std::nullopt;
+  if (!f || !b) {
+    if (error) *error = "in OVERLAP_F_B: " + sub_error;
+    return std::nullopt;
+  }
+  if (f->kind != ActionKind::F || !is_backward_input(b->kind)) {
+    if (error) *error = "OVERLAP_F_B must hold a forward (F) then a backward (B or I)";
+    return std::nullopt;
+  }
+  return Action::overlap(f->stage, f->microbatch, b->kind, b->stage, b->microbatch);
+}
+
+size_t ActionHash::operator()(const Action& a) const noexcept {
+  uint64_t h = static_cast<uint64_t>(a.kind) | (static_cast<uint64_t>(a.sub_kind) << 8);
+  h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(a.stage);
+  h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(a.microbatch);
+  h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(a.stage2);
+  h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(a.microbatch2);
+  return static_cast<size_t>(h);
+}
+
+}  // namespace ppc

@@ -1,0 +1,75 @@
+// The unit of a plan: one action a rank performs.
+//
+// Text notation is identical to torch.distributed.pipelining's _Action, so plans round-trip with
+// PyTorch: "0F1" (stage 0, forward, microbatch 1), "3I0", "2W4", "1B2", "2SEND_B0", "3RECV_F1",
+// "(0F3;3B1)OVERLAP_F_B". Communication actions name the stage that sends or receives; the peer
+// rank is not part of the text (it follows from the placement) but is stored in the action.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ppc {
+
+enum class ActionKind : uint8_t {
+  F,          // forward
+  B,          // full backward (input and weight gradients)
+  I,          // backward, input gradient only
+  W,          // backward, weight gradient only
+  SendF,      // send a forward activation to the next stage
+  RecvF,      // receive a forward activation from the previous stage
+  SendB,      // send an input gradient to the previous stage
+  RecvB,      // receive an output gradient from the next stage
+  OverlapFB,  // a forward and a backward run together (DualPipe); see Action::sub
+};
+
+inline constexpr int kNumActionKinds = 9;
+
+const char* kind_name(ActionKind k);  // "F", "SEND_F", "OVERLAP_F_B", ...
+
+inline bool is_comm(ActionKind k) { return k >= ActionKind::SendF && k <= ActionKind::RecvB; }
+inline bool is_compute(ActionKind k) { return !is_comm(k); }
+inline bool is_send(ActionKind k) { return k == ActionKind::SendF || k == ActionKind::SendB; }
+inline bool is_recv(ActionKind k) { return k == ActionKind::RecvF || k == ActionKind::RecvB; }
+// B and I both consume the output gradient and produce the input gradient.
+inline bool is_backward_input(ActionKind k) { return k == ActionKind::B || k == ActionKind::I; }
+
+struct Action {
+  ActionKind kind = ActionKind::F;
+  // For OverlapFB: kind of the backward part (B or I); otherwise unused (F).
+  ActionKind sub_kind = ActionKind::F;
+  int32_t stage = 0;       // OverlapFB: the forward part's stage
+  int32_t microbatch = 0;  // OverlapFB: the forward part's microbatch
+  int32_t peer = -1;       // communication: the other rank; -1 otherwise
+  int32_t stage2 = -1;     // OverlapFB: the backward part's stage
+  int32_t microbatch2 = -1;
+
+  static Action compute(ActionKind k, int stage, int mb) { return Action{k, ActionKind::F, stage, mb, -1, -1, -1}; }
+  static Action comm(ActionKind k, int stage, int mb, int peer) { return Action{k, ActionKind::F, stage, mb, peer, -1, -1}; }
+  static Action overlap(int f_stage, int f_mb, ActionKind b_kind, int b_stage, int b_mb) {
+    return Action{ActionKind::OverlapFB, b_kind, f_stage, f_mb, -1, b_stage, b_mb};
+  }
+
+  // The forward and backward parts of an OverlapFB as plain actions.
+  Action forward_part() const { return compute(ActionKind::F, stage, microbatch); }
+  Action backward_part() const { return compute(sub_kind, stage2, microbatch2); }
+
+  bool operator==(const Action& o) const = default;
+};
+
+// PyTorch notation. The peer is not printed.
+std::string to_string(const Action& a);
+void append_to(std::string& out, const Action& a);
+
+// Parses PyTorch notation. Returns nullopt and sets `error` (a message without location) on
+// malformed text. The peer of a communication action is left at -1: resolve it with a placement.
+std::optional<Action> parse_action(std::string_view text, std::string* error);
+
+struct ActionHash {
+  size_t operator()(const Action& a) const noexcept;
+};
+
+}  // namespace ppc

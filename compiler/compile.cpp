@@ -1,0 +1,72 @@
+#include "compiler/compile.h"
+
+#include <fmt/format.h>
+
+#include "compiler/diagnostic.h"
+#include "compiler/lower_send_recv.h"
+
+namespace ppc {
+
+namespace {
+
+const ScheduleInfo& resolve_schedule(const std::string& name) {
+  const ScheduleInfo* info = find_schedule(name);
+  if (!info)
+    throw UserError(fmt::format("unknown schedule '{}' (known: {}; see --list-schedules)", name, schedule_names()),
+                    SourceLocation{"--schedule", 0, 0, ""});
+  return *info;
+}
+
+}  // namespace
+
+Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info) {
+  if (opts.pp < 1 || opts.pp > kMaxPp)
+    throw UserError(fmt::format("--pp must be between 1 and {}, got {}", kMaxPp, opts.pp));
+  if (opts.microbatches < 1 || opts.microbatches > kMaxMicrobatches)
+    throw UserError(fmt::format("--microbatches must be between 1 and {}, got {}", kMaxMicrobatches,
+                                opts.microbatches));
+  if (opts.vpp && *opts.vpp < 1) throw UserError(fmt::format("--vpp must be at least 1, got {}", *opts.vpp));
+  if (opts.has_model) check_model(opts.layout, opts.num_layers);
+
+  const int stages = opts.layout.num_stages();
+  const int copies = info.copies;
+  Placement placement = place_layout(opts.layout, opts.pp, opts.vpp, info.placement);
+  const int vpp = placement.vpp;
+  switch (info.vpp_rule) {
+    case VppRule::One:
+      if (vpp != 1)
+        throw UserError(fmt::format("{} runs one stage per rank, but {} stages on --pp {} give {} per rank; use "
+                                    "Interleaved1F1B or LoopedBFS, or --pp {}",
+                                    info.name, stages, opts.pp, vpp, stages));
+      break;
+    case VppRule::Two:
+      if (vpp != 2)
+        throw UserError(fmt::format("{} needs exactly two stages per rank, but {} stages on --pp {} give {}", info.name,
+                                    stages, opts.pp, vpp));
+      break;
+    case VppRule::Any: break;
+  }
+  const long long actions = 2LL * stages * copies * opts.microbatches;
+  if (actions > kMaxComputeActions)
+    throw UserError(fmt::format("{} stages x {} microbatches would make {} compute actions, more than the limit of {}",
+                                stages, opts.microbatches, actions, kMaxComputeActions));
+  Plan plan;
+  plan.layout = opts.layout;
+  plan.has_model = opts.has_model;
+  plan.placement = std::move(placement);
+  plan.schedule = info.name;
+  plan.microbatches = opts.microbatches;
+  plan.copies = copies;
+  return plan;
+}
+
+Plan compile(const CompileOptions& opts) {
+  const ScheduleInfo& info = resolve_schedule(opts.schedule);
+  Plan plan = plan_skeleton(opts, info);
+  ScheduleParams params{plan.pp(), plan.vpp(), plan.microbatches, &plan.placement};
+  plan.compute = info.generate(params);
+  if (opts.lower) plan = lower_send_recv(plan);
+  return plan;
+}
+
+}  // namespace ppc

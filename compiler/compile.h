@@ -1,0 +1,38 @@
+// The compile pipeline, written out in order: layout -> placement -> schedule -> lowering.
+// Verification is a separate pass (verify.h) that the tools run on every plan they emit.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "compiler/layout.h"
+#include "compiler/plan.h"
+#include "compiler/schedule.h"
+
+namespace ppc {
+
+struct CompileOptions {
+  Layout layout;            // from parse_layout / parse_layout_file, or generic_layout(N)
+  bool has_model = false;   // check_model() applies
+  std::optional<int> num_layers;
+  int pp = 1;
+  std::optional<int> vpp;   // inferred from the layout when absent; must agree when given
+  std::string schedule;
+  int microbatches = 1;
+  bool lower = true;        // run lower_send_recv
+};
+
+// Limits that keep a plan's tables in memory (documented in docs/ppcompile.md).
+inline constexpr int kMaxPp = 4096;
+inline constexpr int kMaxMicrobatches = 1 << 20;
+inline constexpr long long kMaxComputeActions = 64LL << 20;
+
+// Checks the options, places the layout, generates the schedule's compute order and (if asked)
+// lowers it. Throws UserError for anything the user must change.
+Plan compile(const CompileOptions& opts);
+
+// The schedule's plan skeleton (everything but the orders): resolves the schedule, checks the
+// vpp rule and builds the placement. Used by compile() and by importers.
+Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info);
+
+}  // namespace ppc

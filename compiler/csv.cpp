@@ -1,0 +1,220 @@
+// PyTorch's CSV schedule format: one row per rank, one action per cell.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <ostream>
+
+#include "compiler/dependencies.h"
+#include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+
+namespace ppc {
+
+void emit_csv(const Plan& plan, std::ostream& os, bool compute_only) {
+  const auto& orders = compute_only ? plan.compute : plan.order();
+  std::string line;
+  for (const auto& rank : orders) {
+    line.clear();
+    for (size_t i = 0; i < rank.size(); ++i) {
+      if (i) line += ',';
+      append_to(line, rank[i]);
+    }
+    line += '\n';
+    os << line;
+  }
+}
+
+namespace {
+
+struct Cell {
+  std::string text;
+  int column;  // 1-based column of the cell's first character
+};
+
+// Splits one CSV line into cells (RFC 4180 quoting, as Python's csv module writes it).
+std::vector<Cell> split_csv_line(std::string_view line, const SourceLocation& where) {
+  std::vector<Cell> cells;
+  size_t i = 0;
+  while (true) {
+    Cell c{"", static_cast<int>(i) + 1};
+    if (i < line.size() && line[i] == '"') {
+      ++i;
+      while (true) {
+        if (i >= line.size()) {
+          SourceLocation at = where;
+          at.column = c.column;
+          throw UserError("unterminated quoted cell", at);
+        }
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            c.text += '"';
+            i += 2;
+            continue;
+          }
+          ++i;
+          break;
+        }
+        c.text += line[i++];
+      }
+      if (i < line.size() && line[i] != ',') {
+        SourceLocation at = where;
+        at.column = static_cast<int>(i) + 1;
+        throw UserError("expected ',' after a quoted cell", at);
+      }
+    } else {
+      while (i < line.size() && line[i] != ',') c.text += line[i++];
+    }
+    cells.push_back(std::move(c));
+    if (i >= line.size()) break;
+    ++i;  // the comma
+  }
+  return cells;
+}
+
+bool is_fsdp_cell(std::string_view t) {
+  size_t p = 0;
+  while (p < t.size() && t[p] >= '0' && t[p] <= '9') ++p;
+  std::string_view rest = t.substr(p);
+  return p > 0 && (rest.substr(0, 7) == "UNSHARD" || rest.substr(0, 7) == "RESHARD" || rest.substr(0, 11) == "REDUCE_GRAD");
+}
+
+}  // namespace
+
+Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
+  struct Located {
+    Action action;
+    int line, column;
+    std::string source_line;
+  };
+  std::vector<std::vector<Located>> rows;
+  int line_no = 0;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    ++line_no;
+    const bool last = end >= text.size();
+    if (!(last && line.empty())) {
+      SourceLocation where{opts.input_name, line_no, 0, std::string(line)};
+      std::vector<Located> row;
+      for (const Cell& c : split_csv_line(line, where)) {
+        std::string_view t = c.text;
+        while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+        while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+        if (t.empty() || is_fsdp_cell(t)) continue;
+        std::string err;
+        auto a = parse_action(t, &err);
+        if (!a) {
+          SourceLocation at = where;
+          at.column = c.column;
+          throw UserError(fmt::format("'{}': {}", t, err), at);
+        }
+        row.push_back({*a, line_no, c.column, std::string(line)});
+      }
+      rows.push_back(std::move(row));
+    }
+    if (last) break;
+    start = end + 1;
+  }
+  SourceLocation file{opts.input_name, 0, 0, ""};
+  if (rows.empty()) throw UserError("the CSV has no rows (one row per rank expected)", file);
+  const int pp = static_cast<int>(rows.size());
+
+  // Infer stage -> rank, the stage count and the microbatch count.
+  std::map<int, int> stage_rank;
+  int max_stage = -1, max_mb = -1;
+  bool has_comms = false;
+  for (int r = 0; r < pp; ++r) {
+    for (const Located& l : rows[static_cast<size_t>(r)]) {
+      auto note = [&](int s, int mb) {
+        if (s > 1000000 || mb > 10000000) {
+          throw UserError(fmt::format("stage {} / microbatch {} is too large", s, mb),
+                          SourceLocation{opts.input_name, l.line, l.column, l.source_line});
+        }
+        auto [it, fresh] = stage_rank.emplace(s, r);
+        if (!fresh && it->second != r)
+          throw UserError(fmt::format("stage {} appears on rank {} and on rank {}", s, it->second, r),
+                          SourceLocation{opts.input_name, l.line, l.column, l.source_line});
+        max_stage = std::max(max_stage, s);
+        max_mb = std::max(max_mb, mb);
+      };
+      const Action& a = l.action;
+      if (is_comm(a.kind)) {
+        has_comms = true;
+        max_stage = std::max(max_stage, a.stage);
+        max_mb = std::max(max_mb, a.microbatch);
+        auto [it, fresh] = stage_rank.emplace(a.stage, r);
+        if (!fresh && it->second != r)
+          throw UserError(fmt::format("stage {} appears on rank {} and on rank {}", a.stage, it->second, r),
+                          SourceLocation{opts.input_name, l.line, l.column, l.source_line});
+      } else if (a.kind == ActionKind::OverlapFB) {
+        note(a.stage, a.microbatch);
+        note(a.stage2, a.microbatch2);
+      } else {
+        note(a.stage, a.microbatch);
+      }
+    }
+  }
+  if (max_stage < 0) throw UserError("the CSV holds no actions", file);
+  const int num_stages = max_stage + 1;
+  if (opts.layout && opts.layout->num_stages() != num_stages)
+    throw UserError(fmt::format("the CSV uses {} stages but the layout has {}", num_stages, opts.layout->num_stages()),
+                    file);
+  if (num_stages % pp != 0)
+    throw UserError(fmt::format("the CSV uses {} stages on {} ranks (rows); the stage count must be a multiple of "
+                                "the rank count",
+                                num_stages, pp),
+                    file);
+  for (int s = 0; s < num_stages; ++s)
+    if (!stage_rank.count(s)) throw UserError(fmt::format("stage {} never appears in the CSV", s), file);
+
+  // Loop or V placement?
+  Placement placement;
+  bool found = false;
+  for (PlacementStyle style : {PlacementStyle::Loop, PlacementStyle::V}) {
+    if (style == PlacementStyle::V && num_stages != 2 * pp) continue;
+    Placement p = make_placement(num_stages, pp, style);
+    bool same = true;
+    for (int s = 0; s < num_stages && same; ++s) same = p.stage_rank[static_cast<size_t>(s)] == stage_rank[s];
+    if (same) {
+      placement = std::move(p);
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    std::string mapping;
+    for (int s = 0; s < num_stages && s < 16; ++s) mapping += fmt::format("{}{}->{}", s ? ", " : "", s, stage_rank[s]);
+    throw UserError(fmt::format("the stage-to-rank mapping ({}) is neither loop placement (stage s on rank s mod {}) "
+                                "nor V placement",
+                                mapping, pp),
+                    file);
+  }
+
+  Plan plan;
+  plan.layout = opts.layout ? *opts.layout : generic_layout(num_stages);
+  plan.has_model = opts.layout.has_value() && opts.has_model;
+  plan.placement = std::move(placement);
+  plan.schedule = opts.schedule;
+  plan.microbatches = max_mb + 1;
+  plan.compute.assign(static_cast<size_t>(pp), {});
+  if (has_comms) plan.lowered.assign(static_cast<size_t>(pp), {});
+  for (int r = 0; r < pp; ++r) {
+    for (const Located& l : rows[static_cast<size_t>(r)]) {
+      Action a = l.action;
+      if (is_comm(a.kind)) {
+        const CommMatch m = comm_match(plan, a);
+        a.peer = m.rank;
+      } else {
+        plan.compute[static_cast<size_t>(r)].push_back(a);
+      }
+      if (has_comms) plan.lowered[static_cast<size_t>(r)].push_back(a);
+    }
+  }
+  return plan;
+}
+
+}  // namespace ppc

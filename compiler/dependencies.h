@@ -1,0 +1,123 @@
+// What each action of a plan depends on, shared by lowering, verification and simulation.
+//
+// A compute action needs:
+//   F(s, mb):    the activation of prev(s) for mb: F(prev, mb) if prev(s) is on the same rank,
+//                else RECV_F(s, mb) on this rank. Nothing for the first stage of a copy.
+//   B/I(s, mb):  F(s, mb) (its saved activations, and the loss on the last stage) and the output
+//                gradient: B/I(next, mb) if next(s) is on the same rank, else RECV_B(s, mb).
+//   W(s, mb):    I(s, mb).
+// A send needs what it sends: SEND_F(s, mb) needs F(s, mb); SEND_B(s, mb) needs B/I(s, mb).
+// A receive needs nothing local; it is matched by SEND_F(prev, mb) / SEND_B(next, mb).
+//
+// EventTable records, per (event, stage, microbatch), a time (round, position or simulated
+// time) at which it happened; kNever if it has not.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "compiler/action.h"
+#include "compiler/plan.h"
+
+namespace ppc {
+
+enum class Event : uint8_t { F, BI, W, RecvF, RecvB, SendF, SendB };
+inline constexpr int kNumEvents = 7;
+
+// The event an action (or part of an OverlapFB) completes.
+inline Event event_of(ActionKind k) {
+  switch (k) {
+    case ActionKind::F: return Event::F;
+    case ActionKind::B:
+    case ActionKind::I: return Event::BI;
+    case ActionKind::W: return Event::W;
+    case ActionKind::RecvF: return Event::RecvF;
+    case ActionKind::RecvB: return Event::RecvB;
+    case ActionKind::SendF: return Event::SendF;
+    case ActionKind::SendB: return Event::SendB;
+    case ActionKind::OverlapFB: break;
+  }
+  return Event::F;
+}
+
+const char* event_description(Event e);  // "forward", "input-gradient backward", ...
+
+struct Need {
+  Event event;
+  int32_t stage;
+  int32_t microbatch;
+};
+
+// Calls fn(Need) for each dependency of a plain (non-overlap) action.
+template <class Fn>
+void for_each_need(const Plan& plan, const Action& a, Fn&& fn) {
+  const int s = a.stage, mb = a.microbatch;
+  switch (a.kind) {
+    case ActionKind::F: {
+      int p = plan.prev_stage(s);
+      if (p < 0) return;
+      if (plan.rank_of(p) == plan.rank_of(s)) fn(Need{Event::F, p, mb});
+      else fn(Need{Event::RecvF, s, mb});
+      return;
+    }
+    case ActionKind::B:
+    case ActionKind::I: {
+      fn(Need{Event::F, s, mb});
+      int n = plan.next_stage(s);
+      if (n < 0) return;
+      if (plan.rank_of(n) == plan.rank_of(s)) fn(Need{Event::BI, n, mb});
+      else fn(Need{Event::RecvB, s, mb});
+      return;
+    }
+    case ActionKind::W: fn(Need{Event::BI, s, mb}); return;
+    case ActionKind::SendF: fn(Need{Event::F, s, mb}); return;
+    case ActionKind::SendB: fn(Need{Event::BI, s, mb}); return;
+    case ActionKind::RecvF:
+    case ActionKind::RecvB:
+    case ActionKind::OverlapFB: return;
+  }
+}
+
+// The stage and kind of the matching communication action, and the rank it lives on.
+struct CommMatch {
+  ActionKind kind;
+  int32_t stage;
+  int32_t rank;
+};
+// For SEND_F(s) -> RECV_F(next(s)); RECV_F(s) -> SEND_F(prev(s)); SEND_B(s) -> RECV_B(prev(s));
+// RECV_B(s) -> SEND_B(next(s)). stage is -1 when there is no such stage.
+CommMatch comm_match(const Plan& plan, const Action& a);
+
+// Does F(s) send to another rank / does B/I(s) send to another rank?
+inline bool forward_crosses_ranks(const Plan& plan, int s) {
+  int n = plan.next_stage(s);
+  return n >= 0 && plan.rank_of(n) != plan.rank_of(s);
+}
+inline bool backward_crosses_ranks(const Plan& plan, int s) {
+  int p = plan.prev_stage(s);
+  return p >= 0 && plan.rank_of(p) != plan.rank_of(s);
+}
+
+class EventTable {
+ public:
+  static constexpr int32_t kNever = std::numeric_limits<int32_t>::max();
+
+  EventTable(int num_stages, int microbatches)
+      : stages_(num_stages), mbs_(microbatches),
+        times_(static_cast<size_t>(kNumEvents) * num_stages * microbatches, kNever) {}
+
+  int32_t& at(Event e, int stage, int mb) { return times_[index(e, stage, mb)]; }
+  int32_t at(Event e, int stage, int mb) const { return times_[index(e, stage, mb)]; }
+  int32_t at(const Need& n) const { return at(n.event, n.stage, n.microbatch); }
+  bool happened(const Need& n) const { return at(n) != kNever; }
+
+ private:
+  size_t index(Event e, int stage, int mb) const {
+    return (static_cast<size_t>(e) * stages_ + static_cast<size_t>(stage)) * mbs_ + static_cast<size_t>(mb);
+  }
+  int stages_, mbs_;
+  std::vector<int32_t> times_;
+};
+
+}  // namespace ppc

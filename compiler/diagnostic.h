@@ -1,0 +1,54 @@
+// User-facing errors of the compiler library.
+//
+// A UserError is a mistake in what the user gave us (a layout, a flag, a CSV, a JSON plan). It
+// carries where the mistake is: the input's name (e.g. "layout", a file name), optionally a line
+// and a column, and the source line so that format() can draw a caret under the column. Tools
+// catch UserError, print format() on stderr and exit with code 2.
+//
+// Bugs in the compiler itself are not UserErrors: they are reported with PPC_INTERNAL_ASSERT,
+// which throws InternalError (tools exit 1 and ask for a bug report).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ppc {
+
+struct SourceLocation {
+  std::string input;        // "layout", "plan.json", "schedule.csv", "--pp", ...
+  int line = 0;             // 1-based; 0 = unknown
+  int column = 0;           // 1-based; 0 = unknown
+  std::string source_line;  // text of the line, for the caret; empty = none
+};
+
+class UserError : public std::runtime_error {
+ public:
+  explicit UserError(std::string message) : std::runtime_error(message), message_(std::move(message)) {}
+  UserError(std::string message, SourceLocation where)
+      : std::runtime_error(message), message_(std::move(message)), where_(std::move(where)) {}
+
+  const std::string& message() const { return message_; }
+  const SourceLocation& where() const { return where_; }
+
+  // "layout:1:7: unknown symbol 'x'" followed, when a source line is known, by the line and a
+  // caret under the column. The first line is always self-contained.
+  std::string format() const;
+
+ private:
+  std::string message_;
+  SourceLocation where_;
+};
+
+class InternalError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+[[noreturn]] void internal_error(const char* file, int line, const std::string& what);
+
+}  // namespace ppc
+
+#define PPC_INTERNAL_ASSERT(cond, what)                                            \
+  do {                                                                             \
+    if (!(cond)) ::ppc::internal_error(__FILE__, __LINE__, std::string(#cond ": ") + (what)); \
+  } while (0)

@@ -1,0 +1,235 @@
+#include "compiler/execute.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "compiler/dependencies.h"
+
+namespace ppc {
+
+std::string Execution::failure() const {
+  if (!errors.empty()) return errors.front();
+  if (!stuck.empty()) return "deadlock: " + explain_stuck(stuck);
+  return "";
+}
+
+namespace {
+
+class Engine {
+ public:
+  Engine(const Plan& plan, const ExecCosts* costs, bool record, size_t max_errors, Execution& out)
+      : plan_(plan), costs_(costs), record_(record), max_errors_(max_errors), out_(out),
+        ev_(plan.num_stages(), plan.microbatches), pos_(plan.num_stages(), plan.microbatches) {}
+
+  void run() {
+    const int pp = plan_.pp();
+    const auto& order = plan_.lowered;
+    batch_of_.assign(static_cast<size_t>(pp), {});
+    for (int r = 0; r < pp; ++r) {
+      const auto& acts = order[static_cast<size_t>(r)];
+      auto& bo = batch_of_[static_cast<size_t>(r)];
+      bo.assign(acts.size(), -1);
+      for (size_t i = 0; i < acts.size(); ++i) {
+        if (!is_comm(acts[i].kind)) continue;
+        if (i == 0 || bo[i - 1] < 0) {
+          batch_begin_.push_back(static_cast<int32_t>(i));
+          batch_end_.push_back(static_cast<int32_t>(i));
+          unmatched_.push_back(0);
+          batch_entry_.push_back(0);
+          batch_done_.push_back(0);
+        }
+        const int32_t b = static_cast<int32_t>(batch_begin_.size() - 1);
+        bo[i] = b;
+        batch_end_[static_cast<size_t>(b)] = static_cast<int32_t>(i + 1);
+        ++unmatched_[static_cast<size_t>(b)];
+        pos_.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) = static_cast<int32_t>(i);
+      }
+    }
+    out_.batches = batch_begin_.size();
+    matched_.assign(static_cast<size_t>(pp), {});
+    if (record_) out_.times.assign(static_cast<size_t>(pp), {});
+    for (int r = 0; r < pp; ++r) {
+      matched_[static_cast<size_t>(r)].assign(order[static_cast<size_t>(r)].size(), 0);
+      if (record_) out_.times[static_cast<size_t>(r)].assign(order[static_cast<size_t>(r)].size(), {});
+    }
+    head_.assign(static_cast<size_t>(pp), 0);
+    cur_batch_.assign(static_cast<size_t>(pp), -1);
+    failed_.assign(static_cast<size_t>(pp), 0);
+    now_.assign(static_cast<size_t>(pp), 0.0);
+
+    std::vector<int> work;
+    for (int r = pp - 1; r >= 0; --r) work.push_back(r);
+    while (!work.empty()) {
+      int r = work.back();
+      work.pop_back();
+      advance(r, work);
+    }
+    if (!out_.errors.empty()) return;
+    for (int r = 0; r < pp; ++r)
+      if (head_[static_cast<size_t>(r)] < order[static_cast<size_t>(r)].size())
+        out_.stuck.push_back(describe_batch_wait(r));
+  }
+
+ private:
+  std::string where(int rank, size_t i, const Action& a) const {
+    return fmt::format("rank {}, action {} ({})", rank, i, to_string(a));
+  }
+  void error(std::string msg) {
+    if (out_.errors.size() < max_errors_) out_.errors.push_back(std::move(msg));
+  }
+
+  bool check_needs(int r, size_t i, const Action& whole, const Action& part) {
+    bool ok = true;
+    for_each_need(plan_, part, [&](const Need& n) {
+      if (!ok || ev_.happened(n)) return;
+      ok = false;
+      if (n.event == Event::RecvF || n.event == Event::RecvB) {
+        const int32_t p = pos_.at(n.event, n.stage, n.microbatch);
+        const std::string later = p != EventTable::kNever && static_cast<size_t>(p) > i
+                                      ? fmt::format(", but rank {} receives it only later, at its action {}", r, p)
+                                      : fmt::format(", which rank {} never receives", r);
+        error(fmt::format("{}: needs {}{}", where(r, i, whole), describe_need(plan_, n, r), later));
+      } else {
+        error(fmt::format("{}: needs the {} of stage {} microbatch {} on this rank, which has not run before it",
+                          where(r, i, whole), event_description(n.event), n.stage, n.microbatch));
+      }
+    });
+    return ok;
+  }
+
+  double compute_cost(const Action& a, int r) const {
+    return costs_ && costs_->compute ? costs_->compute(a, r) : 0.0;
+  }
+  double transfer_cost(const Action& send) const {
+    return costs_ && costs_->transfer ? costs_->transfer(send) : 0.0;
+  }
+
+  void advance(int r, std::vector<int>& work) {
+    const size_t ru = static_cast<size_t>(r);
+    if (failed_[ru]) return;
+    const auto& acts = plan_.lowered[ru];
+    const auto& bo = batch_of_[ru];
+    size_t& h = head_[ru];
+    while (h < acts.size()) {
+      const Action& a = acts[h];
+      if (!is_comm(a.kind)) {
+        if (a.kind == ActionKind::OverlapFB) {
+          const Action f = a.forward_part(), b = a.backward_part();
+          if (!check_needs(r, h, a, f)) return fail(r);
+          ev_.at(Event::F, f.stage, f.microbatch) = 1;
+          if (!check_needs(r, h, a, b)) return fail(r);
+          ev_.at(event_of(b.kind), b.stage, b.microbatch) = 1;
+        } else {
+          if (!check_needs(r, h, a, a)) return fail(r);
+          ev_.at(event_of(a.kind), a.stage, a.microbatch) = 1;
+        }
+        const double start = now_[ru];
+        now_[ru] = start + compute_cost(a, r);
+        if (record_) out_.times[ru][h] = {start, now_[ru]};
+        ++h;
+        continue;
+      }
+      const int32_t b = bo[h];
+      const size_t bu = static_cast<size_t>(b);
+      const size_t begin = static_cast<size_t>(batch_begin_[bu]);
+      const size_t end = static_cast<size_t>(batch_end_[bu]);
+      if (cur_batch_[ru] != b) {
+        cur_batch_[ru] = b;
+        batch_entry_[bu] = now_[ru];
+        batch_done_[bu] = now_[ru];
+        for (size_t j = begin; j < end; ++j) {
+          const Action& op = acts[j];
+          if (is_send(op.kind) && !check_needs(r, j, op, op)) return fail(r);
+          if (matched_[ru][j]) continue;
+          const CommMatch m = comm_match(plan_, op);
+          const size_t q = static_cast<size_t>(m.rank);
+          const int32_t jj = pos_.at(event_of(m.kind), m.stage, op.microbatch);
+          const int32_t qb = batch_of_[q][static_cast<size_t>(jj)];
+          if (cur_batch_[q] != qb) continue;
+          const size_t qbu = static_cast<size_t>(qb);
+          const double met = std::max(batch_entry_[bu], batch_entry_[qbu]);
+          const double done = met + transfer_cost(is_send(op.kind) ? op : acts_of(q)[static_cast<size_t>(jj)]);
+          matched_[ru][j] = 1;
+          matched_[q][static_cast<size_t>(jj)] = 1;
+          if (record_) {
+            out_.times[ru][j] = {batch_entry_[bu], done};
+            out_.times[q][static_cast<size_t>(jj)] = {batch_entry_[qbu], done};
+          }
+          batch_done_[bu] = std::max(batch_done_[bu], done);
+          batch_done_[qbu] = std::max(batch_done_[qbu], done);
+          --unmatched_[bu];
+          if (--unmatched_[qbu] == 0) work.push_back(m.rank);
+        }
+      }
+      if (unmatched_[bu] > 0) return;
+      for (size_t j = begin; j < end; ++j)
+        if (is_recv(acts[j].kind)) ev_.at(event_of(acts[j].kind), acts[j].stage, acts[j].microbatch) = 1;
+      cur_batch_[ru] = -1;
+      now_[ru] = batch_done_[bu];
+      h = end;
+    }
+  }
+
+  const std::vector<Action>& acts_of(size_t r) const { return plan_.lowered[r]; }
+  void fail(int r) { failed_[static_cast<size_t>(r)] = 1; }
+
+  StuckRank describe_batch_wait(int r) {
+    const size_t ru = static_cast<size_t>(r);
+    const auto& acts = plan_.lowered[ru];
+    const size_t h = head_[ru];
+    StuckRank s;
+    s.rank = r;
+    s.index = static_cast<int>(h);
+    if (!is_comm(acts[h].kind)) {  // cannot happen: compute either runs or fails
+      s.at = fmt::format("its action {} ({})", h, to_string(acts[h]));
+      s.waits_for = "nothing";
+      return s;
+    }
+    const int32_t b = batch_of_[ru][h];
+    const size_t begin = static_cast<size_t>(batch_begin_[static_cast<size_t>(b)]);
+    const size_t end = static_cast<size_t>(batch_end_[static_cast<size_t>(b)]);
+    std::string ops;
+    for (size_t j = begin; j < end && j < begin + 4; ++j) ops += (j > begin ? ", " : "") + to_string(acts[j]);
+    if (end - begin > 4) ops += ", ...";
+    s.at = end - begin == 1 ? fmt::format("its action {} ({})", begin, ops)
+                            : fmt::format("its actions {}-{} (batch {})", begin, end - 1, ops);
+    for (size_t j = begin; j < end; ++j) {
+      if (matched_[ru][j]) continue;
+      const CommMatch m = comm_match(plan_, acts[j]);
+      const int32_t jj = pos_.at(event_of(m.kind), m.stage, acts[j].microbatch);
+      const Action& peer_op = plan_.lowered[static_cast<size_t>(m.rank)][static_cast<size_t>(jj)];
+      s.waits_for = fmt::format("rank {} to post {} (its action {}), but rank {} is at its action {}", m.rank,
+                                to_string(peer_op), jj, m.rank, head_[static_cast<size_t>(m.rank)]);
+      s.waits_on = m.rank;
+      break;
+    }
+    return s;
+  }
+
+  const Plan& plan_;
+  const ExecCosts* costs_;
+  bool record_;
+  size_t max_errors_;
+  Execution& out_;
+  EventTable ev_;   // 1 = happened
+  EventTable pos_;  // position of each communication action in its rank's order
+  std::vector<std::vector<int32_t>> batch_of_;
+  std::vector<int32_t> batch_begin_, batch_end_, unmatched_;
+  std::vector<double> batch_entry_, batch_done_;
+  std::vector<std::vector<uint8_t>> matched_;
+  std::vector<size_t> head_;
+  std::vector<int32_t> cur_batch_;
+  std::vector<uint8_t> failed_;
+  std::vector<double> now_;
+};
+
+}  // namespace
+
+Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors) {
+  Execution out;
+  Engine(plan, costs, record_times, std::max<size_t>(max_errors, 1), out).run();
+  return out;
+}
+
+}  // namespace ppc

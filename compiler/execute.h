@@ -1,0 +1,50 @@
+// Runs a lowered plan under the deadlock model (docs/deadlock-model.md), optionally with costs.
+//
+// Each rank runs its actions in order. A compute action needs its inputs (received or produced
+// locally before it) and takes costs.compute(); a maximal run of consecutive SEND/RECV is one
+// batch, entered when the rank reaches it; an op of a batch is matched when the peer's batch that
+// holds its counterpart is current too, at the later of the two entry times, and is done
+// costs.transfer() after that; the batch completes when all its ops are done. The result does not
+// depend on the order in which ranks are advanced.
+//
+// Used by the verifier (no costs: it only needs to know whether every rank finishes) and by the
+// simulator (costs from the cost model).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compiler/plan.h"
+#include "compiler/stuck.h"
+
+namespace ppc {
+
+struct ExecCosts {
+  // Duration of a compute action (an OverlapFB as a whole) on `rank`.
+  std::function<double(const Action&, int rank)> compute;
+  // Duration of the transfer of a SEND (from the match to done). Null = 0.
+  std::function<double(const Action& send)> transfer;
+};
+
+struct Interval {
+  double start = 0, end = 0;
+};
+
+struct Execution {
+  std::vector<std::string> errors;  // dependency errors (an action ran before its input existed)
+  std::vector<StuckRank> stuck;     // ranks that could not finish (deadlock), if no errors
+  size_t batches = 0;
+  // times[r][i]: when rank r's action i ran (compute) or its batch was entered / the op was done
+  // (comm). Filled only when record_times is set.
+  std::vector<std::vector<Interval>> times;
+
+  bool finished() const { return errors.empty() && stuck.empty(); }
+  // "deadlock: rank 0 waits at ..." or the first error; empty if finished.
+  std::string failure() const;
+};
+
+// `plan` must be lowered and must have passed the shape and count checks of the verifier.
+Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors = 20);
+
+}  // namespace ppc

@@ -1,0 +1,232 @@
+#include "compiler/lower_send_recv.h"
+
+#include <cmath>
+#include <queue>
+
+#include "compiler/dependencies.h"
+#include "compiler/diagnostic.h"
+#include "compiler/stuck.h"
+
+namespace ppc {
+
+double unit_cost(const Action& a) {
+  switch (a.kind) {
+    case ActionKind::F: return 1;
+    case ActionKind::B: return 2;
+    case ActionKind::I:
+    case ActionKind::W: return 1;
+    case ActionKind::OverlapFB: return 1 + (a.sub_kind == ActionKind::B ? 2 : 1);
+    default: return 0;
+  }
+}
+
+namespace {
+
+struct PendingRecv {
+  Action recv;
+  int sender;
+};
+
+struct RankState {
+  size_t pos = 0;           // next compute action
+  bool computing = false;
+  int unmatched = 0;        // SENDs of the open batch whose RECV is not posted yet
+  double batch_done = 0;    // when the open batch's transfers are done
+  std::vector<PendingRecv> pending;  // RECVs to post when the running compute ends
+};
+
+class Lowerer {
+ public:
+  Lowerer(const Plan& plan, const LoweringCosts& costs, bool emit, std::vector<std::vector<double>>* starts)
+      : plan_(plan), costs_(costs), emit_(emit), starts_(starts), ev_(plan.num_stages(), plan.microbatches),
+        ranks_(static_cast<size_t>(plan.pp())) {}
+
+  void run(Plan* out) {
+    const int pp = plan_.pp();
+    out_ = out;
+    if (emit_) {
+      out_->lowered.assign(static_cast<size_t>(pp), {});
+      for (int r = 0; r < pp; ++r) out_->lowered[static_cast<size_t>(r)].reserve(plan_.compute[static_cast<size_t>(r)].size() * 2);
+    }
+    if (starts_) {
+      starts_->assign(static_cast<size_t>(pp), {});
+      for (int r = 0; r < pp; ++r) (*starts_)[static_cast<size_t>(r)].reserve(plan_.compute[static_cast<size_t>(r)].size());
+    }
+    for (int r = 0; r < pp; ++r) touched_.push_back(r);
+    double now = 0;
+    start_touched(now);
+    while (!events_.empty()) {
+      now = events_.top().time;
+      while (!events_.empty() && events_.top().time == now) {
+        const QueueEvent e = events_.top();
+        events_.pop();
+        if (e.finish) finish(e.rank, now);
+        else touched_.push_back(e.rank);
+      }
+      start_touched(now);
+    }
+    std::vector<StuckRank> stuck;
+    for (int r = 0; r < pp; ++r) {
+      const auto& order = plan_.compute[static_cast<size_t>(r)];
+      const size_t i = ranks_[static_cast<size_t>(r)].pos;
+      if (i < order.size()) stuck.push_back(describe_stuck_compute(plan_, ev_, r, static_cast<int>(i), order[i]));
+    }
+    if (!stuck.empty()) throw UserError("the compute order cannot run: " + explain_stuck(stuck));
+  }
+
+ private:
+  struct QueueEvent {
+    double time;
+    uint64_t seq;
+    int rank;
+    bool finish;  // compute ends (else: retry starting)
+    bool operator>(const QueueEvent& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+
+  double duration(const Action& a, int r) const { return costs_.compute ? costs_.compute(a, r) : unit_cost(a); }
+  double transfer(const Action& send) const { return costs_.transfer ? costs_.transfer(send) : 0.0; }
+  void push(double t, int r, bool finish) { events_.push(QueueEvent{t, seq_++, r, finish}); }
+  void append(int r, const Action& a) {
+    if (emit_) out_->lowered[static_cast<size_t>(r)].push_back(a);
+  }
+
+  // Has every input of `part` been produced locally or posted as a RECV? `with` (if set) is the
+  // forward part of the same OverlapFB, which runs first.
+  bool ready(const Action& part, const Action* with) const {
+    bool ok = true;
+    for_each_need(plan_, part, [&](const Need& n) {
+      if (ev_.happened(n)) return;
+      if (with && n.event == Event::F && n.stage == with->stage && n.microbatch == with->microbatch) return;
+      ok = false;
+    });
+    return ok;
+  }
+
+  void start_touched(double now) {
+    // Ranks may touch others while starting (zero-duration computes finish via events, so no).
+    std::vector<int> todo;
+    todo.swap(touched_);
+    for (int r : todo) try_start(r, now);
+  }
+
+  void try_start(int r, double now) {
+    RankState& st = ranks_[static_cast<size_t>(r)];
+    const auto& order = plan_.compute[static_cast<size_t>(r)];
+    if (st.computing || st.unmatched > 0 || st.pos == order.size()) return;
+    const Action& a = order[st.pos];
+    if (a.kind == ActionKind::OverlapFB) {
+      const Action f = a.forward_part();
+      if (!ready(f, nullptr) || !ready(a.backward_part(), &f)) return;
+    } else if (!ready(a, nullptr)) {
+      return;
+    }
+    if (st.batch_done > now) {  // transfers of the open batch still in flight
+      push(st.batch_done, r, false);
+      return;
+    }
+    append(r, a);
+    if (starts_) (*starts_)[static_cast<size_t>(r)].push_back(now);
+    const double end = now + duration(a, r);
+    auto mark = [&](const Action& p) { ev_.at(event_of(p.kind), p.stage, p.microbatch) = 1; };
+    if (a.kind == ActionKind::OverlapFB) {
+      mark(a.forward_part());
+      mark(a.backward_part());
+    } else {
+      mark(a);
+    }
+    st.computing = true;
+    st.batch_done = end;
+    ++st.pos;
+    push(end, r, true);
+  }
+
+  void finish(int r, double now) {
+    RankState& st = ranks_[static_cast<size_t>(r)];
+    st.computing = false;
+    touched_.push_back(r);
+    // RECVs whose senders have been waiting for this rank to finish its compute.
+    for (const PendingRecv& p : st.pending) {
+      append(r, p.recv);
+      const double done = now + transfer(p.recv);
+      st.batch_done = std::max(st.batch_done, done);
+      RankState& s = ranks_[static_cast<size_t>(p.sender)];
+      s.batch_done = std::max(s.batch_done, done);
+      if (--s.unmatched == 0) touched_.push_back(p.sender);
+    }
+    st.pending.clear();
+    const Action& a = plan_.compute[static_cast<size_t>(r)][st.pos - 1];
+    if (a.kind == ActionKind::OverlapFB) {
+      send_output(r, a.forward_part(), now);
+      send_output(r, a.backward_part(), now);
+    } else {
+      send_output(r, a, now);
+    }
+  }
+
+  void send_output(int r, const Action& part, double now) {
+    const int s = part.stage, mb = part.microbatch;
+    Action send, recv;
+    int q;
+    if (part.kind == ActionKind::F && forward_crosses_ranks(plan_, s)) {
+      const int n = plan_.next_stage(s);
+      q = plan_.rank_of(n);
+      send = Action::comm(ActionKind::SendF, s, mb, q);
+      recv = Action::comm(ActionKind::RecvF, n, mb, r);
+    } else if (is_backward_input(part.kind) && backward_crosses_ranks(plan_, s)) {
+      const int p = plan_.prev_stage(s);
+      q = plan_.rank_of(p);
+      send = Action::comm(ActionKind::SendB, s, mb, q);
+      recv = Action::comm(ActionKind::RecvB, p, mb, r);
+    } else {
+      return;
+    }
+    RankState& st = ranks_[static_cast<size_t>(r)];
+    RankState& peer = ranks_[static_cast<size_t>(q)];
+    append(r, send);
+    ev_.at(event_of(recv.kind), recv.stage, recv.microbatch) = 1;  // posted; usable after its batch
+    if (peer.computing) {
+      peer.pending.push_back({recv, r});
+      ++st.unmatched;
+      return;
+    }
+    append(q, recv);
+    const double done = now + transfer(send);
+    st.batch_done = std::max(st.batch_done, done);
+    peer.batch_done = std::max(peer.batch_done, done);
+    touched_.push_back(q);
+  }
+
+  const Plan& plan_;
+  const LoweringCosts& costs_;
+  bool emit_;
+  std::vector<std::vector<double>>* starts_;
+  Plan* out_ = nullptr;
+  EventTable ev_;  // 1 = produced locally or RECV posted
+  std::vector<RankState> ranks_;
+  std::priority_queue<QueueEvent, std::vector<QueueEvent>, std::greater<QueueEvent>> events_;
+  uint64_t seq_ = 0;
+  std::vector<int> touched_;
+};
+
+}  // namespace
+
+Plan lower_send_recv(const Plan& plan, const LoweringCosts& costs) {
+  Plan out = plan;
+  Lowerer(plan, costs, true, nullptr).run(&out);
+  return out;
+}
+
+std::vector<std::vector<int32_t>> compute_steps(const Plan& plan) {
+  LoweringCosts unit;
+  unit.compute = [](const Action&, int) { return 1.0; };
+  std::vector<std::vector<double>> starts;
+  Lowerer(plan, unit, false, &starts).run(nullptr);
+  std::vector<std::vector<int32_t>> steps(starts.size());
+  for (size_t r = 0; r < starts.size(); ++r) {
+    steps[r].reserve(starts[r].size());
+    for (double t : starts[r]) steps[r].push_back(static_cast<int32_t>(std::lround(t)));
+  }
+  return steps;
+}
+
+}  // namespace ppc

@@ -1,0 +1,215 @@
+// The versioned JSON plan (docs/plan-format.md).
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+
+#include "compiler/dependencies.h"
+#include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+
+namespace ppc {
+
+namespace {
+
+using nlohmann::json;
+
+json actions_json(const std::vector<Action>& actions) {
+  json arr = json::array();
+  std::string buf;
+  for (const Action& a : actions) {
+    buf.clear();
+    append_to(buf, a);
+    arr.push_back(buf);
+  }
+  return arr;
+}
+
+// Field access with messages naming the field path.
+class Reader {
+ public:
+  explicit Reader(std::string input) : input_(std::move(input)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw UserError(fmt::format("{}: {}", path, what), SourceLocation{input_, 0, 0, ""});
+  }
+  const json& field(const json& obj, const std::string& path, const char* name) const {
+    if (!obj.is_object()) fail(path, "expected an object");
+    auto it = obj.find(name);
+    if (it == obj.end()) fail(path, fmt::format("missing field '{}'", name));
+    return *it;
+  }
+  int integer(const json& obj, const std::string& path, const char* name, int lo, int hi) const {
+    const json& v = field(obj, path, name);
+    const std::string p = path.empty() ? name : path + "." + name;
+    if (!v.is_number_integer()) fail(p, "expected an integer");
+    const auto x = v.get<long long>();
+    if (x < lo || x > hi) fail(p, fmt::format("{} is out of range {}..{}", x, lo, hi));
+    return static_cast<int>(x);
+  }
+  std::string string(const json& obj, const std::string& path, const char* name) const {
+    const json& v = field(obj, path, name);
+    if (!v.is_string()) fail(path.empty() ? name : path + "." + name, "expected a string");
+    return v.get<std::string>();
+  }
+  const json& array(const json& obj, const std::string& path, const char* name) const {
+    const json& v = field(obj, path, name);
+    if (!v.is_array()) fail(path.empty() ? name : path + "." + name, "expected an array");
+    return v;
+  }
+
+ private:
+  std::string input_;
+};
+
+std::vector<LayerKind> parse_stage_symbols(const std::string& text, const Reader& rd, const std::string& path) {
+  std::vector<LayerKind> out;
+  if (text == "(empty)") return out;
+  for (char c : text) {
+    switch (c) {
+      case ' ': break;
+      case 'E': out.push_back(LayerKind::Embedding); break;
+      case 't': out.push_back(LayerKind::Decoder); break;
+      case 'm': out.push_back(LayerKind::Mtp); break;
+      case 'L': out.push_back(LayerKind::Loss); break;
+      default: rd.fail(path, fmt::format("unknown layer symbol '{}' in \"{}\"", c, text));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void emit_json(const Plan& plan, const VerifyReport& report, std::ostream& os) {
+  json j;
+  j["format"] = "ppcompile-plan";
+  j["version"] = Plan::kFormatVersion;
+  j["schedule"] = plan.schedule;
+  j["pp"] = plan.pp();
+  j["vpp"] = plan.vpp();
+  j["microbatches"] = plan.microbatches;
+  j["copies"] = plan.copies;
+  j["placement"] = placement_name(plan.placement.style);
+  j["stage_ranks"] = plan.placement.stage_rank;
+  json layout;
+  layout["source"] = plan.layout.source;
+  layout["has_model"] = plan.has_model;
+  json stages = json::array();
+  for (const auto& s : plan.layout.stages) stages.push_back(stage_symbols(s));
+  layout["stages"] = std::move(stages);
+  j["layout"] = std::move(layout);
+  json ranks = json::array();
+  for (int r = 0; r < plan.pp(); ++r) {
+    json rj;
+    rj["rank"] = r;
+    rj["stages"] = plan.placement.rank_stages[static_cast<size_t>(r)];
+    rj["compute"] = actions_json(plan.compute[static_cast<size_t>(r)]);
+    if (plan.is_lowered()) rj["actions"] = actions_json(plan.lowered[static_cast<size_t>(r)]);
+    ranks.push_back(std::move(rj));
+  }
+  j["ranks"] = std::move(ranks);
+  json v;
+  v["ok"] = report.ok();
+  v["deadlock_model_checked"] = report.checked_lowered;
+  v["peak_inflight"] = report.peak_inflight;
+  v["compute_actions"] = report.compute_actions;
+  v["comm_actions"] = report.comm_actions;
+  v["batches"] = report.batches;
+  if (!report.ok()) v["errors"] = report.errors;
+  j["verification"] = std::move(v);
+  os << j.dump(1) << '\n';
+}
+
+Plan read_plan_json(std::string_view text, const std::string& input_name) {
+  Reader rd(input_name);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw UserError(fmt::format("not valid JSON: {}", e.what()), SourceLocation{input_name, 0, 0, ""});
+  }
+  if (!j.is_object()) rd.fail("(top level)", "expected an object");
+  if (rd.string(j, "", "format") != "ppcompile-plan")
+    rd.fail("format", "expected \"ppcompile-plan\" (is this a ppcompile --emit json plan?)");
+  const int version = rd.integer(j, "", "version", 0, 1 << 30);
+  if (version != Plan::kFormatVersion)
+    rd.fail("version", fmt::format("unsupported plan version {} (this build reads version {})", version,
+                                   Plan::kFormatVersion));
+  Plan plan;
+  plan.schedule = rd.string(j, "", "schedule");
+  const int pp = rd.integer(j, "", "pp", 1, 4096);
+  plan.microbatches = rd.integer(j, "", "microbatches", 1, 1 << 20);
+  plan.copies = rd.integer(j, "", "copies", 1, 2);
+  const std::string placement = rd.string(j, "", "placement");
+  PlacementStyle style;
+  if (placement == "loop") style = PlacementStyle::Loop;
+  else if (placement == "v") style = PlacementStyle::V;
+  else rd.fail("placement", fmt::format("unknown placement \"{}\" (expected \"loop\" or \"v\")", placement));
+
+  const json& layout = rd.field(j, "", "layout");
+  plan.layout.source = rd.string(layout, "layout", "source");
+  const json& lstages = rd.array(layout, "layout", "stages");
+  const json& hm = rd.field(layout, "layout", "has_model");
+  if (!hm.is_boolean()) rd.fail("layout.has_model", "expected true or false");
+  plan.has_model = hm.get<bool>();
+  for (size_t i = 0; i < lstages.size(); ++i) {
+    const std::string path = fmt::format("layout.stages[{}]", i);
+    if (!lstages[i].is_string()) rd.fail(path, "expected a string");
+    plan.layout.stages.push_back(parse_stage_symbols(lstages[i].get<std::string>(), rd, path));
+  }
+  const int num_stages = static_cast<int>(plan.layout.stages.size()) * plan.copies;
+  if (num_stages < 1 || num_stages % pp != 0)
+    rd.fail("layout.stages", fmt::format("{} stages cannot be placed on pp {}", num_stages, pp));
+  if (style == PlacementStyle::V && num_stages != 2 * pp)
+    rd.fail("placement", fmt::format("V placement needs 2 * pp = {} stages, the plan has {}", 2 * pp, num_stages));
+  plan.placement = make_placement(num_stages, pp, style);
+  const json& sr = rd.array(j, "", "stage_ranks");
+  if (sr.size() != static_cast<size_t>(num_stages))
+    rd.fail("stage_ranks", fmt::format("has {} entries, expected {}", sr.size(), num_stages));
+  for (size_t s = 0; s < sr.size(); ++s)
+    if (!sr[s].is_number_integer() || sr[s].get<long long>() != plan.placement.stage_rank[s])
+      rd.fail(fmt::format("stage_ranks[{}]", s),
+              fmt::format("expected rank {} for {} placement", plan.placement.stage_rank[s], placement));
+  const int vpp = rd.integer(j, "", "vpp", 1, 1 << 20);
+  if (vpp != plan.placement.vpp)
+    rd.fail("vpp", fmt::format("is {}, but {} stages on pp {} give {}", vpp, num_stages, pp, plan.placement.vpp));
+
+  const json& ranks = rd.array(j, "", "ranks");
+  if (ranks.size() != static_cast<size_t>(pp)) rd.fail("ranks", fmt::format("has {} entries, expected pp = {}", ranks.size(), pp));
+  bool lowered = !ranks.empty() && ranks[0].is_object() && ranks[0].contains("actions");
+  plan.compute.assign(static_cast<size_t>(pp), {});
+  if (lowered) plan.lowered.assign(static_cast<size_t>(pp), {});
+  auto read_actions = [&](const json& arr, const std::string& path, std::vector<Action>& out) {
+    out.reserve(arr.size());
+    std::string err;
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const std::string p = fmt::format("{}[{}]", path, i);
+      if (!arr[i].is_string()) rd.fail(p, "expected an action string such as \"0F1\"");
+      auto a = parse_action(arr[i].get_ref<const std::string&>(), &err);
+      if (!a) rd.fail(p, fmt::format("\"{}\": {}", arr[i].get<std::string>(), err));
+      if (is_comm(a->kind) && a->stage >= 0 && a->stage < num_stages) a->peer = comm_match(plan, *a).rank;
+      out.push_back(*a);
+    }
+  };
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string path = fmt::format("ranks[{}]", r);
+    if (rd.integer(ranks[r], path, "rank", 0, pp - 1) != static_cast<int>(r))
+      rd.fail(path + ".rank", fmt::format("expected {}", r));
+    read_actions(rd.array(ranks[r], path, "compute"), path + ".compute", plan.compute[r]);
+    if (lowered) read_actions(rd.array(ranks[r], path, "actions"), path + ".actions", plan.lowered[r]);
+  }
+  return plan;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(fmt::format("cannot open '{}' for reading", path), SourceLocation{path, 0, 0, ""});
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw UserError(fmt::format("error reading '{}'", path), SourceLocation{path, 0, 0, ""});
+  return ss.str();
+}
+
+}  // namespace ppc

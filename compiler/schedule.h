@@ -1,0 +1,56 @@
+// Schedule generators: given the placement and the microbatch count, each produces the compute
+// order of every rank (F, B, I, W, OverlapFB; no communication). Each generator lives in its own
+// file under compiler/schedules/ and registers itself in the table of schedules.cpp.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/action.h"
+#include "compiler/layout.h"
+
+namespace ppc {
+
+using RankOrders = std::vector<std::vector<Action>>;
+
+struct ScheduleParams {
+  int pp = 1;
+  int vpp = 1;  // stages per rank
+  int microbatches = 1;
+  const Placement* placement = nullptr;
+};
+
+// How many stages per rank a schedule takes.
+enum class VppRule : uint8_t {
+  One,     // exactly one stage per rank (1F1B, GPipe, ZB-H1, ZB-H2)
+  Any,     // any number (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble)
+  Two,     // exactly two (ZBV, DualPipeV)
+};
+
+struct ScheduleInfo {
+  std::string name;                  // canonical, e.g. "Interleaved1F1B"
+  std::vector<std::string> aliases;  // e.g. "ScheduleInterleaved1F1B"
+  std::string summary;               // one line for --list-schedules
+  VppRule vpp_rule = VppRule::One;
+  PlacementStyle placement = PlacementStyle::Loop;
+  int copies = 1;  // 2 for DualPipe
+  RankOrders (*generate)(const ScheduleParams&) = nullptr;
+};
+
+// All schedules, in the order --list-schedules prints them.
+const std::vector<ScheduleInfo>& all_schedules();
+
+// Case-insensitive lookup by name or alias; nullptr if unknown.
+const ScheduleInfo* find_schedule(std::string_view name);
+
+// Comma-separated canonical names, for error messages.
+std::string schedule_names();
+
+// Generators (one file each under compiler/schedules/).
+RankOrders generate_gpipe(const ScheduleParams& p);
+RankOrders generate_1f1b(const ScheduleParams& p);
+RankOrders generate_interleaved_1f1b(const ScheduleParams& p);
+RankOrders generate_looped_bfs(const ScheduleParams& p);
+
+}  // namespace ppc

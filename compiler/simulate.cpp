@@ -1,0 +1,120 @@
+#include "compiler/simulate.h"
+
+#include <algorithm>
+
+#include "compiler/diagnostic.h"
+
+namespace ppc {
+
+std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model) {
+  std::vector<StageCost> out(static_cast<size_t>(plan.num_stages()));
+  if (model.unit) return out;
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    const auto& layers = plan.layout.stages[static_cast<size_t>(plan.layout_stage(s))];
+    StageCost c{0, 0, 0, 0, 0, 0};
+    if (layers.empty()) {
+      const LayerCost& e = model.empty_stage;
+      c = StageCost{e.f, e.backward(), e.i, e.w, e.activation, e.params};
+    }
+    for (LayerKind k : layers) {
+      const LayerCost& l = model.layers[static_cast<size_t>(k)];
+      c.f += l.f;
+      c.b += l.backward();
+      c.i += l.i;
+      c.w += l.w;
+      c.activation += l.activation;
+      c.params += l.params;
+    }
+    out[static_cast<size_t>(s)] = c;
+  }
+  return out;
+}
+
+Simulation simulate(const Plan& plan, const CostModel& model) {
+  PPC_INTERNAL_ASSERT(plan.is_lowered(), "simulate needs a lowered plan");
+  const auto costs = stage_costs(plan, model);
+  auto part_cost = [&](ActionKind k, int s) {
+    const StageCost& c = costs[static_cast<size_t>(s)];
+    switch (k) {
+      case ActionKind::F: return c.f;
+      case ActionKind::B: return c.b;
+      case ActionKind::I: return c.i;
+      case ActionKind::W: return c.w;
+      default: return 0.0;
+    }
+  };
+  ExecCosts ec;
+  ec.compute = [&](const Action& a, int) {
+    if (a.kind != ActionKind::OverlapFB) return part_cost(a.kind, a.stage);
+    const double f = part_cost(ActionKind::F, a.stage), b = part_cost(a.sub_kind, a.stage2);
+    return std::max(f, b) + (1.0 - model.overlap) * std::min(f, b);
+  };
+  const double per_message =
+      model.unit ? 0.0 : model.latency + (model.bandwidth > 0 ? model.message_bytes / model.bandwidth : 0.0);
+  ec.transfer = [&](const Action&) { return per_message; };
+  Execution ex = execute(plan, &ec, true);
+  if (!ex.finished()) throw UserError("the plan does not run to completion: " + ex.failure());
+
+  Simulation sim;
+  sim.unit = model.unit;
+  const int pp = plan.pp();
+  sim.busy.assign(static_cast<size_t>(pp), 0.0);
+  sim.peak_memory.assign(static_cast<size_t>(pp), 0.0);
+  sim.memory.assign(static_cast<size_t>(pp), {});
+  for (int r = 0; r < pp; ++r) {
+    const auto& acts = plan.lowered[static_cast<size_t>(r)];
+    const auto& times = ex.times[static_cast<size_t>(r)];
+    double mem = 0;
+    auto& points = sim.memory[static_cast<size_t>(r)];
+    points.push_back({0, 0});
+    auto change = [&](double t, double delta) {
+      mem += delta;
+      if (mem < 1e-12 && mem > -1e-12) mem = 0;
+      if (!points.empty() && points.back().time == t) points.back().value = mem;
+      else points.push_back({t, mem});
+      sim.peak_memory[static_cast<size_t>(r)] = std::max(sim.peak_memory[static_cast<size_t>(r)], mem);
+    };
+    auto apply = [&](const Action& p, const Interval& iv) {
+      const double act = costs[static_cast<size_t>(p.stage)].activation;
+      const double keep = act * model.weight_grad_memory;
+      switch (p.kind) {
+        case ActionKind::F: change(iv.start, act); break;
+        case ActionKind::B: change(iv.end, -act); break;
+        case ActionKind::I: change(iv.end, -(act - keep)); break;
+        case ActionKind::W: if (keep != 0) change(iv.end, -keep); break;
+        default: break;
+      }
+    };
+    for (size_t i = 0; i < acts.size(); ++i) {
+      const Action& a = acts[i];
+      const Interval& iv = times[i];
+      sim.makespan = std::max(sim.makespan, iv.end);
+      if (is_comm(a.kind)) {
+        if (is_send(a.kind)) {
+          ++sim.messages;
+          sim.comm_bytes += model.message_bytes;
+        }
+        continue;
+      }
+      sim.busy[static_cast<size_t>(r)] += iv.end - iv.start;
+      if (a.kind == ActionKind::OverlapFB) {
+        apply(a.forward_part(), iv);
+        apply(a.backward_part(), iv);
+      } else {
+        apply(a, iv);
+      }
+    }
+  }
+  sim.rank_bubble.assign(static_cast<size_t>(pp), 0.0);
+  double total_busy = 0;
+  for (int r = 0; r < pp; ++r) {
+    total_busy += sim.busy[static_cast<size_t>(r)];
+    sim.rank_bubble[static_cast<size_t>(r)] =
+        sim.makespan > 0 ? 1.0 - sim.busy[static_cast<size_t>(r)] / sim.makespan : 0.0;
+  }
+  sim.bubble = sim.makespan > 0 ? 1.0 - total_busy / (pp * sim.makespan) : 0.0;
+  sim.times = std::move(ex.times);
+  return sim;
+}
+
+}  // namespace ppc

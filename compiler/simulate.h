@@ -1,0 +1,70 @@
+// The simulator: start and end of every action of a lowered plan under a cost model, following
+// the deadlock model's semantics (execute.h): compute takes its cost, a communication batch
+// waits for its peers' matching batches and then for the transfer.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/execute.h"
+#include "compiler/plan.h"
+
+namespace ppc {
+
+// Costs per layer kind (docs/cost-model.md). Times in any unit (the simulator reports the same
+// unit); memory in bytes.
+struct LayerCost {
+  double f = 0, i = 0, w = 0;
+  std::optional<double> b;  // full backward; I + W when absent
+  double activation = 0;    // activation memory one microbatch keeps from F until its backward
+  double params = 0;        // parameter memory
+  double backward() const { return b ? *b : i + w; }
+};
+
+struct CostModel {
+  // Unit costs: every stage, whatever its layers, costs F=1, B=2, I=W=1 and keeps 1 unit of
+  // activation per in-flight microbatch; no communication cost. Otherwise costs come from layers.
+  bool unit = true;
+  std::array<LayerCost, 4> layers{};  // indexed by LayerKind: E, t, m, L
+  // What an empty stage (or a generic --stages stage) costs when unit == false.
+  LayerCost empty_stage{};
+  double latency = 0;          // per message
+  double bandwidth = 0;        // bytes per time unit; 0 = infinite
+  double message_bytes = 0;    // size of one activation / gradient message
+  // Fraction of a microbatch's activation memory kept after I until its W (0 = freed at I).
+  double weight_grad_memory = 0;
+  // An OverlapFB takes max(F, B) + (1 - overlap) * min(F, B); 0 = no overlap (F + B).
+  double overlap = 0;
+};
+
+struct StageCost {
+  double f = 1, b = 2, i = 1, w = 1;
+  double activation = 1, params = 0;
+};
+
+std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model);
+
+struct MemoryPoint {
+  double time;
+  double value;
+};
+
+struct Simulation {
+  double makespan = 0;
+  std::vector<double> busy;         // per rank: time spent computing
+  std::vector<double> rank_bubble;  // per rank: 1 - busy / makespan
+  double bubble = 0;                // overall: 1 - sum(busy) / (pp * makespan)
+  std::vector<double> peak_memory;  // per rank: peak activation memory
+  std::vector<std::vector<MemoryPoint>> memory;  // per rank, activation memory after each change
+  double comm_bytes = 0;
+  size_t messages = 0;
+  std::vector<std::vector<Interval>> times;  // per rank, per lowered action
+  bool unit = true;                 // costs were unit costs (memory counts microbatch-stages)
+};
+
+// `plan` must be lowered and verified. Throws UserError if it does not run to completion.
+Simulation simulate(const Plan& plan, const CostModel& model);
+
+}  // namespace ppc

@@ -1,0 +1,259 @@
+#include "compiler/verify.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "compiler/dependencies.h"
+#include "compiler/diagnostic.h"
+#include "compiler/execute.h"
+#include "compiler/lower_send_recv.h"
+#include "compiler/stuck.h"
+
+namespace ppc {
+
+namespace {
+
+constexpr int kNumKinds = 8;  // the plain kinds F..RecvB, indexing count tables
+
+class Verifier {
+ public:
+  Verifier(const Plan& plan, VerifyReport& rep, size_t max_errors)
+      : plan_(plan), rep_(rep), max_errors_(max_errors) {}
+
+  void run() {
+    if (!check_shape()) return;
+    const auto& order = plan_.order();
+    for (int r = 0; r < plan_.pp(); ++r) {
+      const auto& actions = order[static_cast<size_t>(r)];
+      for (size_t i = 0; i < actions.size(); ++i) check_action(r, i, actions[i]);
+    }
+    if (plan_.is_lowered()) check_compute_matches_lowered();
+    if (!rep_.ok()) return;
+    check_counts();
+    if (!rep_.ok()) return;
+    if (plan_.is_lowered()) {
+      run_deadlock_model();
+    } else {
+      try {
+        (void)lower_send_recv(plan_);
+      } catch (const UserError& e) {
+        error(e.message());
+      }
+    }
+  }
+
+ private:
+  void error(std::string msg) {
+    if (rep_.errors.size() < max_errors_) rep_.errors.push_back(std::move(msg));
+    else rep_.truncated = true;
+  }
+  std::string where(int rank, size_t i, const Action& a) const {
+    return fmt::format("rank {}, action {} ({})", rank, i, to_string(a));
+  }
+
+  bool check_shape() {
+    const int pp = plan_.pp();
+    if (pp < 1 || plan_.num_stages() < 1 || plan_.microbatches < 1) {
+      error(fmt::format("plan has pp {}, {} stages and {} microbatches; each must be at least 1", pp,
+                        plan_.num_stages(), plan_.microbatches));
+      return false;
+    }
+    if (plan_.copies < 1 || plan_.num_stages() % plan_.copies != 0) {
+      error(fmt::format("plan has {} model copies for {} stages", plan_.copies, plan_.num_stages()));
+      return false;
+    }
+    if (static_cast<int>(plan_.compute.size()) != pp) {
+      error(fmt::format("plan has compute orders for {} ranks, expected pp = {}", plan_.compute.size(), pp));
+      return false;
+    }
+    if (plan_.is_lowered() && static_cast<int>(plan_.lowered.size()) != pp) {
+      error(fmt::format("plan has lowered orders for {} ranks, expected pp = {}", plan_.lowered.size(), pp));
+      return false;
+    }
+    for (int s = 0; s < plan_.num_stages(); ++s) {
+      int r = plan_.rank_of(s);
+      if (r < 0 || r >= pp) {
+        error(fmt::format("placement puts stage {} on rank {}, outside 0..{}", s, r, pp - 1));
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Range, ownership and peer checks of one plain action (or one part of an OverlapFB).
+  void check_part(int rank, size_t i, const Action& whole, const Action& a) {
+    const int s = a.stage, mb = a.microbatch;
+    if (s < 0 || s >= plan_.num_stages()) {
+      error(fmt::format("{}: stage {} does not exist (the plan has stages 0..{})", where(rank, i, whole), s,
+                        plan_.num_stages() - 1));
+      return;
+    }
+    if (mb < 0 || mb >= plan_.microbatches) {
+      error(fmt::format("{}: microbatch {} does not exist (the plan has microbatches 0..{})",
+                        where(rank, i, whole), mb, plan_.microbatches - 1));
+      return;
+    }
+    if (plan_.rank_of(s) != rank) {
+      error(fmt::format("{}: stage {} is held by rank {}, not rank {}", where(rank, i, whole), s,
+                        plan_.rank_of(s), rank));
+      return;
+    }
+    if (!plan_.runs(s, mb)) {
+      error(fmt::format("{}: microbatch {} goes through model copy {}, but stage {} belongs to copy {}",
+                        where(rank, i, whole), mb, plan_.copy_of_microbatch(mb), s, plan_.copy_of_stage(s)));
+      return;
+    }
+    if (!is_comm(a.kind)) return;
+    const CommMatch m = comm_match(plan_, a);
+    if (m.stage < 0) {
+      error(fmt::format("{}: stage {} has no {} stage to exchange with", where(rank, i, whole), s,
+                        (a.kind == ActionKind::SendF || a.kind == ActionKind::RecvB) ? "next" : "previous"));
+      return;
+    }
+    if (m.rank == rank) {
+      error(fmt::format("{}: stages {} and {} are both on rank {}; they pass tensors locally, without SEND/RECV",
+                        where(rank, i, whole), s, m.stage, rank));
+      return;
+    }
+    if (a.peer >= 0 && a.peer != m.rank)
+      error(fmt::format("{}: peer is rank {}, but stage {} is on rank {}", where(rank, i, whole), a.peer,
+                        m.stage, m.rank));
+  }
+
+  void check_action(int rank, size_t i, const Action& a) {
+    if (a.kind == ActionKind::OverlapFB) {
+      check_part(rank, i, a, a.forward_part());
+      check_part(rank, i, a, a.backward_part());
+      ++rep_.compute_actions;
+    } else {
+      check_part(rank, i, a, a);
+      if (is_comm(a.kind)) ++rep_.comm_actions;
+      else ++rep_.compute_actions;
+    }
+  }
+
+  void check_compute_matches_lowered() {
+    for (int r = 0; r < plan_.pp(); ++r) {
+      const auto& comp = plan_.compute[static_cast<size_t>(r)];
+      const auto& low = plan_.lowered[static_cast<size_t>(r)];
+      size_t k = 0;
+      for (size_t i = 0; i < low.size(); ++i) {
+        if (is_comm(low[i].kind)) continue;
+        if (k >= comp.size() || !(comp[k] == low[i])) {
+          error(fmt::format("{}: the lowered order's compute actions differ from the compute order{}",
+                            where(r, i, low[i]),
+                            k < comp.size() ? fmt::format(" (which has {} there)", to_string(comp[k])) : ""));
+          break;
+        }
+        ++k;
+      }
+      if (k < comp.size() && rep_.ok())
+        error(fmt::format("rank {}: the lowered order lacks compute action {} ({})", r, k, to_string(comp[k])));
+    }
+  }
+
+  size_t cindex(ActionKind k, int s, int mb) const {
+    return (static_cast<size_t>(k) * plan_.num_stages() + static_cast<size_t>(s)) * plan_.microbatches +
+           static_cast<size_t>(mb);
+  }
+
+  void check_counts() {
+    const int S = plan_.num_stages(), M = plan_.microbatches;
+    std::vector<uint8_t> count(static_cast<size_t>(kNumKinds) * S * M, 0);
+    auto bump = [&](const Action& p) {
+      uint8_t& c = count[cindex(p.kind, p.stage, p.microbatch)];
+      if (c < 255) ++c;
+    };
+    for (const auto& actions : plan_.order())
+      for (const Action& a : actions) {
+        if (a.kind == ActionKind::OverlapFB) {
+          bump(a.forward_part());
+          bump(a.backward_part());
+        } else {
+          bump(a);
+        }
+      }
+    auto n = [&](ActionKind k, int s, int mb) { return static_cast<int>(count[cindex(k, s, mb)]); };
+    for (int s = 0; s < S; ++s) {
+      for (int mb = 0; mb < M; ++mb) {
+        if (!plan_.runs(s, mb)) continue;
+        const int f = n(ActionKind::F, s, mb), b = n(ActionKind::B, s, mb), i = n(ActionKind::I, s, mb),
+                  w = n(ActionKind::W, s, mb);
+        const int r = plan_.rank_of(s);
+        if (f != 1)
+          error(fmt::format("rank {}: stage {} microbatch {} has {} forwards (F), expected exactly 1", r, s, mb, f));
+        if (!((b == 1 && i == 0 && w == 0) || (b == 0 && i == 1 && w == 1)))
+          error(fmt::format("rank {}: stage {} microbatch {} has {} B, {} I and {} W; expected one B, or one I "
+                            "and one W",
+                            r, s, mb, b, i, w));
+        if (!plan_.is_lowered()) continue;
+        if (forward_crosses_ranks(plan_, s)) {
+          const int nx = plan_.next_stage(s);
+          const int sf = n(ActionKind::SendF, s, mb), rf = n(ActionKind::RecvF, nx, mb);
+          if (sf != 1 || rf != 1)
+            error(fmt::format("activation of stage {} microbatch {} (rank {} -> rank {}): {} SEND_F and {} "
+                              "RECV_F, expected one of each",
+                              s, mb, r, plan_.rank_of(nx), sf, rf));
+        }
+        if (backward_crosses_ranks(plan_, s)) {
+          const int pv = plan_.prev_stage(s);
+          const int sb = n(ActionKind::SendB, s, mb), rb = n(ActionKind::RecvB, pv, mb);
+          if (sb != 1 || rb != 1)
+            error(fmt::format("gradient of stage {} microbatch {} (rank {} -> rank {}): {} SEND_B and {} "
+                              "RECV_B, expected one of each",
+                              s, mb, r, plan_.rank_of(pv), sb, rb));
+        }
+      }
+      if (rep_.truncated) return;
+    }
+  }
+
+  void run_deadlock_model() {
+    rep_.checked_lowered = true;
+    Execution ex = execute(plan_, nullptr, false, max_errors_);
+    rep_.batches = ex.batches;
+    for (auto& e : ex.errors) error(std::move(e));
+    if (!ex.stuck.empty()) error("deadlock: " + explain_stuck(ex.stuck));
+  }
+
+  const Plan& plan_;
+  VerifyReport& rep_;
+  size_t max_errors_;
+};
+
+}  // namespace
+
+std::vector<int> peak_inflight(const Plan& plan) {
+  std::vector<int> peaks(static_cast<size_t>(plan.pp()), 0);
+  for (int r = 0; r < plan.pp() && r < static_cast<int>(plan.compute.size()); ++r) {
+    int cur = 0, peak = 0;
+    for (const Action& a : plan.compute[static_cast<size_t>(r)]) {
+      if (a.kind == ActionKind::F) ++cur;
+      else if (is_backward_input(a.kind)) --cur;
+      else if (a.kind == ActionKind::OverlapFB) {
+        ++cur;  // the forward part runs first
+        peak = std::max(peak, cur);
+        --cur;
+      }
+      peak = std::max(peak, cur);
+    }
+    peaks[static_cast<size_t>(r)] = peak;
+  }
+  return peaks;
+}
+
+VerifyReport verify(const Plan& plan, size_t max_errors) {
+  VerifyReport rep;
+  if (plan.num_stages() >= 1 && plan.microbatches >= 1) {
+    Verifier v(plan, rep, std::max<size_t>(max_errors, 1));
+    v.run();
+  } else {
+    rep.errors.push_back(fmt::format("plan has {} stages and {} microbatches; each must be at least 1",
+                                     plan.num_stages(), plan.microbatches));
+  }
+  rep.peak_inflight = peak_inflight(plan);
+  return rep;
+}
+
+}  // namespace ppc

@@ -1,0 +1,45 @@
+// The verifier: decides whether a plan is correct and runs to completion, for any plan
+// (generated, lowered, or imported from CSV/JSON).
+//
+// Checks, in order:
+//  1. Shape: one order per rank; every action's stage and microbatch in range, the stage held by
+//     the rank that runs it, the microbatch one that the stage's model copy processes; peers of
+//     SEND/RECV are the ranks of the neighbouring stages; no SEND/RECV between stages on one rank.
+//  2. Counts: every (stage, microbatch) gets exactly one F and then exactly one B, or one I and
+//     one W; every transfer between ranks has exactly one SEND and one matching RECV, and there is
+//     none where no transfer is needed. If the plan is lowered, its compute actions are exactly
+//     the compute order.
+//  3. Execution under the deadlock model (docs/deadlock-model.md): each rank runs its actions in
+//     order; a maximal run of consecutive SEND/RECV is one batch, which completes only when each
+//     of its ops finds its matching op posted in the peer's current batch; a compute action needs
+//     its inputs, received or produced locally before it. A compute-only plan is run as lowering
+//     would run it. Failures name the rank, the action position and the waiting cycle.
+// It also measures each rank's peak in-flight activations: (stage, microbatch) pairs whose F ran
+// and whose B or I has not.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/plan.h"
+
+namespace ppc {
+
+struct VerifyReport {
+  std::vector<std::string> errors;  // one line each; empty = the plan is correct
+  bool truncated = false;           // more errors than max_errors were found
+  bool checked_lowered = false;     // the deadlock model ran on the lowered order
+  std::vector<int> peak_inflight;   // per rank
+  size_t compute_actions = 0;
+  size_t comm_actions = 0;
+  size_t batches = 0;               // communication batches (lowered plans)
+
+  bool ok() const { return errors.empty(); }
+};
+
+VerifyReport verify(const Plan& plan, size_t max_errors = 20);
+
+// Peak in-flight activations per rank of a compute order (no checks).
+std::vector<int> peak_inflight(const Plan& plan);
+
+}  // namespace ppc

@@ -1,0 +1,221 @@
+// ppcompile: compiles a layout and a schedule into a verified per-rank plan and emits it.
+// Thin: parses flags, runs the library's passes in order, writes the output.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "compiler/compile.h"
+#include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+#include "compiler/lower_send_recv.h"
+#include "compiler/simulate.h"
+#include "compiler/verify.h"
+
+namespace {
+
+struct Options {
+  std::string layout, layout_file, from_csv, from_json;
+  int stages = 0;
+  int pp = 0;
+  int vpp = 0;
+  int num_layers = -1;
+  std::string schedule;
+  int microbatches = 0;
+  std::string emit = "table";
+  bool compute_only = false;
+  std::string output;
+  std::string color = "auto";
+  bool compact = false;
+  bool list_schedules = false;
+};
+
+void list_schedules(std::ostream& os) {
+  os << fmt::format("{:<17} {:<9} {:<10} {}\n", "schedule", "vpp", "placement", "description");
+  for (const auto& s : ppc::all_schedules()) {
+    const char* vpp = s.vpp_rule == ppc::VppRule::One ? "1" : s.vpp_rule == ppc::VppRule::Two ? "2" : "any";
+    std::string aliases;
+    for (const auto& a : s.aliases) aliases += (aliases.empty() ? "" : ", ") + a;
+    os << fmt::format("{:<17} {:<9} {:<10} {}{}\n", s.name, vpp, ppc::placement_name(s.placement), s.summary,
+                      aliases.empty() ? "" : " (also: " + aliases + ")");
+  }
+}
+
+bool use_color(const Options& o) {
+  if (o.color == "always") return true;
+  if (o.color == "never" || !o.output.empty()) return false;
+  const char* term = std::getenv("TERM");
+  return isatty(fileno(stdout)) && !std::getenv("NO_COLOR") && !(term && std::string(term) == "dumb");
+}
+
+ppc::Plan build_plan(const Options& o) {
+  if (!o.from_csv.empty()) {
+    ppc::CsvImportOptions io;
+    io.input_name = o.from_csv;
+    if (!o.layout.empty()) io.layout = ppc::parse_layout(o.layout);
+    if (!o.layout_file.empty()) io.layout = ppc::parse_layout_file(o.layout_file);
+    io.has_model = io.layout.has_value();
+    if (!o.schedule.empty()) io.schedule = o.schedule;
+    ppc::Plan plan = ppc::read_csv(ppc::read_file(o.from_csv), io);
+    if (o.pp && o.pp != plan.pp())
+      throw ppc::UserError(fmt::format("--pp {} disagrees with the CSV, which has {} rows (ranks)", o.pp, plan.pp()));
+    if (o.vpp && o.vpp != plan.vpp())
+      throw ppc::UserError(fmt::format("--vpp {} disagrees with the CSV, which has {} stages per rank", o.vpp, plan.vpp()));
+    if (o.microbatches && o.microbatches != plan.microbatches)
+      throw ppc::UserError(fmt::format("--microbatches {} disagrees with the CSV, which uses {}", o.microbatches,
+                                       plan.microbatches));
+    return plan;
+  }
+  if (!o.from_json.empty()) return ppc::read_plan_json(ppc::read_file(o.from_json), o.from_json);
+
+  ppc::CompileOptions co;
+  if (!o.layout.empty()) {
+    co.layout = ppc::parse_layout(o.layout);
+    co.has_model = true;
+  } else if (!o.layout_file.empty()) {
+    co.layout = ppc::parse_layout_file(o.layout_file);
+    co.has_model = true;
+  } else if (o.stages > 0) {
+    co.layout = ppc::generic_layout(o.stages);
+  } else {
+    throw ppc::UserError("give the model as --layout STR, --layout-file FILE or --stages N (or --from-csv FILE)");
+  }
+  if (o.pp == 0) throw ppc::UserError("--pp is required");
+  if (o.schedule.empty()) throw ppc::UserError("--schedule is required (see --list-schedules)");
+  if (o.microbatches == 0) throw ppc::UserError("--microbatches is required");
+  if (o.num_layers >= 0) co.num_layers = o.num_layers;
+  co.pp = o.pp;
+  if (o.vpp) co.vpp = o.vpp;
+  co.schedule = o.schedule;
+  co.microbatches = o.microbatches;
+  co.lower = false;
+  return ppc::compile(co);
+}
+
+// Writes `text` to `path` atomically (temp file + rename), or to stdout when path is empty.
+void write_output(const std::string& path, const std::string& text) {
+  if (path.empty()) {
+    std::cout << text << std::flush;
+    return;
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) throw ppc::UserError(fmt::format("cannot open '{}' for writing", path), ppc::SourceLocation{"-o", 0, 0, ""});
+    out << text;
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw ppc::UserError(fmt::format("error writing '{}'", path), ppc::SourceLocation{"-o", 0, 0, ""});
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw ppc::UserError(fmt::format("cannot write '{}': {}", path, ec.message()), ppc::SourceLocation{"-o", 0, 0, ""});
+  }
+}
+
+int run(const Options& o) {
+  if (o.list_schedules) {
+    std::ostringstream ss;
+    list_schedules(ss);
+    write_output(o.output, ss.str());
+    return 0;
+  }
+  ppc::Plan plan = build_plan(o);
+  const bool imported = !o.from_csv.empty() || !o.from_json.empty();
+  // Verify the compute order first: lowering assumes a well-formed one.
+  ppc::Plan compute_only = plan;
+  compute_only.lowered.clear();
+  ppc::VerifyReport report = ppc::verify(compute_only);
+  if (report.ok()) {
+    if (!plan.is_lowered()) plan = ppc::lower_send_recv(plan);
+    report = ppc::verify(plan);
+  }
+  if (!report.ok()) {
+    std::string msg = imported ? "the plan is not valid:" : "internal error: the generated plan is not valid:";
+    for (const auto& e : report.errors) msg += "\n  " + e;
+    if (report.truncated) msg += "\n  (more errors not shown)";
+    if (imported) throw ppc::UserError(msg, ppc::SourceLocation{o.from_csv.empty() ? o.from_json : o.from_csv, 0, 0, ""});
+    throw ppc::InternalError(msg);
+  }
+
+  std::ostringstream out;
+  if (o.emit == "table") {
+    ppc::emit_table(plan, report, out, ppc::TableOptions{use_color(o), o.compact});
+  } else if (o.emit == "csv") {
+    ppc::emit_csv(plan, out, o.compute_only);
+  } else if (o.emit == "json") {
+    ppc::emit_json(plan, report, out);
+  } else if (o.emit == "stats") {
+    ppc::emit_stats(plan, report, ppc::simulate(plan, ppc::CostModel{}), out);
+  } else if (o.emit == "layout") {
+    ppc::emit_layout(plan, out);
+  }
+  write_output(o.output, out.str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "ppcompile: compiles a pipeline-parallel schedule into verified per-rank action tables.\n"
+      "Example: ppcompile --layout-file layouts/deepseek-v3.layout --pp 16 --schedule Interleaved1F1B "
+      "--microbatches 32",
+      "ppcompile"};
+  app.get_formatter()->column_width(34);
+  auto* model = app.add_option_group("model", "The model (exactly one)");
+  auto* layout = model->add_option("--layout", o.layout, "Layout string, e.g. 'Et*3|(tt|)*29,m|L'");
+  auto* layout_file = model->add_option("--layout-file", o.layout_file, "File holding a layout (see layouts/)");
+  auto* stages = model->add_option("--stages", o.stages, "N generic stages (N = pp x vpp), no model");
+  auto* csv = model->add_option("--from-csv", o.from_csv, "Import a schedule in PyTorch's CSV format");
+  auto* js = model->add_option("--from-json", o.from_json, "Import a plan written by --emit json");
+  stages->excludes(layout)->excludes(layout_file)->excludes(js);
+  layout->excludes(layout_file)->excludes(js);
+  csv->excludes(js)->excludes(stages);
+  layout_file->excludes(js);
+  app.add_option("--pp", o.pp, "Pipeline size (ranks)");
+  app.add_option("--vpp", o.vpp, "Stages per rank (inferred from the layout; must agree if given)");
+  app.add_option("--schedule", o.schedule, "Schedule name, case-insensitive (see --list-schedules)");
+  app.add_option("--microbatches", o.microbatches, "Microbatches per step");
+  app.add_option("--num-layers", o.num_layers, "Check that the layout has this many decoder layers (t)");
+  app.add_option("--emit", o.emit, "Output: table, csv, json, stats or layout")
+      ->check(CLI::IsMember({"table", "csv", "json", "stats", "layout"}))
+      ->capture_default_str();
+  app.add_flag("--compute-only", o.compute_only, "CSV: the compute order, without SEND/RECV");
+  app.add_option("-o,--output", o.output, "Write to FILE (atomically) instead of stdout");
+  app.add_option("--color", o.color, "Table colors: auto, always or never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  app.add_flag("--compact", o.compact, "Table: one letter per action, for wide plans");
+  app.add_flag("--list-schedules", o.list_schedules, "List the schedules and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "ppcompile: error: " << e.what() << "\n(run ppcompile --help for usage)\n";
+    return 2;
+  }
+  try {
+    return run(o);
+  } catch (const ppc::UserError& e) {
+    std::cerr << "ppcompile: error: " << e.format() << '\n';
+    return 2;
+  } catch (const ppc::InternalError& e) {
+    std::cerr << "ppcompile: " << e.what() << "\n(this is a bug in ppcompile; please report it)\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "ppcompile: error: out of memory\n";
+    return 1;
+  }
+}

@@ -15,6 +15,7 @@ namespace ppc {
 namespace {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 json actions_json(const std::vector<Action>& actions) {
   json arr = json::array();
@@ -83,34 +84,14 @@ std::vector<LayerKind> parse_stage_symbols(const std::string& text, const Reader
 }  // namespace
 
 void emit_json(const Plan& plan, const VerifyReport& report, std::ostream& os) {
-  json j;
-  j["format"] = "ppcompile-plan";
-  j["version"] = Plan::kFormatVersion;
-  j["schedule"] = plan.schedule;
-  j["pp"] = plan.pp();
-  j["vpp"] = plan.vpp();
-  j["microbatches"] = plan.microbatches;
-  j["copies"] = plan.copies;
-  j["placement"] = placement_name(plan.placement.style);
-  j["stage_ranks"] = plan.placement.stage_rank;
-  json layout;
+  // Written by hand around nlohmann's dump so that each rank's action lists stay on one line.
+  ojson layout;
   layout["source"] = plan.layout.source;
   layout["has_model"] = plan.has_model;
-  json stages = json::array();
+  ojson stages = ojson::array();
   for (const auto& s : plan.layout.stages) stages.push_back(stage_symbols(s));
   layout["stages"] = std::move(stages);
-  j["layout"] = std::move(layout);
-  json ranks = json::array();
-  for (int r = 0; r < plan.pp(); ++r) {
-    json rj;
-    rj["rank"] = r;
-    rj["stages"] = plan.placement.rank_stages[static_cast<size_t>(r)];
-    rj["compute"] = actions_json(plan.compute[static_cast<size_t>(r)]);
-    if (plan.is_lowered()) rj["actions"] = actions_json(plan.lowered[static_cast<size_t>(r)]);
-    ranks.push_back(std::move(rj));
-  }
-  j["ranks"] = std::move(ranks);
-  json v;
+  ojson v;
   v["ok"] = report.ok();
   v["deadlock_model_checked"] = report.checked_lowered;
   v["peak_inflight"] = report.peak_inflight;
@@ -118,8 +99,28 @@ void emit_json(const Plan& plan, const VerifyReport& report, std::ostream& os) {
   v["comm_actions"] = report.comm_actions;
   v["batches"] = report.batches;
   if (!report.ok()) v["errors"] = report.errors;
-  j["verification"] = std::move(v);
-  os << j.dump(1) << '\n';
+
+  os << "{\n";
+  os << "  \"format\": \"ppcompile-plan\",\n";
+  os << "  \"version\": " << Plan::kFormatVersion << ",\n";
+  os << "  \"schedule\": " << ojson(plan.schedule).dump() << ",\n";
+  os << "  \"pp\": " << plan.pp() << ",\n";
+  os << "  \"vpp\": " << plan.vpp() << ",\n";
+  os << "  \"microbatches\": " << plan.microbatches << ",\n";
+  os << "  \"copies\": " << plan.copies << ",\n";
+  os << "  \"placement\": " << ojson(placement_name(plan.placement.style)).dump() << ",\n";
+  os << "  \"stage_ranks\": " << ojson(plan.placement.stage_rank).dump() << ",\n";
+  os << "  \"layout\": " << layout.dump() << ",\n";
+  os << "  \"ranks\": [\n";
+  for (int r = 0; r < plan.pp(); ++r) {
+    os << "    {\"rank\": " << r << ", \"stages\": " << ojson(plan.placement.rank_stages[static_cast<size_t>(r)]).dump();
+    os << ",\n     \"compute\": " << actions_json(plan.compute[static_cast<size_t>(r)]).dump();
+    if (plan.is_lowered()) os << ",\n     \"actions\": " << actions_json(plan.lowered[static_cast<size_t>(r)]).dump();
+    os << "}" << (r + 1 < plan.pp() ? "," : "") << "\n";
+  }
+  os << "  ],\n";
+  os << "  \"verification\": " << v.dump() << "\n";
+  os << "}\n";
 }
 
 Plan read_plan_json(std::string_view text, const std::string& input_name) {

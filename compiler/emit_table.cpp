@@ -89,8 +89,9 @@ void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os, 
     for (const Action& a : r) sends += is_send(a.kind);
   std::string peaks;
   for (int p : report.peak_inflight) peaks += fmt::format(" {}", p);
-  os << fmt::format("{} | pp {} | vpp {} | {} microbatches | {} steps | {} compute actions", plan.schedule, pp,
-                    plan.vpp(), plan.microbatches, num_steps, report.compute_actions);
+  os << fmt::format("{} | pp {} | vpp {} | {} microbatch{} | {} steps | {} compute actions", plan.schedule, pp,
+                    plan.vpp(), plan.microbatches, plan.microbatches == 1 ? "" : "es", num_steps,
+                    report.compute_actions);
   if (plan.is_lowered()) os << fmt::format(" | {} send/recv pairs in {} batches", sends, report.batches);
   os << fmt::format(" | peak in-flight per rank:{} | {}\n", peaks,
                     report.ok() ? (report.checked_lowered ? "verified: deadlock-free" : "verified") : "NOT VALID");

@@ -1,0 +1,87 @@
+// Golden files: tests/golden/<schedule>/ppP_vppV.txt hold the output of ppcompile commands
+// (scripts/regen-golden.sh writes them). This test reruns every command with the real binary and
+// compares byte for byte, and verifies every CSV plan again through the importer and verifier.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "compiler/emit.h"
+#include "compiler/verify.h"
+#include "tests/test_util.h"
+
+namespace {
+
+struct Section {
+  std::vector<std::string> args;
+  int exit_code = 0;
+  std::string expected;
+  int line = 0;
+};
+
+std::vector<Section> parse_golden(const std::string& text) {
+  std::vector<Section> out;
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.rfind("# ", 0) == 0 && out.empty()) continue;
+    if (line.rfind("$ ppcompile ", 0) == 0) {
+      Section s;
+      s.line = n;
+      std::string cmd = line.substr(12);
+      const std::string exit_tag = " (exit ";
+      if (auto p = cmd.find(exit_tag); p != std::string::npos) {
+        s.exit_code = std::stoi(cmd.substr(p + exit_tag.size()));
+        cmd = cmd.substr(0, p);
+      }
+      std::istringstream words(cmd);
+      std::string w;
+      while (words >> w) s.args.push_back(w);
+      out.push_back(std::move(s));
+      continue;
+    }
+    if (out.empty()) throw std::runtime_error("golden line " + std::to_string(n) + " outside a section");
+    out.back().expected += line + "\n";
+  }
+  return out;
+}
+
+std::vector<std::string> golden_files() {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(pptest::source_path("tests/golden")))
+    if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST(Golden, EveryCommandReproducesItsOutput) {
+  const auto files = golden_files();
+  ASSERT_FALSE(files.empty());
+  size_t sections = 0, plans = 0;
+  for (const auto& f : files) {
+    for (const Section& s : parse_golden(pptest::slurp(f))) {
+      ++sections;
+      auto r = pptest::run_ppcompile(s.args);
+      ASSERT_EQ(r.exit_code, s.exit_code) << f << ":" << s.line << "\n" << r.err;
+      ASSERT_EQ(r.out + r.err, s.expected) << f << ":" << s.line;
+      const bool is_csv = std::find(s.args.begin(), s.args.end(), "csv") != s.args.end();
+      if (is_csv && s.exit_code == 0) {
+        ppc::CsvImportOptions io;
+        io.input_name = f;
+        ppc::Plan plan = ppc::read_csv(s.expected, io);
+        ppc::VerifyReport rep = ppc::verify(plan);
+        ASSERT_TRUE(rep.ok()) << f << ":" << s.line << ": " << rep.errors.front();
+        if (plan.pp() > 1) ASSERT_TRUE(rep.checked_lowered) << f << ":" << s.line;
+        ++plans;
+      }
+    }
+  }
+  EXPECT_GT(sections, 0u);
+  EXPECT_GT(plans, 0u);
+  std::cout << "[ golden ] " << files.size() << " files, " << sections << " commands, " << plans
+            << " plans verified\n";
+}
+
+}  // namespace

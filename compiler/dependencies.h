@@ -87,7 +87,18 @@ struct CommMatch {
 };
 // For SEND_F(s) -> RECV_F(next(s)); RECV_F(s) -> SEND_F(prev(s)); SEND_B(s) -> RECV_B(prev(s));
 // RECV_B(s) -> SEND_B(next(s)). stage is -1 when there is no such stage.
-CommMatch comm_match(const Plan& plan, const Action& a);
+inline CommMatch comm_match(const Plan& plan, const Action& a) {
+  int other = -1;
+  ActionKind kind = a.kind;
+  switch (a.kind) {
+    case ActionKind::SendF: other = plan.next_stage(a.stage); kind = ActionKind::RecvF; break;
+    case ActionKind::RecvF: other = plan.prev_stage(a.stage); kind = ActionKind::SendF; break;
+    case ActionKind::SendB: other = plan.prev_stage(a.stage); kind = ActionKind::RecvB; break;
+    case ActionKind::RecvB: other = plan.next_stage(a.stage); kind = ActionKind::SendB; break;
+    default: break;
+  }
+  return CommMatch{kind, other, other >= 0 ? plan.rank_of(other) : -1};
+}
 
 // Does F(s) send to another rank / does B/I(s) send to another rank?
 inline bool forward_crosses_ranks(const Plan& plan, int s) {
@@ -99,25 +110,35 @@ inline bool backward_crosses_ranks(const Plan& plan, int s) {
   return p >= 0 && plan.rank_of(p) != plan.rank_of(s);
 }
 
-class EventTable {
+// A value per (event, stage, microbatch) for the events [First, First + Count).
+template <class T, int First = 0, int Count = kNumEvents>
+class EventTableOf {
  public:
-  static constexpr int32_t kNever = std::numeric_limits<int32_t>::max();
+  static constexpr T kNever = std::numeric_limits<T>::max();
 
-  EventTable(int num_stages, int microbatches)
+  EventTableOf(int num_stages, int microbatches)
       : stages_(num_stages), mbs_(microbatches),
-        times_(static_cast<size_t>(kNumEvents) * num_stages * microbatches, kNever) {}
+        times_(static_cast<size_t>(Count) * num_stages * microbatches, kNever) {}
 
-  int32_t& at(Event e, int stage, int mb) { return times_[index(e, stage, mb)]; }
-  int32_t at(Event e, int stage, int mb) const { return times_[index(e, stage, mb)]; }
-  int32_t at(const Need& n) const { return at(n.event, n.stage, n.microbatch); }
+  T& at(Event e, int stage, int mb) { return times_[index(e, stage, mb)]; }
+  T at(Event e, int stage, int mb) const { return times_[index(e, stage, mb)]; }
+  T at(const Need& n) const { return at(n.event, n.stage, n.microbatch); }
   bool happened(const Need& n) const { return at(n) != kNever; }
 
  private:
   size_t index(Event e, int stage, int mb) const {
-    return (static_cast<size_t>(e) * stages_ + static_cast<size_t>(stage)) * mbs_ + static_cast<size_t>(mb);
+    return (static_cast<size_t>(static_cast<int>(e) - First) * stages_ + static_cast<size_t>(stage)) * mbs_ +
+           static_cast<size_t>(mb);
   }
   int stages_, mbs_;
-  std::vector<int32_t> times_;
+  std::vector<T> times_;
 };
+
+// Times (or positions) of every event.
+using EventTable = EventTableOf<int32_t>;
+// Whether each event happened: kNever = no, anything else = yes.
+using EventFlags = EventTableOf<uint8_t>;
+// Positions of the communication events only (RecvF, RecvB, SendF, SendB).
+using CommPositions = EventTableOf<int32_t, static_cast<int>(Event::RecvF), 4>;
 
 }  // namespace ppc

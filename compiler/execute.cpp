@@ -25,33 +25,43 @@ class Engine {
   void run() {
     const int pp = plan_.pp();
     const auto& order = plan_.lowered;
-    batch_of_.assign(static_cast<size_t>(pp), {});
+    // Batches (maximal runs of communication actions) and where each op's counterpart is.
+    info_.assign(static_cast<size_t>(pp), {});
     for (int r = 0; r < pp; ++r) {
       const auto& acts = order[static_cast<size_t>(r)];
-      auto& bo = batch_of_[static_cast<size_t>(r)];
-      bo.assign(acts.size(), -1);
+      auto& info = info_[static_cast<size_t>(r)];
+      info.assign(acts.size(), OpInfo{-1, -1});
       for (size_t i = 0; i < acts.size(); ++i) {
         if (!is_comm(acts[i].kind)) continue;
-        if (i == 0 || bo[i - 1] < 0) {
+        if (i == 0 || info[i - 1].batch < 0) {
           batch_begin_.push_back(static_cast<int32_t>(i));
           batch_end_.push_back(static_cast<int32_t>(i));
+          batch_rank_.push_back(r);
           unmatched_.push_back(0);
-          batch_entry_.push_back(0);
-          batch_done_.push_back(0);
         }
         const int32_t b = static_cast<int32_t>(batch_begin_.size() - 1);
-        bo[i] = b;
+        info[i].batch = b;
         batch_end_[static_cast<size_t>(b)] = static_cast<int32_t>(i + 1);
         ++unmatched_[static_cast<size_t>(b)];
         pos_.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) = static_cast<int32_t>(i);
       }
     }
-    out_.batches = batch_begin_.size();
-    matched_.assign(static_cast<size_t>(pp), {});
-    if (record_) out_.times.assign(static_cast<size_t>(pp), {});
     for (int r = 0; r < pp; ++r) {
-      matched_[static_cast<size_t>(r)].assign(order[static_cast<size_t>(r)].size(), 0);
-      if (record_) out_.times[static_cast<size_t>(r)].assign(order[static_cast<size_t>(r)].size(), {});
+      const auto& acts = order[static_cast<size_t>(r)];
+      auto& info = info_[static_cast<size_t>(r)];
+      for (size_t i = 0; i < acts.size(); ++i) {
+        if (info[i].batch < 0) continue;
+        const CommMatch m = comm_match(plan_, acts[i]);
+        const int32_t jj = pos_.at(event_of(m.kind), m.stage, acts[i].microbatch);
+        info[i].partner_batch = info_[static_cast<size_t>(m.rank)][static_cast<size_t>(jj)].batch;
+      }
+    }
+    out_.batches = batch_begin_.size();
+    batch_entry_.assign(batch_begin_.size(), 0.0);
+    batch_done_.assign(batch_begin_.size(), 0.0);
+    if (record_) {
+      out_.times.assign(static_cast<size_t>(pp), {});
+      for (int r = 0; r < pp; ++r) out_.times[static_cast<size_t>(r)].assign(order[static_cast<size_t>(r)].size(), {});
     }
     head_.assign(static_cast<size_t>(pp), 0);
     cur_batch_.assign(static_cast<size_t>(pp), -1);
@@ -86,7 +96,7 @@ class Engine {
       ok = false;
       if (n.event == Event::RecvF || n.event == Event::RecvB) {
         const int32_t p = pos_.at(n.event, n.stage, n.microbatch);
-        const std::string later = p != EventTable::kNever && static_cast<size_t>(p) > i
+        const std::string later = p != CommPositions::kNever && static_cast<size_t>(p) > i
                                       ? fmt::format(", but rank {} receives it only later, at its action {}", r, p)
                                       : fmt::format(", which rank {} never receives", r);
         error(fmt::format("{}: needs {}{}", where(r, i, whole), describe_need(plan_, n, r), later));
@@ -109,7 +119,6 @@ class Engine {
     const size_t ru = static_cast<size_t>(r);
     if (failed_[ru]) return;
     const auto& acts = plan_.lowered[ru];
-    const auto& bo = batch_of_[ru];
     size_t& h = head_[ru];
     while (h < acts.size()) {
       const Action& a = acts[h];
@@ -130,36 +139,40 @@ class Engine {
         ++h;
         continue;
       }
-      const int32_t b = bo[h];
+      const auto& info = info_[ru];
+      const int32_t b = info[h].batch;
       const size_t bu = static_cast<size_t>(b);
       const size_t begin = static_cast<size_t>(batch_begin_[bu]);
       const size_t end = static_cast<size_t>(batch_end_[bu]);
       if (cur_batch_[ru] != b) {
+        // Entering the batch. An op is matched when the second of the two batches holding it and
+        // its counterpart is entered; a batch cannot complete before that, so each pair is
+        // matched exactly once, here.
         cur_batch_[ru] = b;
         batch_entry_[bu] = now_[ru];
         batch_done_[bu] = now_[ru];
         for (size_t j = begin; j < end; ++j) {
           const Action& op = acts[j];
           if (is_send(op.kind) && !check_needs(r, j, op, op)) return fail(r);
-          if (matched_[ru][j]) continue;
-          const CommMatch m = comm_match(plan_, op);
-          const size_t q = static_cast<size_t>(m.rank);
-          const int32_t jj = pos_.at(event_of(m.kind), m.stage, op.microbatch);
-          const int32_t qb = batch_of_[q][static_cast<size_t>(jj)];
-          if (cur_batch_[q] != qb) continue;
+          const int32_t qb = info[j].partner_batch;
           const size_t qbu = static_cast<size_t>(qb);
+          const int q = batch_rank_[qbu];
+          if (cur_batch_[static_cast<size_t>(q)] != qb) continue;
           const double met = std::max(batch_entry_[bu], batch_entry_[qbu]);
-          const double done = met + transfer_cost(is_send(op.kind) ? op : acts_of(q)[static_cast<size_t>(jj)]);
-          matched_[ru][j] = 1;
-          matched_[q][static_cast<size_t>(jj)] = 1;
-          if (record_) {
-            out_.times[ru][j] = {batch_entry_[bu], done};
-            out_.times[q][static_cast<size_t>(jj)] = {batch_entry_[qbu], done};
+          double done = met;
+          if (costs_ || record_) {
+            const CommMatch m = comm_match(plan_, op);
+            const size_t jj = static_cast<size_t>(pos_.at(event_of(m.kind), m.stage, op.microbatch));
+            done += transfer_cost(is_send(op.kind) ? op : acts_of(static_cast<size_t>(q))[jj]);
+            if (record_) {
+              out_.times[ru][j] = {batch_entry_[bu], done};
+              out_.times[static_cast<size_t>(q)][jj] = {batch_entry_[qbu], done};
+            }
           }
           batch_done_[bu] = std::max(batch_done_[bu], done);
           batch_done_[qbu] = std::max(batch_done_[qbu], done);
           --unmatched_[bu];
-          if (--unmatched_[qbu] == 0) work.push_back(m.rank);
+          if (--unmatched_[qbu] == 0) work.push_back(q);
         }
       }
       if (unmatched_[bu] > 0) return;
@@ -186,7 +199,7 @@ class Engine {
       s.waits_for = "nothing";
       return s;
     }
-    const int32_t b = batch_of_[ru][h];
+    const int32_t b = info_[ru][h].batch;
     const size_t begin = static_cast<size_t>(batch_begin_[static_cast<size_t>(b)]);
     const size_t end = static_cast<size_t>(batch_end_[static_cast<size_t>(b)]);
     std::string ops;
@@ -195,7 +208,10 @@ class Engine {
     s.at = end - begin == 1 ? fmt::format("its action {} ({})", begin, ops)
                             : fmt::format("its actions {}-{} (batch {})", begin, end - 1, ops);
     for (size_t j = begin; j < end; ++j) {
-      if (matched_[ru][j]) continue;
+      // Unmatched: the counterpart's batch has not been entered yet.
+      const int32_t qb = info_[ru][j].partner_batch;
+      const size_t q = static_cast<size_t>(batch_rank_[static_cast<size_t>(qb)]);
+      if (cur_batch_[q] == qb || static_cast<size_t>(batch_begin_[static_cast<size_t>(qb)]) < head_[q]) continue;
       const CommMatch m = comm_match(plan_, acts[j]);
       const int32_t jj = pos_.at(event_of(m.kind), m.stage, acts[j].microbatch);
       const Action& peer_op = plan_.lowered[static_cast<size_t>(m.rank)][static_cast<size_t>(jj)];
@@ -212,12 +228,15 @@ class Engine {
   bool record_;
   size_t max_errors_;
   Execution& out_;
-  EventTable ev_;   // 1 = happened
-  EventTable pos_;  // position of each communication action in its rank's order
-  std::vector<std::vector<int32_t>> batch_of_;
-  std::vector<int32_t> batch_begin_, batch_end_, unmatched_;
+  EventFlags ev_;
+  CommPositions pos_;  // position of each communication action in its rank's order
+  struct OpInfo {
+    int32_t batch;          // the batch of a communication action; -1 for compute
+    int32_t partner_batch;  // the batch holding its counterpart
+  };
+  std::vector<std::vector<OpInfo>> info_;
+  std::vector<int32_t> batch_begin_, batch_end_, batch_rank_, unmatched_;
   std::vector<double> batch_entry_, batch_done_;
-  std::vector<std::vector<uint8_t>> matched_;
   std::vector<size_t> head_;
   std::vector<int32_t> cur_batch_;
   std::vector<uint8_t> failed_;

@@ -201,7 +201,7 @@ class Lowerer {
   bool emit_;
   std::vector<std::vector<double>>* starts_;
   Plan* out_ = nullptr;
-  EventTable ev_;  // 1 = produced locally or RECV posted
+  EventFlags ev_;  // produced locally or RECV posted
   std::vector<RankState> ranks_;
   std::priority_queue<QueueEvent, std::vector<QueueEvent>, std::greater<QueueEvent>> events_;
   uint64_t seq_ = 0;

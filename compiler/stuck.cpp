@@ -40,7 +40,7 @@ std::string describe_need(const Plan& plan, const Need& n, int rank) {
   }
 }
 
-StuckRank describe_stuck_compute(const Plan& plan, const EventTable& ev, int rank, int index,
+StuckRank describe_stuck_compute(const Plan& plan, const EventFlags& ev, int rank, int index,
                                  const Action& a) {
   StuckRank s;
   s.rank = rank;

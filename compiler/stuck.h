@@ -20,7 +20,7 @@ struct StuckRank {
 
 // Describes a rank stuck at compute action `a` (position `index`), whose first unmet need
 // (per `ev`, kNever = not happened) is what it waits for.
-StuckRank describe_stuck_compute(const Plan& plan, const EventTable& ev, int rank, int index,
+StuckRank describe_stuck_compute(const Plan& plan, const EventFlags& ev, int rank, int index,
                                  const Action& a);
 
 // "rank 0 waits at its action 5 (4F0) for ... from rank 3; rank 3 waits at ...; cycle: rank 0 ->

@@ -30,8 +30,11 @@ Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info) {
 
   const int stages = opts.layout.num_stages();
   const int copies = info.copies;
-  Placement placement = place_layout(opts.layout, opts.pp, opts.vpp, info.placement);
-  const int vpp = placement.vpp;
+  // With several model copies (DualPipe) the layout is placed once per copy: check it as a layout
+  // of its own (loop placement), then place the copies' stages together.
+  Placement placement =
+      place_layout(opts.layout, opts.pp, opts.vpp, copies == 1 ? info.placement : PlacementStyle::Loop);
+  const int vpp = placement.vpp;  // layout stages per rank
   switch (info.vpp_rule) {
     case VppRule::One:
       if (vpp != 1)
@@ -46,6 +49,8 @@ Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info) {
       break;
     case VppRule::Any: break;
   }
+  if (copies > 1) placement = make_placement(copies * stages, opts.pp, info.placement);
+  if (info.check) info.check(ScheduleParams{opts.pp, placement.vpp, opts.microbatches, &placement});
   const long long actions = 2LL * stages * copies * opts.microbatches;
   if (actions > kMaxComputeActions)
     throw UserError(fmt::format("{} stages x {} microbatches would make {} compute actions, more than the limit of {}",

@@ -36,6 +36,9 @@ struct ScheduleInfo {
   PlacementStyle placement = PlacementStyle::Loop;
   int copies = 1;  // 2 for DualPipe
   RankOrders (*generate)(const ScheduleParams&) = nullptr;
+  // Throws UserError for a configuration the schedule cannot run (e.g. DualPipe with odd pp);
+  // null = every configuration that passes the vpp rule.
+  void (*check)(const ScheduleParams&) = nullptr;
 };
 
 // All schedules, in the order --list-schedules prints them.
@@ -52,5 +55,11 @@ RankOrders generate_gpipe(const ScheduleParams& p);
 RankOrders generate_1f1b(const ScheduleParams& p);
 RankOrders generate_interleaved_1f1b(const ScheduleParams& p);
 RankOrders generate_looped_bfs(const ScheduleParams& p);
+RankOrders generate_interleaved_zero_bubble(const ScheduleParams& p);  // also ZB-H1 (vpp 1)
+RankOrders generate_zb_h2(const ScheduleParams& p);
+RankOrders generate_zbv(const ScheduleParams& p);
+RankOrders generate_dualpipe_v(const ScheduleParams& p);
+RankOrders generate_dualpipe(const ScheduleParams& p);
+void check_dualpipe(const ScheduleParams& p);
 
 }  // namespace ppc

@@ -34,7 +34,7 @@ class Reader {
   explicit Reader(std::string input) : input_(std::move(input)) {}
 
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
-    throw UserError(fmt::format("{}: {}", path, what), SourceLocation{input_, 0, 0, ""});
+    throw UserError(path.empty() ? what : fmt::format("{}: {}", path, what), SourceLocation{input_, 0, 0, ""});
   }
   const json& field(const json& obj, const std::string& path, const char* name) const {
     if (!obj.is_object()) fail(path, "expected an object");

@@ -1,0 +1,118 @@
+// ppcompile as a user runs it: exit codes, messages, files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/test_util.h"
+
+namespace {
+
+using pptest::run_ppcompile;
+
+TEST(Cli, HelpAndListSchedules) {
+  auto h = run_ppcompile({"--help"});
+  EXPECT_EQ(h.exit_code, 0);
+  EXPECT_NE(h.out.find("--schedule"), std::string::npos);
+  EXPECT_NE(h.out.find("--microbatches"), std::string::npos);
+  auto l = run_ppcompile({"--list-schedules"});
+  EXPECT_EQ(l.exit_code, 0);
+  for (const char* s : {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS"}) EXPECT_NE(l.out.find(s), std::string::npos) << s;
+}
+
+TEST(Cli, EmitLayoutIsOneLinePerStage) {
+  auto r = run_ppcompile({"--layout", "Et|t*4|t|tL", "--pp", "2", "--schedule", "Interleaved1F1B",
+                          "--microbatches", "4", "--emit", "layout"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "stage 0 rank 0 chunk 0: E t\n"
+            "stage 1 rank 1 chunk 0: t t t t\n"
+            "stage 2 rank 0 chunk 1: t\n"
+            "stage 3 rank 1 chunk 1: t L\n");
+}
+
+TEST(Cli, UserErrorsExitTwoWithOneLine) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string first_line;
+  };
+  const std::vector<Case> cases = {
+      {{"--stages", "4", "--schedule", "1F1B", "--microbatches", "4"}, "ppcompile: error: --pp is required"},
+      {{"--stages", "4", "--pp", "4", "--schedule", "Nope", "--microbatches", "4"},
+       "ppcompile: error: --schedule: unknown schedule 'Nope'"},
+      {{"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches", "0"},
+       "ppcompile: error: --microbatches must be between 1 and 1048576, got 0"},
+      {{"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches", "4", "--emit", "pdf"},
+       "ppcompile: error: --emit: pdf not in {"},
+      {{"--pp", "4", "--schedule", "1F1B", "--microbatches", "4"},
+       "ppcompile: error: give the model as --layout STR, --layout-file FILE or --stages N (or --from-csv FILE)"},
+      {{"--from-csv", "/nonexistent/x.csv"}, "ppcompile: error: /nonexistent/x.csv: cannot open '/nonexistent/x.csv'"},
+      {{"--stages", "4", "--pp", "x"}, "ppcompile: error: Could not convert: --pp = x"},
+  };
+  for (const auto& c : cases) {
+    auto r = run_ppcompile(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.first_line;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err.substr(0, c.first_line.size()), c.first_line) << r.err;
+  }
+}
+
+TEST(Cli, LayoutErrorsShowACaret) {
+  auto r = run_ppcompile({"--layout", "Et*3|tx|L", "--pp", "3", "--schedule", "1F1B", "--microbatches", "4"});
+  EXPECT_EQ(r.exit_code, 2);
+  // First line names the column; the next two show the text and a caret under that column.
+  const auto nl = r.err.find('\n');
+  ASSERT_NE(nl, std::string::npos);
+  EXPECT_EQ(r.err.substr(0, 27), "ppcompile: error: layout:1:");
+  EXPECT_NE(r.err.find("  Et*3|tx|L\n"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("  Et*3|tx|L\n        ^\n"), std::string::npos) << r.err;
+}
+
+TEST(Cli, NothingWrittenOnFailure) {
+  pptest::TempDir dir;
+  const std::string out = dir.file("plan.csv");
+  auto bad = run_ppcompile({"--stages", "4", "--pp", "3", "--schedule", "1F1B", "--microbatches", "4", "--emit",
+                            "csv", "-o", out});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // An existing file is left as it was.
+  dir.write("plan.csv", "old\n");
+  bad = run_ppcompile({"--stages", "4", "--pp", "3", "--schedule", "1F1B", "--microbatches", "4", "-o", out});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(pptest::slurp(out), "old\n");
+  auto good = run_ppcompile({"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches", "4", "--emit",
+                             "csv", "-o", out});
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_EQ(good.out, "");
+  EXPECT_EQ(pptest::slurp(out).substr(0, 8), "0F0,0SEN");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);  // no temp file left
+}
+
+TEST(Cli, ImportsADeadlockingCsvAndExplainsIt) {
+  pptest::TempDir dir;
+  const std::string csv = dir.write("bad.csv",
+                                    "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                                    "1RECV_F1,1F1,1B1,1SEND_B1,1RECV_F0,1F0,1B0,1SEND_B0\n");
+  auto r = run_ppcompile({"--from-csv", csv});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("the plan is not valid:\n  deadlock: rank 0 waits at its action 1 (0SEND_F0)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("cycle: rank 0 -> rank 1 -> rank 0"), std::string::npos);
+}
+
+TEST(Cli, CsvRoundTripsThroughTheTool) {
+  pptest::TempDir dir;
+  const std::string csv = dir.file("p.csv");
+  auto a = run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "LoopedBFS", "--microbatches", "3", "--emit",
+                          "csv", "--compute-only", "-o", csv});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  auto b = run_ppcompile({"--from-csv", csv, "--emit", "csv"});
+  auto c = run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "LoopedBFS", "--microbatches", "3", "--emit", "csv"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(b.out, c.out);
+  auto j = run_ppcompile({"--from-csv", csv, "--emit", "json", "-o", dir.file("p.json")});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  auto k = run_ppcompile({"--from-json", dir.file("p.json"), "--emit", "csv"});
+  EXPECT_EQ(k.out, c.out);
+}
+
+}  // namespace

@@ -1,0 +1,136 @@
+// Importers and emitters: CSV (PyTorch's format) and the JSON plan, including their errors.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "compiler/compile.h"
+#include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+#include "compiler/lower_send_recv.h"
+#include "tests/plan_text.h"
+
+namespace ppc {
+namespace {
+
+Plan interleaved(int pp, int vpp, int m) {
+  CompileOptions o;
+  o.layout = generic_layout(pp * vpp);
+  o.pp = pp;
+  o.schedule = "Interleaved1F1B";
+  o.microbatches = m;
+  return compile(o);
+}
+
+std::string csv_of(const Plan& p, bool compute_only) {
+  std::ostringstream ss;
+  emit_csv(p, ss, compute_only);
+  return ss.str();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.format();
+  }
+  return "(no error)";
+}
+
+TEST(Csv, LoweredPlanRoundTrips) {
+  Plan p = interleaved(4, 2, 6);
+  CsvImportOptions io;
+  io.input_name = "plan.csv";
+  Plan q = read_csv(csv_of(p, false), io);
+  EXPECT_EQ(q.lowered, p.lowered);
+  EXPECT_EQ(q.compute, p.compute);
+  EXPECT_EQ(q.placement, p.placement);
+  EXPECT_EQ(q.microbatches, 6);
+  EXPECT_TRUE(verify(q).ok());
+}
+
+TEST(Csv, ComputeOnlyImportIsLoweredLikeOurOwn) {
+  Plan p = interleaved(2, 2, 4);
+  CsvImportOptions io;
+  io.input_name = "plan.csv";
+  Plan q = read_csv(csv_of(p, true), io);
+  EXPECT_FALSE(q.is_lowered());
+  EXPECT_EQ(q.compute, p.compute);
+  EXPECT_EQ(lower_send_recv(q).lowered, p.lowered);
+}
+
+TEST(Csv, ReadsWhatPyTorchWrites) {
+  // PyTorch's _dump_csv writes None bubbles as empty cells, CRLF line ends, and its runtime's
+  // lowering adds FSDP actions (UNSHARD/RESHARD/REDUCE_GRAD): all are accepted.
+  const std::string text =
+      "0F0,0F1,,0B0,0B1,0REDUCE_GRAD\r\n"
+      ",1F0,1B0,1F1,1B1\r\n";
+  CsvImportOptions io;
+  io.input_name = "torch.csv";
+  Plan q = read_csv(text, io);
+  EXPECT_EQ(pptest::orders_text(q.compute), "0F0 0F1 0B0 0B1\n1F0 1B0 1F1 1B1\n");
+  EXPECT_EQ(q.pp(), 2);
+  EXPECT_TRUE(verify(q).ok());
+}
+
+TEST(Csv, ReadsVPlacementAndOverlap) {
+  // Rank 0 holds stages 0 and 3, rank 1 stages 1 and 2 (V placement).
+  const std::string text =
+      "0F0,0F1,3F0,3B0,(3F1;0B0)OVERLAP_F_B,3B1,0B1\n"
+      "1F0,2F0,1F1,2B0,2F1,1B0,2B1,1B1\n";
+  CsvImportOptions io;
+  io.input_name = "v.csv";
+  Plan q = read_csv(text, io);
+  EXPECT_EQ(q.placement.style, PlacementStyle::V);
+  EXPECT_EQ(q.compute[0][4].kind, ActionKind::OverlapFB);
+  VerifyReport r = verify(q);
+  EXPECT_TRUE(r.ok()) << r.errors.front();
+}
+
+TEST(Csv, ErrorsPointAtTheCell) {
+  CsvImportOptions io;
+  io.input_name = "bad.csv";
+  EXPECT_EQ(error_of([&] { read_csv("0F0,0B0\n1F0,1Q0\n", io); }),
+            "bad.csv:2:5: '1Q0': unknown action kind\n  1F0,1Q0\n      ^");
+  EXPECT_EQ(error_of([&] { read_csv("0F0,1F0\n1F0\n", io); }),
+            "bad.csv:2:1: stage 1 appears on rank 0 and on rank 1\n  1F0\n  ^");
+  EXPECT_EQ(error_of([&] { read_csv("0F0,\"0B0\n", io); }), "bad.csv:1:5: unterminated quoted cell\n  0F0,\"0B0\n      ^");
+  EXPECT_EQ(error_of([&] { read_csv("", io); }), "bad.csv: the CSV has no rows (one row per rank expected)");
+  EXPECT_EQ(error_of([&] { read_csv("0F0,2F0\n1F0\n", io); }),
+            "bad.csv: the CSV uses 3 stages on 2 ranks (rows); the stage count must be a multiple of the rank count");
+  EXPECT_EQ(error_of([&] { read_csv("0F0,3F0\n1F0,2F0\n2F0\n", io); }).substr(0, 40),
+            "bad.csv:3:1: stage 2 appears on rank 1 a");
+}
+
+TEST(Json, RoundTrips) {
+  Plan p = interleaved(4, 2, 5);
+  p.layout = parse_layout("E|t*2|t|tt|t|t|t|tL");
+  p.has_model = true;
+  std::ostringstream ss;
+  emit_json(p, verify(p), ss);
+  Plan q = read_plan_json(ss.str(), "plan.json");
+  EXPECT_EQ(q, p);
+}
+
+TEST(Json, ErrorsNameTheField) {
+  Plan p = interleaved(2, 1, 2);
+  std::ostringstream ss;
+  emit_json(p, verify(p), ss);
+  const std::string good = ss.str();
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    s.replace(s.find(from), from.size(), to);
+    return error_of([&] { read_plan_json(s, "plan.json"); });
+  };
+  EXPECT_EQ(with("\"version\": 1", "\"version\": 7"),
+            "plan.json: version: unsupported plan version 7 (this build reads version 1)");
+  EXPECT_EQ(with("\"format\": \"ppcompile-plan\"", "\"format\": \"x\""),
+            "plan.json: format: expected \"ppcompile-plan\" (is this a ppcompile --emit json plan?)");
+  EXPECT_EQ(with("\"1F1\"", "\"1X1\""), "plan.json: ranks[1].compute[2]: \"1X1\": unknown action kind");
+  EXPECT_EQ(with("\"pp\": 2", "\"pp\": \"2\""), "plan.json: pp: expected an integer");
+  EXPECT_EQ(with("\"microbatches\": 2", "\"micro\": 2"), "plan.json: missing field 'microbatches'");
+  EXPECT_EQ(error_of([&] { read_plan_json(good.substr(0, good.size() / 2), "plan.json"); }).substr(0, 30),
+            "plan.json: not valid JSON: [js");
+}
+
+}  // namespace
+}  // namespace ppc

@@ -34,7 +34,11 @@ struct CompareRow {
   double peak_memory = 0;         // max over ranks of sim.peak_memory
   int peak_rank = 0;              // the rank with that peak
   double comm_bytes = 0;
-  bool fits = true;               // peak_memory <= memory_limit (true when no limit)
+  bool fits = true;               // peak_total <= memory_limit (true when no limit)
+  // Added with the implementation:
+  size_t messages = 0;            // SEND actions (point-to-point messages)
+  double peak_total = 0;          // max over ranks of peak activation + parameter memory
+  int peak_total_rank = 0;
 };
 
 struct Skipped {

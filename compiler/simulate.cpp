@@ -1,6 +1,7 @@
 #include "compiler/simulate.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "compiler/diagnostic.h"
 
@@ -30,10 +31,8 @@ std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model) {
   return out;
 }
 
-Simulation simulate(const Plan& plan, const CostModel& model) {
-  PPC_INTERNAL_ASSERT(plan.is_lowered(), "simulate needs a lowered plan");
-  const auto costs = stage_costs(plan, model);
-  auto part_cost = [&](ActionKind k, int s) {
+double action_cost(const Action& a, const std::vector<StageCost>& costs, const CostModel& model) {
+  auto part = [&](ActionKind k, int s) {
     const StageCost& c = costs[static_cast<size_t>(s)];
     switch (k) {
       case ActionKind::F: return c.f;
@@ -43,14 +42,32 @@ Simulation simulate(const Plan& plan, const CostModel& model) {
       default: return 0.0;
     }
   };
+  if (a.kind != ActionKind::OverlapFB) return part(a.kind, a.stage);
+  const double f = part(ActionKind::F, a.stage), b = part(a.sub_kind, a.stage2);
+  return std::max(f, b) + (1.0 - model.overlap) * std::min(f, b);
+}
+
+double message_time(const CostModel& model) {
+  if (model.unit) return 0.0;
+  return model.latency + (model.bandwidth > 0 ? model.message_bytes / model.bandwidth : 0.0);
+}
+
+LoweringCosts lowering_costs(const Plan& plan, const CostModel& model) {
+  if (model.unit) return {};
+  auto costs = std::make_shared<const std::vector<StageCost>>(stage_costs(plan, model));
+  LoweringCosts lc;
+  lc.compute = [costs, model](const Action& a, int) { return action_cost(a, *costs, model); };
+  const double per_message = message_time(model);
+  if (per_message > 0) lc.transfer = [per_message](const Action&) { return per_message; };
+  return lc;
+}
+
+Simulation simulate(const Plan& plan, const CostModel& model) {
+  PPC_INTERNAL_ASSERT(plan.is_lowered(), "simulate needs a lowered plan");
+  const auto costs = stage_costs(plan, model);
   ExecCosts ec;
-  ec.compute = [&](const Action& a, int) {
-    if (a.kind != ActionKind::OverlapFB) return part_cost(a.kind, a.stage);
-    const double f = part_cost(ActionKind::F, a.stage), b = part_cost(a.sub_kind, a.stage2);
-    return std::max(f, b) + (1.0 - model.overlap) * std::min(f, b);
-  };
-  const double per_message =
-      model.unit ? 0.0 : model.latency + (model.bandwidth > 0 ? model.message_bytes / model.bandwidth : 0.0);
+  ec.compute = [&](const Action& a, int) { return action_cost(a, costs, model); };
+  const double per_message = message_time(model);
   ec.transfer = [&](const Action&) { return per_message; };
   Execution ex = execute(plan, &ec, true);
   if (!ex.finished()) throw UserError("the plan does not run to completion: " + ex.failure());
@@ -105,6 +122,23 @@ Simulation simulate(const Plan& plan, const CostModel& model) {
       }
     }
   }
+  sim.first_start.assign(static_cast<size_t>(pp), 0.0);
+  sim.last_end.assign(static_cast<size_t>(pp), 0.0);
+  sim.param_memory.assign(static_cast<size_t>(pp), 0.0);
+  for (int r = 0; r < pp; ++r) {
+    const size_t ru = static_cast<size_t>(r);
+    const auto& acts = plan.lowered[ru];
+    const auto& times = ex.times[ru];
+    size_t first = 0, last = acts.size();
+    while (first < acts.size() && is_comm(acts[first].kind)) ++first;
+    while (last > first && is_comm(acts[last - 1].kind)) --last;
+    if (first < last) {
+      sim.first_start[ru] = times[first].start;
+      sim.last_end[ru] = times[last - 1].end;
+      sim.steady_period = std::max(sim.steady_period, sim.last_end[ru] - sim.first_start[ru]);
+    }
+    for (int s : plan.placement.rank_stages[ru]) sim.param_memory[ru] += costs[static_cast<size_t>(s)].params;
+  }
   sim.rank_bubble.assign(static_cast<size_t>(pp), 0.0);
   double total_busy = 0;
   for (int r = 0; r < pp; ++r) {
@@ -113,6 +147,7 @@ Simulation simulate(const Plan& plan, const CostModel& model) {
         sim.makespan > 0 ? 1.0 - sim.busy[static_cast<size_t>(r)] / sim.makespan : 0.0;
   }
   sim.bubble = sim.makespan > 0 ? 1.0 - total_busy / (pp * sim.makespan) : 0.0;
+  sim.steady_bubble = sim.steady_period > 0 ? 1.0 - total_busy / (pp * sim.steady_period) : 0.0;
   sim.times = std::move(ex.times);
   return sim;
 }

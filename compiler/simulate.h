@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compiler/execute.h"
+#include "compiler/lower_send_recv.h"
 #include "compiler/plan.h"
 
 namespace ppc {
@@ -46,6 +47,14 @@ struct StageCost {
 
 std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model);
 
+// Duration of a compute action (an OverlapFB as a whole) given the stage costs.
+double action_cost(const Action& a, const std::vector<StageCost>& costs, const CostModel& model);
+// Duration of one message: latency + message_bytes / bandwidth (0 under unit costs).
+double message_time(const CostModel& model);
+// Durations for lower_send_recv, so that its batches follow the model's timing. Empty (lowering's
+// own unit costs, which equal the unit model's) when model.unit.
+LoweringCosts lowering_costs(const Plan& plan, const CostModel& model);
+
 struct MemoryPoint {
   double time;
   double value;
@@ -62,6 +71,15 @@ struct Simulation {
   size_t messages = 0;
   std::vector<std::vector<Interval>> times;  // per rank, per lowered action
   bool unit = true;                 // costs were unit costs (memory counts microbatch-stages)
+
+  // Iterations back to back: each rank starts the next step as soon as it has finished this one
+  // (the zero-bubble paper's optimizer post-validation), so a step costs the longest span of a rank
+  // from its first compute to its last. This is the bubble the ZB-H2 and ZBV "zero" refers to.
+  std::vector<double> first_start;  // per rank: start of its first compute action
+  std::vector<double> last_end;     // per rank: end of its last compute action
+  double steady_period = 0;         // max over ranks of last_end - first_start
+  double steady_bubble = 0;         // 1 - sum(busy) / (pp * steady_period)
+  std::vector<double> param_memory; // per rank: parameters of the stages it holds (both copies)
 };
 
 // `plan` must be lowered and verified. Throws UserError if it does not run to completion.

@@ -1,0 +1,219 @@
+#include "compiler/cost_model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+
+namespace ppc {
+
+namespace {
+
+using nlohmann::json;
+
+// F, and whichever of B, I, W were given, resolved to a LayerCost (docs/cost-model.md):
+// I and W given: B = I + W unless given too; B and one of I/W: the other is the rest; B alone:
+// I = W = B/2; none: B = 2F, I = W = F.
+struct RawCost {
+  double f = 0;
+  std::optional<double> b, i, w;
+  double activation = 0, params = 0;
+};
+
+template <class Fail>
+LayerCost resolve(const RawCost& raw, Fail&& fail) {
+  LayerCost c;
+  c.f = raw.f;
+  c.activation = raw.activation;
+  c.params = raw.params;
+  if (raw.i && raw.w) {
+    c.i = *raw.i;
+    c.w = *raw.w;
+    if (raw.b) c.b = *raw.b;
+  } else if (raw.b && (raw.i || raw.w)) {
+    const double given = raw.i ? *raw.i : *raw.w;
+    if (given > *raw.b)
+      fail(raw.i ? "i" : "w", fmt::format("{:g} is more than the full backward time {:g}", given, *raw.b));
+    c.i = raw.i ? given : *raw.b - given;
+    c.w = raw.w ? given : *raw.b - given;
+  } else if (raw.b) {
+    c.i = c.w = *raw.b / 2;
+  } else if (raw.i || raw.w) {
+    fail(raw.i ? "i" : "w", "give both i and w, or b");
+  } else {
+    c.i = c.w = raw.f;
+  }
+  return c;
+}
+
+class JsonReader {
+ public:
+  explicit JsonReader(std::string input) : input_(std::move(input)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw UserError(path.empty() ? what : path + ": " + what, SourceLocation{input_, 0, 0, ""});
+  }
+
+  double number(const json& v, const std::string& path, double lo, double hi) const {
+    if (!v.is_number()) fail(path, fmt::format("expected a number, got {}", v.dump()));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi) {
+      if (hi == HUGE_VAL) fail(path, fmt::format("expected a non-negative number, got {}", v.dump()));
+      fail(path, fmt::format("expected a number between {:g} and {:g}, got {}", lo, hi, v.dump()));
+    }
+    return x;
+  }
+
+  void only_keys(const json& obj, const std::string& path, std::initializer_list<const char*> keys) const {
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      bool known = false;
+      std::string list;
+      for (const char* k : keys) {
+        known |= it.key() == k;
+        list += (list.empty() ? "" : ", ") + std::string(k);
+      }
+      if (!known) fail(path.empty() ? it.key() : path + "." + it.key(), "unknown field (known: " + list + ")");
+    }
+  }
+
+  LayerCost layer(const json& v, const std::string& path) const {
+    if (!v.is_object()) fail(path, "expected an object such as {\"f\": 1, \"b\": 2}");
+    only_keys(v, path, {"f", "b", "i", "w", "activation", "params"});
+    if (!v.contains("f")) fail(path, "missing field 'f' (forward time)");
+    RawCost raw;
+    raw.f = number(v["f"], path + ".f", 0, HUGE_VAL);
+    auto opt = [&](const char* k) -> std::optional<double> {
+      if (!v.contains(k)) return std::nullopt;
+      return number(v[k], path + "." + k, 0, HUGE_VAL);
+    };
+    raw.b = opt("b");
+    raw.i = opt("i");
+    raw.w = opt("w");
+    raw.activation = opt("activation").value_or(0);
+    raw.params = opt("params").value_or(0);
+    return resolve(raw, [&](const char* field, const std::string& what) { fail(path + "." + field, what); });
+  }
+
+ private:
+  std::string input_;
+};
+
+// Line and column (1-based) of byte offset `pos` in `text`.
+std::pair<int, int> line_column(std::string_view text, size_t pos) {
+  int line = 1, col = 1;
+  for (size_t k = 0; k < pos && k < text.size(); ++k) {
+    if (text[k] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return {line, col};
+}
+
+}  // namespace
+
+CostModel parse_cost_model(std::string_view text, const std::string& input_name) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // nlohmann: "[json.exception.parse_error.101] parse error at line 3, column 7: <what>"
+    std::string what = e.what();
+    const size_t colon = what.find(": ", what.find("parse error"));
+    if (colon != std::string::npos) what = what.substr(colon + 2);
+    const auto [line, col] = line_column(text, e.byte > 0 ? e.byte - 1 : 0);
+    throw UserError("invalid JSON: " + what, SourceLocation{input_name, line, col, ""});
+  }
+  JsonReader rd(input_name);
+  if (!j.is_object()) rd.fail("", "expected a JSON object (see docs/cost-model.md)");
+  rd.only_keys(j, "", {"comment", "layers", "stage", "latency", "bandwidth", "message_bytes", "overlap",
+                       "weight_grad_memory"});
+  CostModel m;
+  m.unit = false;
+  if (j.contains("layers")) {
+    const json& layers = j["layers"];
+    if (!layers.is_object()) rd.fail("layers", "expected an object with entries E, t, m, L");
+    rd.only_keys(layers, "layers", {"E", "t", "m", "L"});
+    for (auto it = layers.begin(); it != layers.end(); ++it) {
+      const LayerKind k = it.key() == "E"   ? LayerKind::Embedding
+                          : it.key() == "t" ? LayerKind::Decoder
+                          : it.key() == "m" ? LayerKind::Mtp
+                                            : LayerKind::Loss;
+      m.layers[static_cast<size_t>(k)] = rd.layer(it.value(), "layers." + it.key());
+    }
+  }
+  if (j.contains("stage")) {
+    m.empty_stage = rd.layer(j["stage"], "stage");
+  } else if (j.contains("layers") && j["layers"].contains("t")) {
+    m.empty_stage = m.layers[static_cast<size_t>(LayerKind::Decoder)];
+  } else {
+    m.empty_stage = LayerCost{1, 1, 1, std::nullopt, 1, 0};
+  }
+  if (j.contains("latency")) m.latency = rd.number(j["latency"], "latency", 0, HUGE_VAL);
+  if (j.contains("bandwidth")) m.bandwidth = rd.number(j["bandwidth"], "bandwidth", 0, HUGE_VAL);
+  if (j.contains("message_bytes")) m.message_bytes = rd.number(j["message_bytes"], "message_bytes", 0, HUGE_VAL);
+  if (j.contains("overlap")) m.overlap = rd.number(j["overlap"], "overlap", 0, 1);
+  if (j.contains("weight_grad_memory"))
+    m.weight_grad_memory = rd.number(j["weight_grad_memory"], "weight_grad_memory", 0, 1);
+  return m;
+}
+
+CostModel read_cost_model(const std::string& path) { return parse_cost_model(read_file(path), path); }
+
+CostModel cost_model_from_flags(const CostFlags& fl) {
+  auto check = [](const char* flag, const std::optional<double>& v, double hi = HUGE_VAL) {
+    if (v && (!std::isfinite(*v) || *v < 0 || *v > hi))
+      throw UserError(hi == HUGE_VAL ? fmt::format("expected a non-negative number, got {:g}", *v)
+                                     : fmt::format("expected a number between 0 and {:g}, got {:g}", hi, *v),
+                      SourceLocation{flag, 0, 0, ""});
+  };
+  check("--cost-f", fl.f);
+  check("--cost-b", fl.b);
+  check("--cost-i", fl.i);
+  check("--cost-w", fl.w);
+  check("--cost-activation", fl.activation);
+  check("--cost-params", fl.params);
+  check("--cost-latency", fl.latency);
+  check("--cost-bandwidth", fl.bandwidth);
+  check("--cost-message", fl.message_bytes);
+  check("--cost-overlap", fl.overlap, 1);
+  RawCost raw;
+  raw.f = fl.f.value_or(1);
+  raw.b = fl.b;
+  raw.i = fl.i;
+  raw.w = fl.w;
+  raw.activation = fl.activation.value_or(1);
+  raw.params = fl.params.value_or(0);
+  const LayerCost c = resolve(raw, [](const char* field, const std::string& what) {
+    throw UserError(what == "give both i and w, or b" ? "give both --cost-i and --cost-w, or --cost-b" : what,
+                    SourceLocation{std::string("--cost-") + field, 0, 0, ""});
+  });
+  CostModel m;
+  m.unit = false;
+  m.layers.fill(c);
+  m.empty_stage = c;
+  m.latency = fl.latency.value_or(0);
+  m.bandwidth = fl.bandwidth.value_or(0);
+  m.message_bytes = fl.message_bytes.value_or(0);
+  m.overlap = fl.overlap.value_or(0);
+  return m;
+}
+
+CostModel unit_layer_costs() { return cost_model_from_flags(CostFlags{}); }
+
+std::string describe(const CostModel& m) {
+  if (m.unit) return "unit (per stage F=1, B=2, I=1, W=1; no communication cost)";
+  const LayerCost& t = m.layers[static_cast<size_t>(LayerKind::Decoder)];
+  std::string s = fmt::format("cost model (t: F={:g} B={:g} I={:g} W={:g}", t.f, t.backward(), t.i, t.w);
+  const double msg = message_time(m);
+  if (msg > 0) s += fmt::format("; {:g} per message", msg);
+  if (m.overlap > 0) s += fmt::format("; overlap {:g}", m.overlap);
+  return s + ")";
+}
+
+}  // namespace ppc

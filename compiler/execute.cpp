@@ -33,16 +33,12 @@ class Engine {
       info.assign(acts.size(), OpInfo{-1, -1});
       for (size_t i = 0; i < acts.size(); ++i) {
         if (!is_comm(acts[i].kind)) continue;
-        if (i == 0 || info[i - 1].batch < 0) {
-          batch_begin_.push_back(static_cast<int32_t>(i));
-          batch_end_.push_back(static_cast<int32_t>(i));
-          batch_rank_.push_back(r);
-          unmatched_.push_back(0);
-        }
-        const int32_t b = static_cast<int32_t>(batch_begin_.size() - 1);
+        if (i == 0 || info[i - 1].batch < 0)
+          batches_.push_back(Batch{static_cast<int32_t>(i), static_cast<int32_t>(i), r, 0, 0.0, 0.0});
+        const int32_t b = static_cast<int32_t>(batches_.size() - 1);
         info[i].batch = b;
-        batch_end_[static_cast<size_t>(b)] = static_cast<int32_t>(i + 1);
-        ++unmatched_[static_cast<size_t>(b)];
+        batches_.back().end = static_cast<int32_t>(i + 1);
+        ++batches_.back().unmatched;
         pos_.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) = static_cast<int32_t>(i);
       }
     }
@@ -56,9 +52,7 @@ class Engine {
         info[i].partner_batch = info_[static_cast<size_t>(m.rank)][static_cast<size_t>(jj)].batch;
       }
     }
-    out_.batches = batch_begin_.size();
-    batch_entry_.assign(batch_begin_.size(), 0.0);
-    batch_done_.assign(batch_begin_.size(), 0.0);
+    out_.batches = batches_.size();
     if (record_) {
       out_.times.assign(static_cast<size_t>(pp), {});
       for (int r = 0; r < pp; ++r) out_.times[static_cast<size_t>(r)].assign(order[static_cast<size_t>(r)].size(), {});
@@ -141,45 +135,52 @@ class Engine {
       }
       const auto& info = info_[ru];
       const int32_t b = info[h].batch;
-      const size_t bu = static_cast<size_t>(b);
-      const size_t begin = static_cast<size_t>(batch_begin_[bu]);
-      const size_t end = static_cast<size_t>(batch_end_[bu]);
+      Batch& batch = batches_[static_cast<size_t>(b)];
+      const size_t begin = static_cast<size_t>(batch.begin);
+      const size_t end = static_cast<size_t>(batch.end);
       if (cur_batch_[ru] != b) {
         // Entering the batch. An op is matched when the second of the two batches holding it and
         // its counterpart is entered; a batch cannot complete before that, so each pair is
         // matched exactly once, here.
         cur_batch_[ru] = b;
-        batch_entry_[bu] = now_[ru];
-        batch_done_[bu] = now_[ru];
+        batch.entry = now_[ru];
+        batch.done = now_[ru];
         for (size_t j = begin; j < end; ++j) {
           const Action& op = acts[j];
           if (is_send(op.kind) && !check_needs(r, j, op, op)) return fail(r);
           const int32_t qb = info[j].partner_batch;
-          const size_t qbu = static_cast<size_t>(qb);
-          const int q = batch_rank_[qbu];
+          const int q = op.peer >= 0 ? op.peer : comm_match(plan_, op).rank;
           if (cur_batch_[static_cast<size_t>(q)] != qb) continue;
-          const double met = std::max(batch_entry_[bu], batch_entry_[qbu]);
+          Batch& partner = batches_[static_cast<size_t>(qb)];
+          const double met = std::max(batch.entry, partner.entry);
           double done = met;
           if (costs_ || record_) {
             const CommMatch m = comm_match(plan_, op);
             const size_t jj = static_cast<size_t>(pos_.at(event_of(m.kind), m.stage, op.microbatch));
             done += transfer_cost(is_send(op.kind) ? op : acts_of(static_cast<size_t>(q))[jj]);
             if (record_) {
-              out_.times[ru][j] = {batch_entry_[bu], done};
-              out_.times[static_cast<size_t>(q)][jj] = {batch_entry_[qbu], done};
+              out_.times[ru][j] = {batch.entry, done};
+              out_.times[static_cast<size_t>(q)][jj] = {partner.entry, done};
             }
           }
-          batch_done_[bu] = std::max(batch_done_[bu], done);
-          batch_done_[qbu] = std::max(batch_done_[qbu], done);
-          --unmatched_[bu];
-          if (--unmatched_[qbu] == 0) work.push_back(q);
+          batch.done = std::max(batch.done, done);
+          partner.done = std::max(partner.done, done);
+          --batch.unmatched;
+          if (--partner.unmatched == 0) work.push_back(q);
         }
       }
-      if (unmatched_[bu] > 0) return;
+      if (batch.unmatched > 0) {
+        // Blocked until a peer arrives; fetch what this rank reads next meanwhile.
+        if (end + 2 < acts.size()) {
+          __builtin_prefetch(&acts[end + 2]);
+          __builtin_prefetch(&info[end + 4]);
+        }
+        return;
+      }
       for (size_t j = begin; j < end; ++j)
         if (is_recv(acts[j].kind)) ev_.at(event_of(acts[j].kind), acts[j].stage, acts[j].microbatch) = 1;
       cur_batch_[ru] = -1;
-      now_[ru] = batch_done_[bu];
+      now_[ru] = batch.done;
       h = end;
     }
   }
@@ -199,9 +200,9 @@ class Engine {
       s.waits_for = "nothing";
       return s;
     }
-    const int32_t b = info_[ru][h].batch;
-    const size_t begin = static_cast<size_t>(batch_begin_[static_cast<size_t>(b)]);
-    const size_t end = static_cast<size_t>(batch_end_[static_cast<size_t>(b)]);
+    const Batch& batch = batches_[static_cast<size_t>(info_[ru][h].batch)];
+    const size_t begin = static_cast<size_t>(batch.begin);
+    const size_t end = static_cast<size_t>(batch.end);
     std::string ops;
     for (size_t j = begin; j < end && j < begin + 4; ++j) ops += (j > begin ? ", " : "") + to_string(acts[j]);
     if (end - begin > 4) ops += ", ...";
@@ -210,8 +211,9 @@ class Engine {
     for (size_t j = begin; j < end; ++j) {
       // Unmatched: the counterpart's batch has not been entered yet.
       const int32_t qb = info_[ru][j].partner_batch;
-      const size_t q = static_cast<size_t>(batch_rank_[static_cast<size_t>(qb)]);
-      if (cur_batch_[q] == qb || static_cast<size_t>(batch_begin_[static_cast<size_t>(qb)]) < head_[q]) continue;
+      const Batch& partner = batches_[static_cast<size_t>(qb)];
+      const size_t q = static_cast<size_t>(partner.rank);
+      if (cur_batch_[q] == qb || static_cast<size_t>(partner.begin) < head_[q]) continue;
       const CommMatch m = comm_match(plan_, acts[j]);
       const int32_t jj = pos_.at(event_of(m.kind), m.stage, acts[j].microbatch);
       const Action& peer_op = plan_.lowered[static_cast<size_t>(m.rank)][static_cast<size_t>(jj)];
@@ -235,8 +237,13 @@ class Engine {
     int32_t partner_batch;  // the batch holding its counterpart
   };
   std::vector<std::vector<OpInfo>> info_;
-  std::vector<int32_t> batch_begin_, batch_end_, batch_rank_, unmatched_;
-  std::vector<double> batch_entry_, batch_done_;
+  struct Batch {
+    int32_t begin, end;  // positions [begin, end) in its rank's order
+    int32_t rank;
+    int32_t unmatched;   // ops whose counterpart's batch has not been entered yet
+    double entry, done;  // when the rank entered it; when its last transfer is done
+  };
+  std::vector<Batch> batches_;
   std::vector<size_t> head_;
   std::vector<int32_t> cur_batch_;
   std::vector<uint8_t> failed_;

@@ -39,7 +39,8 @@ class Lowerer {
  public:
   Lowerer(const Plan& plan, const LoweringCosts& costs, bool emit, std::vector<std::vector<double>>* starts)
       : plan_(plan), costs_(costs), emit_(emit), starts_(starts), ev_(plan.num_stages(), plan.microbatches),
-        ranks_(static_cast<size_t>(plan.pp())) {}
+        ranks_(static_cast<size_t>(plan.pp())),
+        events_(!costs.compute && !costs.transfer ? 3 : costs.max_integral_duration) {}
 
   void run(Plan* out) {
     const int pp = plan_.pp();
@@ -56,10 +57,9 @@ class Lowerer {
     double now = 0;
     start_touched(now);
     while (!events_.empty()) {
-      now = events_.top().time;
-      while (!events_.empty() && events_.top().time == now) {
-        const QueueEvent e = events_.top();
-        events_.pop();
+      now = events_.next_time();
+      while (!events_.empty() && events_.next_time() == now) {
+        const QueueEvent e = events_.pop();
         if (e.finish) finish(e.rank, now);
         else touched_.push_back(e.rank);
       }
@@ -86,6 +86,51 @@ class Lowerer {
   double duration(const Action& a, int r) const { return costs_.compute ? costs_.compute(a, r) : unit_cost(a); }
   double transfer(const Action& send) const { return costs_.transfer ? costs_.transfer(send) : 0.0; }
   void push(double t, int r, bool finish) { events_.push(QueueEvent{t, seq_++, r, finish}); }
+
+  // Events in (time, push order). With small integral durations (unit costs, the default) a ring
+  // of per-time buckets replaces the heap: same order, constant time per event.
+  class EventQueue {
+   public:
+    explicit EventQueue(int max_integral_duration) : ring_(max_integral_duration > 0 ? max_integral_duration + 1 : 0) {}
+    bool empty() const { return size_ == 0; }
+    void push(const QueueEvent& e) {
+      ++size_;
+      if (ring_.empty()) {
+        heap_.push(e);
+        return;
+      }
+      PPC_INTERNAL_ASSERT(e.time == std::floor(e.time) && e.time >= static_cast<double>(cur_time_) &&
+                              e.time < static_cast<double>(cur_time_) + static_cast<double>(ring_.size()),
+                          "event time outside the integral queue's window");
+      ring_[static_cast<size_t>(e.time) % ring_.size()].push_back(e);
+    }
+    double next_time() {
+      if (ring_.empty()) return heap_.top().time;
+      while (head_pos_ >= ring_[cur_].size()) {  // advance to the next non-empty bucket
+        ring_[cur_].clear();
+        head_pos_ = 0;
+        cur_ = (cur_ + 1) % ring_.size();
+        ++cur_time_;
+      }
+      return static_cast<double>(cur_time_);
+    }
+    QueueEvent pop() {
+      --size_;
+      if (ring_.empty()) {
+        QueueEvent e = heap_.top();
+        heap_.pop();
+        return e;
+      }
+      next_time();
+      return ring_[cur_][head_pos_++];
+    }
+
+   private:
+    std::priority_queue<QueueEvent, std::vector<QueueEvent>, std::greater<QueueEvent>> heap_;
+    std::vector<std::vector<QueueEvent>> ring_;
+    size_t cur_ = 0, head_pos_ = 0, size_ = 0;
+    long long cur_time_ = 0;
+  };
   void append(int r, const Action& a) {
     if (emit_) out_->lowered[static_cast<size_t>(r)].push_back(a);
   }
@@ -137,6 +182,13 @@ class Lowerer {
     st.computing = true;
     st.batch_done = end;
     ++st.pos;
+    // Ranks are visited in turn, so each rank's next action is a cache miss by the time it is
+    // read: fetch it (and make room for the output) while the other ranks run.
+    if (st.pos + 2 < order.size()) __builtin_prefetch(&order[st.pos + 2]);
+    if (emit_) {
+      auto& dst = out_->lowered[static_cast<size_t>(r)];
+      if (dst.size() + 4 < dst.capacity()) __builtin_prefetch(dst.data() + dst.size() + 4, 1);
+    }
     push(end, r, true);
   }
 
@@ -203,22 +255,30 @@ class Lowerer {
   Plan* out_ = nullptr;
   EventFlags ev_;  // produced locally or RECV posted
   std::vector<RankState> ranks_;
-  std::priority_queue<QueueEvent, std::vector<QueueEvent>, std::greater<QueueEvent>> events_;
+  EventQueue events_;
   uint64_t seq_ = 0;
   std::vector<int> touched_;
 };
 
 }  // namespace
 
-Plan lower_send_recv(const Plan& plan, const LoweringCosts& costs) {
-  Plan out = plan;
-  Lowerer(plan, costs, true, nullptr).run(&out);
-  return out;
+Plan lower_send_recv(const Plan& plan, const LoweringCosts& costs) { return lower_send_recv(Plan(plan), costs); }
+
+Plan lower_send_recv(Plan&& plan, const LoweringCosts& costs) {
+  std::vector<std::vector<Action>> lowered;
+  {
+    Plan view;  // the lowerer reads plan and writes into view.lowered
+    Lowerer(plan, costs, true, nullptr).run(&view);
+    lowered = std::move(view.lowered);
+  }
+  plan.lowered = std::move(lowered);
+  return std::move(plan);
 }
 
 std::vector<std::vector<int32_t>> compute_steps(const Plan& plan) {
   LoweringCosts unit;
   unit.compute = [](const Action&, int) { return 1.0; };
+  unit.max_integral_duration = 1;
   std::vector<std::vector<double>> starts;
   Lowerer(plan, unit, false, &starts).run(nullptr);
   std::vector<std::vector<int32_t>> steps(starts.size());

@@ -31,9 +31,14 @@ namespace ppc {
 struct LoweringCosts {
   std::function<double(const Action&, int rank)> compute;  // null = unit costs
   std::function<double(const Action& send)> transfer;      // null = free
+  // Set when every duration (compute and transfer) is a whole number no larger than this:
+  // lowering then uses a faster event queue. 0 = arbitrary durations. Unit costs (both functions
+  // null) are whole numbers up to 3 by themselves.
+  int max_integral_duration = 0;
 };
 
 Plan lower_send_recv(const Plan& plan, const LoweringCosts& costs = {});
+Plan lower_send_recv(Plan&& plan, const LoweringCosts& costs = {});
 
 // The time steps of the compute orders when every action takes one step (as in PyTorch's
 // _format_pipeline_order): steps[r][i] is when rank r runs its i-th compute action. Used by the

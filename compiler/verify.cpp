@@ -23,12 +23,10 @@ class Verifier {
 
   void run() {
     if (!check_shape()) return;
-    const auto& order = plan_.order();
-    for (int r = 0; r < plan_.pp(); ++r) {
-      const auto& actions = order[static_cast<size_t>(r)];
-      for (size_t i = 0; i < actions.size(); ++i) check_action(r, i, actions[i]);
-    }
-    if (plan_.is_lowered()) check_compute_matches_lowered();
+    count_.assign(static_cast<size_t>(kNumKinds) * plan_.num_stages() * plan_.microbatches, 0);
+    // One pass over every rank's order: ranges and ownership, counts, and (for a lowered plan)
+    // that its compute actions are the compute order.
+    for (int r = 0; r < plan_.pp(); ++r) scan_rank(r);
     if (!rep_.ok()) return;
     check_counts();
     if (!rep_.ok()) return;
@@ -81,44 +79,54 @@ class Verifier {
     return true;
   }
 
-  // Range, ownership and peer checks of one plain action (or one part of an OverlapFB).
+  // Range, ownership and peer checks of one plain action (or one part of an OverlapFB); counts it
+  // when it passes.
   void check_part(int rank, size_t i, const Action& whole, const Action& a) {
+    if (!part_ok(rank, i, whole, a)) return;
+    uint8_t& c = count_[cindex(a.kind, a.stage, a.microbatch)];
+    if (c < 255) ++c;
+  }
+
+  bool part_ok(int rank, size_t i, const Action& whole, const Action& a) {
     const int s = a.stage, mb = a.microbatch;
     if (s < 0 || s >= plan_.num_stages()) {
       error(fmt::format("{}: stage {} does not exist (the plan has stages 0..{})", where(rank, i, whole), s,
                         plan_.num_stages() - 1));
-      return;
+      return false;
     }
     if (mb < 0 || mb >= plan_.microbatches) {
       error(fmt::format("{}: microbatch {} does not exist (the plan has microbatches 0..{})",
                         where(rank, i, whole), mb, plan_.microbatches - 1));
-      return;
+      return false;
     }
     if (plan_.rank_of(s) != rank) {
       error(fmt::format("{}: stage {} is held by rank {}, not rank {}", where(rank, i, whole), s,
                         plan_.rank_of(s), rank));
-      return;
+      return false;
     }
     if (!plan_.runs(s, mb)) {
       error(fmt::format("{}: microbatch {} goes through model copy {}, but stage {} belongs to copy {}",
                         where(rank, i, whole), mb, plan_.copy_of_microbatch(mb), s, plan_.copy_of_stage(s)));
-      return;
+      return false;
     }
-    if (!is_comm(a.kind)) return;
+    if (!is_comm(a.kind)) return true;
     const CommMatch m = comm_match(plan_, a);
     if (m.stage < 0) {
       error(fmt::format("{}: stage {} has no {} stage to exchange with", where(rank, i, whole), s,
                         (a.kind == ActionKind::SendF || a.kind == ActionKind::RecvB) ? "next" : "previous"));
-      return;
+      return false;
     }
     if (m.rank == rank) {
       error(fmt::format("{}: stages {} and {} are both on rank {}; they pass tensors locally, without SEND/RECV",
                         where(rank, i, whole), s, m.stage, rank));
-      return;
+      return false;
     }
-    if (a.peer >= 0 && a.peer != m.rank)
+    if (a.peer >= 0 && a.peer != m.rank) {
       error(fmt::format("{}: peer is rank {}, but stage {} is on rank {}", where(rank, i, whole), a.peer,
                         m.stage, m.rank));
+      return false;
+    }
+    return true;
   }
 
   void check_action(int rank, size_t i, const Action& a) {
@@ -133,24 +141,28 @@ class Verifier {
     }
   }
 
-  void check_compute_matches_lowered() {
-    for (int r = 0; r < plan_.pp(); ++r) {
-      const auto& comp = plan_.compute[static_cast<size_t>(r)];
-      const auto& low = plan_.lowered[static_cast<size_t>(r)];
-      size_t k = 0;
-      for (size_t i = 0; i < low.size(); ++i) {
-        if (is_comm(low[i].kind)) continue;
-        if (k >= comp.size() || !(comp[k] == low[i])) {
-          error(fmt::format("{}: the lowered order's compute actions differ from the compute order{}",
-                            where(r, i, low[i]),
-                            k < comp.size() ? fmt::format(" (which has {} there)", to_string(comp[k])) : ""));
-          break;
-        }
-        ++k;
-      }
-      if (k < comp.size() && rep_.ok())
-        error(fmt::format("rank {}: the lowered order lacks compute action {} ({})", r, k, to_string(comp[k])));
+  void scan_rank(int r) {
+    const auto& comp = plan_.compute[static_cast<size_t>(r)];
+    if (!plan_.is_lowered()) {
+      for (size_t i = 0; i < comp.size(); ++i) check_action(r, i, comp[i]);
+      return;
     }
+    const auto& low = plan_.lowered[static_cast<size_t>(r)];
+    size_t k = 0;
+    bool same = true;
+    for (size_t i = 0; i < low.size(); ++i) {
+      check_action(r, i, low[i]);
+      if (is_comm(low[i].kind) || !same) continue;
+      if (k >= comp.size() || !(comp[k] == low[i])) {
+        error(fmt::format("{}: the lowered order's compute actions differ from the compute order{}",
+                          where(r, i, low[i]),
+                          k < comp.size() ? fmt::format(" (which has {} there)", to_string(comp[k])) : ""));
+        same = false;
+      }
+      ++k;
+    }
+    if (same && k < comp.size())
+      error(fmt::format("rank {}: the lowered order lacks compute action {} ({})", r, k, to_string(comp[k])));
   }
 
   size_t cindex(ActionKind k, int s, int mb) const {
@@ -160,21 +172,7 @@ class Verifier {
 
   void check_counts() {
     const int S = plan_.num_stages(), M = plan_.microbatches;
-    std::vector<uint8_t> count(static_cast<size_t>(kNumKinds) * S * M, 0);
-    auto bump = [&](const Action& p) {
-      uint8_t& c = count[cindex(p.kind, p.stage, p.microbatch)];
-      if (c < 255) ++c;
-    };
-    for (const auto& actions : plan_.order())
-      for (const Action& a : actions) {
-        if (a.kind == ActionKind::OverlapFB) {
-          bump(a.forward_part());
-          bump(a.backward_part());
-        } else {
-          bump(a);
-        }
-      }
-    auto n = [&](ActionKind k, int s, int mb) { return static_cast<int>(count[cindex(k, s, mb)]); };
+    auto n = [&](ActionKind k, int s, int mb) { return static_cast<int>(count_[cindex(k, s, mb)]); };
     for (int s = 0; s < S; ++s) {
       for (int mb = 0; mb < M; ++mb) {
         if (!plan_.runs(s, mb)) continue;
@@ -220,6 +218,7 @@ class Verifier {
   const Plan& plan_;
   VerifyReport& rep_;
   size_t max_errors_;
+  std::vector<uint8_t> count_;  // per (kind, stage, microbatch), saturating
 };
 
 }  // namespace

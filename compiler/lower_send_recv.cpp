@@ -99,6 +99,15 @@ class Lowerer {
         heap_.push(e);
         return;
       }
+      if (e.time < static_cast<double>(cur_time_) && e.time == std::floor(e.time) &&
+          e.time > static_cast<double>(cur_time_) - static_cast<double>(ring_.size())) {
+        // next_time() looked past empty buckets to the next pending event (at most a duration
+        // ahead), and a compute started now ends before it: step back. The buckets in between are
+        // empty and every pending event is within a duration of now, so the window still holds them.
+        cur_time_ = static_cast<long long>(e.time);
+        cur_ = static_cast<size_t>(cur_time_) % ring_.size();
+        head_pos_ = 0;
+      }
       PPC_INTERNAL_ASSERT(e.time == std::floor(e.time) && e.time >= static_cast<double>(cur_time_) &&
                               e.time < static_cast<double>(cur_time_) + static_cast<double>(ring_.size()),
                           "event time outside the integral queue's window");

@@ -153,7 +153,9 @@ Comparison compare_schedules(const CompareOptions& opts) {
     try {
       plan = compile(co);
     } catch (const UserError& e) {
-      cmp.skipped.push_back({info.name, e.message()});
+      std::string reason = e.message();
+      if (reason.rfind(info.name + " ", 0) == 0) reason.erase(0, info.name.size() + 1);
+      cmp.skipped.push_back({info.name, reason});
       continue;
     }
     plan = lower_send_recv(plan, lowering_costs(plan, config->cost));

@@ -25,7 +25,7 @@ namespace ppc {
 
 void check_dualpipe(const ScheduleParams& p) {
   if (p.pp % 2 != 0)
-    throw UserError(fmt::format("DualPipe needs an even --pp (ranks pair up from both ends), got {}", p.pp),
+    throw UserError(fmt::format("DualPipe needs an even number of ranks (they pair up from both ends), got {}", p.pp),
                     SourceLocation{"--pp", 0, 0, ""});
 }
 

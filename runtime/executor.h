@@ -1,0 +1,76 @@
+// The executor: replays one rank's lowered action list of a plan for one training step.
+//
+//  - F, B, I, W run on the rank's stages; OVERLAP_F_B runs its forward part, then its backward
+//    part. I computes only the input gradient and keeps what W needs (model.h: GradStash); W
+//    computes the weight gradients from it.
+//  - A maximal run of consecutive SEND/RECV actions is posted as one batch (Transport::post).
+//    A receive is waited for just before the compute that needs it; sends are waited for at the
+//    end of the step. Stages on the same rank pass tensors locally.
+//  - The first stage of the model gets token ids, the others activations [b, seq, hidden]; the
+//    loss stage's output is its microbatch loss divided by the number of microbatches, so the
+//    accumulated gradients are those of the mean loss.
+//  - It counts in-flight activations (F done, B or I not yet), whose peak must equal the
+//    compiler's prediction (ppc::peak_inflight).
+// Included only by LibTorch translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "compiler/plan.h"
+#include "runtime/model.h"
+#include "runtime/report.h"
+#include "runtime/transport.h"
+
+namespace pprt {
+
+// A communication failure, located: which rank, which action, which peer.
+class CommFailure : public std::runtime_error {
+ public:
+  CommFailure(const std::string& what, int peer) : std::runtime_error(what), peer_(peer) {}
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
+};
+
+struct ExecutorOptions {
+  std::chrono::milliseconds timeout{300'000};
+  int64_t kill_step = -1;  // fault injection for tests: raise SIGKILL at this step ...
+  size_t kill_action = 0;  // ... before this action
+};
+
+struct StepReport {
+  int64_t begin_ns = 0;  // steady clock at the start of the step
+  int64_t wall_ns = 0;   // from the start to the last send waited for
+  int64_t compute_ns = 0, wait_ns = 0, post_ns = 0;
+  size_t actions = 0;
+  std::vector<ActionSpan> spans;  // per lowered action
+  std::vector<double> losses;     // loss stage: per microbatch (un-scaled mean cross-entropy)
+  int peak_inflight = 0;
+};
+
+class Executor {
+ public:
+  // `stages`: the rank's stages in the order of plan.placement.rank_stages[rank]. `transport`
+  // may be null when the plan needs no communication (pp 1).
+  Executor(const ppc::Plan& plan, int rank, std::vector<Stage*> stages, const ModelConfig& config,
+           Transport* transport, const at::Device& device, ExecutorOptions options);
+  ~Executor();
+
+  // tokens: [global_batch, seq_len + 1] int64 on the device; microbatch mb is rows
+  // [mb * b, (mb + 1) * b). Throws CommFailure on a communication failure.
+  StepReport run_step(const at::Tensor& tokens, int64_t step);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pprt

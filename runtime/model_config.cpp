@@ -1,0 +1,110 @@
+#include "runtime/model_config.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+
+namespace pprt {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw ppc::UserError(what, ppc::SourceLocation{where, 0, 0, ""});
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(std::string_view text, const std::string& input, ModelConfig c) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(input, fmt::format("not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) fail(input, "expected a JSON object such as {\"hidden\": 64, \"heads\": 4}");
+  for (const auto& [key, v] : j.items()) {
+    auto integer = [&](int& out) {
+      if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 24))
+        fail(input, fmt::format("{}: expected a positive integer, got {}", key, v.dump()));
+      out = v.get<int>();
+    };
+    auto number = [&](double& out) {
+      if (!v.is_number() || !(v.get<double>() > 0)) fail(input, fmt::format("{}: expected a positive number, got {}", key, v.dump()));
+      out = v.get<double>();
+    };
+    if (key == "hidden") integer(c.hidden);
+    else if (key == "heads") integer(c.heads);
+    else if (key == "kv_heads") integer(c.kv_heads);
+    else if (key == "ffn") integer(c.ffn);
+    else if (key == "vocab") integer(c.vocab);
+    else if (key == "seq_len") integer(c.seq_len);
+    else if (key == "rope_theta") number(c.rope_theta);
+    else if (key == "norm_eps") number(c.norm_eps);
+    else
+      fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, rope_theta, "
+                              "norm_eps)",
+                              key));
+  }
+  check_model_config(c, input);
+  return c;
+}
+
+ModelConfig resolve_model_config(const std::string& path, const ModelOverrides& o) {
+  ModelConfig c;
+  if (!path.empty()) c = parse_model_config(ppc::read_file(path), path, c);
+  if (o.hidden) c.hidden = *o.hidden;
+  if (o.heads) c.heads = *o.heads;
+  if (o.kv_heads) c.kv_heads = *o.kv_heads;
+  if (o.ffn) c.ffn = *o.ffn;
+  if (o.vocab) c.vocab = *o.vocab;
+  if (o.seq_len) c.seq_len = *o.seq_len;
+  check_model_config(c, path.empty() ? "model" : path + " and flags");
+  return c;
+}
+
+void check_model_config(const ModelConfig& c, const std::string& where) {
+  auto positive = [&](int v, const char* name, int hi) {
+    if (v < 1 || v > hi) fail(where, fmt::format("{} is {}; expected 1..{}", name, v, hi));
+  };
+  positive(c.hidden, "hidden", 1 << 16);
+  positive(c.heads, "heads", 1024);
+  positive(c.kv_heads, "kv_heads", 1024);
+  positive(c.ffn, "ffn", 1 << 18);
+  positive(c.vocab, "vocab", 1 << 22);
+  positive(c.seq_len, "seq_len", 1 << 16);
+  if (c.hidden % c.heads != 0)
+    fail(where, fmt::format("hidden {} is not a multiple of heads {}", c.hidden, c.heads));
+  if (c.head_dim() % 2 != 0)
+    fail(where, fmt::format("the head size hidden/heads = {} must be even (rotary embedding)", c.head_dim()));
+  if (c.heads % c.kv_heads != 0)
+    fail(where, fmt::format("heads {} is not a multiple of kv_heads {}", c.heads, c.kv_heads));
+}
+
+std::string describe(const ModelConfig& c) {
+  return fmt::format("hidden {}, heads {} (kv {}), ffn {}, vocab {}, seq {}", c.hidden, c.heads, c.kv_heads, c.ffn, c.vocab,
+                     c.seq_len);
+}
+
+}  // namespace pprt
+
+#include "compiler/layout.h"
+
+namespace pprt {
+
+int64_t count_parameters(const ModelConfig& c, const ppc::Layout& layout) {
+  const int64_t H = c.hidden, hd = c.head_dim(), F = c.ffn, V = c.vocab;
+  const int64_t decoder = 2 * H + (c.heads + 2 * c.kv_heads) * hd * H + H * c.heads * hd + 3 * F * H;
+  int64_t n = 0;
+  for (const auto& stage : layout.stages)
+    for (ppc::LayerKind k : stage) {
+      if (k == ppc::LayerKind::Embedding) n += V * H;
+      else if (k == ppc::LayerKind::Decoder) n += decoder;
+      else if (k == ppc::LayerKind::Loss) n += H + V * H;
+    }
+  return n;
+}
+
+}  // namespace pprt

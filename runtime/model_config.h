@@ -1,0 +1,55 @@
+// The size of the model pprun builds from a layout: flags, or a JSON config file
+// (examples/tiny-model.json). Plain data, no LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pprt {
+
+struct ModelConfig {
+  int hidden = 64;     // model width
+  int heads = 4;       // attention heads
+  int kv_heads = 2;    // key/value heads (grouped-query attention); divides heads
+  int ffn = 176;       // SwiGLU hidden width
+  int vocab = 256;     // tokens (byte-level data needs at least 256)
+  int seq_len = 64;    // tokens per sequence
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+
+  int head_dim() const { return hidden / heads; }
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// Values given on the command line; each overrides the config file.
+struct ModelOverrides {
+  std::optional<int> hidden, heads, kv_heads, ffn, vocab, seq_len;
+};
+
+// Parses a JSON object holding any of "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",
+// "rope_theta", "norm_eps" over `base`. Throws ppc::UserError naming the input and the field
+// (unknown fields are errors: a typo must not silently train another model).
+ModelConfig parse_model_config(std::string_view json_text, const std::string& input_name, ModelConfig base = {});
+
+// Defaults, then the file (if any), then the overrides; then checks the result.
+ModelConfig resolve_model_config(const std::string& config_path, const ModelOverrides& overrides);
+
+// Throws ppc::UserError (naming the field, as `where`) if the sizes do not fit together: all
+// positive, heads divides hidden with an even head size, kv_heads divides heads, limits.
+void check_model_config(const ModelConfig& c, const std::string& where);
+
+// "hidden 64, heads 4 (kv 2), ffn 176, vocab 256, seq 64"
+std::string describe(const ModelConfig& c);
+
+}  // namespace pprt
+
+namespace ppc {
+struct Layout;
+}
+
+namespace pprt {
+// Parameters of the model a layout describes (E, t, L layers) at this size.
+int64_t count_parameters(const ModelConfig& c, const ppc::Layout& layout);
+}  // namespace pprt

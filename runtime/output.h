@@ -1,0 +1,60 @@
+// Output of a run: files written atomically, the metrics (JSON lines), the progress display.
+// No LibTorch.
+#pragma once
+
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "runtime/job.h"
+
+namespace pprt {
+
+// A file that appears under its name only when commit() succeeds: it is written to a temporary
+// file beside it and renamed. Destroyed without commit(), it leaves nothing. Errors (cannot
+// create, cannot write) throw ppc::UserError naming `flag` and the path.
+class AtomicFile {
+ public:
+  AtomicFile(std::string path, std::string flag);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const std::string& text);
+  void flush();
+  void commit();
+
+ private:
+  std::string path_, tmp_, flag_;
+  std::FILE* f_ = nullptr;
+};
+
+// Writes `text` to `path` atomically.
+void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag);
+
+struct StepMetrics {
+  int step = 0;  // 1-based
+  double loss = 0, lr = 0, grad_norm = 0;
+  double step_time_s = 0;   // wall time of the step on the loss rank (replay + optimizer)
+  double tokens_per_s = 0;  // global_batch * seq_len / step_time
+  double elapsed_s = 0;     // since the first step began
+};
+
+std::string metrics_json(const StepMetrics& m);
+
+// The loss rank's display: a progress bar on a terminal (step, loss, tokens/s, ETA), plain log
+// lines otherwise.
+class Progress {
+ public:
+  Progress(ProgressMode mode, int steps, int log_every, std::FILE* out);
+  void update(const StepMetrics& m);
+  void finish();  // ends the bar's line
+
+ private:
+  ProgressMode mode_;
+  int steps_, every_;
+  std::FILE* out_;
+  bool drawn_ = false;
+};
+
+}  // namespace pprt

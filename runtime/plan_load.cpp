@@ -1,0 +1,97 @@
+#include "runtime/plan_load.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <tuple>
+
+#include "compiler/dependencies.h"
+#include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+#include "compiler/lower_send_recv.h"
+#include "compiler/verify.h"
+
+namespace pprt {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& input, const std::string& what) {
+  throw ppc::UserError(what, ppc::SourceLocation{input, 0, 0, ""});
+}
+
+void check_verified(const ppc::Plan& plan, const std::string& input) {
+  const ppc::VerifyReport rep = ppc::verify(plan);
+  if (rep.ok()) return;
+  std::string msg = "the plan is not valid: " + rep.errors.front();
+  if (rep.errors.size() > 1 || rep.truncated) msg += fmt::format(" (and {} more errors)", rep.errors.size() - 1);
+  fail(input, msg);
+}
+
+}  // namespace
+
+ppc::Plan load_plan(const std::string& path) {
+  ppc::Plan plan = ppc::read_plan_json(ppc::read_file(path), path);
+  // The compute order first: lowering and the checks of a lowered plan assume a sound one.
+  ppc::Plan compute_only = plan;
+  compute_only.lowered.clear();
+  check_verified(compute_only, path);
+  if (!plan.is_lowered()) plan = ppc::lower_send_recv(plan);
+  check_verified(plan, path);
+  check_runnable(plan, path);
+  return plan;
+}
+
+void check_runnable(const ppc::Plan& plan, const std::string& input) {
+  if (!plan.has_model)
+    fail(input, "layout: the plan describes no model (it was compiled with --stages N); compile it with --layout or "
+                "--layout-file");
+  for (size_t s = 0; s < plan.layout.stages.size(); ++s)
+    for (ppc::LayerKind k : plan.layout.stages[s])
+      if (k == ppc::LayerKind::Mtp)
+        fail(input, fmt::format("layout.stages[{}]: pprun does not support multi-token prediction layers (m) yet; "
+                                "remove m from the layout",
+                                s));
+  if (plan.copies != 1)
+    fail(input, fmt::format("copies: {} runs {} copies of the model with duplicated parameters, which pprun does not "
+                            "support yet (DualPipeV, with one copy, runs)",
+                            plan.schedule, plan.copies));
+  try {
+    ppc::check_model(plan.layout);
+  } catch (const ppc::UserError& e) {
+    fail(input, "layout: " + e.message());
+  }
+}
+
+std::optional<std::string> check_fifo_order(const ppc::Plan& plan) {
+  using Msg = std::tuple<int, int, int>;  // sending stage, microbatch, 0 = activation / 1 = gradient
+  std::map<std::pair<int, int>, std::vector<Msg>> sent, received;
+  const auto& order = plan.order();
+  for (int r = 0; r < plan.pp(); ++r) {
+    for (const ppc::Action& a : order[static_cast<size_t>(r)]) {
+      if (!ppc::is_comm(a.kind)) continue;
+      const ppc::CommMatch m = ppc::comm_match(plan, a);
+      switch (a.kind) {
+        case ppc::ActionKind::SendF: sent[{r, m.rank}].push_back({a.stage, a.microbatch, 0}); break;
+        case ppc::ActionKind::SendB: sent[{r, m.rank}].push_back({a.stage, a.microbatch, 1}); break;
+        case ppc::ActionKind::RecvF: received[{m.rank, r}].push_back({m.stage, a.microbatch, 0}); break;
+        case ppc::ActionKind::RecvB: received[{m.rank, r}].push_back({m.stage, a.microbatch, 1}); break;
+        default: break;
+      }
+    }
+  }
+  for (const auto& [pair, msgs] : sent) {
+    const auto& rec = received[pair];
+    for (size_t k = 0; k < msgs.size() && k < rec.size(); ++k) {
+      if (msgs[k] == rec[k]) continue;
+      auto text = [](const Msg& m) {
+        return fmt::format("{} of stage {} microbatch {}", std::get<2>(m) ? "gradient" : "activation", std::get<0>(m),
+                           std::get<1>(m));
+      };
+      return fmt::format("rank {} sends the {} as its message {} to rank {}, which receives the {} there", pair.first,
+                         text(msgs[k]), k, pair.second, text(rec[k]));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace pprt

@@ -1,0 +1,26 @@
+// Reading a plan for execution: everything that can be wrong with it is reported here, as a
+// ppc::UserError naming the file and the field, before any rank computes anything.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "compiler/plan.h"
+
+namespace pprt {
+
+// Reads a JSON plan (docs/plan-format.md), verifies it with the compiler's verifier (lowering
+// it first if it holds only compute orders) and checks that pprun can run it (check_runnable).
+ppc::Plan load_plan(const std::string& path);
+
+// A verified plan pprun can run: it describes a model (not --stages), whose layout follows the
+// model rules (E first, L last), has no multi-token-prediction layer (m) and one model copy
+// (DualPipe's duplicated parameters come later). `input` names the plan in messages.
+void check_runnable(const ppc::Plan& plan, const std::string& input);
+
+// Transports without tags (NCCL) match the k-th send from rank a to rank b with the k-th
+// receive on b from a. Returns a description of the first pair of ranks whose orders disagree,
+// or nothing if the plan keeps that order.
+std::optional<std::string> check_fifo_order(const ppc::Plan& plan);
+
+}  // namespace pprt

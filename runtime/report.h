@@ -1,0 +1,64 @@
+// What each rank measured, gathered on the loss rank at the end of a run: the peak of in-flight
+// activations, per-step timings and the span of every action. From them: the runtime's own
+// overhead per action, the measured step time against the makespan the compiler's simulator
+// gives for the per-action times of the same step, and the Chrome trace. No LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/plan.h"
+
+namespace pprt {
+
+// Times of one lowered action in a step, in nanoseconds since the step began.
+struct ActionSpan {
+  int64_t wait = 0;   // compute: when it began (waiting for a received input first); comm: posted
+  int64_t start = 0;  // compute: when it began computing; comm: posted
+  int64_t end = 0;    // compute: done; comm: its Work waited for
+};
+
+struct StepTiming {
+  int step = 0;               // 0-based
+  int64_t begin_unix_us = 0;  // wall clock at the start of the step (aligns ranks in the trace)
+  int64_t wall_ns = 0;        // action replay, sends waited for
+  int64_t compute_ns = 0;     // inside compute actions, waits excluded
+  int64_t wait_ns = 0;        // waiting for receives and sends
+  int64_t post_ns = 0;        // posting batches to the transport
+  int64_t optimizer_ns = 0;   // after the replay: gradient clipping (all-reduce) and AdamW
+  size_t actions = 0;
+  std::vector<ActionSpan> spans;  // per lowered action (empty if not kept)
+};
+
+struct RankReport {
+  int rank = 0;
+  int peak_inflight = 0;
+  std::vector<StepTiming> steps;  // the steps kept for analysis and the trace
+};
+
+std::string to_json(const RankReport& r);
+RankReport rank_report_from_json(const std::string& text);
+
+struct TimingSummary {
+  std::vector<int> peak_inflight;       // measured, per rank
+  std::vector<int> predicted_inflight;  // ppc::peak_inflight(plan)
+  double overhead_us_per_action = 0;    // wall - compute - wait - post, per action, all ranks
+  double post_us_per_action = 0;        // posting to the transport, per communication batch action
+  double step_ms = 0;                   // median over the analysed steps of max over ranks of wall
+  double simulated_ms = 0;              // median simulated makespan from the same steps' action times
+  double ratio = 0;                     // median of step / simulated
+  int analysed_steps = 0;
+};
+
+// Analyses the steps with spans (skipping the first step of the run when others exist).
+TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
+
+// {"traceEvents": [...]} (docs/pprun.md): X events per action (pid = rank, tid 0 compute, 1
+// communication), process and thread names, and flow events from each SEND to its RECV.
+std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
+
+// The summary lines the loss rank prints at the end.
+std::string summary_text(const TimingSummary& s);
+
+}  // namespace pprt

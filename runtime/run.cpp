@@ -1,0 +1,177 @@
+#include "runtime/run.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "compiler/diagnostic.h"
+#include "compiler/layout.h"
+#include "runtime/data.h"
+#include "runtime/failure.h"
+#include "runtime/plan_load.h"
+#include "runtime/trainer.h"
+#include "runtime/transport.h"
+
+namespace pprt {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& flag, const std::string& what) {
+  throw ppc::UserError(what, ppc::SourceLocation{flag, 0, 0, ""});
+}
+
+ppc::Plan reference_plan(const RunOptions& o) {
+  if (o.layout.empty()) fail("--reference", "give the model as --plan FILE, or as --layout STR with --microbatches M");
+  if (!o.microbatches) fail("--microbatches", "--reference --layout needs --microbatches");
+  ppc::Plan plan;
+  plan.layout = ppc::parse_layout(o.layout);
+  plan.has_model = true;
+  plan.microbatches = *o.microbatches;
+  plan.schedule = "reference";
+  plan.placement = ppc::make_placement(1, 1, ppc::PlacementStyle::Loop);
+  check_runnable(plan, "--layout");
+  return plan;
+}
+
+std::pair<int, int64_t> parse_fault(const std::string& text) {
+  int rank = -1;
+  long long step = -1;
+  char extra = 0;
+  if (std::sscanf(text.c_str(), "%d:%lld%c", &rank, &step, &extra) != 2 || rank < 0 || step < 1)
+    fail("--fault-kill", fmt::format("expected RANK:STEP (STEP from 1), got '{}'", text));
+  return {rank, step - 1};
+}
+
+}  // namespace
+
+Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const GetEnv& getenv) {
+  Job job;
+  if (!o.plan_path.empty()) job.plan = load_plan(o.plan_path);
+  else if (o.reference) job.plan = reference_plan(o);
+  else fail("--plan", "a plan is required: pprun --plan plan.json (write one with ppcompile --emit json -o plan.json)");
+  if (o.microbatches && *o.microbatches != job.plan.microbatches)
+    fail("--microbatches", fmt::format("is {}, but the plan {} was compiled for {} microbatches", *o.microbatches, o.plan_path,
+                                       job.plan.microbatches));
+  if (job.plan.microbatches < 1) fail("--microbatches", "must be at least 1");
+
+  job.model = resolve_model_config(o.config_path, o.model);
+  job.train = o.train;
+  const TrainOptions& t = job.train;
+  if (t.steps < 1) fail("--steps", fmt::format("must be at least 1, got {}", t.steps));
+  if (t.global_batch < 1 || t.global_batch % job.plan.microbatches != 0)
+    fail("--global-batch", fmt::format("{} is not a positive multiple of the plan's {} microbatches", t.global_batch,
+                                       job.plan.microbatches));
+  if (!(t.lr > 0)) fail("--lr", "must be positive");
+  if (t.clip < 0) fail("--clip", "must be at least 0 (0 = no clipping)");
+  if (!t.data_path.empty()) (void)TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed);
+
+  job.out = o.out;
+  std::string progress = o.progress;
+  if (progress == "auto" && getenv("PPRUN_PROGRESS")) progress = getenv("PPRUN_PROGRESS");
+  if (progress == "auto") progress = isatty(STDOUT_FILENO) ? "bar" : "lines";
+  if (progress == "bar") job.out.progress = ProgressMode::Bar;
+  else if (progress == "lines") job.out.progress = ProgressMode::Lines;
+  else if (progress == "none") job.out.progress = ProgressMode::None;
+  else fail("--progress", fmt::format("unknown mode '{}' (expected auto, bar, lines or none)", progress));
+
+  job.device = o.device;
+  check_device(job.device);
+  if (job.device == "cuda" && !o.reference)
+    if (auto bad = check_fifo_order(job.plan))
+      fail(o.plan_path, "the NCCL transport needs sends and receives between two ranks in the same order: " + *bad);
+  if (!(o.timeout_s > 0)) fail("--timeout", "must be positive");
+  job.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+
+  int local_ranks = o.reference ? 1 : job.plan.pp();
+  if (env && getenv("LOCAL_WORLD_SIZE")) local_ranks = std::max(1, std::atoi(getenv("LOCAL_WORLD_SIZE")));
+  else if (env && env->launcher == "SLURM" && getenv("SLURM_NTASKS_PER_NODE"))
+    local_ranks = std::max(1, std::atoi(getenv("SLURM_NTASKS_PER_NODE")));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  job.threads = o.threads > 0 ? o.threads : std::max(1, cores / local_ranks);
+  if (!o.fault_kill.empty()) std::tie(job.kill_rank, job.kill_step) = parse_fault(o.fault_kill);
+  return job;
+}
+
+namespace {
+
+int run_worker(const Job& job, const LaunchEnv& env) {
+  if (env.world != job.plan.pp())
+    fail("environment", fmt::format("the plan is for {} ranks (pp {}), but {} started {} (WORLD_SIZE)", job.plan.pp(),
+                                    job.plan.pp(), env.launcher, env.world));
+  set_threads(job.threads);
+  const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Transport> transport;
+  try {
+    StoreOptions so;
+    so.host = env.master_addr;
+    so.port = env.master_port;
+    so.is_server = env.rank == 0 && !env.external_store;
+    so.world_size = env.world;
+    so.timeout = job.timeout;
+    so.prefix = env.store_prefix;
+    store = make_tcp_store(so);
+    if (job.device == "cuda") {
+      transport = make_nccl_transport(*store, env.rank, env.world, env.local_rank, job.timeout);
+    } else {
+      GlooOptions go;
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) go.interface = ifname;
+      go.hostname = local ? "127.0.0.1" : "";
+      go.timeout = job.timeout;
+      transport = make_gloo_transport(*store, env.rank, env.world, go);
+    }
+    train_rank(job, env.rank, env.local_rank, transport.get(), *store);
+  } catch (const RunFailure& e) {
+    std::fprintf(stderr, "pprun: %s\n", e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);  // the transport may be wedged: do not run its destructors
+  } catch (const TransportError& e) {
+    report_failure(store.get(), env.rank, e.what());
+    std::fprintf(stderr, "pprun: rank %d: %s\n", env.rank, e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  return 0;
+}
+
+int spawn(const Job& job, const RunOptions& o) {
+  StoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  so.is_server = true;
+  so.world_size = job.plan.pp();
+  so.timeout = job.timeout;
+  so.prefix = "pprun/0/";
+  std::unique_ptr<Store> store = make_tcp_store(so);
+  SpawnOptions sp;
+  sp.exe = o.exe;
+  sp.args = o.args;
+  sp.world = job.plan.pp();
+  sp.port = store_port(*store);
+  if (o.progress == "auto") sp.env.emplace_back("PPRUN_PROGRESS", isatty(STDOUT_FILENO) ? "bar" : "lines");
+  sp.grace = job.timeout + std::chrono::seconds(5);
+  sp.store = store.get();
+  std::printf("pprun: starting %d ranks on this machine (rendezvous 127.0.0.1:%d)\n", sp.world, sp.port);
+  std::fflush(stdout);
+  return spawn_ranks(sp);
+}
+
+}  // namespace
+
+int run(const RunOptions& o, const GetEnv& getenv) {
+  const std::optional<LaunchEnv> env = o.reference ? std::nullopt : launch_env(getenv);
+  const Job job = make_job(o, env, getenv);
+  if (o.reference) {
+    set_threads(job.threads);
+    train_reference(job);
+    return 0;
+  }
+  if (env) return run_worker(job, *env);
+  return spawn(job, o);
+}
+
+}  // namespace pprt

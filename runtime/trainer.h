@@ -1,0 +1,30 @@
+// Training: one rank of a pipelined job (the executor replays the plan each step), or the
+// unpipelined reference (the whole model in one process, the same microbatches with gradient
+// accumulation). Both: AdamW, linear warm-up then cosine decay, clipping by the global gradient
+// norm (over all ranks), the same data. The loss rank prints progress and writes the metrics,
+// the trace and the summary. The interface has no LibTorch type.
+#pragma once
+
+#include <string>
+
+#include "runtime/job.h"
+#include "runtime/transport.h"
+
+namespace pprt {
+
+// Throws ppc::UserError if `device` cannot be used by this build: "cuda" with a LibTorch built
+// without CUDA, without the NCCL transport, or with no visible GPU.
+void check_device(const std::string& device);
+
+// Runs rank `rank` of `job` over `transport` (null only for pp 1); `store` is the rendezvous
+// store (gathering reports, diagnosing a lost rank). Throws RunFailure (failure.h) when the run
+// fails, ppc::UserError for bad input found late (an output file that cannot be written).
+void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store);
+
+// The unpipelined reference of `job` (its plan gives the layout and the microbatches).
+void train_reference(const Job& job);
+
+// Sets LibTorch's intra-op threads (and one inter-op thread) for this process.
+void set_threads(int threads);
+
+}  // namespace pprt

@@ -1,0 +1,90 @@
+// pprun: trains a model by replaying a compiled plan (ppcompile --emit json), one process per
+// rank. Thin: parses flags into pprt::RunOptions and calls pprt::run.
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "compiler/diagnostic.h"
+#include "runtime/failure.h"
+#include "runtime/run.h"
+
+int main(int argc, char** argv) {
+  pprt::RunOptions o;
+  CLI::App app{
+      "pprun: trains a model from a compiled pipeline plan, one process per rank.\n"
+      "Example: ppcompile --layout 'Et|tt|tt|tL' --pp 4 --schedule 1F1B --microbatches 8 --emit json -o plan.json\n"
+      "         pprun --plan plan.json --steps 40\n"
+      "Alone it starts one process per rank on this machine; under torchrun or SLURM it is one rank.",
+      "pprun"};
+  app.get_formatter()->column_width(34);
+  auto* plan = app.add_option("--plan", o.plan_path, "The JSON plan to run (ppcompile --emit json)");
+  app.add_flag("--reference", o.reference, "Run the same model unpipelined in one process (gradient accumulation)");
+  app.add_option("--layout", o.layout, "--reference without a plan: the model's layout, e.g. 'Etttt|ttttL'")->excludes(plan);
+  app.add_option("--microbatches", o.microbatches, "Microbatches per step (must agree with the plan)");
+
+  auto* model = app.add_option_group("model", "Model size (defaults, then --config, then these)");
+  model->add_option("--config", o.config_path, "JSON model config (see examples/tiny-model.json)");
+  model->add_option("--hidden", o.model.hidden, "Model width (default 64)");
+  model->add_option("--heads", o.model.heads, "Attention heads (default 4)");
+  model->add_option("--kv-heads", o.model.kv_heads, "Key/value heads (default 2)");
+  model->add_option("--ffn", o.model.ffn, "SwiGLU width (default 176)");
+  model->add_option("--vocab", o.model.vocab, "Vocabulary (default 256)");
+  model->add_option("--seq-len", o.model.seq_len, "Tokens per sequence (default 64)");
+
+  auto* train = app.add_option_group("training");
+  train->add_option("--steps", o.train.steps, "Optimizer steps")->capture_default_str();
+  train->add_option("--global-batch", o.train.global_batch, "Sequences per step")->capture_default_str();
+  train->add_option("--lr", o.train.lr, "Peak learning rate (AdamW)")->capture_default_str();
+  train->add_option("--warmup", o.train.warmup, "Linear warm-up steps (default steps/10), then cosine decay");
+  train->add_option("--weight-decay", o.train.weight_decay, "AdamW weight decay on matrices")->capture_default_str();
+  train->add_option("--clip", o.train.clip, "Clip the global gradient norm to this (0 = off)")->capture_default_str();
+  train->add_option("--seed", o.train.seed, "Initialisation and data seed")->capture_default_str();
+  train->add_option("--data", o.train.data_path, "Train on a text file (byte-level tokens) instead of the synthetic language");
+
+  auto* out = app.add_option_group("output");
+  out->add_option("--metrics", o.out.metrics_path, "Write JSON lines per step to FILE");
+  out->add_option("--trace", o.out.trace_path, "Write a Chrome trace of the real execution to FILE");
+  out->add_option("--dump-params", o.out.dump_dir, "Write every parameter, keyed by global name, to DIR");
+  out->add_option("--progress", o.progress, "auto, bar, lines or none")->capture_default_str();
+  out->add_option("--log-every", o.out.log_every, "Log a line every N steps (default: about 20 lines)");
+
+  auto* exec = app.add_option_group("execution");
+  exec->add_option("--device", o.device, "cpu (Gloo) or cuda (NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  exec->add_option("--timeout", o.timeout_s, "Seconds a rank waits for a peer before giving up")->capture_default_str();
+  exec->add_option("--threads", o.threads, "Intra-op threads per rank (default: cores / ranks on this machine)");
+  app.add_option("--fault-kill", o.fault_kill, "Testing: rank R kills itself (SIGKILL) in the middle of step S")
+      ->group("");  // hidden
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "pprun: error: " << e.what() << "\n(run pprun --help for usage)\n";
+    return 2;
+  }
+  std::error_code ec;
+  o.exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) o.exe = argv[0];
+  o.args.assign(argv + 1, argv + argc);
+  const char* rank = std::getenv("RANK");
+  const std::string who = rank ? std::string("rank ") + rank + ": " : "";
+  try {
+    return pprt::run(o, [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
+  } catch (const ppc::UserError& e) {
+    std::cerr << "pprun: " << who << "error: " << e.format() << '\n';
+    return 2;
+  } catch (const pprt::RunFailure& e) {
+    std::cerr << "pprun: " << e.what() << '\n';
+    return 1;
+  } catch (const ppc::InternalError& e) {
+    std::cerr << "pprun: " << who << e.what() << "\n(this is a bug in pprun; please report it)\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "pprun: " << who << "error: " << e.what() << '\n';
+    return 1;
+  }
+}

@@ -2,6 +2,7 @@
 // Thin: parses flags, runs the library's passes in order, writes the output.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,8 +16,10 @@
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/render_dot.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
+#include "compiler/compare.h"
 
 namespace {
 
@@ -34,6 +37,9 @@ struct Options {
   std::string color = "auto";
   bool compact = false;
   bool list_schedules = false;
+  std::string engine = "timeline";
+  std::string arrows = "auto";
+  double width = 1800;
 };
 
 void list_schedules(std::ostream& os) {
@@ -52,6 +58,13 @@ bool use_color(const Options& o) {
   if (o.color == "never" || !o.output.empty()) return false;
   const char* term = std::getenv("TERM");
   return isatty(fileno(stdout)) && !std::getenv("NO_COLOR") && !(term && std::string(term) == "dumb");
+}
+
+// The terminal's width when the table goes to one (the table turns compact if wider), else 0.
+int terminal_columns(const Options& o) {
+  if (!o.output.empty() || !isatty(fileno(stdout))) return 0;
+  winsize ws{};
+  return ioctl(fileno(stdout), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 0;
 }
 
 ppc::Plan build_plan(const Options& o) {
@@ -123,6 +136,40 @@ void write_output(const std::string& path, const std::string& text) {
   }
 }
 
+ppc::TimelineOptions timeline_options(const Options& o) {
+  ppc::TimelineOptions t;
+  t.arrows = o.arrows == "on" ? ppc::Arrows::On : o.arrows == "off" ? ppc::Arrows::Off : ppc::Arrows::Auto;
+  t.max_width = o.width;
+  return t;
+}
+
+// The HTML page of one plan: a comparison of one.
+void emit_single_html(const ppc::Plan& plan, const ppc::VerifyReport& report, const ppc::CostModel& cost,
+                      const ppc::TimelineOptions& timeline, std::ostream& out) {
+  ppc::CompareOptions co;
+  co.layout = plan.layout;
+  co.has_model = plan.has_model;
+  co.pp = plan.pp();
+  co.microbatches = plan.microbatches;
+  co.cost = cost;
+  ppc::CompareRow row;
+  row.schedule = plan.schedule;
+  row.vpp = plan.vpp();
+  row.placement = plan.placement.style;
+  row.plan = plan;
+  row.report = report;
+  row.sim = ppc::simulate(plan, cost);
+  for (int r = 0; r < plan.pp(); ++r)
+    if (row.sim.peak_memory[static_cast<size_t>(r)] > row.peak_memory) {
+      row.peak_memory = row.sim.peak_memory[static_cast<size_t>(r)];
+      row.peak_rank = r;
+    }
+  row.comm_bytes = row.sim.comm_bytes;
+  ppc::Comparison cmp;
+  cmp.rows.push_back(std::move(row));
+  ppc::emit_html(cmp, co, out, timeline);
+}
+
 int run(const Options& o) {
   if (o.list_schedules) {
     std::ostringstream ss;
@@ -150,7 +197,7 @@ int run(const Options& o) {
 
   std::ostringstream out;
   if (o.emit == "table") {
-    ppc::emit_table(plan, report, out, ppc::TableOptions{use_color(o), o.compact});
+    ppc::emit_table(plan, report, out, ppc::TableOptions{use_color(o), o.compact, terminal_columns(o)});
   } else if (o.emit == "csv") {
     ppc::emit_csv(plan, out, o.compute_only);
   } else if (o.emit == "json") {
@@ -159,6 +206,20 @@ int run(const Options& o) {
     ppc::emit_stats(plan, report, ppc::simulate(plan, ppc::CostModel{}), out);
   } else if (o.emit == "layout") {
     ppc::emit_layout(plan, out);
+  } else if (o.emit == "svg" && o.engine == "timeline") {
+    ppc::emit_svg(plan, ppc::simulate(plan, ppc::CostModel{}), out, timeline_options(o));
+  } else if (o.emit == "svg" || o.emit == "png") {
+    if (o.emit == "png" && o.output.empty() && isatty(fileno(stdout)))
+      throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png", ppc::SourceLocation{"--emit", 0, 0, ""});
+    std::ostringstream dot;
+    ppc::emit_dot(plan, dot);
+    out << ppc::render_dot(dot.str(), o.emit, report.compute_actions);
+  } else if (o.emit == "dot") {
+    ppc::emit_dot(plan, out);
+  } else if (o.emit == "trace") {
+    ppc::emit_trace(plan, ppc::simulate(plan, ppc::CostModel{}), out);
+  } else if (o.emit == "html") {
+    emit_single_html(plan, report, ppc::CostModel{}, timeline_options(o), out);
   }
   write_output(o.output, out.str());
   return 0;
@@ -189,8 +250,17 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "Schedule name, case-insensitive (see --list-schedules)");
   app.add_option("--microbatches", o.microbatches, "Microbatches per step");
   app.add_option("--num-layers", o.num_layers, "Check that the layout has this many decoder layers (t)");
-  app.add_option("--emit", o.emit, "Output: table, csv, json, stats or layout")
-      ->check(CLI::IsMember({"table", "csv", "json", "stats", "layout"}))
+  app.add_option("--emit", o.emit, "Output: table, csv, json, stats, layout, svg, dot, png, trace or html")
+      ->check(CLI::IsMember({"table", "csv", "json", "stats", "layout", "svg", "dot", "png", "trace", "html"}))
+      ->capture_default_str();
+  app.add_option("--engine", o.engine, "SVG: timeline (simulated lanes) or dot (dependency graph via Graphviz)")
+      ->check(CLI::IsMember({"timeline", "dot"}))
+      ->capture_default_str();
+  app.add_option("--arrows", o.arrows, "Timeline send->recv arrows: auto (up to 1000), on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--width", o.width, "Timeline: widest time axis in pixels")
+      ->check(CLI::Range(100.0, 100000.0))
       ->capture_default_str();
   app.add_flag("--compute-only", o.compute_only, "CSV: the compute order, without SEND/RECV");
   app.add_option("-o,--output", o.output, "Write to FILE (atomically) instead of stdout");

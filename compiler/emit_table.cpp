@@ -1,7 +1,12 @@
 // The terminal table: time steps as rows, ranks as columns.
+//
+// The default (no color, not compact) output is pinned by the golden files. Color and compact
+// mode are for terminals: colors by kind, idle cells as a dim dot, and in compact mode one letter
+// per action (plus the chunk digit when ranks hold several stages) and a legend line.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <ostream>
 
 #include "compiler/emit.h"
@@ -13,75 +18,146 @@ namespace {
 
 const char* color_of(ActionKind k) {
   switch (k) {
-    case ActionKind::F: return "\x1b[32m";          // green
-    case ActionKind::B: return "\x1b[34m";          // blue
-    case ActionKind::I: return "\x1b[36m";          // cyan
+    case ActionKind::F: return "\x1b[34m";          // blue
+    case ActionKind::B: return "\x1b[32m";          // green
+    case ActionKind::I: return "\x1b[33m";          // yellow (orange in the SVG)
     case ActionKind::W: return "\x1b[35m";          // magenta
-    case ActionKind::OverlapFB: return "\x1b[33m";  // yellow
+    case ActionKind::OverlapFB: return "\x1b[1;33m";  // bold yellow
     default: return "";
   }
 }
+constexpr const char* kReset = "\x1b[0m";
+constexpr const char* kDim = "\x1b[2m";
 
-std::string cell_text(const Action& a, bool compact) {
+// Compact letter of a kind: F, B, I, W, or X for an overlapped forward/backward.
+char compact_letter(ActionKind k) {
+  switch (k) {
+    case ActionKind::F: return 'F';
+    case ActionKind::B: return 'B';
+    case ActionKind::I: return 'I';
+    case ActionKind::W: return 'W';
+    case ActionKind::OverlapFB: return 'X';
+    default: return '?';
+  }
+}
+
+// The chunk as one character: 0-9, then a-z, then '+'.
+char chunk_char(int c) {
+  if (c < 10) return static_cast<char>('0' + c);
+  if (c < 36) return static_cast<char>('a' + c - 10);
+  return '+';
+}
+
+std::string cell_text(const Plan& plan, const Action& a, bool compact) {
   if (!compact) return to_string(a);
-  if (a.kind == ActionKind::OverlapFB) return "X";
-  return kind_name(a.kind);
+  std::string s(1, compact_letter(a.kind));
+  if (plan.vpp() > 1) s += chunk_char(plan.placement.stage_chunk[static_cast<size_t>(a.stage)]);
+  return s;
+}
+
+struct Grid {
+  int32_t num_steps = 0;
+  std::vector<std::vector<int32_t>> cells;  // cells[t][r] = index into plan.compute[r], or -1
+};
+
+Grid make_grid(const Plan& plan) {
+  const int pp = plan.pp();
+  const auto steps = compute_steps(plan);
+  Grid g;
+  for (const auto& r : steps)
+    if (!r.empty()) g.num_steps = std::max(g.num_steps, r.back() + 1);
+  g.cells.assign(static_cast<size_t>(g.num_steps), std::vector<int32_t>(static_cast<size_t>(pp), -1));
+  for (int r = 0; r < pp; ++r) {
+    const auto& st = steps[static_cast<size_t>(r)];
+    for (size_t i = 0; i < st.size(); ++i) g.cells[static_cast<size_t>(st[i])][static_cast<size_t>(r)] = static_cast<int32_t>(i);
+  }
+  return g;
+}
+
+std::vector<size_t> column_widths(const Plan& plan, bool compact) {
+  std::vector<size_t> width(static_cast<size_t>(plan.pp()));
+  for (int r = 0; r < plan.pp(); ++r) {
+    size_t& w = width[static_cast<size_t>(r)];
+    w = compact ? fmt::formatted_size("{}", r) : fmt::formatted_size("Rank {}", r);
+    for (const Action& a : plan.compute[static_cast<size_t>(r)]) w = std::max(w, cell_text(plan, a, compact).size());
+  }
+  return width;
 }
 
 }  // namespace
 
 void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os, const TableOptions& opts) {
   const int pp = plan.pp();
-  const auto steps = compute_steps(plan);
-  int32_t num_steps = 0;
-  for (const auto& r : steps)
-    if (!r.empty()) num_steps = std::max(num_steps, r.back() + 1);
-
-  // grid[t][r] = index into plan.compute[r], or -1.
-  std::vector<std::vector<int32_t>> grid(static_cast<size_t>(num_steps), std::vector<int32_t>(static_cast<size_t>(pp), -1));
-  std::vector<size_t> width(static_cast<size_t>(pp));
-  for (int r = 0; r < pp; ++r) {
-    width[static_cast<size_t>(r)] = opts.compact ? fmt::formatted_size("{}", r) : fmt::formatted_size("Rank {}", r);
-    const auto& st = steps[static_cast<size_t>(r)];
-    for (size_t i = 0; i < st.size(); ++i) {
-      grid[static_cast<size_t>(st[i])][static_cast<size_t>(r)] = static_cast<int32_t>(i);
-      width[static_cast<size_t>(r)] =
-          std::max(width[static_cast<size_t>(r)], cell_text(plan.compute[static_cast<size_t>(r)][i], opts.compact).size());
-    }
-  }
+  const Grid grid = make_grid(plan);
+  const int32_t num_steps = grid.num_steps;
   const size_t label_width = fmt::formatted_size("Step {}", std::max(0, num_steps - 1));
   const std::string sep = " ";
+
+  bool compact = opts.compact;
+  std::vector<size_t> width = column_widths(plan, compact);
+  if (!compact && opts.max_width > 0) {  // too wide for the terminal: compact
+    size_t total = label_width + 2;
+    for (size_t w : width) total += w + sep.size();
+    if (total > static_cast<size_t>(opts.max_width)) {
+      compact = true;
+      width = column_widths(plan, true);
+    }
+  }
 
   std::string line(label_width + 2, ' ');
   for (int r = 0; r < pp; ++r) {
     if (r) line += sep;
-    line += fmt::format("{:<{}}", opts.compact ? fmt::format("{}", r) : fmt::format("Rank {}", r),
+    line += fmt::format("{:<{}}", compact ? fmt::format("{}", r) : fmt::format("Rank {}", r),
                         width[static_cast<size_t>(r)]);
   }
   while (!line.empty() && line.back() == ' ') line.pop_back();
   os << line << '\n';
   const int digits = static_cast<int>(fmt::formatted_size("{}", std::max(0, num_steps - 1)));
+  std::array<bool, kNumActionKinds> seen{};
   for (int32_t t = 0; t < num_steps; ++t) {
     line = fmt::format("Step {:0{}}: ", t, digits);
     std::string trailing;  // padding is only written before a later non-empty cell
     for (int r = 0; r < pp; ++r) {
       if (r) trailing += sep;
-      const int32_t i = grid[static_cast<size_t>(t)][static_cast<size_t>(r)];
-      std::string text;
-      const Action* a = nullptr;
-      if (i >= 0) {
-        a = &plan.compute[static_cast<size_t>(r)][static_cast<size_t>(i)];
-        text = cell_text(*a, opts.compact);
+      const int32_t i = grid.cells[static_cast<size_t>(t)][static_cast<size_t>(r)];
+      const size_t w = width[static_cast<size_t>(r)];
+      if (i < 0) {
+        if (opts.color) {  // idle: a dim dot, so that gaps read as gaps
+          line += trailing + kDim + "·" + kReset;
+          trailing.assign(w - 1, ' ');
+        } else {
+          trailing += std::string(w, ' ');
+        }
+        continue;
       }
-      if (!text.empty()) {
-        line += trailing;
-        trailing.clear();
-        if (opts.color) line += std::string(color_of(a->kind)) + text + "\x1b[0m";
-        else line += text;
-      }
-      trailing += std::string(width[static_cast<size_t>(r)] - text.size(), ' ');
+      const Action& a = plan.compute[static_cast<size_t>(r)][static_cast<size_t>(i)];
+      seen[static_cast<size_t>(a.kind)] = true;
+      const std::string text = cell_text(plan, a, compact);
+      line += trailing;
+      trailing.clear();
+      if (opts.color) line += std::string(color_of(a.kind)) + text + kReset;
+      else line += text;
+      trailing += std::string(w - text.size(), ' ');
     }
     os << line << '\n';
+  }
+
+  if (compact || opts.color) {  // a legend: what the letters / colors mean
+    std::string legend = "Legend:";
+    for (ActionKind k : {ActionKind::F, ActionKind::B, ActionKind::I, ActionKind::W, ActionKind::OverlapFB}) {
+      if (!seen[static_cast<size_t>(k)]) continue;
+      static constexpr std::array<const char*, kNumActionKinds> kWhat = {
+          "forward", "backward", "input-grad backward", "weight-grad backward", "", "", "", "", "overlapped F+B"};
+      const std::string sym = compact ? std::string(1, compact_letter(k)) : kind_name(k);
+      legend += " ";
+      legend += opts.color ? std::string(color_of(k)) + sym + kReset : sym;
+      legend += fmt::format(" {},", kWhat[static_cast<size_t>(k)]);
+    }
+    if (legend.back() == ',') legend.pop_back();
+    if (compact && plan.vpp() > 1) legend += "; the digit is the chunk (the rank's local stage)";
+    if (opts.color) legend += fmt::format("; {}·{} idle", kDim, kReset);
+    if (compact && !opts.compact) legend += " (compact: the full table is wider than the terminal)";
+    os << legend << '\n';
   }
 
   size_t sends = 0;

@@ -10,7 +10,7 @@ PKGS=(
   antlr4 libantlr4-runtime-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  graphviz librsvg2-bin python3
+  graphviz librsvg2-bin python3 libexpat1-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "compiler/diagnostic.h"
@@ -202,6 +203,48 @@ CostModel cost_model_from_flags(const CostFlags& fl) {
   m.message_bytes = fl.message_bytes.value_or(0);
   m.overlap = fl.overlap.value_or(0);
   return m;
+}
+
+double parse_memory_size(const std::string& text, const char* flag) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double x = std::strtod(begin, &end);
+  std::string unit(end);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  double scale = 0;
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},           {"B", 1},          {"K", 1e3},          {"KB", 1e3},          {"M", 1e6},
+      {"MB", 1e6},       {"G", 1e9},        {"GB", 1e9},         {"T", 1e12},          {"TB", 1e12},
+      {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  for (const auto& [name, value] : kUnits)
+    if (unit == name) scale = value;
+  if (end == begin || scale == 0 || !std::isfinite(x) || x < 0)
+    throw UserError(fmt::format("expected a memory size such as 80GiB, 80GB or 8e10, got '{}'", text),
+                    SourceLocation{flag, 0, 0, ""});
+  return x * scale;
+}
+
+std::string memory_check(const Simulation& sim, double limit) {
+  std::vector<int> over;
+  int worst = 0;
+  double peak = -1;
+  for (size_t r = 0; r < sim.peak_memory.size(); ++r) {
+    const double total = sim.peak_memory[r] + (r < sim.param_memory.size() ? sim.param_memory[r] : 0.0);
+    if (total > limit) over.push_back(static_cast<int>(r));
+    if (total > peak) {
+      peak = total;
+      worst = static_cast<int>(r);
+    }
+  }
+  const size_t w = static_cast<size_t>(worst);
+  const std::string detail =
+      fmt::format("peak {:g} on rank {}: activations {:g}, parameters {:g}", peak, worst, sim.peak_memory[w],
+                  w < sim.param_memory.size() ? sim.param_memory[w] : 0.0);
+  if (over.empty()) return fmt::format("memory limit  {:g}: fits ({})", limit, detail);
+  std::string ranks;
+  for (int r : over) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  return fmt::format("memory limit  {:g}: exceeded on rank{} {} ({})", limit, over.size() > 1 ? "s" : "", ranks,
+                     detail);
 }
 
 CostModel unit_layer_costs() { return cost_model_from_flags(CostFlags{}); }

@@ -36,6 +36,14 @@ CostModel cost_model_from_flags(const CostFlags& flags);
 // per in-flight microbatch, no parameters, free communication.
 CostModel unit_layer_costs();
 
+// "80GiB", "80GB", "8e10", "512M": a memory size in bytes (K/M/G/T = powers of 1000 with or
+// without B, KiB/MiB/GiB/TiB = powers of 1024). UserError naming `flag` otherwise.
+double parse_memory_size(const std::string& text, const char* flag);
+
+// "memory limit  8e+10: fits (peak 1.2e+10 on rank 0: activations 1e+10, parameters 2e+09)" or
+// "... exceeded on ranks 0, 1 (...)": peak activation plus parameters of each rank vs the limit.
+std::string memory_check(const Simulation& sim, double limit);
+
 // A one-line description for --emit stats: "unit (per stage ...)" or "cost model (...)".
 std::string describe(const CostModel& model);
 

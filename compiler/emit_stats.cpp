@@ -21,6 +21,8 @@ void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& 
                                                    : "cost model");
   os << fmt::format("makespan      {:g}\n", sim.makespan);
   os << fmt::format("bubble        {:.2f} %\n", 100.0 * sim.bubble);
+  os << fmt::format("steady bubble {:.2f} % (steps back to back: one every {:g})\n", 100.0 * sim.steady_bubble,
+                    sim.steady_period);
   os << fmt::format("verified      {}\n", report.ok() ? (report.checked_lowered ? "yes, deadlock-free" : "yes")
                                                     : "NO: " + report.errors.front());
   os << "\nrank  busy        bubble %  peak in-flight  peak activation\n";

@@ -5,14 +5,17 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "compiler/compile.h"
+#include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
@@ -37,18 +40,24 @@ struct Options {
   std::string color = "auto";
   bool compact = false;
   bool list_schedules = false;
+  bool compare = false;
+  std::string cost_file;       // --cost FILE
+  ppc::CostFlags cost_flags;   // --cost-f, --cost-b, ...
+  std::string memory_limit;    // --memory-limit BYTES
   std::string engine = "timeline";
   std::string arrows = "auto";
   double width = 1800;
 };
 
 void list_schedules(std::ostream& os) {
-  os << fmt::format("{:<17} {:<9} {:<10} {}\n", "schedule", "vpp", "placement", "description");
+  size_t width = 17;
+  for (const auto& s : ppc::all_schedules()) width = std::max(width, s.name.size());
+  os << fmt::format("{:<{}} {:<9} {:<10} {}\n", "schedule", width, "vpp", "placement", "description");
   for (const auto& s : ppc::all_schedules()) {
     const char* vpp = s.vpp_rule == ppc::VppRule::One ? "1" : s.vpp_rule == ppc::VppRule::Two ? "2" : "any";
     std::string aliases;
     for (const auto& a : s.aliases) aliases += (aliases.empty() ? "" : ", ") + a;
-    os << fmt::format("{:<17} {:<9} {:<10} {}{}\n", s.name, vpp, ppc::placement_name(s.placement), s.summary,
+    os << fmt::format("{:<{}} {:<9} {:<10} {}{}\n", s.name, width, vpp, ppc::placement_name(s.placement), s.summary,
                       aliases.empty() ? "" : " (also: " + aliases + ")");
   }
 }
@@ -170,6 +179,61 @@ void emit_single_html(const ppc::Plan& plan, const ppc::VerifyReport& report, co
   ppc::emit_html(cmp, co, out, timeline);
 }
 
+// The cost model of --cost FILE or the --cost-* flags; unit costs when neither is given.
+ppc::CostModel cost_model(const Options& o) {
+  if (!o.cost_file.empty()) return ppc::read_cost_model(o.cost_file);
+  if (o.cost_flags.any()) return ppc::cost_model_from_flags(o.cost_flags);
+  return ppc::CostModel{};
+}
+
+std::optional<double> memory_limit(const Options& o) {
+  if (o.memory_limit.empty()) return std::nullopt;
+  return ppc::parse_memory_size(o.memory_limit, "--memory-limit");
+}
+
+// --compare: every schedule that can run the model, as one table.
+int run_compare(const Options& o) {
+  if (!o.from_csv.empty() || !o.from_json.empty())
+    throw ppc::UserError("--compare compiles schedules for a model: give --layout, --layout-file or --stages");
+  if (!o.schedule.empty())
+    throw ppc::UserError("--compare runs every schedule; drop --schedule", ppc::SourceLocation{"--schedule", 0, 0, ""});
+  if (o.vpp > 0)
+    throw ppc::UserError("--compare picks the stages per rank each schedule needs; drop --vpp",
+                         ppc::SourceLocation{"--vpp", 0, 0, ""});
+  if (o.emit != "table" && o.emit != "html")
+    throw ppc::UserError(fmt::format("--compare prints a table (or --emit html); --emit {} does not apply", o.emit),
+                         ppc::SourceLocation{"--emit", 0, 0, ""});
+  ppc::CompareOptions co;
+  if (!o.layout.empty()) {
+    co.layout = ppc::parse_layout(o.layout);
+    co.has_model = true;
+  } else if (!o.layout_file.empty()) {
+    co.layout = ppc::parse_layout_file(o.layout_file);
+    co.has_model = true;
+  } else if (o.stages > 0) {
+    co.layout = ppc::generic_layout(o.stages);
+  } else {
+    throw ppc::UserError("give the model as --layout STR, --layout-file FILE or --stages N");
+  }
+  if (o.pp <= 0) throw ppc::UserError("--pp is required");
+  if (o.microbatches <= 0) throw ppc::UserError("--microbatches is required");
+  co.pp = o.pp;
+  co.microbatches = o.microbatches;
+  co.cost = cost_model(o);
+  co.memory_limit = memory_limit(o);
+  const ppc::Comparison cmp = ppc::compare_schedules(co);
+  if (cmp.rows.empty()) {
+    std::string why;
+    for (const auto& s : cmp.skipped) why += fmt::format("{}{}: {}", why.empty() ? "" : "; ", s.schedule, s.reason);
+    throw ppc::UserError("no schedule can run this configuration (" + why + ")");
+  }
+  std::ostringstream out;
+  if (o.emit == "html") ppc::emit_html(cmp, co, out, timeline_options(o));
+  else ppc::emit_compare_table(cmp, co, out);
+  write_output(o.output, out.str());
+  return 0;
+}
+
 int run(const Options& o) {
   if (o.list_schedules) {
     std::ostringstream ss;
@@ -177,6 +241,9 @@ int run(const Options& o) {
     write_output(o.output, ss.str());
     return 0;
   }
+  if (o.compare) return run_compare(o);
+  const ppc::CostModel cost = cost_model(o);
+  const std::optional<double> limit = memory_limit(o);
   ppc::Plan plan = build_plan(o);
   const bool imported = !o.from_csv.empty() || !o.from_json.empty();
   // Verify the compute order first: lowering assumes a well-formed one.
@@ -184,7 +251,7 @@ int run(const Options& o) {
   compute_only.lowered.clear();
   ppc::VerifyReport report = ppc::verify(compute_only);
   if (report.ok()) {
-    if (!plan.is_lowered()) plan = ppc::lower_send_recv(plan);
+    if (!plan.is_lowered()) plan = ppc::lower_send_recv(plan, ppc::lowering_costs(plan, cost));
     report = ppc::verify(plan);
   }
   if (!report.ok()) {
@@ -203,11 +270,13 @@ int run(const Options& o) {
   } else if (o.emit == "json") {
     ppc::emit_json(plan, report, out);
   } else if (o.emit == "stats") {
-    ppc::emit_stats(plan, report, ppc::simulate(plan, ppc::CostModel{}), out);
+    const ppc::Simulation sim = ppc::simulate(plan, cost);
+    ppc::emit_stats(plan, report, sim, out);
+    if (limit) out << ppc::memory_check(sim, *limit) << "\n";
   } else if (o.emit == "layout") {
     ppc::emit_layout(plan, out);
   } else if (o.emit == "svg" && o.engine == "timeline") {
-    ppc::emit_svg(plan, ppc::simulate(plan, ppc::CostModel{}), out, timeline_options(o));
+    ppc::emit_svg(plan, ppc::simulate(plan, cost), out, timeline_options(o));
   } else if (o.emit == "svg" || o.emit == "png") {
     if (o.emit == "png" && o.output.empty() && isatty(fileno(stdout)))
       throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png", ppc::SourceLocation{"--emit", 0, 0, ""});
@@ -217,9 +286,9 @@ int run(const Options& o) {
   } else if (o.emit == "dot") {
     ppc::emit_dot(plan, out);
   } else if (o.emit == "trace") {
-    ppc::emit_trace(plan, ppc::simulate(plan, ppc::CostModel{}), out);
+    ppc::emit_trace(plan, ppc::simulate(plan, cost), out);
   } else if (o.emit == "html") {
-    emit_single_html(plan, report, ppc::CostModel{}, timeline_options(o), out);
+    emit_single_html(plan, report, cost, timeline_options(o), out);
   }
   write_output(o.output, out.str());
   return 0;
@@ -269,6 +338,27 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--compact", o.compact, "Table: one letter per action, for wide plans");
   app.add_flag("--list-schedules", o.list_schedules, "List the schedules and exit");
+  auto* compare = app.add_flag("--compare", o.compare,
+                               "Compile, verify and simulate every schedule for the model; one table, best first");
+  auto* cost = app.add_option("--cost", o.cost_file, "Cost model JSON file (docs/cost-model.md)");
+  auto* cost_group = app.add_option_group("cost", "Simple cost model: the costs of one layer (docs/cost-model.md)");
+  auto& cf = o.cost_flags;
+  auto add_cost = [&](const char* name, std::optional<double>& v, const char* help) {
+    cost_group->add_option_function<double>(name, [&v](double x) { v = x; }, help)->excludes(cost);
+  };
+  add_cost("--cost-f", cf.f, "Forward time of a layer (default 1)");
+  add_cost("--cost-b", cf.b, "Full backward time (default I + W, or 2 F)");
+  add_cost("--cost-i", cf.i, "Input-gradient backward time (default F, or B - W)");
+  add_cost("--cost-w", cf.w, "Weight-gradient backward time (default F, or B - I)");
+  add_cost("--cost-activation", cf.activation, "Activation memory a microbatch keeps per layer (default 1)");
+  add_cost("--cost-params", cf.params, "Parameter memory per layer (default 0)");
+  add_cost("--cost-latency", cf.latency, "Time per message (default 0)");
+  add_cost("--cost-bandwidth", cf.bandwidth, "Bytes per time unit (default 0 = infinite)");
+  add_cost("--cost-message", cf.message_bytes, "Bytes per activation or gradient message (default 0)");
+  add_cost("--cost-overlap", cf.overlap, "OVERLAP_F_B hides this fraction of the shorter part (0..1)");
+  app.add_option("--memory-limit", o.memory_limit,
+                 "Memory per rank (bytes, or 80GiB, 80GB...; activation units under unit costs)");
+  compare->excludes(csv)->excludes(js);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -87,7 +87,7 @@ struct Executor::Impl {
   }
 
   [[noreturn]] void comm_failed(size_t index, const std::exception& e, int peer) {
-    throw CommFailure(fmt::format("rank {}, action {} ({}): {}", rank, index, ppc::to_string(actions[index]), e.what()), peer);
+    throw CommFailure(fmt::format("action {} ({}): {}", index, ppc::to_string(actions[index]), e.what()), peer);
   }
 
   // Waits for a pending receive or send; returns how long it waited.

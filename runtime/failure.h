@@ -5,15 +5,23 @@
 //  - a rank that fails for any reason sets "failed/<rank>" to its message, and the first to fail
 //    also sets "first-failure";
 //  - the spawning pprun sets "lost/<rank>" when a rank dies from a signal;
-//  - a rank that sees a communication failure waits up to a grace period for the others: a
-//    rank marked lost, or one that never reports, is the lost one (a killed or stopped process
-//    cannot report); if every rank reported, the first failure is the cause.
+//  - every rank runs a FailureWatch: once any failure is recorded, it acknowledges that its rank
+//    is alive ("alive/<rank>"), and if its rank is blocked waiting for a live peer it stops the
+//    rank itself (with the diagnosis) instead of letting it wait for the timeout;
+//  - a rank diagnosing a failure waits up to a grace period for every other rank to report a
+//    failure or acknowledge: a rank marked lost, or one that does neither, is the lost one (a
+//    killed or stopped process cannot answer); if every rank answered, the first failure is the
+//    cause.
 // No LibTorch.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "runtime/transport.h"
 
@@ -33,5 +41,37 @@ void report_failure(Store* store, int rank, const std::string& message);
 // "lost rank 2 (it did not report within 3 s)".
 std::string diagnose_lost_rank(Store* store, int rank, int world, const std::string& message,
                                std::chrono::milliseconds grace);
+
+// For the rank that hosts the store (SLURM, or ranks started by hand): before exiting after a
+// failure, waits (at most `grace`) until every rank has reported a failure or been found lost,
+// so that no rank loses the store in the middle of its diagnosis.
+void linger_for_reports(Store* store, int world, std::chrono::milliseconds grace);
+
+// Watches the store for failures of other ranks while this rank trains (see above). Stop it
+// before the run's final barrier: after it, the store's host may be gone.
+class FailureWatch {
+ public:
+  FailureWatch(Store* store, int rank, int world, std::chrono::milliseconds grace, bool hosts_store);
+  ~FailureWatch();
+  FailureWatch(const FailureWatch&) = delete;
+  FailureWatch& operator=(const FailureWatch&) = delete;
+
+  // The rank's own thread has failed and reports it itself: the watch stands down.
+  void main_failing() { main_failing_ = true; }
+  void stop();
+
+ private:
+  void loop();
+
+  Store* store_;
+  int rank_, world_;
+  std::chrono::milliseconds grace_;
+  bool hosts_store_;
+  std::atomic<bool> main_failing_{false};
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 }  // namespace pprt

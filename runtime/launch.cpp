@@ -46,7 +46,7 @@ std::optional<LaunchEnv> launch_env(const GetEnv& getenv) {
   LaunchEnv e;
   if (getenv("RANK") && getenv("WORLD_SIZE")) {
     const bool spawned = getenv("PPRUN_SPAWNED") != nullptr;
-    e.launcher = spawned ? "pprun" : "torchrun";
+    e.launcher = spawned ? "pprun" : getenv("TORCHELASTIC_RUN_ID") ? "torchrun" : "RANK/WORLD_SIZE";
     e.world = env_int(getenv, "WORLD_SIZE", 1, 1 << 20);
     e.rank = env_int(getenv, "RANK", 0, e.world - 1);
     e.local_rank = getenv("LOCAL_RANK") ? env_int(getenv, "LOCAL_RANK", 0, 1 << 20) : e.rank;

@@ -14,7 +14,7 @@
 namespace pprt {
 
 struct LaunchEnv {
-  std::string launcher;     // "torchrun", "SLURM" or "pprun" (a rank pprun spawned)
+  std::string launcher;     // "torchrun", "SLURM", "pprun" (a rank pprun spawned), or "RANK/WORLD_SIZE" (by hand)
   int rank = 0, world = 1, local_rank = 0;
   std::string master_addr;
   int master_port = 0;

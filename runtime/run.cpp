@@ -98,17 +98,19 @@ namespace {
 
 int run_worker(const Job& job, const LaunchEnv& env) {
   if (env.world != job.plan.pp())
-    fail("environment", fmt::format("the plan is for {} ranks (pp {}), but {} started {} (WORLD_SIZE)", job.plan.pp(),
-                                    job.plan.pp(), env.launcher, env.world));
+    fail("environment", fmt::format("the plan is for {} ranks (pp {}), but {} is {} (from {})", job.plan.pp(),
+                                    job.plan.pp(), env.launcher == "SLURM" ? "SLURM_NTASKS" : "WORLD_SIZE", env.world,
+                                    env.launcher));
   set_threads(job.threads);
   const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
   std::unique_ptr<Store> store;
   std::unique_ptr<Transport> transport;
+  const bool hosts_store = env.rank == 0 && !env.external_store;
   try {
     StoreOptions so;
     so.host = env.master_addr;
     so.port = env.master_port;
-    so.is_server = env.rank == 0 && !env.external_store;
+    so.is_server = hosts_store;
     so.world_size = env.world;
     so.timeout = job.timeout;
     so.prefix = env.store_prefix;
@@ -122,15 +124,17 @@ int run_worker(const Job& job, const LaunchEnv& env) {
       go.timeout = job.timeout;
       transport = make_gloo_transport(*store, env.rank, env.world, go);
     }
-    train_rank(job, env.rank, env.local_rank, transport.get(), *store);
+    train_rank(job, env.rank, env.local_rank, transport.get(), *store, hosts_store);
   } catch (const RunFailure& e) {
     std::fprintf(stderr, "pprun: %s\n", e.what());
+    if (hosts_store) linger_for_reports(store.get(), env.world, std::min(job.timeout, std::chrono::milliseconds(3000)));
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(1);  // the transport may be wedged: do not run its destructors
   } catch (const TransportError& e) {
     report_failure(store.get(), env.rank, e.what());
     std::fprintf(stderr, "pprun: rank %d: %s\n", env.rank, e.what());
+    if (hosts_store) linger_for_reports(store.get(), env.world, std::min(job.timeout, std::chrono::milliseconds(3000)));
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(1);

@@ -193,7 +193,7 @@ LocalModel build_stages(const Job& job, const std::vector<std::vector<LayerSpec>
   return m;
 }
 
-void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transport, Store& store) {
+void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transport, Store& store, FailureWatch& watch) {
   const ppc::Plan& plan = job.plan;
   const at::Device device = device_for(job, local_rank);
   const bool reporter = rank == loss_rank(plan);
@@ -251,6 +251,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
     if (trace) write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
     std::fflush(stdout);
   }
+  watch.stop();  // after the barrier the store's host may be gone
   if (transport && transport->size() > 1) transport->barrier(job.timeout);
 }
 
@@ -261,15 +262,15 @@ void check_device(const std::string& device) {
   if (device != "cuda")
     throw ppc::UserError(fmt::format("unknown device '{}' (expected cpu or cuda)", device), ppc::SourceLocation{"--device", 0, 0, ""});
   if (!at::hasCUDA())
-    throw ppc::UserError(fmt::format("--device cuda: this LibTorch ({}) was built without CUDA; use a CUDA build of LibTorch, "
+    throw ppc::UserError(fmt::format("cuda: this LibTorch ({}) was built without CUDA; use a CUDA build of LibTorch, "
                                      "or --device cpu",
                                      TORCH_VERSION),
                          ppc::SourceLocation{"--device", 0, 0, ""});
   if (!nccl_available())
-    throw ppc::UserError("--device cuda: this pprun was built without the NCCL transport (CMake found no CUDA toolkit or NCCL)",
+    throw ppc::UserError("cuda: this pprun was built without the NCCL transport (CMake found no CUDA toolkit or NCCL)",
                          ppc::SourceLocation{"--device", 0, 0, ""});
   if (at::detail::getCUDAHooks().getNumGPUs() < 1)
-    throw ppc::UserError("--device cuda: no CUDA device is visible", ppc::SourceLocation{"--device", 0, 0, ""});
+    throw ppc::UserError("cuda: no CUDA device is visible", ppc::SourceLocation{"--device", 0, 0, ""});
 }
 
 void set_threads(int threads) {
@@ -280,25 +281,30 @@ void set_threads(int threads) {
   }
 }
 
-void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store) {
+void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store, bool hosts_store) {
   const std::chrono::milliseconds grace = std::min(job.timeout, std::chrono::milliseconds(3000));
+  FailureWatch watch(&store, rank, job.plan.pp(), grace, hosts_store);
   auto lost = [&](const std::string& what) {
+    watch.main_failing();
     const std::string cause = diagnose_lost_rank(&store, rank, job.plan.pp(), what, grace);
-    return RunFailure(fmt::format("rank {}: {}; this rank stopped at {}", rank, cause, what));
+    return RunFailure(fmt::format("rank {}: {}; it stopped at {}", rank, cause, what));
   };
   try {
-    train_rank_impl(job, rank, local_rank, transport, store);
+    train_rank_impl(job, rank, local_rank, transport, store, watch);
   } catch (const CommFailure& e) {
     throw lost(e.what());
   } catch (const TransportError& e) {
     throw lost(e.what());
   } catch (const ppc::UserError& e) {
+    watch.main_failing();
     report_failure(&store, rank, e.message());
     throw;
   } catch (const ppc::InternalError& e) {
+    watch.main_failing();
     report_failure(&store, rank, e.what());
     throw;
   } catch (const std::exception& e) {
+    watch.main_failing();
     report_failure(&store, rank, first_line(e.what()));
     throw RunFailure(fmt::format("rank {}: {}", rank, first_line(e.what())));
   }

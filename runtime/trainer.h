@@ -19,7 +19,8 @@ void check_device(const std::string& device);
 // Runs rank `rank` of `job` over `transport` (null only for pp 1); `store` is the rendezvous
 // store (gathering reports, diagnosing a lost rank). Throws RunFailure (failure.h) when the run
 // fails, ppc::UserError for bad input found late (an output file that cannot be written).
-void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store);
+// `hosts_store`: this process serves the store (it lingers after a failure, see failure.h).
+void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store, bool hosts_store);
 
 // The unpipelined reference of `job` (its plan gives the layout and the microbatches).
 void train_reference(const Job& job);

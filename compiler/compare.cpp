@@ -197,23 +197,26 @@ Comparison compare_schedules(const CompareOptions& opts) {
 
 void emit_compare_table(const Comparison& cmp, const CompareOptions& opts, std::ostream& os) {
   const CostModel shown = opts.cost.unit ? unit_layer_costs() : opts.cost;
+  const bool bytes = shown.memory_in_bytes;
+  auto mem = [&](double v) { return format_memory(v, bytes); };
   const std::string model =
       opts.has_model ? fmt::format("layout {}", opts.layout.source)
                      : fmt::format("{} generic stages", opts.layout.num_stages());
   os << fmt::format("{} | pp {} | {} microbatches | {}{}\n", model, opts.pp, opts.microbatches,
                     opts.cost.unit ? "unit costs per layer (F=I=W=1)" : describe(shown),
-                    opts.memory_limit ? fmt::format(" | memory limit {:g}", *opts.memory_limit) : "");
+                    opts.memory_limit ? " | memory limit " + mem(*opts.memory_limit) : "");
   const bool limit = opts.memory_limit.has_value();
-  os << fmt::format("{:<22} {:>3} {:<4} {:>11} {:>8} {:>8} {:>16} {:>11} {:>9}{}\n", "schedule", "vpp", "plc",
-                    "makespan", "bubble%", "steady%", "peak act (rank)", "comm bytes", "messages",
-                    limit ? "  fits" : "");
+  os << fmt::format("{:<22} {:>3} {:<4} {:>11} {:>8} {:>8} {:>20} {:>11} {:>9}{}\n", "schedule", "vpp", "plc",
+                    "makespan", "bubble%", "steady%", "peak activation", "comm", "messages",
+                    limit ? "  fits (peak with parameters)" : "");
   for (const CompareRow& r : cmp.rows) {
-    os << fmt::format("{:<22} {:>3} {:<4} {:>11.6g} {:>8.2f} {:>8.2f} {:>16} {:>11.4g} {:>9}{}\n", r.schedule,
-                      r.vpp, placement_name(r.placement), r.sim.makespan, 100.0 * r.sim.bubble,
-                      100.0 * r.sim.steady_bubble, fmt::format("{:.4g} (r{})", r.peak_memory, r.peak_rank),
-                      r.comm_bytes, r.messages,
-                      limit ? (r.fits ? "  yes" : fmt::format("  no ({:.4g} on r{})", r.peak_total,
-                                                              r.peak_total_rank))
+    const std::string comm = r.comm_bytes > 0 ? format_memory(r.comm_bytes, true) : "-";
+    os << fmt::format("{:<22} {:>3} {:<4} {:>11.6g} {:>8.2f} {:>8.2f} {:>20} {:>11} {:>9}{}\n", r.schedule, r.vpp,
+                      placement_name(r.placement), r.sim.makespan, 100.0 * r.sim.bubble,
+                      100.0 * r.sim.steady_bubble, fmt::format("{} (rank {})", mem(r.peak_memory), r.peak_rank),
+                      comm, r.messages,
+                      limit ? fmt::format("  {} ({} on rank {})", r.fits ? "yes" : "no", mem(r.peak_total),
+                                          r.peak_total_rank)
                             : "");
   }
   if (cmp.rows.empty()) os << "(no schedule can run this configuration)\n";

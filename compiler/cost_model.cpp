@@ -155,6 +155,10 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   } else {
     m.empty_stage = LayerCost{1, 1, 1, std::nullopt, 1, 0};
   }
+  auto gives_memory = [](const json& entry) { return entry.contains("activation") || entry.contains("params"); };
+  if (j.contains("layers"))
+    for (const json& entry : j["layers"]) m.memory_in_bytes |= gives_memory(entry);
+  if (j.contains("stage")) m.memory_in_bytes |= gives_memory(j["stage"]);
   if (j.contains("latency")) m.latency = rd.number(j["latency"], "latency", 0, HUGE_VAL);
   if (j.contains("bandwidth")) m.bandwidth = rd.number(j["bandwidth"], "bandwidth", 0, HUGE_VAL);
   if (j.contains("message_bytes")) m.message_bytes = rd.number(j["message_bytes"], "message_bytes", 0, HUGE_VAL);
@@ -202,6 +206,7 @@ CostModel cost_model_from_flags(const CostFlags& fl) {
   m.bandwidth = fl.bandwidth.value_or(0);
   m.message_bytes = fl.message_bytes.value_or(0);
   m.overlap = fl.overlap.value_or(0);
+  m.memory_in_bytes = fl.activation || fl.params;
   return m;
 }
 
@@ -224,7 +229,7 @@ double parse_memory_size(const std::string& text, const char* flag) {
   return x * scale;
 }
 
-std::string memory_check(const Simulation& sim, double limit) {
+std::string memory_check(const Simulation& sim, double limit, bool in_bytes) {
   std::vector<int> over;
   int worst = 0;
   double peak = -1;
@@ -237,13 +242,14 @@ std::string memory_check(const Simulation& sim, double limit) {
     }
   }
   const size_t w = static_cast<size_t>(worst);
+  auto mem = [&](double v) { return format_memory(v, in_bytes); };
   const std::string detail =
-      fmt::format("peak {:g} on rank {}: activations {:g}, parameters {:g}", peak, worst, sim.peak_memory[w],
-                  w < sim.param_memory.size() ? sim.param_memory[w] : 0.0);
-  if (over.empty()) return fmt::format("memory limit  {:g}: fits ({})", limit, detail);
+      fmt::format("peak {} on rank {}: activations {}, parameters {}", mem(peak), worst, mem(sim.peak_memory[w]),
+                  mem(w < sim.param_memory.size() ? sim.param_memory[w] : 0.0));
+  if (over.empty()) return fmt::format("memory limit  {}: fits ({})", mem(limit), detail);
   std::string ranks;
   for (int r : over) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  return fmt::format("memory limit  {:g}: exceeded on rank{} {} ({})", limit, over.size() > 1 ? "s" : "", ranks,
+  return fmt::format("memory limit  {}: exceeded on rank{} {} ({})", mem(limit), over.size() > 1 ? "s" : "", ranks,
                      detail);
 }
 

@@ -40,9 +40,9 @@ CostModel unit_layer_costs();
 // without B, KiB/MiB/GiB/TiB = powers of 1024). UserError naming `flag` otherwise.
 double parse_memory_size(const std::string& text, const char* flag);
 
-// "memory limit  8e+10: fits (peak 1.2e+10 on rank 0: activations 1e+10, parameters 2e+09)" or
+// "memory limit  80.0 GiB: fits (peak 45.2 GiB on rank 0: activations 31.7 GiB, parameters 13.5 GiB)" or
 // "... exceeded on ranks 0, 1 (...)": peak activation plus parameters of each rank vs the limit.
-std::string memory_check(const Simulation& sim, double limit);
+std::string memory_check(const Simulation& sim, double limit, bool in_bytes);
 
 // A one-line description for --emit stats: "unit (per stage ...)" or "cost model (...)".
 std::string describe(const CostModel& model);

@@ -1,5 +1,7 @@
 #include "compiler/simulate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <memory>
 
@@ -45,6 +47,17 @@ double action_cost(const Action& a, const std::vector<StageCost>& costs, const C
   if (a.kind != ActionKind::OverlapFB) return part(a.kind, a.stage);
   const double f = part(ActionKind::F, a.stage), b = part(a.sub_kind, a.stage2);
   return std::max(f, b) + (1.0 - model.overlap) * std::min(f, b);
+}
+
+std::string format_memory(double value, bool in_bytes) {
+  if (!in_bytes) return fmt::format("{:.4g}", value);
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (value >= 1024 && u < 5) {
+    value /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:g} B", value) : fmt::format("{:.1f} {}", value, kUnits[u]);
 }
 
 double message_time(const CostModel& model) {

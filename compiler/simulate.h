@@ -38,7 +38,13 @@ struct CostModel {
   double weight_grad_memory = 0;
   // An OverlapFB takes max(F, B) + (1 - overlap) * min(F, B); 0 = no overlap (F + B).
   double overlap = 0;
+  // Activation and parameter memory are in bytes (a cost file or flag gave them); otherwise they
+  // count units (one per layer or stage and microbatch). Only changes how memory is printed.
+  bool memory_in_bytes = false;
 };
+
+// "97.9 GiB" when in bytes, else the plain number ("31").
+std::string format_memory(double value, bool in_bytes);
 
 struct StageCost {
   double f = 1, b = 2, i = 1, w = 1;

@@ -272,7 +272,7 @@ int run(const Options& o) {
   } else if (o.emit == "stats") {
     const ppc::Simulation sim = ppc::simulate(plan, cost);
     ppc::emit_stats(plan, report, sim, out);
-    if (limit) out << ppc::memory_check(sim, *limit) << "\n";
+    if (limit) out << ppc::memory_check(sim, *limit, cost.memory_in_bytes) << "\n";
   } else if (o.emit == "layout") {
     ppc::emit_layout(plan, out);
   } else if (o.emit == "svg" && o.engine == "timeline") {

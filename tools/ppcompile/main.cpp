@@ -223,9 +223,9 @@ int run_compare(const Options& o) {
   co.memory_limit = memory_limit(o);
   const ppc::Comparison cmp = ppc::compare_schedules(co);
   if (cmp.rows.empty()) {
-    std::string why;
-    for (const auto& s : cmp.skipped) why += fmt::format("{}{}: {}", why.empty() ? "" : "; ", s.schedule, s.reason);
-    throw ppc::UserError("no schedule can run this configuration (" + why + ")");
+    const auto& first = cmp.skipped.front();
+    throw ppc::UserError(fmt::format("no schedule can run this configuration ({}: {}; and {} more skipped)",
+                                     first.schedule, first.reason, cmp.skipped.size() - 1));
   }
   std::ostringstream out;
   if (o.emit == "html") ppc::emit_html(cmp, co, out, timeline_options(o));

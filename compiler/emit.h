@@ -60,6 +60,8 @@ struct TimelineOptions {
   double memory_max = 0;         // top of the memory plots (0: the highest peak); likewise
   std::string id_prefix = "ppc";  // prefix of the ids in the SVG: unique per page when inlined
   bool xml_declaration = true;   // false when the SVG is inlined in HTML
+  std::string costs = "cost model";  // what the title calls non-unit costs ("unit costs per layer")
+  bool memory_in_bytes = false;  // memory of a cost model in bytes (CostModel::memory_in_bytes), else counts
 };
 inline constexpr size_t kAutoArrowLimit = 1000;
 // The timeline: one lane per rank with every compute action as a box at its simulated time,
@@ -74,7 +76,8 @@ void emit_dot(const Plan& plan, std::ostream& os);
 // Chrome trace / Perfetto JSON (docs/trace-format.md): one process per rank, compute and comm
 // threads, flow events from each SEND to its RECV, activation memory as a counter.
 struct TraceOptions {
-  double us_per_unit = 1000;  // microseconds per simulated time unit
+  double us_per_unit = 1000;     // microseconds per simulated time unit
+  bool memory_in_bytes = false;  // the memory counter in bytes (CostModel::memory_in_bytes), else counts
 };
 void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os, const TraceOptions& opts = {});
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "compiler/compare.h"
+#include "compiler/cost_model.h"
 #include "compiler/emit.h"
 #include "compiler/viz_common.h"
 
@@ -65,14 +66,15 @@ std::string row_name(const CompareRow& row) {
   return row.vpp > 1 ? fmt::format("{} (vpp {})", row.schedule, row.vpp) : row.schedule;
 }
 
-void comparison_table(Buf& b, const Comparison& cmp, const CompareOptions& opts, bool unit) {
+void comparison_table(Buf& b, const Comparison& cmp, const CompareOptions& opts, bool counts) {
+  const bool volume = !opts.cost.unit && opts.cost.message_bytes > 0;
   const double best = cmp.rows.empty() ? 0 : cmp.rows.front().sim.makespan;
   double worst = 0;
   for (const auto& r : cmp.rows) worst = std::max(worst, r.sim.makespan);
   put(b, "<table id=\"comparison\"><thead><tr><th>#</th><th class=\"l\">schedule</th><th>vpp</th>"
          "<th class=\"l\">placement</th><th class=\"l\">makespan</th><th>vs best</th><th>bubble</th>"
          "<th>peak memory (rank)</th>{}<th>{}</th><th class=\"l\">notes</th></tr></thead><tbody>\n",
-      opts.memory_limit ? "<th>fits</th>" : "", unit ? "messages" : "comm volume");
+      opts.memory_limit ? "<th>fits</th>" : "", volume ? "comm volume" : "messages");
   for (size_t i = 0; i < cmp.rows.size(); ++i) {
     const CompareRow& r = cmp.rows[i];
     const double bar = worst > 0 ? 120.0 * r.sim.makespan / worst : 0;
@@ -83,10 +85,10 @@ void comparison_table(Buf& b, const Comparison& cmp, const CompareOptions& opts,
            "</td><td>{}</td><td>{:.1f} %</td><td>{} ({})</td>",
         r.vpp, placement_name(r.placement), viz::number(bar, 1), viz::number(r.sim.makespan),
         best > 0 ? fmt::format("{:.2f}x", r.sim.makespan / best) : "-", 100.0 * r.sim.bubble,
-        viz::escaped(viz::memory_text(r.peak_memory, unit)), r.peak_rank);
+        viz::escaped(viz::memory_text(r.peak_memory, counts)), r.peak_rank);
     if (opts.memory_limit) put(b, "<td>{}</td>", r.fits ? "yes" : "no");
-    put(b, "<td>{}</td><td class=\"l n\">", unit ? fmt::format("{}", r.sim.messages)
-                                               : viz::escaped(viz::memory_text(r.comm_bytes, false)));
+    put(b, "<td>{}</td><td class=\"l n\">", volume ? viz::escaped(viz::memory_text(r.comm_bytes, false))
+                                                   : fmt::format("{}", r.sim.messages));
     put_text(b, r.layout_note);
     put(b, "</td></tr>\n");
   }
@@ -108,7 +110,7 @@ void comparison_table(Buf& b, const Comparison& cmp, const CompareOptions& opts,
 
 void emit_html(const Comparison& cmp, const CompareOptions& opts, std::ostream& os, const TimelineOptions& timeline) {
   Buf b;
-  const bool unit = opts.cost.unit;
+  const bool bytes = !opts.cost.unit && opts.cost.memory_in_bytes;
   const std::string model = opts.has_model ? "layout " + opts.layout.source
                                            : fmt::format("{} generic stages", opts.layout.num_stages());
   const std::string heading = fmt::format("{} · pp {} · {} microbatches", model, opts.pp, opts.microbatches);
@@ -117,13 +119,19 @@ void emit_html(const Comparison& cmp, const CompareOptions& opts, std::ostream& 
   put_text(b, heading);
   put(b, "</title>\n<style>{}</style>\n</head>\n<body>\n<h1>Pipeline schedules</h1>\n<p class=\"sub\">", kStyle);
   put_text(b, heading);
-  put(b, " · {}", unit ? "unit costs (per stage F = 1, B = 2, I = W = 1; communication free)" : "cost model");
-  if (opts.memory_limit) put(b, " · memory limit {}", viz::escaped(viz::memory_text(*opts.memory_limit, unit)));
+  // --compare runs unit costs per layer (merged stages cost more); a single plan, per stage.
+  const bool per_stage = opts.cost.unit && (cmp.rows.empty() || cmp.rows.front().sim.unit);
+  const std::string costs = per_stage        ? "unit costs (per stage F = 1, B = 2, I = W = 1; communication free)"
+                            : opts.cost.unit ? "unit costs per layer (F = I = W = 1, B = 2; communication free)"
+                                             : describe(opts.cost);
+  put(b, " · ");
+  put_text(b, costs);
+  if (opts.memory_limit) put(b, " · memory limit {}", viz::escaped(viz::memory_text(*opts.memory_limit, !bytes)));
   put(b, "</p>\n");
 
   put(b, "<h2>Comparison</h2>\n");
   if (cmp.rows.empty()) put(b, "<p>No schedule can run this model at this pipeline size.</p>\n");
-  else comparison_table(b, cmp, opts, unit);
+  else comparison_table(b, cmp, opts, !bytes);
 
   // Timelines on one time scale, so that their lengths compare.
   double t_max = 0, m_max = 0;
@@ -147,6 +155,8 @@ void emit_html(const Comparison& cmp, const CompareOptions& opts, std::ostream& 
       if (cmp.rows.size() > 1) t.max_width = std::min(t.max_width, 1000.0);  // two side by side
       t.id_prefix = fmt::format("plan{}", i);
       t.xml_declaration = false;
+      if (opts.cost.unit) t.costs = "unit costs per layer";
+      t.memory_in_bytes = bytes;
       std::ostringstream svg;
       emit_svg(r.plan, r.sim, svg, t);
       const std::string s = svg.str();

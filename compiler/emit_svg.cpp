@@ -67,7 +67,8 @@ int group_of(ActionKind k) {  // stacking order of the aggregated view
 class Timeline {
  public:
   Timeline(const Plan& plan, const Simulation& sim, const TimelineOptions& opts)
-      : plan_(plan), sim_(sim), opts_(opts), pp_(plan.pp()), id_(opts.id_prefix) {}
+      : plan_(plan), sim_(sim), opts_(opts), pp_(plan.pp()), id_(opts.id_prefix),
+        bytes_(!sim.unit && opts.memory_in_bytes) {}
 
   void write(std::ostream& os) {
     measure();
@@ -98,6 +99,8 @@ class Timeline {
         if (d > 0 && (min_dur == 0 || d < min_dur)) min_dur = d;
       }
     }
+    stage_digits_ = std::to_string(std::max(plan_.num_stages() - 1, 0)).size();
+    mb_digits_ = std::to_string(std::max(plan_.microbatches - 1, 0)).size();
     t_max_ = opts_.time_max > 0 ? opts_.time_max : sim_.makespan;
     if (t_max_ <= 0) t_max_ = 1;
     if (min_dur <= 0) min_dur = t_max_;
@@ -124,8 +127,8 @@ class Timeline {
     for (const viz::Transfer& t : transfers_) wraps_ = wraps_ || (draw_arrows_ && std::abs(t.recv_rank - t.send_rank) > 1);
     lane_h_ = pp_ <= 4 ? 30 : pp_ <= 8 ? 26 : pp_ <= 16 ? 20 : pp_ <= 32 ? 14 : 10;
     lane_gap_ = draw_arrows_ ? std::max(12.0, lane_h_ * 0.6) : (pp_ <= 16 ? 4 : 2);
-    mem_h_ = pp_ <= 8 ? 34 : pp_ <= 16 ? 24 : pp_ <= 32 ? 16 : 12;
-    mem_gap_ = pp_ <= 16 ? 6 : 2;
+    mem_h_ = pp_ <= 4 ? 30 : pp_ <= 8 ? 26 : pp_ <= 16 ? 18 : pp_ <= 32 ? 14 : 10;
+    mem_gap_ = pp_ <= 16 ? 4 : 2;
     width_ = kLeft + time_w_ + kRight;
 
     // Title (two lines) and legend rows, then the lanes.
@@ -228,7 +231,7 @@ class Timeline {
     if (model.size() > max_chars) model = model.substr(0, max_chars) + "…";
     std::string line2 =
         fmt::format("makespan {} · bubble {:.1f} % · {} · {} ({} stages, {} placement)", viz::number(sim_.makespan),
-                    100.0 * sim_.bubble, sim_.unit ? "unit costs" : "cost model", model, plan_.num_stages(),
+                    100.0 * sim_.bubble, sim_.unit ? "unit costs" : opts_.costs, model, plan_.num_stages(),
                     placement_name(plan_.placement.style));
     put(b, "<g class=\"title\"><text class=\"t1\" x=\"{}\" y=\"24\">", kLeft);
     put_escaped(b, line1);
@@ -359,18 +362,21 @@ class Timeline {
             viz::number(y + lane_h_ * 0.72, 1), viz::number(std::max(w - 1, 0.1), 2),
             viz::number(lane_h_ * 0.28, 1));
       }
-      // The label: the whole action if it fits, else the microbatch, else nothing.
+      // The label: the whole action if the longest such label of the plan fits, else the
+      // microbatch if the longest microbatch fits, else nothing: boxes of one width all get the
+      // same kind of label, whatever their numbers.
       if (lane_h_ < 12) continue;
-      std::string label = a.kind == ActionKind::OverlapFB
-                              ? fmt::format("{}F{}+{}{}{}", a.stage, a.microbatch, a.stage2, kind_name(a.sub_kind),
-                                            a.microbatch2)
-                              : text;
-      if (mono_width(label.size(), font) + 4 > w)
-        label = a.kind == ActionKind::OverlapFB ? fmt::format("{}+{}", a.microbatch, a.microbatch2)
-                                                : std::to_string(a.microbatch);
-      if (mono_width(label.size(), font) + 3 > w) continue;
+      const bool ov = a.kind == ActionKind::OverlapFB;
+      std::string label;
+      if (mono_width(ov ? 2 * stage_digits_ + 2 * mb_digits_ + 3 : stage_digits_ + mb_digits_ + 1, font) + 4 <= w)
+        label = ov ? fmt::format("{}F{}+{}{}{}", a.stage, a.microbatch, a.stage2, kind_name(a.sub_kind), a.microbatch2)
+                  : text;
+      else if (mono_width(ov ? 2 * mb_digits_ + 1 : mb_digits_, font) + 3 <= w)
+        label = ov ? fmt::format("{}+{}", a.microbatch, a.microbatch2) : std::to_string(a.microbatch);
+      else
+        continue;
       const bool light = viz::is_light(viz::shade(viz::kind_rgb(a.kind), chunk, plan_.vpp()));
-      const double ly = a.kind == ActionKind::OverlapFB ? y + lane_h_ * 0.36 : y + lane_h_ / 2;
+      const double ly = ov ? y + lane_h_ * 0.36 : y + lane_h_ / 2;
       put(labels, "<text class=\"l {}\" x=\"{}\" y=\"{}\" font-size=\"{}\">{}</text>\n", light ? "ld" : "ll",
           viz::number(x + w / 2, 2), viz::number(ly, 1), viz::number(font, 1), label);
     }
@@ -490,7 +496,9 @@ class Timeline {
     if (top <= 0) top = 1;
     put(b, "<g class=\"memory\"><text class=\"mt\" x=\"{}\" y=\"{}\">activation memory per rank ({}; one scale, 0 to {})</text>\n",
         kLeft, viz::number(mem_title_y_, 1),
-        sim_.unit ? "microbatch-stages of activations held" : "bytes held", viz::memory_text(top, sim_.unit));
+        sim_.unit ? "microbatch-stages of activations held"
+                  : bytes_ ? "bytes held" : "activation units held",
+        viz::memory_text(top, !bytes_));
     const size_t cols = static_cast<size_t>(std::ceil(time_w_));
     for (int r = 0; r < pp_; ++r) {
       const double y = mem_top(r);
@@ -529,12 +537,12 @@ class Timeline {
       for (const MemoryPoint& p : pts) {
         if (peak <= 0 || p.value < peak) continue;
         put(b, "<circle class=\"pk\" cx=\"{}\" cy=\"{}\" r=\"3\"><title>rank {}: peak {} at time {}</title></circle>",
-            viz::number(x_of(p.time), 2), viz::number(ym(p.value), 1), r, viz::memory_text(peak, sim_.unit),
+            viz::number(x_of(p.time), 2), viz::number(ym(p.value), 1), r, viz::memory_text(peak, !bytes_),
             viz::number(p.time));
         break;
       }
       put(b, "<text class=\"pkt\" x=\"{}\" y=\"{}\">peak {}</text>\n", viz::number(kLeft + time_w_ + 8, 1),
-          viz::number(y + mem_h_ / 2, 1), viz::memory_text(peak, sim_.unit));
+          viz::number(y + mem_h_ / 2, 1), viz::memory_text(peak, !bytes_));
     }
     put(b, "</g>\n");
   }
@@ -544,9 +552,11 @@ class Timeline {
   const TimelineOptions& opts_;
   const int pp_;
   const std::string id_;
+  const bool bytes_;  // memory in bytes, else in counts
 
   std::array<bool, kNumActionKinds> present_{};
   size_t boxes_ = 0;
+  size_t stage_digits_ = 1, mb_digits_ = 1;  // of the largest stage / microbatch number
   double t_max_ = 1, time_w_ = 0, scale_ = 1, width_ = 0, height_ = 0;
   bool aggregated_ = false, draw_arrows_ = false, wraps_ = false;
   std::vector<viz::Transfer> transfers_;

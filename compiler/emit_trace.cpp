@@ -115,7 +115,7 @@ void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os, const
                        to_string(a), kind_name(a.kind), r, s.ts, s.end - s.ts, a.stage, a.microbatch, a.peer, i);
       }
     }
-    const char* unit = sim.unit ? "activations" : "bytes";
+    const char* unit = !sim.unit && opts.memory_in_bytes ? "bytes" : "activations";
     for (const MemoryPoint& p : sim.memory[ru]) {
       sep();
       fmt::format_to(out,

@@ -145,10 +145,11 @@ void write_output(const std::string& path, const std::string& text) {
   }
 }
 
-ppc::TimelineOptions timeline_options(const Options& o) {
+ppc::TimelineOptions timeline_options(const Options& o, const ppc::CostModel& cost) {
   ppc::TimelineOptions t;
   t.arrows = o.arrows == "on" ? ppc::Arrows::On : o.arrows == "off" ? ppc::Arrows::Off : ppc::Arrows::Auto;
   t.max_width = o.width;
+  t.memory_in_bytes = cost.memory_in_bytes;
   return t;
 }
 
@@ -228,7 +229,7 @@ int run_compare(const Options& o) {
                                      first.schedule, first.reason, cmp.skipped.size() - 1));
   }
   std::ostringstream out;
-  if (o.emit == "html") ppc::emit_html(cmp, co, out, timeline_options(o));
+  if (o.emit == "html") ppc::emit_html(cmp, co, out, timeline_options(o, co.cost));
   else ppc::emit_compare_table(cmp, co, out);
   write_output(o.output, out.str());
   return 0;
@@ -276,7 +277,7 @@ int run(const Options& o) {
   } else if (o.emit == "layout") {
     ppc::emit_layout(plan, out);
   } else if (o.emit == "svg" && o.engine == "timeline") {
-    ppc::emit_svg(plan, ppc::simulate(plan, cost), out, timeline_options(o));
+    ppc::emit_svg(plan, ppc::simulate(plan, cost), out, timeline_options(o, cost));
   } else if (o.emit == "svg" || o.emit == "png") {
     if (o.emit == "png" && o.output.empty() && isatty(fileno(stdout)))
       throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png", ppc::SourceLocation{"--emit", 0, 0, ""});
@@ -286,9 +287,9 @@ int run(const Options& o) {
   } else if (o.emit == "dot") {
     ppc::emit_dot(plan, out);
   } else if (o.emit == "trace") {
-    ppc::emit_trace(plan, ppc::simulate(plan, cost), out);
+    ppc::emit_trace(plan, ppc::simulate(plan, cost), out, ppc::TraceOptions{1000, cost.memory_in_bytes});
   } else if (o.emit == "html") {
-    emit_single_html(plan, report, cost, timeline_options(o), out);
+    emit_single_html(plan, report, cost, timeline_options(o, cost), out);
   }
   write_output(o.output, out.str());
   return 0;

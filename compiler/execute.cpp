@@ -204,7 +204,10 @@ class Engine {
     const size_t begin = static_cast<size_t>(batch.begin);
     const size_t end = static_cast<size_t>(batch.end);
     std::string ops;
-    for (size_t j = begin; j < end && j < begin + 4; ++j) ops += (j > begin ? ", " : "") + to_string(acts[j]);
+    for (size_t j = begin; j < end && j < begin + 4; ++j) {
+      if (j > begin) ops += ", ";
+      ops += to_string(acts[j]);
+    }
     if (end - begin > 4) ops += ", ...";
     s.at = end - begin == 1 ? fmt::format("its action {} ({})", begin, ops)
                             : fmt::format("its actions {}-{} (batch {})", begin, end - 1, ops);

@@ -73,7 +73,9 @@ TEST(Golden, EveryCommandReproducesItsOutput) {
         ppc::Plan plan = ppc::read_csv(s.expected, io);
         ppc::VerifyReport rep = ppc::verify(plan);
         ASSERT_TRUE(rep.ok()) << f << ":" << s.line << ": " << rep.errors.front();
-        if (plan.pp() > 1) ASSERT_TRUE(rep.checked_lowered) << f << ":" << s.line;
+        if (plan.pp() > 1) {
+          ASSERT_TRUE(rep.checked_lowered) << f << ":" << s.line;
+        }
         ++plans;
       }
     }

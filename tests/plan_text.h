@@ -49,7 +49,10 @@ inline ppc::Plan text_plan(int pp, int stages, int microbatches, const std::vect
 inline std::string orders_text(const std::vector<std::vector<ppc::Action>>& orders) {
   std::string out;
   for (const auto& r : orders) {
-    for (size_t i = 0; i < r.size(); ++i) out += (i ? " " : "") + ppc::to_string(r[i]);
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (i) out += ' ';
+      out += ppc::to_string(r[i]);
+    }
     out += "\n";
   }
   return out;

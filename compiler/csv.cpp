@@ -160,7 +160,8 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
   }
   if (max_stage < 0) throw UserError("the CSV holds no actions", file);
   const int num_stages = max_stage + 1;
-  if (opts.layout && opts.layout->num_stages() != num_stages)
+  // A layout of half the stages fits a DualPipe plan (two copies); checked once placement is known.
+  if (opts.layout && opts.layout->num_stages() != num_stages && 2 * opts.layout->num_stages() != num_stages)
     throw UserError(fmt::format("the CSV uses {} stages but the layout has {}", num_stages, opts.layout->num_stages()),
                     file);
   if (num_stages % pp != 0)
@@ -194,8 +195,27 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
                     file);
   }
 
+  // DualPipe: V placement whose two halves are model copies that no microbatch crosses (copy 0
+  // takes microbatches [0, ceil(m/2)) through stages [0, pp), copy 1 the rest; see plan.h).
+  int copies = 1;
+  if (placement.style == PlacementStyle::V) {
+    const int first_of_copy1 = (max_mb + 2) / 2;
+    bool split = true;
+    for (const auto& row : rows)
+      for (const Located& l : row) {
+        auto check = [&](int s, int mb) { split = split && (s >= pp) == (mb >= first_of_copy1); };
+        check(l.action.stage, l.action.microbatch);
+        if (l.action.kind == ActionKind::OverlapFB) check(l.action.stage2, l.action.microbatch2);
+      }
+    if (split) copies = 2;
+  }
+  if (opts.layout && opts.layout->num_stages() * copies != num_stages)
+    throw UserError(fmt::format("the CSV uses {} stages but the layout has {}", num_stages, opts.layout->num_stages()),
+                    file);
+
   Plan plan;
-  plan.layout = opts.layout ? *opts.layout : generic_layout(num_stages);
+  plan.copies = copies;
+  plan.layout = opts.layout ? *opts.layout : generic_layout(num_stages / copies);
   plan.has_model = opts.layout.has_value() && opts.has_model;
   plan.placement = std::move(placement);
   plan.schedule = opts.schedule;

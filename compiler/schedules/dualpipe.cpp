@@ -8,7 +8,7 @@
 // phase 0 is the copy whose microbatches reach it first (copy 0 in the first half of the ranks,
 // copy 1 in the second half). DeepSeek's implementation needs an even m >= 2pp; we lay the
 // pattern out for max(ceil(m/2), pp) microbatches per copy and drop the actions of those that do
-// not exist, which gives a valid order for every m >= 1.
+// not exist, which gives a valid order for every m >= 2 (m = 1 would leave copy 1 idle: rejected).
 //
 // The runtime holds parameters of two layout stages per rank (pp-1-r and r): each layout stage
 // lives on two ranks, and their weight gradients must be summed across those two ranks (an
@@ -25,8 +25,14 @@ namespace ppc {
 
 void check_dualpipe(const ScheduleParams& p) {
   if (p.pp % 2 != 0)
-    throw UserError(fmt::format("DualPipe needs an even number of ranks (they pair up from both ends), got {}", p.pp),
-                    SourceLocation{"--pp", 0, 0, ""});
+    throw UserError(
+        fmt::format("DualPipe needs an even number of ranks (they pair up from both ends), got {}", p.pp),
+        SourceLocation{"--pp", 0, 0, ""});
+  // With one microbatch the second copy would hold parameters and never run (and a PyTorch CSV,
+  // which has no notion of copies, could not show its stages).
+  if (p.microbatches < 2)
+    throw UserError(fmt::format("DualPipe needs at least 2 microbatches (one per direction), got {}", p.microbatches),
+                    SourceLocation{"--microbatches", 0, 0, ""});
 }
 
 RankOrders generate_dualpipe(const ScheduleParams& p) {

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -28,6 +30,34 @@ constexpr double kNestStepUs = 0.01;
 using Buf = fmt::memory_buffer;
 
 std::string json_string(const std::string& s) { return nlohmann::json(s).dump(); }
+
+// Microseconds to the nanosecond, trailing zeros dropped: "1000", "1000.005" (integer formatting:
+// the trace of a big plan has millions of timestamps).
+class Us {
+ public:
+  explicit Us(double us) {
+    long long ns = std::llround(us * 1000.0);
+    char* p = buf_;
+    if (ns < 0) {
+      *p++ = '-';
+      ns = -ns;
+    }
+    p = std::to_chars(p, buf_ + sizeof buf_, ns / 1000).ptr;
+    if (const int frac = static_cast<int>(ns % 1000)) {
+      *p++ = '.';
+      *p++ = static_cast<char>('0' + frac / 100);
+      *p++ = static_cast<char>('0' + frac / 10 % 10);
+      *p++ = static_cast<char>('0' + frac % 10);
+      while (p[-1] == '0') --p;
+    }
+    n_ = static_cast<size_t>(p - buf_);
+  }
+  std::string_view view() const { return {buf_, n_}; }
+
+ private:
+  char buf_[32];
+  size_t n_ = 0;
+};
 
 struct Shown {
   double ts = 0, end = 0;  // display interval of a comm op, in microseconds
@@ -74,10 +104,15 @@ void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os, const
   auto out = std::back_inserter(b);
   fmt::format_to(out, "{{\"traceEvents\":[\n");
   bool first = true;
-  auto sep = [&] {
+  auto sep = [&] {  // between events; hands the buffer to the stream every megabyte
+    if (b.size() > (1u << 20)) {
+      os.write(b.data(), static_cast<std::streamsize>(b.size()));
+      b.clear();
+    }
     if (!first) fmt::format_to(out, ",\n");
     first = false;
   };
+  std::string name;
   std::vector<std::vector<Shown>> shown(static_cast<size_t>(plan.pp()));
   for (int r = 0; r < plan.pp(); ++r) {
     const size_t ru = static_cast<size_t>(r);
@@ -93,35 +128,38 @@ void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os, const
     shown[ru] = comm_display(acts, times, us);
     for (size_t i = 0; i < acts.size(); ++i) {
       const Action& a = acts[i];
+      name.clear();
+      append_to(name, a);
       sep();
       if (a.kind == ActionKind::OverlapFB) {
         fmt::format_to(out,
-                       "{{\"name\":\"{}\",\"cat\":\"OVERLAP_F_B\",\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{:.3f},"
-                       "\"dur\":{:.3f},\"args\":{{\"stage\":{},\"microbatch\":{},\"backward\":\"{}\",\"stage2\":{},"
+                       "{{\"name\":\"{}\",\"cat\":\"OVERLAP_F_B\",\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{},"
+                       "\"dur\":{},\"args\":{{\"stage\":{},\"microbatch\":{},\"backward\":\"{}\",\"stage2\":{},"
                        "\"microbatch2\":{},\"chunk\":{},\"index\":{}}}}}",
-                       to_string(a), r, times[i].start * us, (times[i].end - times[i].start) * us, a.stage,
-                       a.microbatch, kind_name(a.sub_kind), a.stage2, a.microbatch2, viz::chunk_of(plan, a), i);
+                       name, r, Us(times[i].start * us).view(), Us((times[i].end - times[i].start) * us).view(),
+                       a.stage, a.microbatch, kind_name(a.sub_kind), a.stage2, a.microbatch2, viz::chunk_of(plan, a), i);
       } else if (is_compute(a.kind)) {
         fmt::format_to(out,
-                       "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{:.3f},\"dur\":{:.3f},"
+                       "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{},\"dur\":{},"
                        "\"args\":{{\"stage\":{},\"microbatch\":{},\"chunk\":{},\"index\":{}}}}}",
-                       to_string(a), kind_name(a.kind), r, times[i].start * us, (times[i].end - times[i].start) * us,
-                       a.stage, a.microbatch, viz::chunk_of(plan, a), i);
+                       name, kind_name(a.kind), r, Us(times[i].start * us).view(),
+                       Us((times[i].end - times[i].start) * us).view(), a.stage, a.microbatch, viz::chunk_of(plan, a), i);
       } else {
         const Shown& s = shown[ru][i];
         fmt::format_to(out,
-                       "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":1,\"ts\":{:.3f},\"dur\":{:.3f},"
+                       "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":1,\"ts\":{},\"dur\":{},"
                        "\"args\":{{\"stage\":{},\"microbatch\":{},\"peer\":{},\"index\":{}}}}}",
-                       to_string(a), kind_name(a.kind), r, s.ts, s.end - s.ts, a.stage, a.microbatch, a.peer, i);
+                       name, kind_name(a.kind), r, Us(s.ts).view(), Us(s.end - s.ts).view(), a.stage, a.microbatch,
+                       a.peer, i);
       }
     }
     const char* unit = !sim.unit && opts.memory_in_bytes ? "bytes" : "activations";
     for (const MemoryPoint& p : sim.memory[ru]) {
       sep();
       fmt::format_to(out,
-                     "{{\"name\":\"activation memory\",\"ph\":\"C\",\"pid\":{},\"tid\":0,\"ts\":{:.3f},"
+                     "{{\"name\":\"activation memory\",\"ph\":\"C\",\"pid\":{},\"tid\":0,\"ts\":{},"
                      "\"args\":{{\"{}\":{}}}}}",
-                     r, p.time * us, unit, viz::number(p.value, 6));
+                     r, Us(p.time * us).view(), unit, viz::number(p.value, 6));
     }
   }
   // Flows: SEND -> RECV.
@@ -134,10 +172,11 @@ void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os, const
     const Shown& d = shown[static_cast<size_t>(t.recv_rank)][static_cast<size_t>(t.recv_index)];
     sep();
     fmt::format_to(out,
-                   "{{\"name\":\"{0}\",\"cat\":\"transfer\",\"ph\":\"s\",\"id\":{1},\"pid\":{2},\"tid\":1,\"ts\":{3:.3f}}},\n"
+                   "{{\"name\":\"{0}\",\"cat\":\"transfer\",\"ph\":\"s\",\"id\":{1},\"pid\":{2},\"tid\":1,\"ts\":{3}}},\n"
                    "{{\"name\":\"{0}\",\"cat\":\"transfer\",\"ph\":\"f\",\"bp\":\"e\",\"id\":{1},\"pid\":{4},\"tid\":1,"
-                   "\"ts\":{5:.3f}}}",
-                   what, k, t.send_rank, s.ts + kNestStepUs / 2, t.recv_rank, d.ts + kNestStepUs / 2);
+                   "\"ts\":{5}}}",
+                   what, k, t.send_rank, Us(s.ts + kNestStepUs / 2).view(), t.recv_rank,
+                   Us(d.ts + kNestStepUs / 2).view());
   }
   fmt::format_to(out,
                  "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{\"generator\":\"ppcompile\",\"schedule\":{},"

@@ -28,12 +28,13 @@ namespace {
 
 struct Options {
   std::string layout, layout_file, from_csv, from_json;
-  int stages = 0;
-  int pp = 0;
-  int vpp = 0;
+  // -1 = not given.
+  int stages = -1;
+  int pp = -1;
+  int vpp = -1;
   int num_layers = -1;
   std::string schedule;
-  int microbatches = 0;
+  int microbatches = -1;
   std::string emit = "table";
   bool compute_only = false;
   std::string output;
@@ -85,11 +86,11 @@ ppc::Plan build_plan(const Options& o) {
     io.has_model = io.layout.has_value();
     if (!o.schedule.empty()) io.schedule = o.schedule;
     ppc::Plan plan = ppc::read_csv(ppc::read_file(o.from_csv), io);
-    if (o.pp && o.pp != plan.pp())
+    if (o.pp >= 0 && o.pp != plan.pp())
       throw ppc::UserError(fmt::format("--pp {} disagrees with the CSV, which has {} rows (ranks)", o.pp, plan.pp()));
-    if (o.vpp && o.vpp != plan.vpp())
+    if (o.vpp >= 0 && o.vpp != plan.vpp())
       throw ppc::UserError(fmt::format("--vpp {} disagrees with the CSV, which has {} stages per rank", o.vpp, plan.vpp()));
-    if (o.microbatches && o.microbatches != plan.microbatches)
+    if (o.microbatches >= 0 && o.microbatches != plan.microbatches)
       throw ppc::UserError(fmt::format("--microbatches {} disagrees with the CSV, which uses {}", o.microbatches,
                                        plan.microbatches));
     return plan;
@@ -103,17 +104,19 @@ ppc::Plan build_plan(const Options& o) {
   } else if (!o.layout_file.empty()) {
     co.layout = ppc::parse_layout_file(o.layout_file);
     co.has_model = true;
-  } else if (o.stages > 0) {
+  } else if (o.stages != -1) {
+    if (o.stages < 1 || o.stages > ppc::kMaxLayoutItems)
+      throw ppc::UserError(fmt::format("--stages must be between 1 and {}, got {}", ppc::kMaxLayoutItems, o.stages));
     co.layout = ppc::generic_layout(o.stages);
   } else {
     throw ppc::UserError("give the model as --layout STR, --layout-file FILE or --stages N (or --from-csv FILE)");
   }
-  if (o.pp == 0) throw ppc::UserError("--pp is required");
+  if (o.pp == -1) throw ppc::UserError("--pp is required");
   if (o.schedule.empty()) throw ppc::UserError("--schedule is required (see --list-schedules)");
-  if (o.microbatches == 0) throw ppc::UserError("--microbatches is required");
+  if (o.microbatches == -1) throw ppc::UserError("--microbatches is required");
   if (o.num_layers >= 0) co.num_layers = o.num_layers;
   co.pp = o.pp;
-  if (o.vpp) co.vpp = o.vpp;
+  if (o.vpp != -1) co.vpp = o.vpp;
   co.schedule = o.schedule;
   co.microbatches = o.microbatches;
   co.lower = false;

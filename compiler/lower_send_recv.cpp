@@ -47,7 +47,30 @@ class Lowerer {
     out_ = out;
     if (emit_) {
       out_->lowered.assign(static_cast<size_t>(pp), {});
-      for (int r = 0; r < pp; ++r) out_->lowered[static_cast<size_t>(r)].reserve(plan_.compute[static_cast<size_t>(r)].size() * 2);
+      // Exact sizes: each output that crosses ranks adds a SEND here and a RECV at the peer.
+      std::vector<size_t> size(static_cast<size_t>(pp));
+      for (int r = 0; r < pp; ++r) {
+        const auto& order = plan_.compute[static_cast<size_t>(r)];
+        size[static_cast<size_t>(r)] += order.size();
+        auto count = [&](const Action& p) {
+          int peer = -1;
+          if (p.kind == ActionKind::F && forward_crosses_ranks(plan_, p.stage)) peer = plan_.rank_of(plan_.next_stage(p.stage));
+          else if (is_backward_input(p.kind) && backward_crosses_ranks(plan_, p.stage))
+            peer = plan_.rank_of(plan_.prev_stage(p.stage));
+          if (peer < 0) return;
+          ++size[static_cast<size_t>(r)];
+          ++size[static_cast<size_t>(peer)];
+        };
+        for (const Action& a : order) {
+          if (a.kind == ActionKind::OverlapFB) {
+            count(a.forward_part());
+            count(a.backward_part());
+          } else {
+            count(a);
+          }
+        }
+      }
+      for (int r = 0; r < pp; ++r) out_->lowered[static_cast<size_t>(r)].reserve(size[static_cast<size_t>(r)]);
     }
     if (starts_) {
       starts_->assign(static_cast<size_t>(pp), {});

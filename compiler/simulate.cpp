@@ -96,6 +96,7 @@ Simulation simulate(const Plan& plan, const CostModel& model) {
     const auto& times = ex.times[static_cast<size_t>(r)];
     double mem = 0;
     auto& points = sim.memory[static_cast<size_t>(r)];
+    points.reserve(2 * plan.compute[static_cast<size_t>(r)].size() + 1);  // at most a rise and a fall each
     points.push_back({0, 0});
     auto change = [&](double t, double delta) {
       mem += delta;

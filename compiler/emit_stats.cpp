@@ -16,7 +16,9 @@ void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& 
   os << fmt::format("pp            {}\n", plan.pp());
   os << fmt::format("vpp           {}\n", plan.vpp());
   os << fmt::format("microbatches  {}\n", plan.microbatches);
-  os << fmt::format("stages        {} ({} placement)\n", plan.num_stages(), placement_name(plan.placement.style));
+  os << fmt::format("stages        {} ({} placement{})\n", plan.num_stages(), placement_name(plan.placement.style),
+                    plan.copies > 1 ? fmt::format(", {} model copies of {} stages", plan.copies, plan.stages_per_copy())
+                                    : "");
   os << fmt::format("costs         {}\n", sim.unit ? "unit (per stage F=1, B=2, I=1, W=1; no communication cost)"
                                                    : "cost model");
   os << fmt::format("makespan      {:g}\n", sim.makespan);

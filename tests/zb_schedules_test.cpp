@@ -381,7 +381,7 @@ TEST(DualPipe, OddAndSmallMicrobatchCountsSplitBetweenTheCopies) {
 
 // --- Every plan verifies ------------------------------------------------------------------------
 
-TEST(DualPipe, CsvRoundTripFindsTheTwoCopies) {
+TEST(DualPipe, CsvAndJsonRoundTripsKeepTheTwoCopies) {
   // PyTorch's CSV has no notion of model copies: the importer recognises them on V placement when
   // no microbatch crosses from one half of the stages to the other.
   for (int m : {2, 3, 8}) {
@@ -396,6 +396,16 @@ TEST(DualPipe, CsvRoundTripFindsTheTwoCopies) {
     EXPECT_EQ(back.lowered, p.lowered);
     EXPECT_TRUE(verify(back).ok());
   }
+  // The JSON plan carries the copies.
+  Plan p = compile_generic("DualPipe", 4, 4, 6);
+  std::ostringstream json;
+  emit_json(p, verify(p), json);
+  Plan back = read_plan_json(json.str(), "dualpipe.json");
+  EXPECT_EQ(back.copies, 2);
+  EXPECT_EQ(back.placement, p.placement);
+  EXPECT_EQ(back.compute, p.compute);
+  EXPECT_EQ(back.lowered, p.lowered);
+  EXPECT_TRUE(verify(back).ok());
   std::ostringstream zbv;
   emit_csv(compile_generic("ZBV", 4, 8, 8), zbv, false);
   CsvImportOptions io;

@@ -227,6 +227,8 @@ struct Executor::Impl {
     StepReport r;
     rep = &r;
     r.begin_ns = now_ns();
+    r.begin_unix_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     r.spans.assign(actions.size(), ActionSpan{});
     r.actions = actions.size();
     PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "global batch divisible by microbatches");

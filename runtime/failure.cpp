@@ -18,46 +18,58 @@ void report_failure(Store* store, int rank, const std::string& message) {
   }
 }
 
+namespace {
+
+std::string diagnose(Store* store, int rank, int world, std::chrono::milliseconds grace) {
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  std::vector<int> silent;
+  for (;;) {
+    silent.clear();
+    for (int q = 0; q < world; ++q) {
+      if (q == rank) continue;
+      const std::string lost = fmt::format("lost/{}", q);
+      if (store->check({lost})) return fmt::format("lost rank {} ({})", q, store->get(lost));
+      if (!store->check({fmt::format("failed/{}", q)}) && !store->check({fmt::format("alive/{}", q)})) silent.push_back(q);
+    }
+    if (silent.empty() || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!silent.empty()) {
+    std::string ranks;
+    const std::string why =
+        fmt::format("no answer within {:.0f} s: the process died or hangs", std::chrono::duration<double>(grace).count());
+    for (int q : silent) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
+      store->set_if_absent(fmt::format("lost/{}", q), why);  // later diagnoses need not wait again
+    }
+    return fmt::format("lost rank{} {} ({})", silent.size() > 1 ? "s" : "", ranks, why);
+  }
+  return "every rank failed; the first failure: " + store->get("first-failure");
+}
+
+}  // namespace
+
 std::string diagnose_lost_rank(Store* store, int rank, int world, const std::string& message,
                                std::chrono::milliseconds grace) {
   if (!store) return "lost a peer rank";
   try {
     report_failure(store, rank, message);
-    const auto deadline = std::chrono::steady_clock::now() + grace;
-    std::vector<int> silent;
-    for (;;) {
-      silent.clear();
-      for (int q = 0; q < world; ++q) {
-        if (q == rank) continue;
-        const std::string lost = fmt::format("lost/{}", q);
-        if (store->check({lost})) return fmt::format("lost rank {} ({})", q, store->get(lost));
-        if (!store->check({fmt::format("failed/{}", q)}) && !store->check({fmt::format("alive/{}", q)})) silent.push_back(q);
-      }
-      if (silent.empty() || std::chrono::steady_clock::now() > deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!silent.empty()) {
-      std::string ranks;
-      const std::string why =
-          fmt::format("no answer within {:.0f} s: the process died or hangs", std::chrono::duration<double>(grace).count());
-      for (int q : silent) {
-        ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
-        store->set_if_absent(fmt::format("lost/{}", q), why);  // later diagnoses need not wait again
-      }
-      return fmt::format("lost rank{} {} ({})", silent.size() > 1 ? "s" : "", ranks, why);
-    }
-    return "every rank failed; the first failure: " + store->get("first-failure");
+    std::string verdict = diagnose(store, rank, world, grace);
+    store->set(fmt::format("diagnosed/{}", rank), verdict);  // the store's host may exit now
+    return verdict;
   } catch (const TransportError&) {
-    return "lost the rendezvous store (the process hosting it is gone)";
+    return "lost the rendezvous store (the process hosting it is gone: the launcher, or rank 0 under SLURM)";
   }
 }
 
 void linger_for_reports(Store* store, int world, std::chrono::milliseconds grace) {
   if (!store) return;
-  const auto deadline = std::chrono::steady_clock::now() + grace;
+  // A rank may first notice the failure up to a grace period plus the watch's delay after this
+  // one, then diagnose for up to another grace period.
+  const auto deadline = std::chrono::steady_clock::now() + 2 * grace + std::chrono::seconds(2);
   try {
     for (int q = 0; q < world; ++q)
-      while (!store->check({fmt::format("failed/{}", q)}) && !store->check({fmt::format("lost/{}", q)})) {
+      while (!store->check({fmt::format("diagnosed/{}", q)}) && !store->check({fmt::format("lost/{}", q)})) {
         if (std::chrono::steady_clock::now() > deadline) return;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
@@ -93,7 +105,7 @@ void FailureWatch::loop() {
     try {
       if (store_->check({"first-failure"})) break;
     } catch (const TransportError&) {
-      cause = "lost the rendezvous store (the process hosting it is gone)";
+      cause = "lost the rendezvous store (the process hosting it is gone: the launcher, or rank 0 under SLURM)";
       break;
     }
   }

@@ -43,8 +43,8 @@ std::string diagnose_lost_rank(Store* store, int rank, int world, const std::str
                                std::chrono::milliseconds grace);
 
 // For the rank that hosts the store (SLURM, or ranks started by hand): before exiting after a
-// failure, waits (at most `grace`) until every rank has reported a failure or been found lost,
-// so that no rank loses the store in the middle of its diagnosis.
+// failure, waits (at most twice the `grace` of diagnose_lost_rank, plus 2 s) until every rank has finished its diagnosis ("diagnosed/<r>")
+// or been found lost, so that no rank loses the store in the middle of its diagnosis.
 void linger_for_reports(Store* store, int world, std::chrono::milliseconds grace);
 
 // Watches the store for failures of other ranks while this rank trains (see above). Stop it

@@ -129,50 +129,124 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
   return s;
 }
 
+namespace {
+
+constexpr double kNestStepUs = 0.01;  // docs/trace-format.md: nesting the ops of one batch
+
+json action_args(const ppc::Plan& plan, const ppc::Action& a, size_t index, int step) {
+  json args = {{"stage", a.stage}, {"microbatch", a.microbatch}};
+  if (a.kind == ppc::ActionKind::OverlapFB) {
+    args["backward"] = ppc::kind_name(a.sub_kind);
+    args["stage2"] = a.stage2;
+    args["microbatch2"] = a.microbatch2;
+  }
+  if (ppc::is_comm(a.kind)) args["peer"] = a.peer;
+  else args["chunk"] = plan.placement.stage_chunk[static_cast<size_t>(a.stage)];
+  args["index"] = index;
+  args["step"] = step + 1;
+  return args;
+}
+
+}  // namespace
+
 std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& ranks) {
   json events = json::array();
-  int64_t t0 = INT64_MAX;
+  // The step traced: the last one every rank kept.
+  int step = -1;
   for (const RankReport& r : ranks)
-    for (const StepTiming& t : r.steps) t0 = std::min(t0, t.begin_unix_us);
-  for (const RankReport& r : ranks) {
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r.rank}, {"args", {{"name", fmt::format("rank {}", r.rank)}}}});
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r.rank}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r.rank}, {"tid", 1}, {"args", {{"name", "communication"}}}});
-    const auto& acts = plan.order()[static_cast<size_t>(r.rank)];
-    for (const StepTiming& t : r.steps) {
-      const double base = static_cast<double>(t.begin_unix_us - t0);
-      auto us = [&](int64_t ns) { return base + static_cast<double>(ns) / 1e3; };
-      for (size_t i = 0; i < acts.size() && i < t.spans.size(); ++i) {
-        const ppc::Action& a = acts[i];
-        const ActionSpan& sp = t.spans[i];
-        const std::string name = ppc::to_string(a);
-        const bool comm = ppc::is_comm(a.kind);
-        if (!comm && sp.start > sp.wait)
-          events.push_back({{"name", "wait " + name}, {"cat", "wait"}, {"ph", "X"}, {"pid", r.rank}, {"tid", 0},
-                            {"ts", us(sp.wait)}, {"dur", static_cast<double>(sp.start - sp.wait) / 1e3},
-                            {"args", {{"step", t.step + 1}}}});
-        events.push_back({{"name", name}, {"cat", ppc::kind_name(a.kind)}, {"ph", "X"}, {"pid", r.rank},
-                          {"tid", comm ? 1 : 0}, {"ts", us(sp.start)},
-                          {"dur", static_cast<double>(sp.end - sp.start) / 1e3}, {"args", {{"step", t.step + 1}}}});
-        if (!comm) continue;
-        // Flow arrows from a SEND (at its post) to the matching RECV (at its completion).
-        const bool send = ppc::is_send(a.kind);
-        const bool fwd = a.kind == ppc::ActionKind::SendF || a.kind == ppc::ActionKind::RecvF;
-        const int sender = send ? a.stage : ppc::comm_match(plan, a).stage;
-        const std::string bind = fmt::format("send-recv-{}-{}-{}", sender, a.microbatch, fwd ? 'F' : 'B');
-        json flow = {{"name", "send-recv"}, {"cat", "send-recv"}, {"ph", send ? "s" : "f"}, {"pid", r.rank}, {"tid", 1},
-                     {"ts", send ? us(sp.start) : us(sp.end)}, {"id", fmt::format("{}@{}", bind, t.step + 1)},
-                     {"bind_id", bind}};
+    for (const StepTiming& t : r.steps)
+      if (t.spans.size() == t.actions) step = std::max(step, t.step);
+  int64_t t0 = INT64_MAX;
+  double makespan = 0, busy = 0;
+  std::vector<const StepTiming*> at(ranks.size(), nullptr);
+  for (size_t i = 0; i < ranks.size(); ++i)
+    for (const StepTiming& t : ranks[i].steps)
+      if (t.step == step && t.spans.size() == t.actions) {
+        at[i] = &t;
+        t0 = std::min(t0, t.begin_unix_us);
+      }
+  for (size_t ri = 0; ri < ranks.size(); ++ri) {
+    const RankReport& r = ranks[ri];
+    const int pid = r.rank;
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", fmt::format("rank {}", pid)}}}});
+    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 1}, {"args", {{"name", "comm"}}}});
+    const StepTiming* t = at[ri];
+    if (!t) continue;
+    const auto& acts = plan.order()[static_cast<size_t>(pid)];
+    const double base = static_cast<double>(t->begin_unix_us - t0);
+    auto us = [&](int64_t ns) { return base + static_cast<double>(ns) / 1e3; };
+    makespan = std::max(makespan, us(t->wall_ns));
+    int activations = 0;
+    events.push_back({{"name", "activation memory"}, {"ph", "C"}, {"pid", pid}, {"tid", 0}, {"ts", us(0)}, {"args", {{"activations", 0}}}});
+    for (size_t i = 0; i < acts.size();) {
+      const ppc::Action& a = acts[i];
+      if (!ppc::is_comm(a.kind)) {
+        const ActionSpan& sp = t->spans[i];
+        json args = action_args(plan, a, i, t->step);
+        if (sp.start > sp.wait) args["wait_us"] = static_cast<double>(sp.start - sp.wait) / 1e3;
+        events.push_back({{"name", ppc::to_string(a)}, {"cat", ppc::kind_name(a.kind)}, {"ph", "X"}, {"pid", pid}, {"tid", 0},
+                          {"ts", us(sp.start)}, {"dur", static_cast<double>(sp.end - sp.start) / 1e3}, {"args", std::move(args)}});
+        busy += static_cast<double>(sp.end - sp.start) / 1e3;
+        const int before = activations;
+        if (a.kind == ppc::ActionKind::F) ++activations;
+        else if (ppc::is_backward_input(a.kind)) --activations;
+        if (activations != before)
+          events.push_back({{"name", "activation memory"}, {"ph", "C"}, {"pid", pid}, {"tid", 0}, {"ts", us(sp.end)},
+                            {"args", {{"activations", activations}}}});
+        ++i;
+        continue;
+      }
+      // A batch: its ops start together when posted and nest (latest end outermost); a slice
+      // ends when the op was seen complete, but not after the next batch is posted (slices of
+      // one thread must nest; args.done_us keeps the observed completion).
+      size_t j = i;
+      while (j < acts.size() && ppc::is_comm(acts[j].kind)) ++j;
+      const size_t n = j - i;
+      const double post = us(t->spans[i].start);
+      double next_post = us(t->wall_ns) + 1.0;
+      for (size_t k = j; k < acts.size(); ++k)
+        if (ppc::is_comm(acts[k].kind)) {
+          next_post = us(t->spans[k].start);
+          break;
+        }
+      std::vector<size_t> ops(n);
+      for (size_t k = 0; k < n; ++k) ops[k] = i + k;
+      std::stable_sort(ops.begin(), ops.end(), [&](size_t x, size_t y) { return t->spans[x].end > t->spans[y].end; });
+      const double nn = static_cast<double>(n);
+      for (size_t k = 0; k < n; ++k) {
+        const size_t idx = ops[k];
+        const ppc::Action& op = acts[idx];
+        const double kk = static_cast<double>(k);
+        const double ts = post + kk * kNestStepUs;
+        const double shown_end =
+            std::max(std::min(us(t->spans[idx].end), next_post - (nn + 1) * kNestStepUs), post + nn * kNestStepUs) +
+            (nn - kk) * kNestStepUs;
+        json args = action_args(plan, op, idx, t->step);
+        args["done_us"] = us(t->spans[idx].end);
+        events.push_back({{"name", ppc::to_string(op)}, {"cat", ppc::kind_name(op.kind)}, {"ph", "X"}, {"pid", pid}, {"tid", 1},
+                          {"ts", ts}, {"dur", shown_end - ts}, {"args", std::move(args)}});
+        // The flow event sits in the op's own innermost instant [ts, ts + step).
+        const bool fwd = op.kind == ppc::ActionKind::SendF || op.kind == ppc::ActionKind::RecvF;
+        const bool send = ppc::is_send(op.kind);
+        const int sender = send ? op.stage : ppc::comm_match(plan, op).stage;
+        json flow = {{"name", fwd ? "activation" : "gradient"}, {"cat", "transfer"}, {"ph", send ? "s" : "f"},
+                     {"id", (static_cast<int64_t>(sender) * plan.microbatches + op.microbatch) * 2 + (fwd ? 0 : 1)},
+                     {"pid", pid}, {"tid", 1}, {"ts", ts + kNestStepUs / 2}};
         if (!send) flow["bp"] = "e";
         events.push_back(std::move(flow));
       }
-      if (t.optimizer_ns > 0)
-        events.push_back({{"name", "optimizer"}, {"cat", "optimizer"}, {"ph", "X"}, {"pid", r.rank}, {"tid", 0},
-                          {"ts", us(t.wall_ns)}, {"dur", static_cast<double>(t.optimizer_ns) / 1e3},
-                          {"args", {{"step", t.step + 1}}}});
+      i = j;
     }
   }
-  json out = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  const double bubble = makespan > 0 ? 1.0 - busy / (static_cast<double>(plan.pp()) * makespan) : 0;
+  json out = {{"traceEvents", std::move(events)},
+              {"displayTimeUnit", "ms"},
+              {"otherData",
+               {{"generator", "pprun"}, {"schedule", plan.schedule}, {"pp", plan.pp()}, {"vpp", plan.vpp()},
+                {"microbatches", plan.microbatches}, {"makespan", makespan}, {"bubble", bubble}, {"costs", "measured"},
+                {"us_per_unit", 1}, {"step", step + 1}}}};
   return out.dump() + "\n";
 }
 

@@ -54,8 +54,10 @@ struct TimingSummary {
 // Analyses the steps with spans (skipping the first step of the run when others exist).
 TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
 
-// {"traceEvents": [...]} (docs/pprun.md): X events per action (pid = rank, tid 0 compute, 1
-// communication), process and thread names, and flow events from each SEND to its RECV.
+// The Chrome trace of the last step every rank kept, in the format of docs/trace-format.md (the
+// one ppcompile --emit trace writes for the simulation): X events per action (pid = rank, tid 0
+// compute, 1 comm), flow events from each SEND to its RECV, activation counters, otherData.
+// Times: measured microseconds since the first rank began the step.
 std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
 
 // The summary lines the loss rank prints at the end.

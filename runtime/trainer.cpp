@@ -30,10 +30,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-int64_t unix_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 at::Device device_for(const Job& job, int local_rank) {
@@ -221,7 +217,6 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
   constexpr int kAnalysedSteps = 20;
   for (int step = 0; step < job.train.steps; ++step) {
     const auto t0 = Clock::now();
-    const int64_t begin_us = unix_us();
     zero_grads(model.stages);
     const at::Tensor tokens = batch_tensor(data, job, step, device);
     StepReport rep = exec.run_step(tokens, step);
@@ -230,8 +225,8 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
     optimizer_step(*opt, job.train, step);
     const double step_s = seconds_since(t0);
     report.peak_inflight = std::max(report.peak_inflight, rep.peak_inflight);
-    if (trace || step == 0 || step >= job.train.steps - kAnalysedSteps) {
-      StepTiming t{step, begin_us, rep.wall_ns, rep.compute_ns, rep.wait_ns, rep.post_ns,
+    if (step == 0 || step >= job.train.steps - kAnalysedSteps) {
+      StepTiming t{step, rep.begin_unix_us, rep.wall_ns, rep.compute_ns, rep.wait_ns, rep.post_ns,
                    std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t1).count(), rep.actions,
                    std::move(rep.spans)};
       report.steps.push_back(std::move(t));

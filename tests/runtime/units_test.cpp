@@ -1,0 +1,444 @@
+// The runtime's plain-C++ parts: model config, data, plan checks, rank environment, learning
+// rate, reports and traces, parameter dumps, atomic output files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "compiler/compile.h"
+#include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+#include "compiler/execute.h"
+#include "compiler/verify.h"
+#include "runtime/data.h"
+#include "runtime/job.h"
+#include "runtime/launch.h"
+#include "runtime/model_config.h"
+#include "runtime/output.h"
+#include "runtime/param_dump.h"
+#include "runtime/plan_load.h"
+#include "runtime/report.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "pprt-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(file(name), std::ios::binary) << text;
+    return file(name);
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string user_error(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ppc::UserError& e) {
+    return e.format();
+  }
+  return "(no error)";
+}
+
+ppc::Plan compile(const std::string& layout, int pp, const std::string& schedule, int mbs) {
+  ppc::CompileOptions o;
+  o.layout = ppc::parse_layout(layout);
+  o.has_model = true;
+  o.pp = pp;
+  o.schedule = schedule;
+  o.microbatches = mbs;
+  return ppc::compile(o);
+}
+
+std::string plan_json(const ppc::Plan& plan) {
+  std::ostringstream os;
+  ppc::emit_json(plan, ppc::verify(plan), os);
+  return os.str();
+}
+
+// --- model config ------------------------------------------------------------------------------
+
+TEST(ModelConfig, ReadsFieldsOverDefaults) {
+  const pprt::ModelConfig c = pprt::parse_model_config(R"({"hidden": 128, "heads": 8, "seq_len": 32})", "m.json");
+  EXPECT_EQ(c.hidden, 128);
+  EXPECT_EQ(c.heads, 8);
+  EXPECT_EQ(c.kv_heads, 2);
+  EXPECT_EQ(c.seq_len, 32);
+  EXPECT_EQ(pprt::describe(c), "hidden 128, heads 8 (kv 2), ffn 176, vocab 256, seq 32");
+}
+
+TEST(ModelConfig, ErrorsNameTheFileAndField) {
+  EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"hiden": 64})", "m.json"); }),
+            "m.json: hiden: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, rope_theta, norm_eps)");
+  EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"heads": -1})", "m.json"); }),
+            "m.json: heads: expected a positive integer, got -1");
+  EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"hidden": 60, "heads": 8})", "m.json"); }),
+            "m.json: hidden 60 is not a multiple of heads 8");
+  EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"heads": 4, "kv_heads": 3})", "m.json"); }),
+            "m.json: heads 4 is not a multiple of kv_heads 3");
+  EXPECT_EQ(user_error([] { pprt::parse_model_config("[1,", "m.json"); }).rfind("m.json: not valid JSON", 0), 0u);
+}
+
+TEST(ModelConfig, FlagsOverrideTheFile) {
+  TempDir d;
+  const std::string path = d.write("m.json", R"({"hidden": 96, "heads": 6, "kv_heads": 3})");
+  pprt::ModelOverrides o;
+  o.hidden = 48;
+  const pprt::ModelConfig c = pprt::resolve_model_config(path, o);
+  EXPECT_EQ(c.hidden, 48);
+  EXPECT_EQ(c.heads, 6);
+  EXPECT_EQ(pprt::count_parameters(pprt::ModelConfig{}, ppc::parse_layout("EtL")),
+            256 * 64 + (2 * 64 + (4 + 4) * 16 * 64 + 64 * 64 + 3 * 176 * 64) + 64 + 256 * 64);
+}
+
+// --- data --------------------------------------------------------------------------------------
+
+TEST(Data, SyntheticBatchesAreDeterministicPerStep) {
+  const auto src = pprt::TokenSource::synthetic(256, 5);
+  std::vector<int64_t> a, b, c;
+  src.batch(3, 4, 17, a);
+  pprt::TokenSource::synthetic(256, 5).batch(3, 4, 17, b);
+  src.batch(4, 4, 17, c);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  ASSERT_EQ(a.size(), 68u);
+  for (int64_t t : a) EXPECT_TRUE(t >= 0 && t < 256);
+  EXPECT_EQ(src.describe(), "synthetic language (vocab 256)");
+}
+
+TEST(Data, SyntheticLanguageIsLearnable) {
+  // Each token has at most four successors (or the sequence repeats its first half).
+  const auto src = pprt::TokenSource::synthetic(64, 1);
+  std::vector<int64_t> rows;
+  src.batch(0, 200, 32, rows);
+  std::map<int64_t, std::set<int64_t>> next;
+  for (int r = 0; r < 200; ++r)
+    for (int i = 0; i + 1 < 16; ++i) next[rows[static_cast<size_t>(r * 32 + i)]].insert(rows[static_cast<size_t>(r * 32 + i + 1)]);
+  for (const auto& [t, s] : next) EXPECT_LE(s.size(), 4u) << "token " << t;
+}
+
+TEST(Data, FileWindowsAreBytes) {
+  TempDir d;
+  const std::string path = d.write("text.txt", "abcdefghijklmnopqrstuvwxyz");
+  const auto src = pprt::TokenSource::from_file(path, 256, 4, 1);
+  std::vector<int64_t> rows;
+  src.batch(0, 3, 5, rows);
+  for (int r = 0; r < 3; ++r)
+    for (int i = 1; i < 5; ++i) EXPECT_EQ(rows[static_cast<size_t>(r * 5 + i)], rows[static_cast<size_t>(r * 5 + i - 1)] + 1);
+  EXPECT_EQ(src.describe(), "bytes of " + path + " (26 bytes)");
+}
+
+TEST(Data, FileErrors) {
+  TempDir d;
+  EXPECT_EQ(user_error([] { pprt::TokenSource::from_file("/no/such/file", 256, 8, 1); }),
+            "--data: cannot open data file '/no/such/file'");
+  const std::string small = d.write("s.txt", "abc");
+  EXPECT_EQ(user_error([&] { pprt::TokenSource::from_file(small, 256, 8, 1); }),
+            "--data: data file '" + small + "' has 3 bytes; one sequence needs seq_len + 1 = 9");
+  EXPECT_EQ(user_error([&] { pprt::TokenSource::from_file(small, 100, 2, 1); }),
+            "--data: byte-level data needs vocab >= 256, the model has 100");
+}
+
+// --- plans -------------------------------------------------------------------------------------
+
+TEST(PlanLoad, ReadsAndVerifiesACompiledPlan) {
+  TempDir d;
+  const ppc::Plan plan = compile("Ett|ttL", 2, "1F1B", 4);
+  const ppc::Plan back = pprt::load_plan(d.write("p.json", plan_json(plan)));
+  EXPECT_EQ(back.lowered, plan.lowered);
+  EXPECT_EQ(pprt::loss_rank(back), 1);
+  EXPECT_FALSE(pprt::check_fifo_order(back).has_value());
+}
+
+TEST(PlanLoad, LowersAComputeOnlyPlan) {
+  TempDir d;
+  ppc::Plan plan = compile("Ett|ttL", 2, "GPipe", 2);
+  std::string text = plan_json(plan);
+  nlohmann::json j = nlohmann::json::parse(text);
+  for (auto& r : j["ranks"]) r.erase("actions");
+  EXPECT_EQ(pprt::load_plan(d.write("p.json", j.dump())).lowered, plan.lowered);
+}
+
+TEST(PlanLoad, RejectsWhatItCannotRun) {
+  TempDir d;
+  const std::string good = plan_json(compile("Ett|ttL", 2, "1F1B", 4));
+  nlohmann::json j = nlohmann::json::parse(good);
+  j["version"] = 2;
+  const std::string v2 = d.write("v2.json", j.dump());
+  EXPECT_EQ(user_error([&] { pprt::load_plan(v2); }), v2 + ": version: unsupported plan version 2 (this build reads version 1)");
+  const std::string cut = d.write("cut.json", good.substr(0, good.size() / 2));
+  EXPECT_EQ(user_error([&] { pprt::load_plan(cut); }).rfind(cut + ": not valid JSON", 0), 0u);
+  // Rank 1 receives its first activation after the forward that needs it.
+  j = nlohmann::json::parse(good);
+  auto& acts = j["ranks"][1]["actions"];
+  ASSERT_EQ(acts[0], "1RECV_F0");
+  std::swap(acts[0], acts[1]);
+  const std::string swapped = d.write("swapped.json", j.dump());
+  EXPECT_EQ(user_error([&] { pprt::load_plan(swapped); }),
+            swapped + ": the plan is not valid: rank 1, action 0 (1F0): needs the activation of stage 0 microbatch 0 from "
+                      "rank 0, but rank 1 receives it only later, at its action 1");
+  const std::string mtp = d.write("mtp.json", plan_json(compile("Ett|tmL", 2, "1F1B", 2)));
+  EXPECT_EQ(user_error([&] { pprt::load_plan(mtp); }),
+            mtp + ": layout.stages[1]: pprun does not support multi-token prediction layers (m) yet; remove m from the layout");
+  ppc::CompileOptions o;
+  o.layout = ppc::generic_layout(2);
+  o.pp = 2;
+  o.schedule = "1F1B";
+  o.microbatches = 2;
+  const std::string generic = d.write("generic.json", plan_json(ppc::compile(o)));
+  EXPECT_EQ(user_error([&] { pprt::load_plan(generic); }),
+            generic + ": layout: the plan describes no model (it was compiled with --stages N); compile it with --layout or "
+                      "--layout-file");
+  const std::string dual = d.write("dual.json", plan_json(compile("Ett|ttL", 2, "DualPipe", 4)));
+  EXPECT_EQ(user_error([&] { pprt::load_plan(dual); }),
+            dual + ": copies: DualPipe runs 2 copies of the model with duplicated parameters, which pprun does not support "
+                   "yet (DualPipeV, with one copy, runs)");
+}
+
+TEST(PlanLoad, FifoOrderCheckFindsCrossedMessages) {
+  ppc::Plan plan = compile("Ett|ttL", 2, "GPipe", 2);
+  EXPECT_FALSE(pprt::check_fifo_order(plan).has_value());
+  // Rank 1 receives microbatch 1's activation before microbatch 0's: fine with tags, not with NCCL.
+  auto& acts = plan.lowered[1];
+  auto r0 = std::find(acts.begin(), acts.end(), ppc::Action::comm(ppc::ActionKind::RecvF, 1, 0, 0));
+  auto r1 = std::find(acts.begin(), acts.end(), ppc::Action::comm(ppc::ActionKind::RecvF, 1, 1, 0));
+  ASSERT_TRUE(r0 != acts.end() && r1 != acts.end());
+  std::iter_swap(r0, r1);
+  const auto bad = pprt::check_fifo_order(plan);
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(*bad, "rank 0 sends the activation of stage 0 microbatch 0 as its message 0 to rank 1, which receives the "
+                  "activation of stage 0 microbatch 1 there");
+}
+
+// --- launch environment ------------------------------------------------------------------------
+
+pprt::GetEnv env_of(std::map<std::string, std::string> vars) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(LaunchEnv, Torchrun) {
+  const auto e = pprt::launch_env(env_of({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"},
+                                          {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                          {"TORCHELASTIC_RUN_ID", "x"}, {"TORCHELASTIC_RESTART_COUNT", "2"}}));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->launcher, "torchrun");
+  EXPECT_EQ(e->rank, 1);
+  EXPECT_EQ(e->world, 4);
+  EXPECT_TRUE(e->external_store);
+  EXPECT_EQ(e->store_prefix, "pprun/2/");
+  EXPECT_EQ(e->master_addr, "10.0.0.1");
+}
+
+TEST(LaunchEnv, Slurm) {
+  const auto e = pprt::launch_env(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "0"},
+                                          {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "29500"}}));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->launcher, "SLURM");
+  EXPECT_EQ(e->world, 8);
+  EXPECT_FALSE(e->external_store);  // rank 0 serves the store
+}
+
+TEST(LaunchEnv, NoneMeansSpawn) { EXPECT_FALSE(pprt::launch_env(env_of({})).has_value()); }
+
+TEST(LaunchEnv, Errors) {
+  EXPECT_EQ(user_error([] { pprt::launch_env(env_of({{"RANK", "4"}, {"WORLD_SIZE", "4"}})); }),
+            "environment: RANK='4' is not an integer in 0..3");
+  EXPECT_EQ(user_error([] { pprt::launch_env(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}})); })
+                .rfind("environment: MASTER_ADDR is not set (under SLURM, export MASTER_ADDR=", 0),
+            0u);
+}
+
+// --- learning rate -----------------------------------------------------------------------------
+
+TEST(LearningRate, WarmsUpLinearlyThenDecaysToTheMinimum) {
+  pprt::TrainOptions o;
+  o.steps = 101;
+  o.lr = 1.0;
+  o.warmup = 10;
+  o.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(pprt::learning_rate(o, 0), 0.1);
+  EXPECT_DOUBLE_EQ(pprt::learning_rate(o, 9), 1.0);
+  EXPECT_DOUBLE_EQ(pprt::learning_rate(o, 10), 1.0);
+  EXPECT_NEAR(pprt::learning_rate(o, 55), 0.55, 1e-12);  // half way through the decay (steps 10..100)
+  EXPECT_DOUBLE_EQ(pprt::learning_rate(o, 100), 0.1);
+  for (int s = 11; s < 101; ++s) EXPECT_LT(pprt::learning_rate(o, s), pprt::learning_rate(o, s - 1));
+}
+
+// --- reports and traces ------------------------------------------------------------------------
+
+// Reports for `plan` in which every compute action took `ns` and nothing else took time.
+std::vector<pprt::RankReport> fake_reports(const ppc::Plan& plan, int64_t ns) {
+  std::vector<pprt::RankReport> out;
+  const ppc::Execution ex = ppc::execute(plan, nullptr, false);
+  EXPECT_TRUE(ex.finished());
+  ppc::ExecCosts costs;
+  costs.compute = [&](const ppc::Action&, int) { return static_cast<double>(ns); };
+  const ppc::Execution timed = ppc::execute(plan, &costs, true);
+  for (int r = 0; r < plan.pp(); ++r) {
+    pprt::RankReport rep;
+    rep.rank = r;
+    rep.peak_inflight = ppc::peak_inflight(plan)[static_cast<size_t>(r)];
+    for (int step = 0; step < 3; ++step) {
+      pprt::StepTiming t;
+      t.step = step;
+      t.begin_unix_us = 1000000 + step * 100000;
+      t.actions = plan.order()[static_cast<size_t>(r)].size();
+      for (const ppc::Interval& iv : timed.times[static_cast<size_t>(r)]) {
+        const auto s = static_cast<int64_t>(iv.start), e = static_cast<int64_t>(iv.end);
+        t.spans.push_back({s, s, e});
+        t.wall_ns = std::max(t.wall_ns, e);
+      }
+      for (size_t i = 0; i < t.actions; ++i)
+        if (!ppc::is_comm(plan.order()[static_cast<size_t>(r)][i].kind)) t.compute_ns += ns;
+      t.wait_ns = t.wall_ns - t.compute_ns - 100 * static_cast<int64_t>(t.actions);  // leaves 100 ns per action
+      rep.steps.push_back(t);
+    }
+    out.push_back(pprt::rank_report_from_json(pprt::to_json(rep)));  // through the store's format
+  }
+  return out;
+}
+
+TEST(Report, AnalysisComparesTheStepWithTheSimulation) {
+  const ppc::Plan plan = compile("Ett|ttL", 2, "1F1B", 4);
+  const pprt::TimingSummary s = pprt::analyse(plan, fake_reports(plan, 1000000));
+  EXPECT_EQ(s.peak_inflight, ppc::peak_inflight(plan));
+  EXPECT_EQ(s.predicted_inflight, std::vector<int>({2, 1}));
+  EXPECT_EQ(s.analysed_steps, 2);              // the first step is left out
+  EXPECT_NEAR(s.overhead_us_per_action, 0.1, 1e-9);
+  EXPECT_NEAR(s.ratio, 1.0, 1e-9);             // measured = simulated when actions took what they took
+  EXPECT_NEAR(s.simulated_ms, 10.0, 1e-9);     // 1F1B, pp 2, 4 microbatches, F = B = 1 ms: 2 (4 + 2 - 1) ms
+  EXPECT_NE(pprt::summary_text(s).find("the plan predicts 2 1"), std::string::npos);
+}
+
+TEST(Report, TraceHasEveryActionOnceAndPairedFlows) {
+  const ppc::Plan plan = compile("Et|tt|tt|tL", 2, "Interleaved1F1B", 4);
+  const nlohmann::json t = nlohmann::json::parse(pprt::chrome_trace(plan, fake_reports(plan, 1000)));
+  EXPECT_EQ(t["otherData"]["generator"], "pprun");
+  EXPECT_EQ(t["otherData"]["step"], 3);
+  std::map<int, std::vector<std::string>> names;
+  std::map<int64_t, std::pair<int, int>> flows;  // id -> starts, finishes
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "X") {
+      names[e["pid"].get<int>()].push_back(e["name"]);
+      EXPECT_EQ(e["tid"].get<int>(), ppc::is_comm(ppc::parse_action(e["name"].get<std::string>(), nullptr)->kind) ? 1 : 0);
+    }
+    if (e["ph"] == "s") ++flows[e["id"].get<int64_t>()].first;
+    if (e["ph"] == "f") ++flows[e["id"].get<int64_t>()].second;
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> want;
+    for (const auto& a : plan.lowered[static_cast<size_t>(r)]) want.push_back(ppc::to_string(a));
+    auto got = names[r];
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, want) << "rank " << r;
+  }
+  EXPECT_EQ(flows.size(), 24u);  // one per transfer
+  for (const auto& [id, sf] : flows) EXPECT_EQ(sf, std::make_pair(1, 1)) << "flow " << id;
+}
+
+TEST(Report, CommSlicesOfOneThreadNest) {
+  const ppc::Plan plan = compile("Ett|ttL", 2, "1F1B", 4);
+  auto reports = fake_reports(plan, 1000);
+  // Pretend every op was seen complete only at the end of the step (sends are waited for there).
+  for (auto& r : reports)
+    for (auto& step : r.steps)
+      for (size_t i = 0; i < step.spans.size(); ++i)
+        if (ppc::is_comm(plan.lowered[static_cast<size_t>(r.rank)][i].kind)) step.spans[i].end = step.wall_ns;
+  const nlohmann::json t = nlohmann::json::parse(pprt::chrome_trace(plan, reports));
+  std::map<int, std::vector<std::pair<double, double>>> slices;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X" && e["tid"] == 1) slices[e["pid"].get<int>()].emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+  for (auto& [pid, v] : slices)
+    for (const auto& a : v)
+      for (const auto& b : v) {
+        const bool disjoint = a.second <= b.first || b.second <= a.first;
+        const bool nested = (a.first <= b.first && b.second <= a.second) || (b.first <= a.first && a.second <= b.second);
+        EXPECT_TRUE(disjoint || nested) << "rank " << pid << ": [" << a.first << "," << a.second << ") and [" << b.first << ","
+                                        << b.second << ")";
+      }
+}
+
+// --- parameter dumps and output files ------------------------------------------------------------
+
+TEST(ParamDump, RoundTripsFloatsExactlyAndCompares) {
+  TempDir d;
+  fs::create_directories(d.file("a"));
+  fs::create_directories(d.file("b"));
+  const std::vector<float> x{0.1f, -3.25e-8f, 1.0f / 3.0f, 12345.678f};
+  std::vector<float> y = x;
+  y[2] += 1e-5f;
+  d.write("a/params.rank0.jsonl", pprt::param_dump_line("w", {2, 2}, x.data(), 4) + pprt::param_dump_line("only_a", {1}, x.data(), 1));
+  d.write("b/params.rank1.jsonl", pprt::param_dump_line("w", {2, 2}, y.data(), 4));
+  const auto a = pprt::read_param_dump(d.file("a"));
+  EXPECT_EQ(a.at("w").data, x);
+  EXPECT_EQ(a.at("w").shape, std::vector<int64_t>({2, 2}));
+  const auto c = pprt::compare_param_dumps(a, pprt::read_param_dump(d.file("b")));
+  EXPECT_EQ(c.compared, 1u);
+  EXPECT_EQ(c.only_in_a, std::vector<std::string>({"only_a"}));
+  EXPECT_EQ(c.worst, "w");
+  EXPECT_NEAR(c.max_abs_diff, 1e-5, 1e-7);
+}
+
+TEST(AtomicFile, LeavesNothingUnlessCommitted) {
+  TempDir d;
+  {
+    pprt::AtomicFile f(d.file("m.jsonl"), "--metrics");
+    f.write("half");
+  }
+  EXPECT_TRUE(fs::is_empty(d.file("")));
+  {
+    pprt::AtomicFile f(d.file("m.jsonl"), "--metrics");
+    f.write("all\n");
+    f.commit();
+  }
+  std::ifstream in(d.file("m.jsonl"));
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "all");
+  EXPECT_EQ(user_error([] { pprt::AtomicFile("/no/such/dir/m.jsonl", "--metrics"); }),
+            "--metrics: cannot create '/no/such/dir/m.jsonl': No such file or directory");
+}
+
+TEST(Output, MetricsLineAndProgressLines) {
+  pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5};
+  EXPECT_EQ(pprt::metrics_json(m),
+            R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
+  char* buf = nullptr;
+  size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  pprt::Progress p(pprt::ProgressMode::Lines, 4, 2, f);
+  for (int s = 1; s <= 4; ++s) p.update(pprt::StepMetrics{s, 5.0 - s, 1e-3, 1, 0.5, 2048, 0.5 * s});
+  p.finish();
+  std::fclose(f);
+  const std::string out(buf, len);
+  std::free(buf);
+  EXPECT_EQ(out,
+            "step 1/4 loss 4.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:02\n"
+            "step 2/4 loss 3.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:01\n"
+            "step 4/4 loss 1.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:00\n");
+}
+
+}  // namespace

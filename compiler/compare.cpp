@@ -158,7 +158,7 @@ Comparison compare_schedules(const CompareOptions& opts) {
       cmp.skipped.push_back({info.name, reason});
       continue;
     }
-    plan = lower_send_recv(plan, lowering_costs(plan, config->cost));
+    plan = lower_for_model(plan, config->cost);
     CompareRow row;
     row.report = verify(plan);
     if (!row.report.ok())

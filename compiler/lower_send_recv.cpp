@@ -27,12 +27,20 @@ struct PendingRecv {
   int sender;
 };
 
+// One transfer of a compute's output to the rank that consumes it.
+struct Transfer {
+  Action send, recv;
+  int peer;
+};
+
 struct RankState {
   size_t pos = 0;           // next compute action
   bool computing = false;
+  double busy_until = 0;    // end of the running compute
   int unmatched = 0;        // SENDs of the open batch whose RECV is not posted yet
   double batch_done = 0;    // when the open batch's transfers are done
   std::vector<PendingRecv> pending;  // RECVs to post when the running compute ends
+  std::vector<Transfer> deferred;    // SENDs held back to this rank's next boundary
 };
 
 class Lowerer {
@@ -188,19 +196,21 @@ class Lowerer {
 
   void try_start(int r, double now) {
     RankState& st = ranks_[static_cast<size_t>(r)];
+    if (st.computing) return;
+    if (!can_start(r, now)) {
+      // Between computes for now: SENDs held back cannot wait any longer.
+      if (!st.deferred.empty()) {
+        std::vector<Transfer> held;
+        held.swap(st.deferred);
+        for (const Transfer& t : held) post(r, t, now, false);
+      }
+      if (st.unmatched == 0 && st.batch_done > now && st.pos < plan_.compute[static_cast<size_t>(r)].size() &&
+          next_ready(r))
+        push(st.batch_done, r, false);  // transfers of the open batch still in flight
+      return;
+    }
     const auto& order = plan_.compute[static_cast<size_t>(r)];
-    if (st.computing || st.unmatched > 0 || st.pos == order.size()) return;
     const Action& a = order[st.pos];
-    if (a.kind == ActionKind::OverlapFB) {
-      const Action f = a.forward_part();
-      if (!ready(f, nullptr) || !ready(a.backward_part(), &f)) return;
-    } else if (!ready(a, nullptr)) {
-      return;
-    }
-    if (st.batch_done > now) {  // transfers of the open batch still in flight
-      push(st.batch_done, r, false);
-      return;
-    }
     append(r, a);
     if (starts_) (*starts_)[static_cast<size_t>(r)].push_back(now);
     const double end = now + duration(a, r);
@@ -212,6 +222,7 @@ class Lowerer {
       mark(a);
     }
     st.computing = true;
+    st.busy_until = end;
     st.batch_done = end;
     ++st.pos;
     // Ranks are visited in turn, so each rank's next action is a cache miss by the time it is
@@ -222,6 +233,57 @@ class Lowerer {
       if (dst.size() + 4 < dst.capacity()) __builtin_prefetch(dst.data() + dst.size() + 4, 1);
     }
     push(end, r, true);
+  }
+
+  bool next_ready(int r) const {
+    const RankState& st = ranks_[static_cast<size_t>(r)];
+    const Action& a = plan_.compute[static_cast<size_t>(r)][st.pos];
+    if (a.kind == ActionKind::OverlapFB) {
+      const Action f = a.forward_part();
+      return ready(f, nullptr) && ready(a.backward_part(), &f);
+    }
+    return ready(a, nullptr);
+  }
+
+  bool can_start(int r, double now) const {
+    const RankState& st = ranks_[static_cast<size_t>(r)];
+    return st.unmatched == 0 && st.pos < plan_.compute[static_cast<size_t>(r)].size() && next_ready(r) &&
+           st.batch_done <= now;
+  }
+
+  // Does rank q's next compute (after the one it is running) consume what `recv` receives?
+  bool needed_next(int q, const Action& recv) const {
+    const RankState& st = ranks_[static_cast<size_t>(q)];
+    const auto& order = plan_.compute[static_cast<size_t>(q)];
+    if (st.pos >= order.size()) return true;
+    const Need want{event_of(recv.kind), recv.stage, recv.microbatch};
+    bool needed = false;
+    auto check = [&](const Action& p) {
+      for_each_need(plan_, p, [&](const Need& n) {
+        needed |= n.event == want.event && n.stage == want.stage && n.microbatch == want.microbatch;
+      });
+    };
+    const Action& a = order[st.pos];
+    if (a.kind == ActionKind::OverlapFB) {
+      check(a.forward_part());
+      check(a.backward_part());
+    } else {
+      check(a);
+    }
+    return needed;
+  }
+
+  // Hold the SEND back? Yes if the receiver's next compute does not need it; if it does, only when
+  // the receiver would wait less for this rank's next boundary than this rank would wait for the
+  // receiver's.
+  bool should_defer(int r, const Transfer& t, double now) const {
+    if (!needed_next(t.peer, t.recv)) return true;
+    const RankState& st = ranks_[static_cast<size_t>(r)];
+    const auto& order = plan_.compute[static_cast<size_t>(r)];
+    if (st.pos >= order.size() || st.unmatched > 0 || !next_ready(r)) return false;
+    const double peer_end = ranks_[static_cast<size_t>(t.peer)].busy_until;
+    const double my_end = now + duration(order[st.pos], r);
+    return my_end - peer_end < peer_end - now;
   }
 
   void finish(int r, double now) {
@@ -238,6 +300,11 @@ class Lowerer {
       if (--s.unmatched == 0) touched_.push_back(p.sender);
     }
     st.pending.clear();
+    if (!st.deferred.empty()) {
+      std::vector<Transfer> held;
+      held.swap(st.deferred);
+      for (const Transfer& t : held) post(r, t, now, true);
+    }
     const Action& a = plan_.compute[static_cast<size_t>(r)][st.pos - 1];
     if (a.kind == ActionKind::OverlapFB) {
       send_output(r, a.forward_part(), now);
@@ -249,35 +316,48 @@ class Lowerer {
 
   void send_output(int r, const Action& part, double now) {
     const int s = part.stage, mb = part.microbatch;
-    Action send, recv;
-    int q;
+    Transfer t;
     if (part.kind == ActionKind::F && forward_crosses_ranks(plan_, s)) {
       const int n = plan_.next_stage(s);
-      q = plan_.rank_of(n);
-      send = Action::comm(ActionKind::SendF, s, mb, q);
-      recv = Action::comm(ActionKind::RecvF, n, mb, r);
+      t.peer = plan_.rank_of(n);
+      t.send = Action::comm(ActionKind::SendF, s, mb, t.peer);
+      t.recv = Action::comm(ActionKind::RecvF, n, mb, r);
     } else if (is_backward_input(part.kind) && backward_crosses_ranks(plan_, s)) {
       const int p = plan_.prev_stage(s);
-      q = plan_.rank_of(p);
-      send = Action::comm(ActionKind::SendB, s, mb, q);
-      recv = Action::comm(ActionKind::RecvB, p, mb, r);
+      t.peer = plan_.rank_of(p);
+      t.send = Action::comm(ActionKind::SendB, s, mb, t.peer);
+      t.recv = Action::comm(ActionKind::RecvB, p, mb, r);
     } else {
       return;
     }
+    post(r, t, now, costs_.defer_sends);
+  }
+
+  // Posts a transfer at rank r's boundary `now`. If the receiver is between computes, both ops go
+  // into the current batches and match at once. If it is computing: when its next compute needs
+  // the data (or may_defer is off), the SEND is posted now and r waits for the receiver's
+  // boundary; otherwise the SEND is held back to r's next boundary, so r keeps computing.
+  void post(int r, const Transfer& t, double now, bool may_defer) {
     RankState& st = ranks_[static_cast<size_t>(r)];
-    RankState& peer = ranks_[static_cast<size_t>(q)];
-    append(r, send);
-    ev_.at(event_of(recv.kind), recv.stage, recv.microbatch) = 1;  // posted; usable after its batch
+    RankState& peer = ranks_[static_cast<size_t>(t.peer)];
     if (peer.computing) {
-      peer.pending.push_back({recv, r});
+      if (may_defer && should_defer(r, t, now)) {
+        st.deferred.push_back(t);
+        return;
+      }
+      append(r, t.send);
+      ev_.at(event_of(t.recv.kind), t.recv.stage, t.recv.microbatch) = 1;  // posted; usable after its batch
+      peer.pending.push_back({t.recv, r});
       ++st.unmatched;
       return;
     }
-    append(q, recv);
-    const double done = now + transfer(send);
+    append(r, t.send);
+    ev_.at(event_of(t.recv.kind), t.recv.stage, t.recv.microbatch) = 1;
+    append(t.peer, t.recv);
+    const double done = now + transfer(t.send);
     st.batch_done = std::max(st.batch_done, done);
     peer.batch_done = std::max(peer.batch_done, done);
-    touched_.push_back(q);
+    touched_.push_back(t.peer);
   }
 
   const Plan& plan_;

@@ -35,6 +35,12 @@ struct LoweringCosts {
   // lowering then uses a faster event queue. 0 = arbitrary durations. Unit costs (both functions
   // null) are whole numbers up to 3 by themselves.
   int max_integral_duration = 0;
+  // Placement policy for a SEND whose receiver is computing. false (default): post it now; the
+  // sender waits for the receiver's boundary. true: hold it back to the sender's next boundary
+  // (the sender keeps computing) when the receiver's next compute does not need the data, or when
+  // the receiver would then wait less than the sender would now. Neither is always faster under
+  // blocking exchanges; lower_for_model (simulate.h) tries both.
+  bool defer_sends = false;
 };
 
 Plan lower_send_recv(const Plan& plan, const LoweringCosts& costs = {});

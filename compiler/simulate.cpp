@@ -75,6 +75,16 @@ LoweringCosts lowering_costs(const Plan& plan, const CostModel& model) {
   return lc;
 }
 
+Plan lower_for_model(const Plan& plan, const CostModel& model) {
+  if (model.unit) return lower_send_recv(plan);
+  LoweringCosts eager = lowering_costs(plan, model);
+  LoweringCosts held = eager;
+  held.defer_sends = true;
+  Plan a = lower_send_recv(plan, eager);
+  Plan b = lower_send_recv(plan, held);
+  return simulate(b, model).makespan < simulate(a, model).makespan ? std::move(b) : std::move(a);
+}
+
 Simulation simulate(const Plan& plan, const CostModel& model) {
   PPC_INTERNAL_ASSERT(plan.is_lowered(), "simulate needs a lowered plan");
   const auto costs = stage_costs(plan, model);

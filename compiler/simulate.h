@@ -61,6 +61,12 @@ double message_time(const CostModel& model);
 // own unit costs, which equal the unit model's) when model.unit.
 LoweringCosts lowering_costs(const Plan& plan, const CostModel& model);
 
+// Lowers a compute-only plan for a cost model. Under unit costs this is lower_send_recv(plan).
+// Otherwise both placements of SENDs (posted at once, or held back while the receiver computes;
+// see LoweringCosts::defer_sends) are lowered and simulated, and the one with the shorter
+// makespan is returned (the first on a tie).
+Plan lower_for_model(const Plan& plan, const CostModel& model);
+
 struct MemoryPoint {
   double time;
   double value;

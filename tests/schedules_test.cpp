@@ -170,10 +170,33 @@ TEST(Schedules, LoweringIsDeadlockFreeForAnyCosts) {
         return table[key];
       };
       costs.transfer = [&](const Action&) { return 0.3; };
-      Plan lowered = lower_send_recv(p, costs);
-      VerifyReport r = verify(lowered);
-      ASSERT_TRUE(r.ok()) << s << " trial " << trial << ": " << r.errors.front();
+      for (bool defer : {false, true}) {
+        costs.defer_sends = defer;
+        Plan lowered = lower_send_recv(p, costs);
+        VerifyReport r = verify(lowered);
+        ASSERT_TRUE(r.ok()) << s << " trial " << trial << " defer " << defer << ": " << r.errors.front();
+      }
     }
+}
+
+TEST(Schedules, LoweringForACostModelKeepsTheFasterPlacement) {
+  // F=1, I=1.2, W=0.8: boundaries of neighbouring ranks rarely line up, so where SENDs go matters.
+  CostModel model;
+  model.unit = false;
+  model.empty_stage = LayerCost{1.0, 1.2, 0.8, std::nullopt, 1.0, 0.0};
+  for (const char* s : {"1F1B", "Interleaved1F1B", "LoopedBFS"})
+    for (int pp : {2, 3, 5})
+      for (int m : {4, 9, 16}) {
+        const int vpp = find_schedule(s)->vpp_rule == VppRule::One ? 1 : 2;
+        Plan p = compile_generic(s, pp, vpp, m, false);
+        Plan best = lower_for_model(p, model);
+        ASSERT_TRUE(verify(best).ok());
+        LoweringCosts eager = lowering_costs(p, model), held = eager;
+        held.defer_sends = true;
+        const double a = simulate(lower_send_recv(p, eager), model).makespan;
+        const double b = simulate(lower_send_recv(p, held), model).makespan;
+        EXPECT_DOUBLE_EQ(simulate(best, model).makespan, std::min(a, b)) << s << " pp " << pp << " m " << m;
+      }
 }
 
 TEST(Schedules, OneFOneBMakespanMatchesTheory) {

@@ -255,7 +255,7 @@ int run(const Options& o) {
   compute_only.lowered.clear();
   ppc::VerifyReport report = ppc::verify(compute_only);
   if (report.ok()) {
-    if (!plan.is_lowered()) plan = ppc::lower_send_recv(plan, ppc::lowering_costs(plan, cost));
+    if (!plan.is_lowered()) plan = ppc::lower_for_model(plan, cost);
     report = ppc::verify(plan);
   }
   if (!report.ok()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "compiler/dependencies.h"
+#include "compiler/parallel.h"
 
 namespace ppc {
 
@@ -25,33 +26,52 @@ class Engine {
   void run() {
     const int pp = plan_.pp();
     const auto& order = plan_.lowered;
-    // Batches (maximal runs of communication actions) and where each op's counterpart is.
+    // Batches (maximal runs of communication actions) and where each op's counterpart is. Ranks
+    // are independent here: each writes its own records and the positions of its own stages.
     info_.assign(static_cast<size_t>(pp), {});
-    for (int r = 0; r < pp; ++r) {
+    std::vector<std::vector<Batch>> local(static_cast<size_t>(pp));
+    size_t total = 0;
+    for (const auto& r : order) total += r.size();
+    const bool threads = worth_threads(total);
+    parallel_for(pp, threads, [&](int r) {
       const auto& acts = order[static_cast<size_t>(r)];
       auto& info = info_[static_cast<size_t>(r)];
-      info.assign(acts.size(), OpInfo{-1, -1});
+      auto& batches = local[static_cast<size_t>(r)];
+      info.resize(acts.size());
+      batches.reserve(std::min(acts.size(), plan_.compute[static_cast<size_t>(r)].size() + 1));
       for (size_t i = 0; i < acts.size(); ++i) {
-        if (!is_comm(acts[i].kind)) continue;
+        if (!is_comm(acts[i].kind)) {
+          info[i] = OpInfo{-1, -1};
+          continue;
+        }
         if (i == 0 || info[i - 1].batch < 0)
-          batches_.push_back(Batch{static_cast<int32_t>(i), static_cast<int32_t>(i), r, 0, 0.0, 0.0});
-        const int32_t b = static_cast<int32_t>(batches_.size() - 1);
-        info[i].batch = b;
-        batches_.back().end = static_cast<int32_t>(i + 1);
-        ++batches_.back().unmatched;
+          batches.push_back(Batch{static_cast<int32_t>(i), static_cast<int32_t>(i), r, 0, 0.0, 0.0});
+        info[i].batch = static_cast<int32_t>(batches.size() - 1);  // rank-local until base_ is known
+        batches.back().end = static_cast<int32_t>(i + 1);
+        ++batches.back().unmatched;
         pos_.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) = static_cast<int32_t>(i);
       }
-    }
+    });
+    base_.assign(static_cast<size_t>(pp), 0);
+    size_t num_batches = 0;
     for (int r = 0; r < pp; ++r) {
+      base_[static_cast<size_t>(r)] = static_cast<int32_t>(num_batches);
+      num_batches += local[static_cast<size_t>(r)].size();
+    }
+    batches_.resize(num_batches);
+    parallel_for(pp, threads, [&](int r) {
       const auto& acts = order[static_cast<size_t>(r)];
       auto& info = info_[static_cast<size_t>(r)];
+      std::copy(local[static_cast<size_t>(r)].begin(), local[static_cast<size_t>(r)].end(),
+                batches_.begin() + base_[static_cast<size_t>(r)]);
       for (size_t i = 0; i < acts.size(); ++i) {
         if (info[i].batch < 0) continue;
         const CommMatch m = comm_match(plan_, acts[i]);
         const int32_t jj = pos_.at(event_of(m.kind), m.stage, acts[i].microbatch);
-        info[i].partner_batch = info_[static_cast<size_t>(m.rank)][static_cast<size_t>(jj)].batch;
+        info[i].partner_batch =
+            base_[static_cast<size_t>(m.rank)] + info_[static_cast<size_t>(m.rank)][static_cast<size_t>(jj)].batch;
       }
-    }
+    });
     out_.batches = batches_.size();
     if (record_) {
       out_.times.assign(static_cast<size_t>(pp), {});
@@ -134,7 +154,7 @@ class Engine {
         continue;
       }
       const auto& info = info_[ru];
-      const int32_t b = info[h].batch;
+      const int32_t b = base_[ru] + info[h].batch;
       Batch& batch = batches_[static_cast<size_t>(b)];
       const size_t begin = static_cast<size_t>(batch.begin);
       const size_t end = static_cast<size_t>(batch.end);
@@ -200,7 +220,7 @@ class Engine {
       s.waits_for = "nothing";
       return s;
     }
-    const Batch& batch = batches_[static_cast<size_t>(info_[ru][h].batch)];
+    const Batch& batch = batches_[static_cast<size_t>(base_[ru] + info_[ru][h].batch)];
     const size_t begin = static_cast<size_t>(batch.begin);
     const size_t end = static_cast<size_t>(batch.end);
     std::string ops;
@@ -236,8 +256,10 @@ class Engine {
   EventFlags ev_;
   CommPositions pos_;  // position of each communication action in its rank's order
   struct OpInfo {
-    int32_t batch;          // the batch of a communication action; -1 for compute
-    int32_t partner_batch;  // the batch holding its counterpart
+    int32_t batch;          // the batch of a communication action (rank-local index); -1 for compute
+    int32_t partner_batch;  // the batch holding its counterpart (global index)
+    OpInfo() {}             // left uninitialised: run() writes every entry
+    OpInfo(int32_t b, int32_t p) : batch(b), partner_batch(p) {}
   };
   std::vector<std::vector<OpInfo>> info_;
   struct Batch {
@@ -247,6 +269,7 @@ class Engine {
     double entry, done;  // when the rank entered it; when its last transfer is done
   };
   std::vector<Batch> batches_;
+  std::vector<int32_t> base_;  // rank r's batches are batches_[base_[r] ...]
   std::vector<size_t> head_;
   std::vector<int32_t> cur_batch_;
   std::vector<uint8_t> failed_;

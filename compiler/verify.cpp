@@ -8,6 +8,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/execute.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/parallel.h"
 #include "compiler/stuck.h"
 
 namespace ppc {
@@ -25,8 +26,18 @@ class Verifier {
     if (!check_shape()) return;
     count_.assign(static_cast<size_t>(kNumKinds) * plan_.num_stages() * plan_.microbatches, 0);
     // One pass over every rank's order: ranges and ownership, counts, and (for a lowered plan)
-    // that its compute actions are the compute order.
-    for (int r = 0; r < plan_.pp(); ++r) scan_rank(r);
+    // that its compute actions are the compute order. Ranks are independent: each writes only
+    // its own result and the counts of the stages it holds.
+    std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
+    size_t total = 0;
+    for (const auto& r : plan_.order()) total += r.size();
+    parallel_for(plan_.pp(), worth_threads(total), [&](int r) { scan_rank(r, scans[static_cast<size_t>(r)]); });
+    for (auto& sc : scans) {
+      rep_.compute_actions += sc.compute_actions;
+      rep_.comm_actions += sc.comm_actions;
+      for (auto& e : sc.errors) error(std::move(e));
+      if (sc.truncated) rep_.truncated = true;
+    }
     if (!rep_.ok()) return;
     check_counts();
     if (!rep_.ok()) return;
@@ -79,15 +90,27 @@ class Verifier {
     return true;
   }
 
+  // What scanning one rank found.
+  struct ScanResult {
+    std::vector<std::string> errors;
+    bool truncated = false;
+    size_t compute_actions = 0, comm_actions = 0;
+    void error(std::string msg, size_t max) {
+      if (errors.size() < max) errors.push_back(std::move(msg));
+      else truncated = true;
+    }
+  };
+
   // Range, ownership and peer checks of one plain action (or one part of an OverlapFB); counts it
   // when it passes.
-  void check_part(int rank, size_t i, const Action& whole, const Action& a) {
-    if (!part_ok(rank, i, whole, a)) return;
+  void check_part(int rank, size_t i, const Action& whole, const Action& a, ScanResult& out) {
+    if (!part_ok(rank, i, whole, a, out)) return;
     uint8_t& c = count_[cindex(a.kind, a.stage, a.microbatch)];
     if (c < 255) ++c;
   }
 
-  bool part_ok(int rank, size_t i, const Action& whole, const Action& a) {
+  bool part_ok(int rank, size_t i, const Action& whole, const Action& a, ScanResult& out) {
+    auto error = [&](std::string msg) { out.error(std::move(msg), max_errors_); };
     const int s = a.stage, mb = a.microbatch;
     if (s < 0 || s >= plan_.num_stages()) {
       error(fmt::format("{}: stage {} does not exist (the plan has stages 0..{})", where(rank, i, whole), s,
@@ -129,29 +152,30 @@ class Verifier {
     return true;
   }
 
-  void check_action(int rank, size_t i, const Action& a) {
+  void check_action(int rank, size_t i, const Action& a, ScanResult& out) {
     if (a.kind == ActionKind::OverlapFB) {
-      check_part(rank, i, a, a.forward_part());
-      check_part(rank, i, a, a.backward_part());
-      ++rep_.compute_actions;
+      check_part(rank, i, a, a.forward_part(), out);
+      check_part(rank, i, a, a.backward_part(), out);
+      ++out.compute_actions;
     } else {
-      check_part(rank, i, a, a);
-      if (is_comm(a.kind)) ++rep_.comm_actions;
-      else ++rep_.compute_actions;
+      check_part(rank, i, a, a, out);
+      if (is_comm(a.kind)) ++out.comm_actions;
+      else ++out.compute_actions;
     }
   }
 
-  void scan_rank(int r) {
+  void scan_rank(int r, ScanResult& out) {
+    auto error = [&](std::string msg) { out.error(std::move(msg), max_errors_); };
     const auto& comp = plan_.compute[static_cast<size_t>(r)];
     if (!plan_.is_lowered()) {
-      for (size_t i = 0; i < comp.size(); ++i) check_action(r, i, comp[i]);
+      for (size_t i = 0; i < comp.size(); ++i) check_action(r, i, comp[i], out);
       return;
     }
     const auto& low = plan_.lowered[static_cast<size_t>(r)];
     size_t k = 0;
     bool same = true;
     for (size_t i = 0; i < low.size(); ++i) {
-      check_action(r, i, low[i]);
+      check_action(r, i, low[i], out);
       if (is_comm(low[i].kind) || !same) continue;
       if (k >= comp.size() || !(comp[k] == low[i])) {
         error(fmt::format("{}: the lowered order's compute actions differ from the compute order{}",

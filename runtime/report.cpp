@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -101,6 +102,7 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
   const size_t first = (nsteps > 1 && ranks.front().steps.front().step == 0) ? 1 : 0;
   double overhead = 0, post = 0;
   size_t actions = 0, comm_actions = 0;
+  std::map<std::string, std::pair<double, size_t>> kinds;  // total ns, count
   std::vector<double> walls, sims, ratios;
   for (size_t k = first; k < nsteps; ++k) {
     double wall = 0;
@@ -113,6 +115,13 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
       for (const ppc::Action& a : plan.order()[static_cast<size_t>(r.rank)]) comm_actions += ppc::is_comm(a.kind);
       wall = std::max(wall, static_cast<double>(t.wall_ns));
       spans = spans && t.spans.size() == t.actions;
+      const auto& acts = plan.order()[static_cast<size_t>(r.rank)];
+      for (size_t i = 0; i < acts.size() && i < t.spans.size(); ++i) {
+        if (ppc::is_comm(acts[i].kind)) continue;
+        auto& k = kinds[ppc::kind_name(acts[i].kind)];
+        k.first += static_cast<double>(t.spans[i].end - t.spans[i].start);
+        ++k.second;
+      }
     }
     if (!spans) continue;
     const double sim = simulated_makespan(plan, ranks, k);
@@ -126,6 +135,10 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
   s.step_ms = median(walls) / 1e6;
   s.simulated_ms = median(sims) / 1e6;
   s.ratio = median(ratios);
+  for (const char* k : {"F", "B", "I", "W", "OVERLAP_F_B"}) {
+    auto it = kinds.find(k);
+    if (it != kinds.end()) s.mean_ms.emplace_back(k, it->second.first / static_cast<double>(it->second.second) / 1e6);
+  }
   return s;
 }
 
@@ -259,6 +272,11 @@ std::string summary_text(const TimingSummary& s) {
         "timing over {} steps: runtime overhead {:.2f} us/action (posting to the transport {:.1f} us/op); "
         "step {:.2f} ms, simulated makespan from the measured action times {:.2f} ms, ratio {:.3f}\n",
         s.analysed_steps, s.overhead_us_per_action, s.post_us_per_action, s.step_ms, s.simulated_ms, s.ratio);
+  if (!s.mean_ms.empty()) {
+    std::string kinds;
+    for (const auto& [k, ms] : s.mean_ms) kinds += fmt::format("{}{} {:.3f} ms", kinds.empty() ? "" : ", ", k, ms);
+    out += "mean compute time per action: " + kinds + "\n";
+  }
   return out;
 }
 

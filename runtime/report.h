@@ -49,6 +49,7 @@ struct TimingSummary {
   double simulated_ms = 0;              // median simulated makespan from the same steps' action times
   double ratio = 0;                     // median of step / simulated
   int analysed_steps = 0;
+  std::vector<std::pair<std::string, double>> mean_ms;  // per compute kind ("F", "B", "I", ...): mean duration
 };
 
 // Analyses the steps with spans (skipping the first step of the run when others exist).

@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
 #include "runtime/data.h"
 #include "runtime/failure.h"
+#include "runtime/output.h"
 #include "runtime/plan_load.h"
 #include "runtime/trainer.h"
 #include "runtime/transport.h"
@@ -33,6 +35,12 @@ ppc::Plan reference_plan(const RunOptions& o) {
   plan.placement = ppc::make_placement(1, 1, ppc::PlacementStyle::Loop);
   check_runnable(plan, "--layout");
   return plan;
+}
+
+// An output file must be creatable before anything runs (it is written atomically at the end).
+void check_writable(const std::string& path, const std::string& flag) {
+  if (path.empty()) return;
+  AtomicFile probe(path, flag);  // throws naming the flag; leaves nothing behind
 }
 
 std::pair<int, int64_t> parse_fault(const std::string& text) {
@@ -91,6 +99,14 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   job.threads = o.threads > 0 ? o.threads : std::max(1, cores / local_ranks);
   if (!o.fault_kill.empty()) std::tie(job.kill_rank, job.kill_step) = parse_fault(o.fault_kill);
+  // Outputs last: nothing is created if anything above is wrong.
+  check_writable(job.out.metrics_path, "--metrics");
+  check_writable(job.out.trace_path, "--trace");
+  if (!job.out.dump_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(job.out.dump_dir, ec);
+    if (ec) fail("--dump-params", fmt::format("cannot create directory '{}': {}", job.out.dump_dir, ec.message()));
+  }
   return job;
 }
 

@@ -114,7 +114,7 @@ void dump_params(const Job& job, int rank, const std::vector<Stage*>& stages) {
   f.commit();
 }
 
-std::string header(const Job& job, const char* transport, int world) {
+std::string header(const Job& job, const TokenSource& data, const char* transport, int world) {
   const ppc::Plan& p = job.plan;
   const int b = job.train.global_batch / p.microbatches;
   const std::string what = world == 0 ? "reference (unpipelined, 1 process)"
@@ -123,7 +123,7 @@ std::string header(const Job& job, const char* transport, int world) {
       "pprun: {}, {} microbatches of {} sequences\n"
       "pprun: model {} = {} layers, {:.2f}M parameters ({}); data: {}; {}, {}, {} thread{} per rank\n",
       what, p.microbatches, b, p.layout.source, total_decoders(p.layout), count_parameters(job.model, p.layout) / 1e6,
-      describe(job.model), make_data(job).describe(), transport, job.device, job.threads, job.threads == 1 ? "" : "s");
+      describe(job.model), data.describe(), transport, job.device, job.threads, job.threads == 1 ? "" : "s");
 }
 
 // The loss rank's per-step output: metrics file and progress.
@@ -160,8 +160,8 @@ class StepLog {
     progress_.finish();
     if (metrics_) metrics_->commit();
     metrics_.reset();
-    std::printf("pprun: done: %d steps in %.2f s, loss %.4f -> %.4f\n", job_.train.steps, seconds_since(start_), first_loss_,
-                last_loss_);
+    std::printf("pprun: done: %d step%s in %.2f s, loss %.4f -> %.4f\n", job_.train.steps, job_.train.steps == 1 ? "" : "s",
+                seconds_since(start_), first_loss_, last_loss_);
     std::fflush(stdout);
   }
 
@@ -193,8 +193,9 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
   const ppc::Plan& plan = job.plan;
   const at::Device device = device_for(job, local_rank);
   const bool reporter = rank == loss_rank(plan);
+  const TokenSource data = make_data(job);
   if (reporter) {
-    std::fputs(header(job, transport ? transport->name() : "no transport", plan.pp()).c_str(), stdout);
+    std::fputs(header(job, data, transport ? transport->name() : "no transport", plan.pp()).c_str(), stdout);
     std::fflush(stdout);
   }
   const auto numbered = number_layers(plan.layout);
@@ -209,7 +210,6 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
     eo.kill_action = plan.order()[static_cast<size_t>(rank)].size() / 2;
   }
   Executor exec(plan, rank, model.stages, job.model, transport, device, eo);
-  const TokenSource data = make_data(job);
   StepLog log(job, reporter);
   RankReport report;
   report.rank = rank;
@@ -307,13 +307,13 @@ void train_rank(const Job& job, int rank, int local_rank, Transport* transport, 
 
 void train_reference(const Job& job) {
   const at::Device device = device_for(job, 0);
-  std::fputs(header(job, "no transport", 0).c_str(), stdout);
+  const TokenSource data = make_data(job);
+  std::fputs(header(job, data, "no transport", 0).c_str(), stdout);
   std::vector<LayerSpec> all;
   for (const auto& stage : number_layers(job.plan.layout)) all.insert(all.end(), stage.begin(), stage.end());
   LocalModel model = build_stages(job, {all}, device);
   Stage& stage = *model.stages.front();
   auto opt = make_optimizer(model.stages, job.train);
-  const TokenSource data = make_data(job);
   StepLog log(job, true);
   const int mbs = job.plan.microbatches;
   const int b = job.train.global_batch / mbs;

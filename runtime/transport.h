@@ -100,7 +100,8 @@ struct GlooOptions {
 // c10d ProcessGroupGloo over `store` (under the key prefix "gloo"). CPU tensors.
 std::unique_ptr<Transport> make_gloo_transport(Store& store, int rank, int size, const GlooOptions& opts);
 
-// NCCL (ncclSend/ncclRecv grouped per batch) for CUDA tensors on device `device_index`; the NCCL
+// NCCL (ncclSend/ncclRecv grouped per batch) for CUDA tensors on device `device_index` modulo the
+// visible devices (the local rank; the trainer picks its device the same way); the NCCL
 // unique id travels through `store`. Throws ppc::UserError when this build has no NCCL transport
 // (nccl_available() is false).
 bool nccl_available();

@@ -49,7 +49,10 @@ class Comm {
  public:
   Comm(Store& store, int rank, int size, int device, std::chrono::milliseconds timeout)
       : rank_(rank), size_(size), timeout_(timeout) {
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    int count = 0;
+    check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    if (count < 1) throw TransportError("no CUDA device is visible");
+    check_cuda(cudaSetDevice(device % count), "cudaSetDevice");
     check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
     ncclUniqueId id;
     if (rank == 0) {

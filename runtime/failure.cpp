@@ -84,6 +84,11 @@ FailureWatch::FailureWatch(Store* store, int rank, int world, std::chrono::milli
 
 FailureWatch::~FailureWatch() { stop(); }
 
+void FailureWatch::remove_on_stop(const std::string& path) {
+  std::lock_guard<std::mutex> lock(m_);
+  remove_on_stop_.push_back(path);
+}
+
 void FailureWatch::stop() {
   {
     std::lock_guard<std::mutex> lock(m_);
@@ -121,6 +126,7 @@ void FailureWatch::loop() {
   }
   if (stop_ || main_failing_) return;
   std::fprintf(stderr, "pprun: rank %d: %s; it was stopped while waiting for its peers\n", rank_, cause.c_str());
+  for (const std::string& path : remove_on_stop_) std::remove(path.c_str());
   if (hosts_store_) linger_for_reports(store_, world_, grace_);
   std::fflush(stdout);
   std::fflush(stderr);

@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/transport.h"
 
@@ -58,6 +59,9 @@ class FailureWatch {
 
   // The rank's own thread has failed and reports it itself: the watch stands down.
   void main_failing() { main_failing_ = true; }
+  // A file to remove if the watch stops the rank (it exits without unwinding: temporary files of
+  // outputs that are written atomically).
+  void remove_on_stop(const std::string& path);
   void stop();
 
  private:
@@ -71,6 +75,7 @@ class FailureWatch {
   std::mutex m_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::vector<std::string> remove_on_stop_;
   std::thread thread_;
 };
 

@@ -23,6 +23,7 @@ class AtomicFile {
   void write(const std::string& text);
   void flush();
   void commit();
+  const std::string& temp_path() const { return tmp_; }
 
  private:
   std::string path_, tmp_, flag_;

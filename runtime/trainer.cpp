@@ -129,8 +129,12 @@ std::string header(const Job& job, const TokenSource& data, const char* transpor
 // The loss rank's per-step output: metrics file and progress.
 class StepLog {
  public:
-  StepLog(const Job& job, bool active) : job_(job), active_(active), progress_(job.out.progress, job.train.steps, job.out.log_every, stdout) {
-    if (active_ && !job.out.metrics_path.empty()) metrics_.emplace(job.out.metrics_path, "--metrics");
+  StepLog(const Job& job, bool active, FailureWatch* watch)
+      : job_(job), active_(active), progress_(job.out.progress, job.train.steps, job.out.log_every, stdout) {
+    if (active_ && !job.out.metrics_path.empty()) {
+      metrics_.emplace(job.out.metrics_path, "--metrics");
+      if (watch) watch->remove_on_stop(metrics_->temp_path());
+    }
     start_ = Clock::now();
   }
 
@@ -210,7 +214,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
     eo.kill_action = plan.order()[static_cast<size_t>(rank)].size() / 2;
   }
   Executor exec(plan, rank, model.stages, job.model, transport, device, eo);
-  StepLog log(job, reporter);
+  StepLog log(job, reporter, &watch);
   RankReport report;
   report.rank = rank;
   const bool trace = !job.out.trace_path.empty();
@@ -314,7 +318,7 @@ void train_reference(const Job& job) {
   LocalModel model = build_stages(job, {all}, device);
   Stage& stage = *model.stages.front();
   auto opt = make_optimizer(model.stages, job.train);
-  StepLog log(job, true);
+  StepLog log(job, true, nullptr);
   const int mbs = job.plan.microbatches;
   const int b = job.train.global_batch / mbs;
   const int T = job.model.seq_len;

@@ -243,7 +243,9 @@ TEST(LossParity, EveryScheduleOfPpcompileIsCovered) {
   std::set<std::string> covered;
   for (const auto& [s, vpp] : kSchedules) covered.insert(s);
   for (const std::string& s : schedules_of_ppcompile())
-    if (s != "DualPipe") EXPECT_TRUE(covered.count(s)) << s << " has no loss-parity test";
+    if (s != "DualPipe") {
+      EXPECT_TRUE(covered.count(s)) << s << " has no loss-parity test";
+    }
 }
 
 // --- launchers ------------------------------------------------------------------------------------

@@ -127,7 +127,9 @@ void expect_same(const Grads& a, const Grads& b) {
     EXPECT_TRUE(at::equal(t, b.params.at(name))) << name << " differs by " << (t - b.params.at(name)).abs().max().item<double>();
   }
   ASSERT_EQ(a.input.defined(), b.input.defined());
-  if (a.input.defined()) EXPECT_TRUE(at::equal(a.input, b.input));
+  if (a.input.defined()) {
+    EXPECT_TRUE(at::equal(a.input, b.input));
+  }
 }
 
 TEST(Model, InputThenWeightBackwardEqualsFullBackward) {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 
 #include "compiler/diagnostic.h"
 #include "runtime/data.h"
@@ -244,9 +245,8 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
     for (int r = 0; r < plan.pp(); ++r) all.push_back(rank_report_from_json(store.get(fmt::format("report/{}", r))));
     log.finish();
     const TimingSummary summary = analyse(plan, all);
-    std::string text = summary_text(summary);
-    for (size_t at = 0; at < text.size(); at = text.find('\n', at) + 1) text.insert(at, "pprun: ");
-    std::fputs(text.c_str(), stdout);
+    std::istringstream lines(summary_text(summary));
+    for (std::string line; std::getline(lines, line);) std::printf("pprun: %s\n", line.c_str());
     if (trace) write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
     std::fflush(stdout);
   }

@@ -263,25 +263,6 @@ TEST(Launch, PprunAloneSpawnsOneProcessPerRankWithPrefixedOutput) {
   EXPECT_EQ(losses(d.file("m.jsonl")).size(), 3u);
 }
 
-TEST(Launch, TorchrunGivesTheSameRun) {
-  if (std::string(TORCHRUN_BIN).empty() || !fs::exists(TORCHRUN_BIN)) GTEST_SKIP() << "no /usr/bin/torchrun";
-  TempDir d;
-  const std::string plan = compile(d, "Et|tt|tt|ttL", 2, "Interleaved1F1B", 4);
-  const auto args = concat(kModel, {"--plan", plan, "--steps", "3"});
-  const Proc alone = pprun(concat(args, {"--metrics", d.file("alone.jsonl")}));
-  ASSERT_EQ(alone.exit_code(), 0) << alone.out;
-  // Python 3.11 needs --redirects/--tee on this torchrun (see shared/TOOLCHAIN.md); its static
-  // rendezvous serves the store itself, so rank 0 connects as a client.
-  const Proc tr = run(concat({TORCHRUN_BIN, "--standalone", "--nproc_per_node", "2", "--monitor_interval", "1",
-                              "--redirects", "9:0", "--tee", "9:0", "--no_python", PPRUN_BIN},
-                             concat(args, {"--metrics", d.file("torchrun.jsonl")})));
-  ASSERT_EQ(tr.exit_code(), 0) << tr.out;
-  EXPECT_NE(tr.out.find("Interleaved1F1B on 2 ranks"), std::string::npos) << tr.out;
-  const auto a = losses(d.file("alone.jsonl")), b = losses(d.file("torchrun.jsonl"));
-  ASSERT_EQ(b.size(), 3u);
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_DOUBLE_EQ(a[i], b[i]);
-}
-
 int free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -293,6 +274,28 @@ int free_port() {
   close(fd);
   return ntohs(addr.sin_port);
 }
+
+TEST(Launch, TorchrunGivesTheSameRun) {
+  if (std::string(TORCHRUN_BIN).empty() || !fs::exists(TORCHRUN_BIN)) GTEST_SKIP() << "no /usr/bin/torchrun";
+  TempDir d;
+  const std::string plan = compile(d, "Et|tt|tt|ttL", 2, "Interleaved1F1B", 4);
+  const auto args = concat(kModel, {"--plan", plan, "--steps", "3"});
+  const Proc alone = pprun(concat(args, {"--metrics", d.file("alone.jsonl")}));
+  ASSERT_EQ(alone.exit_code(), 0) << alone.out;
+  // Python 3.11 needs --redirects/--tee on this torchrun (see shared/TOOLCHAIN.md); its static
+  // rendezvous serves the store itself, so rank 0 connects as a client. 127.0.0.1 and a free port
+  // rather than --standalone (localhost:29400): no name lookup, no clash with a parallel test.
+  const Proc tr = run(concat({TORCHRUN_BIN, "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                              "--master_port", std::to_string(free_port()), "--monitor_interval", "1",
+                              "--redirects", "9:0", "--tee", "9:0", "--no_python", PPRUN_BIN},
+                             concat(args, {"--metrics", d.file("torchrun.jsonl")})));
+  ASSERT_EQ(tr.exit_code(), 0) << tr.out;
+  EXPECT_NE(tr.out.find("Interleaved1F1B on 2 ranks"), std::string::npos) << tr.out;
+  const auto a = losses(d.file("alone.jsonl")), b = losses(d.file("torchrun.jsonl"));
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_DOUBLE_EQ(a[i], b[i]);
+}
+
 
 // --- faults ---------------------------------------------------------------------------------------
 

@@ -41,16 +41,18 @@ struct Action {
   ActionKind kind = ActionKind::F;
   // For OverlapFB: kind of the backward part (B or I); otherwise unused (F).
   ActionKind sub_kind = ActionKind::F;
+  int16_t peer = -1;       // communication: the other rank (pp is at most 4096); -1 otherwise
   int32_t stage = 0;       // OverlapFB: the forward part's stage
   int32_t microbatch = 0;  // OverlapFB: the forward part's microbatch
-  int32_t peer = -1;       // communication: the other rank; -1 otherwise
   int32_t stage2 = -1;     // OverlapFB: the backward part's stage
   int32_t microbatch2 = -1;
 
-  static Action compute(ActionKind k, int stage, int mb) { return Action{k, ActionKind::F, stage, mb, -1, -1, -1}; }
-  static Action comm(ActionKind k, int stage, int mb, int peer) { return Action{k, ActionKind::F, stage, mb, peer, -1, -1}; }
+  static Action compute(ActionKind k, int stage, int mb) { return Action{k, ActionKind::F, -1, stage, mb, -1, -1}; }
+  static Action comm(ActionKind k, int stage, int mb, int peer) {
+    return Action{k, ActionKind::F, static_cast<int16_t>(peer), stage, mb, -1, -1};
+  }
   static Action overlap(int f_stage, int f_mb, ActionKind b_kind, int b_stage, int b_mb) {
-    return Action{ActionKind::OverlapFB, b_kind, f_stage, f_mb, -1, b_stage, b_mb};
+    return Action{ActionKind::OverlapFB, b_kind, -1, f_stage, f_mb, b_stage, b_mb};
   }
 
   // The forward and backward parts of an OverlapFB as plain actions.
@@ -59,6 +61,7 @@ struct Action {
 
   bool operator==(const Action& o) const = default;
 };
+static_assert(sizeof(Action) == 20, "plans hold millions of actions: keep Action small");
 
 // PyTorch notation. The peer is not printed.
 std::string to_string(const Action& a);

@@ -21,12 +21,6 @@ CompareOptions generic(int stages, int pp, int m) {
   return o;
 }
 
-std::vector<std::string> names(const Comparison& c) {
-  std::vector<std::string> out;
-  for (const auto& r : c.rows) out.push_back(r.schedule);
-  return out;
-}
-
 const CompareRow* row(const Comparison& c, const std::string& name) {
   for (const auto& r : c.rows)
     if (r.schedule == name) return &r;

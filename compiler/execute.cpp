@@ -20,36 +20,37 @@ namespace {
 class Engine {
  public:
   Engine(const Plan& plan, const ExecCosts* costs, bool record, size_t max_errors, Execution& out)
-      : plan_(plan), costs_(costs), record_(record), max_errors_(max_errors), out_(out),
-        ev_(plan.num_stages(), plan.microbatches), pos_(plan.num_stages(), plan.microbatches) {}
+      : plan_(plan), costs_(costs), record_(record), timed_(costs != nullptr || record), max_errors_(max_errors),
+        out_(out), ev_(plan.num_stages(), plan.microbatches), batch_of_(plan.num_stages(), plan.microbatches) {}
 
   void run() {
     const int pp = plan_.pp();
     const auto& order = plan_.lowered;
-    // Batches (maximal runs of communication actions) and where each op's counterpart is. Ranks
-    // are independent here: each writes its own records and the positions of its own stages.
-    info_.assign(static_cast<size_t>(pp), {});
+    // Batches (maximal runs of communication actions) and, for every op, the batch holding its
+    // counterpart. Ranks are independent here: each writes its own records and the entries of
+    // its own stages in batch_of_.
     std::vector<std::vector<Batch>> local(static_cast<size_t>(pp));
+    partner_.assign(static_cast<size_t>(pp), {});
     size_t total = 0;
     for (const auto& r : order) total += r.size();
     const bool threads = worth_threads(total);
     parallel_for(pp, threads, [&](int r) {
       const auto& acts = order[static_cast<size_t>(r)];
-      auto& info = info_[static_cast<size_t>(r)];
       auto& batches = local[static_cast<size_t>(r)];
-      info.resize(acts.size());
       batches.reserve(std::min(acts.size(), plan_.compute[static_cast<size_t>(r)].size() + 1));
+      bool in_batch = false;
       for (size_t i = 0; i < acts.size(); ++i) {
         if (!is_comm(acts[i].kind)) {
-          info[i] = OpInfo{-1, -1};
+          in_batch = false;
           continue;
         }
-        if (i == 0 || info[i - 1].batch < 0)
-          batches.push_back(Batch{static_cast<int32_t>(i), static_cast<int32_t>(i), r, 0, 0.0, 0.0});
-        info[i].batch = static_cast<int32_t>(batches.size() - 1);  // rank-local until base_ is known
+        if (!in_batch) batches.push_back(Batch{static_cast<int32_t>(i), static_cast<int32_t>(i), r, 0});
+        in_batch = true;
         batches.back().end = static_cast<int32_t>(i + 1);
         ++batches.back().unmatched;
-        pos_.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) = static_cast<int32_t>(i);
+        // rank-local until base_ is known
+        batch_of_.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) =
+            static_cast<int32_t>(batches.size() - 1);
       }
     });
     base_.assign(static_cast<size_t>(pp), 0);
@@ -61,23 +62,27 @@ class Engine {
     batches_.resize(num_batches);
     parallel_for(pp, threads, [&](int r) {
       const auto& acts = order[static_cast<size_t>(r)];
-      auto& info = info_[static_cast<size_t>(r)];
       std::copy(local[static_cast<size_t>(r)].begin(), local[static_cast<size_t>(r)].end(),
                 batches_.begin() + base_[static_cast<size_t>(r)]);
+      auto& partner = partner_[static_cast<size_t>(r)];
+      partner.resize(acts.size());  // entries of compute actions are never read
       for (size_t i = 0; i < acts.size(); ++i) {
-        if (info[i].batch < 0) continue;
+        if (!is_comm(acts[i].kind)) continue;
         const CommMatch m = comm_match(plan_, acts[i]);
-        const int32_t jj = pos_.at(event_of(m.kind), m.stage, acts[i].microbatch);
-        info[i].partner_batch =
-            base_[static_cast<size_t>(m.rank)] + info_[static_cast<size_t>(m.rank)][static_cast<size_t>(jj)].batch;
+        partner[i] = base_[static_cast<size_t>(m.rank)] + batch_of_.at(event_of(m.kind), m.stage, acts[i].microbatch);
       }
     });
     out_.batches = batches_.size();
+    if (timed_) {
+      entry_.assign(num_batches, 0.0);
+      done_.assign(num_batches, 0.0);
+    }
     if (record_) {
       out_.times.assign(static_cast<size_t>(pp), {});
       for (int r = 0; r < pp; ++r) out_.times[static_cast<size_t>(r)].assign(order[static_cast<size_t>(r)].size(), {});
     }
     head_.assign(static_cast<size_t>(pp), 0);
+    next_batch_ = base_;
     cur_batch_.assign(static_cast<size_t>(pp), -1);
     failed_.assign(static_cast<size_t>(pp), 0);
     now_.assign(static_cast<size_t>(pp), 0.0);
@@ -103,14 +108,28 @@ class Engine {
     if (out_.errors.size() < max_errors_) out_.errors.push_back(std::move(msg));
   }
 
+  // Position of the op (event, stage, mb) in its rank's order, found in the batch holding it;
+  // -1 if there is none.
+  int32_t position(Event e, int stage, int mb, int rank) const {
+    const int32_t local = batch_of_.at(e, stage, mb);
+    if (local == CommPositions::kNever) return -1;
+    const Batch& b = batches_[static_cast<size_t>(base_[static_cast<size_t>(rank)] + local)];
+    const auto& acts = plan_.lowered[static_cast<size_t>(rank)];
+    for (int32_t j = b.begin; j < b.end; ++j) {
+      const Action& op = acts[static_cast<size_t>(j)];
+      if (event_of(op.kind) == e && op.stage == stage && op.microbatch == mb) return j;
+    }
+    return -1;
+  }
+
   bool check_needs(int r, size_t i, const Action& whole, const Action& part) {
     bool ok = true;
     for_each_need(plan_, part, [&](const Need& n) {
       if (!ok || ev_.happened(n)) return;
       ok = false;
       if (n.event == Event::RecvF || n.event == Event::RecvB) {
-        const int32_t p = pos_.at(n.event, n.stage, n.microbatch);
-        const std::string later = p != CommPositions::kNever && static_cast<size_t>(p) > i
+        const int32_t p = position(n.event, n.stage, n.microbatch, r);
+        const std::string later = p >= 0 && static_cast<size_t>(p) > i
                                       ? fmt::format(", but rank {} receives it only later, at its action {}", r, p)
                                       : fmt::format(", which rank {} never receives", r);
         error(fmt::format("{}: needs {}{}", where(r, i, whole), describe_need(plan_, n, r), later));
@@ -147,65 +166,73 @@ class Engine {
           if (!check_needs(r, h, a, a)) return fail(r);
           ev_.at(event_of(a.kind), a.stage, a.microbatch) = 1;
         }
-        const double start = now_[ru];
-        now_[ru] = start + compute_cost(a, r);
-        if (record_) out_.times[ru][h] = {start, now_[ru]};
+        if (timed_) {
+          const double start = now_[ru];
+          now_[ru] = start + compute_cost(a, r);
+          if (record_) out_.times[ru][h] = {start, now_[ru]};
+        }
         ++h;
         continue;
       }
-      const auto& info = info_[ru];
-      const int32_t b = base_[ru] + info[h].batch;
+      const int32_t b = next_batch_[ru];
       Batch& batch = batches_[static_cast<size_t>(b)];
       const size_t begin = static_cast<size_t>(batch.begin);
       const size_t end = static_cast<size_t>(batch.end);
+      const auto& partner = partner_[ru];
       if (cur_batch_[ru] != b) {
         // Entering the batch. An op is matched when the second of the two batches holding it and
         // its counterpart is entered; a batch cannot complete before that, so each pair is
         // matched exactly once, here.
         cur_batch_[ru] = b;
-        batch.entry = now_[ru];
-        batch.done = now_[ru];
+        if (timed_) {
+          entry_[static_cast<size_t>(b)] = now_[ru];
+          done_[static_cast<size_t>(b)] = now_[ru];
+        }
         for (size_t j = begin; j < end; ++j) {
           const Action& op = acts[j];
           if (is_send(op.kind) && !check_needs(r, j, op, op)) return fail(r);
-          const int32_t qb = info[j].partner_batch;
-          const int q = op.peer >= 0 ? op.peer : comm_match(plan_, op).rank;
+          const int32_t qb = partner[j];
+          Batch& other = batches_[static_cast<size_t>(qb)];
+          const int q = other.rank;
           if (cur_batch_[static_cast<size_t>(q)] != qb) continue;
-          Batch& partner = batches_[static_cast<size_t>(qb)];
-          const double met = std::max(batch.entry, partner.entry);
-          double done = met;
-          if (costs_ || record_) {
-            const CommMatch m = comm_match(plan_, op);
-            const size_t jj = static_cast<size_t>(pos_.at(event_of(m.kind), m.stage, op.microbatch));
-            done += transfer_cost(is_send(op.kind) ? op : acts_of(static_cast<size_t>(q))[jj]);
-            if (record_) {
-              out_.times[ru][j] = {batch.entry, done};
-              out_.times[static_cast<size_t>(q)][jj] = {partner.entry, done};
-            }
-          }
-          batch.done = std::max(batch.done, done);
-          partner.done = std::max(partner.done, done);
+          if (timed_) matched_times(r, j, op, b, qb, q);
           --batch.unmatched;
-          if (--partner.unmatched == 0) work.push_back(q);
+          if (--other.unmatched == 0) work.push_back(q);
         }
       }
       if (batch.unmatched > 0) {
         // Blocked until a peer arrives; fetch what this rank reads next meanwhile.
         if (end + 2 < acts.size()) {
           __builtin_prefetch(&acts[end + 2]);
-          __builtin_prefetch(&info[end + 4]);
+          __builtin_prefetch(&partner[end + 4]);
         }
         return;
       }
       for (size_t j = begin; j < end; ++j)
         if (is_recv(acts[j].kind)) ev_.at(event_of(acts[j].kind), acts[j].stage, acts[j].microbatch) = 1;
       cur_batch_[ru] = -1;
-      now_[ru] = batch.done;
+      if (timed_) now_[ru] = done_[static_cast<size_t>(b)];
+      ++next_batch_[ru];
       h = end;
     }
   }
 
-  const std::vector<Action>& acts_of(size_t r) const { return plan_.lowered[r]; }
+  // Times of a pair matched now: both ops end when the transfer is done.
+  void matched_times(int r, size_t j, const Action& op, int32_t b, int32_t qb, int q) {
+    const size_t bu = static_cast<size_t>(b), qbu = static_cast<size_t>(qb);
+    const double met = std::max(entry_[bu], entry_[qbu]);
+    const CommMatch m = comm_match(plan_, op);
+    const int32_t jj = position(event_of(m.kind), m.stage, op.microbatch, q);
+    const Action& peer_op = plan_.lowered[static_cast<size_t>(q)][static_cast<size_t>(jj)];
+    const double done = met + transfer_cost(is_send(op.kind) ? op : peer_op);
+    if (record_) {
+      out_.times[static_cast<size_t>(r)][j] = {entry_[bu], done};
+      out_.times[static_cast<size_t>(q)][static_cast<size_t>(jj)] = {entry_[qbu], done};
+    }
+    done_[bu] = std::max(done_[bu], done);
+    done_[qbu] = std::max(done_[qbu], done);
+  }
+
   void fail(int r) { failed_[static_cast<size_t>(r)] = 1; }
 
   StuckRank describe_batch_wait(int r) {
@@ -220,7 +247,7 @@ class Engine {
       s.waits_for = "nothing";
       return s;
     }
-    const Batch& batch = batches_[static_cast<size_t>(base_[ru] + info_[ru][h].batch)];
+    const Batch& batch = batches_[static_cast<size_t>(next_batch_[ru])];
     const size_t begin = static_cast<size_t>(batch.begin);
     const size_t end = static_cast<size_t>(batch.end);
     std::string ops;
@@ -233,12 +260,12 @@ class Engine {
                             : fmt::format("its actions {}-{} (batch {})", begin, end - 1, ops);
     for (size_t j = begin; j < end; ++j) {
       // Unmatched: the counterpart's batch has not been entered yet.
-      const int32_t qb = info_[ru][j].partner_batch;
-      const Batch& partner = batches_[static_cast<size_t>(qb)];
-      const size_t q = static_cast<size_t>(partner.rank);
-      if (cur_batch_[q] == qb || static_cast<size_t>(partner.begin) < head_[q]) continue;
+      const int32_t qb = partner_[ru][j];
+      const Batch& other = batches_[static_cast<size_t>(qb)];
+      const size_t q = static_cast<size_t>(other.rank);
+      if (cur_batch_[q] == qb || static_cast<size_t>(other.begin) < head_[q]) continue;
       const CommMatch m = comm_match(plan_, acts[j]);
-      const int32_t jj = pos_.at(event_of(m.kind), m.stage, acts[j].microbatch);
+      const int32_t jj = position(event_of(m.kind), m.stage, acts[j].microbatch, m.rank);
       const Action& peer_op = plan_.lowered[static_cast<size_t>(m.rank)][static_cast<size_t>(jj)];
       s.waits_for = fmt::format("rank {} to post {} (its action {}), but rank {} is at its action {}", m.rank,
                                 to_string(peer_op), jj, m.rank, head_[static_cast<size_t>(m.rank)]);
@@ -248,30 +275,27 @@ class Engine {
     return s;
   }
 
-  const Plan& plan_;
-  const ExecCosts* costs_;
-  bool record_;
-  size_t max_errors_;
-  Execution& out_;
-  EventFlags ev_;
-  CommPositions pos_;  // position of each communication action in its rank's order
-  struct OpInfo {
-    int32_t batch;          // the batch of a communication action (rank-local index); -1 for compute
-    int32_t partner_batch;  // the batch holding its counterpart (global index)
-    OpInfo() {}             // left uninitialised: run() writes every entry
-    OpInfo(int32_t b, int32_t p) : batch(b), partner_batch(p) {}
-  };
-  std::vector<std::vector<OpInfo>> info_;
   struct Batch {
     int32_t begin, end;  // positions [begin, end) in its rank's order
     int32_t rank;
     int32_t unmatched;   // ops whose counterpart's batch has not been entered yet
-    double entry, done;  // when the rank entered it; when its last transfer is done
   };
+
+  const Plan& plan_;
+  const ExecCosts* costs_;
+  bool record_;
+  bool timed_;  // keep times (costs given, or times recorded)
+  size_t max_errors_;
+  Execution& out_;
+  EventFlags ev_;
+  CommPositions batch_of_;  // per communication event: the rank-local index of its batch
   std::vector<Batch> batches_;
-  std::vector<int32_t> base_;  // rank r's batches are batches_[base_[r] ...]
+  std::vector<int32_t> base_;                  // rank r's batches are batches_[base_[r] ...]
+  std::vector<std::vector<int32_t>> partner_;  // per action: the batch holding its counterpart
+  std::vector<double> entry_, done_;           // per batch, when timed: entered; transfers done
   std::vector<size_t> head_;
-  std::vector<int32_t> cur_batch_;
+  std::vector<int32_t> next_batch_;  // per rank: its next (or current) batch
+  std::vector<int32_t> cur_batch_;   // per rank: the batch it is in, or -1
   std::vector<uint8_t> failed_;
   std::vector<double> now_;
 };

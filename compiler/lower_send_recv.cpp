@@ -187,11 +187,20 @@ class Lowerer {
     return ok;
   }
 
+  // Tries to start a compute on every rank something happened to. Trying may post held-back
+  // SENDs and so touch other ranks: repeat until nothing changes at this time.
   void start_touched(double now) {
-    // Ranks may touch others while starting (zero-duration computes finish via events, so no).
-    std::vector<int> todo;
-    todo.swap(touched_);
-    for (int r : todo) try_start(r, now);
+    while (!touched_.empty()) {
+      todo_.swap(touched_);
+      ++pass_;
+      for (int r : todo_) {
+        uint64_t& seen = tried_[static_cast<size_t>(r)];
+        if (seen == pass_) continue;  // already tried in this pass
+        seen = pass_;
+        try_start(r, now);
+      }
+      todo_.clear();
+    }
   }
 
   void try_start(int r, double now) {
@@ -369,7 +378,9 @@ class Lowerer {
   std::vector<RankState> ranks_;
   EventQueue events_;
   uint64_t seq_ = 0;
-  std::vector<int> touched_;
+  std::vector<int> touched_, todo_;
+  std::vector<uint64_t> tried_ = std::vector<uint64_t>(ranks_.size(), 0);  // pass in which each rank was tried
+  uint64_t pass_ = 0;
 };
 
 }  // namespace

@@ -35,17 +35,24 @@ struct Plan {
   int pp() const { return placement.pp; }
   int vpp() const { return placement.vpp; }
   int num_stages() const { return placement.num_stages(); }
-  int stages_per_copy() const { return num_stages() / copies; }
+  int stages_per_copy() const { return copies == 1 ? num_stages() : num_stages() / copies; }
   bool is_lowered() const { return !lowered.empty(); }
 
-  // -1 when s is the first (prev) / last (next) stage of its copy.
-  int prev_stage(int s) const { return s % stages_per_copy() == 0 ? -1 : s - 1; }
-  int next_stage(int s) const { return (s + 1) % stages_per_copy() == 0 ? -1 : s + 1; }
-  int copy_of_stage(int s) const { return s / stages_per_copy(); }
+  // -1 when s is the first (prev) / last (next) stage of its copy. (These run per action in the
+  // passes: the common single-copy case avoids divisions.)
+  int prev_stage(int s) const {
+    if (copies == 1) return s == 0 ? -1 : s - 1;
+    return s % stages_per_copy() == 0 ? -1 : s - 1;
+  }
+  int next_stage(int s) const {
+    if (copies == 1) return s + 1 == num_stages() ? -1 : s + 1;
+    return (s + 1) % stages_per_copy() == 0 ? -1 : s + 1;
+  }
+  int copy_of_stage(int s) const { return copies == 1 ? 0 : s / stages_per_copy(); }
   int copy_of_microbatch(int mb) const {
     return copies == 1 ? 0 : (mb < (microbatches + 1) / 2 ? 0 : 1);
   }
-  bool runs(int stage, int mb) const { return copy_of_stage(stage) == copy_of_microbatch(mb); }
+  bool runs(int stage, int mb) const { return copies == 1 || copy_of_stage(stage) == copy_of_microbatch(mb); }
   // The layout stage a plan stage executes.
   int layout_stage(int s) const { return s % stages_per_copy(); }
   int rank_of(int s) const { return placement.stage_rank[static_cast<size_t>(s)]; }

@@ -29,53 +29,56 @@ class Engine {
     // Batches (maximal runs of communication actions) and, for every op, the batch holding its
     // counterpart. Ranks are independent here: each writes its own records and the entries of
     // its own stages in batch_of_.
-    std::vector<std::vector<Batch>> local(static_cast<size_t>(pp));
+    // Each rank writes its batch records into its own slice of batches_, sized by an upper bound
+    // (a batch ends at a compute action or at the end); slack is never written nor read.
+    base_.assign(static_cast<size_t>(pp), 0);
+    std::vector<int32_t> count(static_cast<size_t>(pp), 0);
+    size_t bound = 0;
+    for (int r = 0; r < pp; ++r) {
+      base_[static_cast<size_t>(r)] = static_cast<int32_t>(bound);
+      bound += std::min(order[static_cast<size_t>(r)].size(), plan_.compute[static_cast<size_t>(r)].size() + 1);
+    }
+    batches_.resize(bound);  // Batch's constructor leaves it uninitialised: no pass over the memory
     partner_.assign(static_cast<size_t>(pp), {});
     size_t total = 0;
     for (const auto& r : order) total += r.size();
     const bool threads = worth_threads(total);
     parallel_for(pp, threads, [&](int r) {
       const auto& acts = order[static_cast<size_t>(r)];
-      auto& batches = local[static_cast<size_t>(r)];
-      batches.reserve(std::min(acts.size(), plan_.compute[static_cast<size_t>(r)].size() + 1));
+      Batch* batches = batches_.data() + base_[static_cast<size_t>(r)];
+      int32_t n = 0;
       bool in_batch = false;
       for (size_t i = 0; i < acts.size(); ++i) {
         if (!is_comm(acts[i].kind)) {
           in_batch = false;
           continue;
         }
-        if (!in_batch) batches.push_back(Batch{static_cast<int32_t>(i), static_cast<int32_t>(i), r, 0});
+        if (!in_batch) batches[n++] = Batch(static_cast<int32_t>(i), static_cast<int32_t>(i), r, 0);
         in_batch = true;
-        batches.back().end = static_cast<int32_t>(i + 1);
-        ++batches.back().unmatched;
-        // rank-local until base_ is known
-        batch_of_.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) =
-            static_cast<int32_t>(batches.size() - 1);
+        batches[n - 1].end = static_cast<int32_t>(i + 1);
+        ++batches[n - 1].unmatched;
+        // rank-local index; the global one is base_[r] + it
+        batch_of_.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) = n - 1;
       }
+      count[static_cast<size_t>(r)] = n;
     });
-    base_.assign(static_cast<size_t>(pp), 0);
-    size_t num_batches = 0;
-    for (int r = 0; r < pp; ++r) {
-      base_[static_cast<size_t>(r)] = static_cast<int32_t>(num_batches);
-      num_batches += local[static_cast<size_t>(r)].size();
-    }
-    batches_.resize(num_batches);
     parallel_for(pp, threads, [&](int r) {
       const auto& acts = order[static_cast<size_t>(r)];
-      std::copy(local[static_cast<size_t>(r)].begin(), local[static_cast<size_t>(r)].end(),
-                batches_.begin() + base_[static_cast<size_t>(r)]);
       auto& partner = partner_[static_cast<size_t>(r)];
-      partner.resize(acts.size());  // entries of compute actions are never read
+      partner.resize(acts.size());  // entries of compute actions are never written nor read
       for (size_t i = 0; i < acts.size(); ++i) {
         if (!is_comm(acts[i].kind)) continue;
         const CommMatch m = comm_match(plan_, acts[i]);
-        partner[i] = base_[static_cast<size_t>(m.rank)] + batch_of_.at(event_of(m.kind), m.stage, acts[i].microbatch);
+        partner[i].batch =
+            base_[static_cast<size_t>(m.rank)] + batch_of_.at(event_of(m.kind), m.stage, acts[i].microbatch);
       }
     });
-    out_.batches = batches_.size();
+    size_t num_batches = 0;
+    for (int32_t c : count) num_batches += static_cast<size_t>(c);
+    out_.batches = num_batches;
     if (timed_) {
-      entry_.assign(num_batches, 0.0);
-      done_.assign(num_batches, 0.0);
+      entry_.assign(bound, 0.0);
+      done_.assign(bound, 0.0);
     }
     if (record_) {
       out_.times.assign(static_cast<size_t>(pp), {});
@@ -191,7 +194,7 @@ class Engine {
         for (size_t j = begin; j < end; ++j) {
           const Action& op = acts[j];
           if (is_send(op.kind) && !check_needs(r, j, op, op)) return fail(r);
-          const int32_t qb = partner[j];
+          const int32_t qb = partner[j].batch;
           Batch& other = batches_[static_cast<size_t>(qb)];
           const int q = other.rank;
           if (cur_batch_[static_cast<size_t>(q)] != qb) continue;
@@ -260,7 +263,7 @@ class Engine {
                             : fmt::format("its actions {}-{} (batch {})", begin, end - 1, ops);
     for (size_t j = begin; j < end; ++j) {
       // Unmatched: the counterpart's batch has not been entered yet.
-      const int32_t qb = partner_[ru][j];
+      const int32_t qb = partner_[ru][j].batch;
       const Batch& other = batches_[static_cast<size_t>(qb)];
       const size_t q = static_cast<size_t>(other.rank);
       if (cur_batch_[q] == qb || static_cast<size_t>(other.begin) < head_[q]) continue;
@@ -279,6 +282,12 @@ class Engine {
     int32_t begin, end;  // positions [begin, end) in its rank's order
     int32_t rank;
     int32_t unmatched;   // ops whose counterpart's batch has not been entered yet
+    Batch() {}           // uninitialised on purpose (see run())
+    Batch(int32_t b, int32_t e, int32_t r, int32_t u) : begin(b), end(e), rank(r), unmatched(u) {}
+  };
+  struct Partner {
+    int32_t batch;       // the batch holding the counterpart of a communication action
+    Partner() {}         // uninitialised on purpose: compute actions have none
   };
 
   const Plan& plan_;
@@ -291,7 +300,7 @@ class Engine {
   CommPositions batch_of_;  // per communication event: the rank-local index of its batch
   std::vector<Batch> batches_;
   std::vector<int32_t> base_;                  // rank r's batches are batches_[base_[r] ...]
-  std::vector<std::vector<int32_t>> partner_;  // per action: the batch holding its counterpart
+  std::vector<std::vector<Partner>> partner_;  // per action (communication actions only)
   std::vector<double> entry_, done_;           // per batch, when timed: entered; transfers done
   std::vector<size_t> head_;
   std::vector<int32_t> next_batch_;  // per rank: its next (or current) batch

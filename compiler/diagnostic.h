@@ -21,6 +21,9 @@ struct SourceLocation {
   std::string source_line;  // text of the line, for the caret; empty = none
 };
 
+// A location that only names the input (a flag, a file), with no line or column.
+inline SourceLocation input_location(std::string input) { return SourceLocation{std::move(input), 0, 0, ""}; }
+
 class UserError : public std::runtime_error {
  public:
   explicit UserError(std::string message) : std::runtime_error(message), message_(std::move(message)) {}

@@ -11,13 +11,6 @@ namespace ppc {
 
 namespace {
 
-// A location that only names the input (a flag, a file), with no line or column.
-SourceLocation named(std::string input) {
-  SourceLocation loc;
-  loc.input = std::move(input);
-  return loc;
-}
-
 std::string plural(int n, const char* one, const char* many) {
   return fmt::format("{} {}", n, n == 1 ? one : many);
 }
@@ -128,10 +121,10 @@ SourceLocation Layout::end_location() const {
 }
 
 Layout generic_layout(int n) {
-  if (n < 1) throw UserError(fmt::format("must be at least 1, got {}", n), named("--stages"));
+  if (n < 1) throw UserError(fmt::format("must be at least 1, got {}", n), input_location("--stages"));
   if (n > kMaxLayoutItems)
     throw UserError(fmt::format("{} stages is too many (at most {})", n, kMaxLayoutItems),
-                    named("--stages"));
+                    input_location("--stages"));
   Layout layout;
   layout.source = fmt::format("<{} generic stages>", n);
   layout.input = "--stages";
@@ -164,7 +157,7 @@ const char* placement_name(PlacementStyle s) {
 
 void check_model(const Layout& layout, std::optional<int> num_layers) {
   if (num_layers && *num_layers < 0)
-    throw UserError(fmt::format("must be at least 0, got {}", *num_layers), named("--num-layers"));
+    throw UserError(fmt::format("must be at least 0, got {}", *num_layers), input_location("--num-layers"));
   std::vector<ModelLayer> model;
   for (size_t s = 0; s < layout.stages.size(); ++s)
     for (size_t i = 0; i < layout.stages[s].size(); ++i)
@@ -232,18 +225,18 @@ void check_model(const Layout& layout, std::optional<int> num_layers) {
 // --- Placement --------------------------------------------------------------------------------
 
 Placement make_placement(int num_stages, int pp, PlacementStyle style) {
-  if (pp < 1) throw UserError(fmt::format("must be at least 1, got {}", pp), named("--pp"));
+  if (pp < 1) throw UserError(fmt::format("must be at least 1, got {}", pp), input_location("--pp"));
   if (num_stages < 1)
-    throw UserError(fmt::format("must be at least 1, got {}", num_stages), named("--stages"));
+    throw UserError(fmt::format("must be at least 1, got {}", num_stages), input_location("--stages"));
   if (num_stages % pp != 0)
     throw UserError(
         fmt::format("{} is not a multiple of --pp {}", plural(num_stages, "stage", "stages"), pp),
-        named("--pp"));
+        input_location("--pp"));
   if (style == PlacementStyle::V && num_stages != 2 * pp)
     throw UserError(fmt::format("v placement needs exactly 2 stages per rank (2 * --pp {} = {}), "
                                 "got {}",
                                 pp, 2 * pp, plural(num_stages, "stage", "stages")),
-                    named("--placement"));
+                    input_location("--placement"));
 
   Placement p;
   p.style = style;
@@ -273,9 +266,9 @@ Placement make_placement(int num_stages, int pp, PlacementStyle style) {
 }
 
 Placement place_layout(const Layout& layout, int pp, std::optional<int> vpp, PlacementStyle style) {
-  if (pp < 1) throw UserError(fmt::format("must be at least 1, got {}", pp), named("--pp"));
+  if (pp < 1) throw UserError(fmt::format("must be at least 1, got {}", pp), input_location("--pp"));
   if (vpp && *vpp < 1)
-    throw UserError(fmt::format("must be at least 1, got {}", *vpp), named("--vpp"));
+    throw UserError(fmt::format("must be at least 1, got {}", *vpp), input_location("--vpp"));
   const int n = layout.num_stages();
   if (n < 1) throw UserError("layout has no stages", layout.end_location());
   if (n % pp != 0)

@@ -30,13 +30,6 @@ namespace ppc {
 
 namespace {
 
-// A location that only names the input (a flag, a file), with no line or column.
-SourceLocation named(std::string input) {
-  SourceLocation loc;
-  loc.input = std::move(input);
-  return loc;
-}
-
 using antlr4::Token;
 using ppgrammar::LayoutLexer;
 using ppgrammar::LayoutParser;
@@ -525,10 +518,10 @@ Layout parse_layout(std::string_view text, const std::string& input_name) {
 Layout parse_layout_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    throw UserError("cannot read layout file: it is a directory", named(path));
+    throw UserError("cannot read layout file: it is a directory", input_location(path));
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw UserError(fmt::format("cannot open layout file: {}", std::strerror(errno)), named(path));
+    throw UserError(fmt::format("cannot open layout file: {}", std::strerror(errno)), input_location(path));
   std::string text;
   char buffer[65536];
   while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
@@ -536,9 +529,9 @@ Layout parse_layout_file(const std::string& path) {
     if (text.size() > static_cast<size_t>(kMaxLayoutInputBytes))
       throw UserError(
           fmt::format("layout file is too large (more than {} bytes)", kMaxLayoutInputBytes),
-          named(path));
+          input_location(path));
   }
-  if (in.bad()) throw UserError("cannot read layout file: read error", named(path));
+  if (in.bad()) throw UserError("cannot read layout file: read error", input_location(path));
   // A UTF-8 byte order mark is not part of the layout.
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
   return parse_text(text, path, /*is_file=*/true);

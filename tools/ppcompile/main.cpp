@@ -13,6 +13,8 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
@@ -77,6 +79,18 @@ int terminal_columns(const Options& o) {
   return ioctl(fileno(stdout), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 0;
 }
 
+// The model from --layout, --layout-file or --stages, and whether it is a model (not generic).
+std::pair<ppc::Layout, bool> load_model(const Options& o, const char* also) {
+  if (!o.layout.empty()) return {ppc::parse_layout(o.layout), true};
+  if (!o.layout_file.empty()) return {ppc::parse_layout_file(o.layout_file), true};
+  if (o.stages != -1) {
+    if (o.stages < 1 || o.stages > ppc::kMaxLayoutItems)
+      throw ppc::UserError(fmt::format("--stages must be between 1 and {}, got {}", ppc::kMaxLayoutItems, o.stages));
+    return {ppc::generic_layout(o.stages), false};
+  }
+  throw ppc::UserError(fmt::format("give the model as --layout STR, --layout-file FILE or --stages N{}", also));
+}
+
 ppc::Plan build_plan(const Options& o) {
   if (!o.from_csv.empty()) {
     ppc::CsvImportOptions io;
@@ -98,19 +112,7 @@ ppc::Plan build_plan(const Options& o) {
   if (!o.from_json.empty()) return ppc::read_plan_json(ppc::read_file(o.from_json), o.from_json);
 
   ppc::CompileOptions co;
-  if (!o.layout.empty()) {
-    co.layout = ppc::parse_layout(o.layout);
-    co.has_model = true;
-  } else if (!o.layout_file.empty()) {
-    co.layout = ppc::parse_layout_file(o.layout_file);
-    co.has_model = true;
-  } else if (o.stages != -1) {
-    if (o.stages < 1 || o.stages > ppc::kMaxLayoutItems)
-      throw ppc::UserError(fmt::format("--stages must be between 1 and {}, got {}", ppc::kMaxLayoutItems, o.stages));
-    co.layout = ppc::generic_layout(o.stages);
-  } else {
-    throw ppc::UserError("give the model as --layout STR, --layout-file FILE or --stages N (or --from-csv FILE)");
-  }
+  std::tie(co.layout, co.has_model) = load_model(o, " (or --from-csv FILE)");
   if (o.pp == -1) throw ppc::UserError("--pp is required");
   if (o.schedule.empty()) throw ppc::UserError("--schedule is required (see --list-schedules)");
   if (o.microbatches == -1) throw ppc::UserError("--microbatches is required");
@@ -208,19 +210,9 @@ int run_compare(const Options& o) {
     throw ppc::UserError(fmt::format("--compare prints a table (or --emit html); --emit {} does not apply", o.emit),
                          ppc::SourceLocation{"--emit", 0, 0, ""});
   ppc::CompareOptions co;
-  if (!o.layout.empty()) {
-    co.layout = ppc::parse_layout(o.layout);
-    co.has_model = true;
-  } else if (!o.layout_file.empty()) {
-    co.layout = ppc::parse_layout_file(o.layout_file);
-    co.has_model = true;
-  } else if (o.stages > 0) {
-    co.layout = ppc::generic_layout(o.stages);
-  } else {
-    throw ppc::UserError("give the model as --layout STR, --layout-file FILE or --stages N");
-  }
-  if (o.pp <= 0) throw ppc::UserError("--pp is required");
-  if (o.microbatches <= 0) throw ppc::UserError("--microbatches is required");
+  std::tie(co.layout, co.has_model) = load_model(o, "");
+  if (o.pp == -1) throw ppc::UserError("--pp is required");
+  if (o.microbatches == -1) throw ppc::UserError("--microbatches is required");
   co.pp = o.pp;
   co.microbatches = o.microbatches;
   co.cost = cost_model(o);

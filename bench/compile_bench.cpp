@@ -1,6 +1,7 @@
 // Issue targets: generate + lower + verify Interleaved1F1B
-//   pp=32, vpp=4, m=256  (65,536 compute actions)          : under 9 ms  (PyTorch: 0.9 s, no verify)
-//   pp=64, vpp=4, m=1024 (524,288 compute, 1.57 M lowered)  : under 120 ms (PyTorch: 11.8 s)
+//   pp=32, vpp=4, m=256  (65,536 compute actions)          : under 9 ms  (PyTorch: 0.9 s, no
+//   verify) pp=64, vpp=4, m=1024 (524,288 compute, 1.57 M lowered)  : under 120 ms (PyTorch: 11.8
+//   s)
 // and time linear in the number of actions (the m sweep at pp=32).
 // Run: build/bench/compile_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -36,8 +37,8 @@ void BM_GenerateLowerVerify(benchmark::State& state) {
   const double compute = 2.0 * state.range(0) * state.range(1) * state.range(2);
   state.counters["compute_actions"] = compute;
   state.counters["lowered_actions"] = static_cast<double>(lowered);
-  state.counters["ns_per_compute_action"] =
-      benchmark::Counter(compute, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_compute_action"] = benchmark::Counter(
+      compute, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_GenerateLowerVerify)
     ->Args({32, 4, 256})

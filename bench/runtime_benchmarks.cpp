@@ -28,7 +28,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 void BM_SplitBackward(benchmark::State& state) {
   at::set_num_threads(1);
@@ -104,7 +106,8 @@ std::vector<pprt::StepReport> replay(const ppc::Plan& plan, const pprt::ModelCon
     std::vector<std::unique_ptr<pprt::Stage>> owned;
     std::vector<pprt::Stage*> stages;
     for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)]) {
-      owned.push_back(std::make_unique<pprt::Stage>(c, specs[static_cast<size_t>(s)], 1, 2, at::Device(at::kCPU)));
+      owned.push_back(std::make_unique<pprt::Stage>(c, specs[static_cast<size_t>(s)], 1, 2,
+                                                    at::Device(at::kCPU)));
       stages.push_back(owned.back().get());
     }
     pprt::Executor exec(plan, rank, stages, c, transport.get(), at::Device(at::kCPU), {});

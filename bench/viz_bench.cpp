@@ -1,6 +1,7 @@
 // Issue target: drawing the pp=64, vpp=4, m=1024 Interleaved1F1B plan (524,288 compute actions,
 // 1.57 M lowered) finishes in under 2 s, simulation included:
-//   BM_DrawTimeline/64/4/1024: compile + lower + verify + simulate + emit_svg, as ppcompile --emit svg.
+//   BM_DrawTimeline/64/4/1024: compile + lower + verify + simulate + emit_svg, as ppcompile --emit
+//   svg.
 // The emitters alone at that size, and the timeline at the sizes the README shows, follow.
 // Run: build/bench/viz_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -41,7 +42,11 @@ void BM_DrawTimeline(benchmark::State& state) {
   }
   state.counters["svg_bytes"] = static_cast<double>(bytes);
 }
-BENCHMARK(BM_DrawTimeline)->Args({64, 4, 1024})->Args({16, 2, 64})->Args({4, 2, 8})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DrawTimeline)
+    ->Args({64, 4, 1024})
+    ->Args({16, 2, 64})
+    ->Args({4, 2, 8})
+    ->Unit(benchmark::kMillisecond);
 
 // The emitters alone on the big plan (simulation done once, outside the loop).
 struct Big {

@@ -25,7 +25,8 @@ ppc::CompileOptions options(const char* schedule, int pp, int vpp, int m) {
   return o;
 }
 
-const char* kSchedules[] = {"InterleavedZeroBubble", "Interleaved1F1B", "ZBVZeroBubble", "DualPipeV"};
+const char* kSchedules[] = {"InterleavedZeroBubble", "Interleaved1F1B", "ZBVZeroBubble",
+                            "DualPipeV"};
 
 ppc::CompileOptions case_options(int64_t which) {
   const char* s = kSchedules[which];
@@ -59,7 +60,8 @@ void BM_CompileVerifySimulate(benchmark::State& state) {
     benchmark::DoNotOptimize(sim.makespan);
     actions = r.compute_actions + r.comm_actions;
   }
-  state.SetLabel(std::string(kSchedules[state.range(0)]) + (state.range(1) == 1 ? ", unit costs" : ", cost model"));
+  state.SetLabel(std::string(kSchedules[state.range(0)]) +
+                 (state.range(1) == 1 ? ", unit costs" : ", cost model"));
   state.counters["lowered_actions"] = static_cast<double>(actions);
 }
 BENCHMARK(BM_CompileVerifySimulate)

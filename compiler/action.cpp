@@ -32,8 +32,10 @@ bool parse_uint(std::string_view text, size_t& pos, int& value) {
 }
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -66,7 +68,8 @@ std::optional<Action> parse_simple(std::string_view text, std::string* error) {
   }
   if (error) {
     *error = "unknown action kind";
-    if (rest.substr(0, 7) == "UNSHARD" || rest.substr(0, 7) == "RESHARD" || rest.substr(0, 11) == "REDUCE_GRAD")
+    if (rest.substr(0, 7) == "UNSHARD" || rest.substr(0, 7) == "RESHARD" ||
+        rest.substr(0, 11) == "REDUCE_GRAD")
       *error = "FSDP action '" + std::string(rest) + "' is not a pipeline action";
   }
   return std::nullopt;
@@ -74,7 +77,9 @@ std::optional<Action> parse_simple(std::string_view text, std::string* error) {
 
 }  // namespace
 
-const char* kind_name(ActionKind k) { return kKindNames[static_cast<int>(k)]; }
+const char* kind_name(ActionKind k) {
+  return kKindNames[static_cast<int>(k)];
+}
 
 void append_to(std::string& out, const Action& a) {
   if (a.kind == ActionKind::OverlapFB) {

@@ -30,12 +30,22 @@ inline constexpr int kNumActionKinds = 9;
 
 const char* kind_name(ActionKind k);  // "F", "SEND_F", "OVERLAP_F_B", ...
 
-inline bool is_comm(ActionKind k) { return k >= ActionKind::SendF && k <= ActionKind::RecvB; }
-inline bool is_compute(ActionKind k) { return !is_comm(k); }
-inline bool is_send(ActionKind k) { return k == ActionKind::SendF || k == ActionKind::SendB; }
-inline bool is_recv(ActionKind k) { return k == ActionKind::RecvF || k == ActionKind::RecvB; }
+inline bool is_comm(ActionKind k) {
+  return k >= ActionKind::SendF && k <= ActionKind::RecvB;
+}
+inline bool is_compute(ActionKind k) {
+  return !is_comm(k);
+}
+inline bool is_send(ActionKind k) {
+  return k == ActionKind::SendF || k == ActionKind::SendB;
+}
+inline bool is_recv(ActionKind k) {
+  return k == ActionKind::RecvF || k == ActionKind::RecvB;
+}
 // B and I both consume the output gradient and produce the input gradient.
-inline bool is_backward_input(ActionKind k) { return k == ActionKind::B || k == ActionKind::I; }
+inline bool is_backward_input(ActionKind k) {
+  return k == ActionKind::B || k == ActionKind::I;
+}
 
 struct Action {
   ActionKind kind = ActionKind::F;
@@ -47,7 +57,9 @@ struct Action {
   int32_t stage2 = -1;     // OverlapFB: the backward part's stage
   int32_t microbatch2 = -1;
 
-  static Action compute(ActionKind k, int stage, int mb) { return Action{k, ActionKind::F, -1, stage, mb, -1, -1}; }
+  static Action compute(ActionKind k, int stage, int mb) {
+    return Action{k, ActionKind::F, -1, stage, mb, -1, -1};
+  }
   static Action comm(ActionKind k, int stage, int mb, int peer) {
     return Action{k, ActionKind::F, static_cast<int16_t>(peer), stage, mb, -1, -1};
   }

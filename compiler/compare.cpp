@@ -84,19 +84,23 @@ struct Config {
 // The stages per copy the schedule needs at this pp, given a layout of `stages` stages.
 int wanted_stages(const ScheduleInfo& info, int pp, int stages) {
   switch (info.vpp_rule) {
-    case VppRule::One: return pp;
-    case VppRule::Two: return 2 * pp;
-    case VppRule::Any: return stages;
+    case VppRule::One:
+      return pp;
+    case VppRule::Two:
+      return 2 * pp;
+    case VppRule::Any:
+      return stages;
   }
   return stages;
 }
 
 // The layout and costs a schedule runs on, or the reason it cannot run.
-std::optional<Config> configure(const ScheduleInfo& info, const CompareOptions& opts, const CostModel& base,
-                                std::string* why) {
+std::optional<Config> configure(const ScheduleInfo& info, const CompareOptions& opts,
+                                const CostModel& base, std::string* why) {
   const int S = opts.layout.num_stages(), pp = opts.pp;
   const int want = wanted_stages(info, pp, S);
-  const char* per_rank = info.vpp_rule == VppRule::One ? "one stage per rank" : "two stages per rank";
+  const char* per_rank =
+      info.vpp_rule == VppRule::One ? "one stage per rank" : "two stages per rank";
   if (want % pp != 0) {
     *why = fmt::format("{} stages are not a multiple of --pp {}", S, pp);
     return std::nullopt;
@@ -113,13 +117,16 @@ std::optional<Config> configure(const ScheduleInfo& info, const CompareOptions& 
     c.layout = opts.layout;
   } else if (S % want == 0) {
     c.layout = merge_stages(opts.layout, S / want);
-    c.note = fmt::format("{} stages merged in groups of {} into {} ({})", S, S / want, want, per_rank);
+    c.note =
+        fmt::format("{} stages merged in groups of {} into {} ({})", S, S / want, want, per_rank);
   } else {
-    *why = fmt::format("needs {} ({} stages at --pp {}); the layout's {} stages cannot be merged into {}",
-                       per_rank, want, pp, S, want);
+    *why = fmt::format(
+        "needs {} ({} stages at --pp {}); the layout's {} stages cannot be merged into {}",
+        per_rank, want, pp, S, want);
     return std::nullopt;
   }
-  if (info.copies > 1) c.note += std::string(c.note.empty() ? "" : "; ") + "two model copies (2x parameters)";
+  if (info.copies > 1)
+    c.note += std::string(c.note.empty() ? "" : "; ") + "two model copies (2x parameters)";
   return c;
 }
 
@@ -162,8 +169,8 @@ Comparison compare_schedules(const CompareOptions& opts) {
     CompareRow row;
     row.report = verify(plan);
     if (!row.report.ok())
-      throw InternalError(fmt::format("internal error: the generated {} plan is not valid: {}", info.name,
-                                      row.report.errors.front()));
+      throw InternalError(fmt::format("internal error: the generated {} plan is not valid: {}",
+                                      info.name, row.report.errors.front()));
     row.schedule = info.name;
     row.vpp = plan.vpp();
     row.placement = plan.placement.style;
@@ -189,7 +196,8 @@ Comparison compare_schedules(const CompareOptions& opts) {
   }
   std::stable_sort(cmp.rows.begin(), cmp.rows.end(), [](const CompareRow& a, const CompareRow& b) {
     if (a.sim.makespan != b.sim.makespan) return a.sim.makespan < b.sim.makespan;
-    if (a.sim.steady_period != b.sim.steady_period) return a.sim.steady_period < b.sim.steady_period;
+    if (a.sim.steady_period != b.sim.steady_period)
+      return a.sim.steady_period < b.sim.steady_period;
     return a.peak_total < b.peak_total;
   });
   return cmp;
@@ -199,24 +207,25 @@ void emit_compare_table(const Comparison& cmp, const CompareOptions& opts, std::
   const CostModel shown = opts.cost.unit ? unit_layer_costs() : opts.cost;
   const bool bytes = shown.memory_in_bytes;
   auto mem = [&](double v) { return format_memory(v, bytes); };
-  const std::string model =
-      opts.has_model ? fmt::format("layout {}", opts.layout.source)
-                     : fmt::format("{} generic stages", opts.layout.num_stages());
+  const std::string model = opts.has_model
+                                ? fmt::format("layout {}", opts.layout.source)
+                                : fmt::format("{} generic stages", opts.layout.num_stages());
   os << fmt::format("{} | pp {} | {} microbatches | {}{}\n", model, opts.pp, opts.microbatches,
                     opts.cost.unit ? "unit costs per layer (F=I=W=1)" : describe(shown),
                     opts.memory_limit ? " | memory limit " + mem(*opts.memory_limit) : "");
   const bool limit = opts.memory_limit.has_value();
-  os << fmt::format("{:<22} {:>3} {:<4} {:>11} {:>8} {:>8} {:>20} {:>11} {:>9}{}\n", "schedule", "vpp", "plc",
-                    "makespan", "bubble%", "steady%", "peak activation", "comm", "messages",
-                    limit ? "  fits (peak with parameters)" : "");
+  os << fmt::format("{:<22} {:>3} {:<4} {:>11} {:>8} {:>8} {:>20} {:>11} {:>9}{}\n", "schedule",
+                    "vpp", "plc", "makespan", "bubble%", "steady%", "peak activation", "comm",
+                    "messages", limit ? "  fits (peak with parameters)" : "");
   for (const CompareRow& r : cmp.rows) {
     const std::string comm = r.comm_bytes > 0 ? format_memory(r.comm_bytes, true) : "-";
-    os << fmt::format("{:<22} {:>3} {:<4} {:>11.6g} {:>8.2f} {:>8.2f} {:>20} {:>11} {:>9}{}\n", r.schedule, r.vpp,
-                      placement_name(r.placement), r.sim.makespan, 100.0 * r.sim.bubble,
-                      100.0 * r.sim.steady_bubble, fmt::format("{} (rank {})", mem(r.peak_memory), r.peak_rank),
-                      comm, r.messages,
-                      limit ? fmt::format("  {} ({} on rank {})", r.fits ? "yes" : "no", mem(r.peak_total),
-                                          r.peak_total_rank)
+    os << fmt::format("{:<22} {:>3} {:<4} {:>11.6g} {:>8.2f} {:>8.2f} {:>20} {:>11} {:>9}{}\n",
+                      r.schedule, r.vpp, placement_name(r.placement), r.sim.makespan,
+                      100.0 * r.sim.bubble, 100.0 * r.sim.steady_bubble,
+                      fmt::format("{} (rank {})", mem(r.peak_memory), r.peak_rank), comm,
+                      r.messages,
+                      limit ? fmt::format("  {} ({} on rank {})", r.fits ? "yes" : "no",
+                                          mem(r.peak_total), r.peak_total_rank)
                             : "");
   }
   if (cmp.rows.empty()) os << "(no schedule can run this configuration)\n";

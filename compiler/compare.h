@@ -15,11 +15,11 @@
 namespace ppc {
 
 struct CompareOptions {
-  Layout layout;                  // the model as given (its stage count fixes one vpp)
+  Layout layout;  // the model as given (its stage count fixes one vpp)
   bool has_model = false;
   int pp = 1;
   int microbatches = 1;
-  CostModel cost;                 // unit costs by default
+  CostModel cost;                      // unit costs by default
   std::optional<double> memory_limit;  // bytes (or activation units under unit costs) per rank
 };
 
@@ -27,27 +27,27 @@ struct CompareRow {
   std::string schedule;
   int vpp = 1;
   PlacementStyle placement = PlacementStyle::Loop;
-  std::string layout_note;        // e.g. "stages merged in pairs" when the layout was re-split
-  Plan plan;                      // lowered and verified
+  std::string layout_note;  // e.g. "stages merged in pairs" when the layout was re-split
+  Plan plan;                // lowered and verified
   VerifyReport report;
   Simulation sim;
-  double peak_memory = 0;         // max over ranks of sim.peak_memory
-  int peak_rank = 0;              // the rank with that peak
+  double peak_memory = 0;  // max over ranks of sim.peak_memory
+  int peak_rank = 0;       // the rank with that peak
   double comm_bytes = 0;
-  bool fits = true;               // peak_total <= memory_limit (true when no limit)
+  bool fits = true;  // peak_total <= memory_limit (true when no limit)
   // Added with the implementation:
-  size_t messages = 0;            // SEND actions (point-to-point messages)
-  double peak_total = 0;          // max over ranks of peak activation + parameter memory
+  size_t messages = 0;    // SEND actions (point-to-point messages)
+  double peak_total = 0;  // max over ranks of peak activation + parameter memory
   int peak_total_rank = 0;
 };
 
 struct Skipped {
   std::string schedule;
-  std::string reason;             // one line
+  std::string reason;  // one line
 };
 
 struct Comparison {
-  std::vector<CompareRow> rows;   // sorted by makespan, best first
+  std::vector<CompareRow> rows;  // sorted by makespan, best first
   std::vector<Skipped> skipped;
 };
 

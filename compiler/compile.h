@@ -12,14 +12,14 @@
 namespace ppc {
 
 struct CompileOptions {
-  Layout layout;            // from parse_layout / parse_layout_file, or generic_layout(N)
-  bool has_model = false;   // check_model() applies
+  Layout layout;           // from parse_layout / parse_layout_file, or generic_layout(N)
+  bool has_model = false;  // check_model() applies
   std::optional<int> num_layers;
   int pp = 1;
-  std::optional<int> vpp;   // inferred from the layout when absent; must agree when given
+  std::optional<int> vpp;  // inferred from the layout when absent; must agree when given
   std::string schedule;
   int microbatches = 1;
-  bool lower = true;        // run lower_send_recv
+  bool lower = true;  // run lower_send_recv
 };
 
 // Limits that keep a plan's tables in memory (documented in docs/ppcompile.md).

@@ -37,7 +37,8 @@ LayerCost resolve(const RawCost& raw, Fail&& fail) {
   } else if (raw.b && (raw.i || raw.w)) {
     const double given = raw.i ? *raw.i : *raw.w;
     if (given > *raw.b)
-      fail(raw.i ? "i" : "w", fmt::format("{:g} is more than the full backward time {:g}", given, *raw.b));
+      fail(raw.i ? "i" : "w",
+           fmt::format("{:g} is more than the full backward time {:g}", given, *raw.b));
     c.i = raw.i ? given : *raw.b - given;
     c.w = raw.w ? given : *raw.b - given;
   } else if (raw.b) {
@@ -62,13 +63,15 @@ class JsonReader {
     if (!v.is_number()) fail(path, fmt::format("expected a number, got {}", v.dump()));
     const double x = v.get<double>();
     if (!std::isfinite(x) || x < lo || x > hi) {
-      if (hi == HUGE_VAL) fail(path, fmt::format("expected a non-negative number, got {}", v.dump()));
+      if (hi == HUGE_VAL)
+        fail(path, fmt::format("expected a non-negative number, got {}", v.dump()));
       fail(path, fmt::format("expected a number between {:g} and {:g}, got {}", lo, hi, v.dump()));
     }
     return x;
   }
 
-  void only_keys(const json& obj, const std::string& path, std::initializer_list<const char*> keys) const {
+  void only_keys(const json& obj, const std::string& path,
+                 std::initializer_list<const char*> keys) const {
     for (auto it = obj.begin(); it != obj.end(); ++it) {
       bool known = false;
       std::string list;
@@ -76,7 +79,9 @@ class JsonReader {
         known |= it.key() == k;
         list += (list.empty() ? "" : ", ") + std::string(k);
       }
-      if (!known) fail(path.empty() ? it.key() : path + "." + it.key(), "unknown field (known: " + list + ")");
+      if (!known)
+        fail(path.empty() ? it.key() : path + "." + it.key(),
+             "unknown field (known: " + list + ")");
     }
   }
 
@@ -95,7 +100,8 @@ class JsonReader {
     raw.w = opt("w");
     raw.activation = opt("activation").value_or(0);
     raw.params = opt("params").value_or(0);
-    return resolve(raw, [&](const char* field, const std::string& what) { fail(path + "." + field, what); });
+    return resolve(
+        raw, [&](const char* field, const std::string& what) { fail(path + "." + field, what); });
   }
 
  private:
@@ -132,8 +138,9 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   }
   JsonReader rd(input_name);
   if (!j.is_object()) rd.fail("", "expected a JSON object (see docs/cost-model.md)");
-  rd.only_keys(j, "", {"comment", "layers", "stage", "latency", "bandwidth", "message_bytes", "overlap",
-                       "weight_grad_memory"});
+  rd.only_keys(j, "",
+               {"comment", "layers", "stage", "latency", "bandwidth", "message_bytes", "overlap",
+                "weight_grad_memory"});
   CostModel m;
   m.unit = false;
   if (j.contains("layers")) {
@@ -155,26 +162,32 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   } else {
     m.empty_stage = LayerCost{1, 1, 1, std::nullopt, 1, 0};
   }
-  auto gives_memory = [](const json& entry) { return entry.contains("activation") || entry.contains("params"); };
+  auto gives_memory = [](const json& entry) {
+    return entry.contains("activation") || entry.contains("params");
+  };
   if (j.contains("layers"))
     for (const json& entry : j["layers"]) m.memory_in_bytes |= gives_memory(entry);
   if (j.contains("stage")) m.memory_in_bytes |= gives_memory(j["stage"]);
   if (j.contains("latency")) m.latency = rd.number(j["latency"], "latency", 0, HUGE_VAL);
   if (j.contains("bandwidth")) m.bandwidth = rd.number(j["bandwidth"], "bandwidth", 0, HUGE_VAL);
-  if (j.contains("message_bytes")) m.message_bytes = rd.number(j["message_bytes"], "message_bytes", 0, HUGE_VAL);
+  if (j.contains("message_bytes"))
+    m.message_bytes = rd.number(j["message_bytes"], "message_bytes", 0, HUGE_VAL);
   if (j.contains("overlap")) m.overlap = rd.number(j["overlap"], "overlap", 0, 1);
   if (j.contains("weight_grad_memory"))
     m.weight_grad_memory = rd.number(j["weight_grad_memory"], "weight_grad_memory", 0, 1);
   return m;
 }
 
-CostModel read_cost_model(const std::string& path) { return parse_cost_model(read_file(path), path); }
+CostModel read_cost_model(const std::string& path) {
+  return parse_cost_model(read_file(path), path);
+}
 
 CostModel cost_model_from_flags(const CostFlags& fl) {
   auto check = [](const char* flag, const std::optional<double>& v, double hi = HUGE_VAL) {
     if (v && (!std::isfinite(*v) || *v < 0 || *v > hi))
-      throw UserError(hi == HUGE_VAL ? fmt::format("expected a non-negative number, got {:g}", *v)
-                                     : fmt::format("expected a number between 0 and {:g}, got {:g}", hi, *v),
+      throw UserError(hi == HUGE_VAL
+                          ? fmt::format("expected a non-negative number, got {:g}", *v)
+                          : fmt::format("expected a number between 0 and {:g}, got {:g}", hi, *v),
                       SourceLocation{flag, 0, 0, ""});
   };
   check("--cost-f", fl.f);
@@ -195,8 +208,9 @@ CostModel cost_model_from_flags(const CostFlags& fl) {
   raw.activation = fl.activation.value_or(1);
   raw.params = fl.params.value_or(0);
   const LayerCost c = resolve(raw, [](const char* field, const std::string& what) {
-    throw UserError(what == "give both i and w, or b" ? "give both --cost-i and --cost-w, or --cost-b" : what,
-                    SourceLocation{std::string("--cost-") + field, 0, 0, ""});
+    throw UserError(
+        what == "give both i and w, or b" ? "give both --cost-i and --cost-w, or --cost-b" : what,
+        SourceLocation{std::string("--cost-") + field, 0, 0, ""});
   });
   CostModel m;
   m.unit = false;
@@ -217,15 +231,26 @@ double parse_memory_size(const std::string& text, const char* flag) {
   std::string unit(end);
   while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
   double scale = 0;
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},           {"B", 1},          {"K", 1e3},          {"KB", 1e3},          {"M", 1e6},
-      {"MB", 1e6},       {"G", 1e9},        {"GB", 1e9},         {"T", 1e12},          {"TB", 1e12},
-      {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  static const std::pair<const char*, double> kUnits[] = {{"", 1},
+                                                          {"B", 1},
+                                                          {"K", 1e3},
+                                                          {"KB", 1e3},
+                                                          {"M", 1e6},
+                                                          {"MB", 1e6},
+                                                          {"G", 1e9},
+                                                          {"GB", 1e9},
+                                                          {"T", 1e12},
+                                                          {"TB", 1e12},
+                                                          {"KiB", 1024.0},
+                                                          {"MiB", 1048576.0},
+                                                          {"GiB", 1073741824.0},
+                                                          {"TiB", 1099511627776.0}};
   for (const auto& [name, value] : kUnits)
     if (unit == name) scale = value;
   if (end == begin || scale == 0 || !std::isfinite(x) || x < 0)
-    throw UserError(fmt::format("expected a memory size such as 80GiB, 80GB or 8e10, got '{}'", text),
-                    SourceLocation{flag, 0, 0, ""});
+    throw UserError(
+        fmt::format("expected a memory size such as 80GiB, 80GB or 8e10, got '{}'", text),
+        SourceLocation{flag, 0, 0, ""});
   return x * scale;
 }
 
@@ -234,7 +259,8 @@ std::string memory_check(const Simulation& sim, double limit, bool in_bytes) {
   int worst = 0;
   double peak = -1;
   for (size_t r = 0; r < sim.peak_memory.size(); ++r) {
-    const double total = sim.peak_memory[r] + (r < sim.param_memory.size() ? sim.param_memory[r] : 0.0);
+    const double total =
+        sim.peak_memory[r] + (r < sim.param_memory.size() ? sim.param_memory[r] : 0.0);
     if (total > limit) over.push_back(static_cast<int>(r));
     if (total > peak) {
       peak = total;
@@ -243,22 +269,25 @@ std::string memory_check(const Simulation& sim, double limit, bool in_bytes) {
   }
   const size_t w = static_cast<size_t>(worst);
   auto mem = [&](double v) { return format_memory(v, in_bytes); };
-  const std::string detail =
-      fmt::format("peak {} on rank {}: activations {}, parameters {}", mem(peak), worst, mem(sim.peak_memory[w]),
-                  mem(w < sim.param_memory.size() ? sim.param_memory[w] : 0.0));
+  const std::string detail = fmt::format(
+      "peak {} on rank {}: activations {}, parameters {}", mem(peak), worst,
+      mem(sim.peak_memory[w]), mem(w < sim.param_memory.size() ? sim.param_memory[w] : 0.0));
   if (over.empty()) return fmt::format("memory limit  {}: fits ({})", mem(limit), detail);
   std::string ranks;
   for (int r : over) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  return fmt::format("memory limit  {}: exceeded on rank{} {} ({})", mem(limit), over.size() > 1 ? "s" : "", ranks,
-                     detail);
+  return fmt::format("memory limit  {}: exceeded on rank{} {} ({})", mem(limit),
+                     over.size() > 1 ? "s" : "", ranks, detail);
 }
 
-CostModel unit_layer_costs() { return cost_model_from_flags(CostFlags{}); }
+CostModel unit_layer_costs() {
+  return cost_model_from_flags(CostFlags{});
+}
 
 std::string describe(const CostModel& m) {
   if (m.unit) return "unit (per stage F=1, B=2, I=1, W=1; no communication cost)";
   const LayerCost& t = m.layers[static_cast<size_t>(LayerKind::Decoder)];
-  std::string s = fmt::format("cost model (t: F={:g} B={:g} I={:g} W={:g}", t.f, t.backward(), t.i, t.w);
+  std::string s =
+      fmt::format("cost model (t: F={:g} B={:g} I={:g} W={:g}", t.f, t.backward(), t.i, t.w);
   const double msg = message_time(m);
   if (msg > 0) s += fmt::format("; {:g} per message", msg);
   if (m.overlap > 0) s += fmt::format("; overlap {:g}", m.overlap);

@@ -19,15 +19,16 @@ CostModel read_cost_model(const std::string& path);
 // The simple case on the command line: one set of costs for every layer, whatever its kind, and
 // for every generic stage (--stages N). Unset fields take the defaults of docs/cost-model.md.
 struct CostFlags {
-  std::optional<double> f, b, i, w;        // --cost-f, --cost-b, --cost-i, --cost-w
-  std::optional<double> activation;        // --cost-activation (bytes per microbatch per layer)
-  std::optional<double> params;            // --cost-params (bytes per layer)
-  std::optional<double> latency;           // --cost-latency (time per message)
-  std::optional<double> bandwidth;         // --cost-bandwidth (bytes per time unit)
-  std::optional<double> message_bytes;     // --cost-message (bytes per activation/gradient message)
-  std::optional<double> overlap;           // --cost-overlap (0..1)
+  std::optional<double> f, b, i, w;     // --cost-f, --cost-b, --cost-i, --cost-w
+  std::optional<double> activation;     // --cost-activation (bytes per microbatch per layer)
+  std::optional<double> params;         // --cost-params (bytes per layer)
+  std::optional<double> latency;        // --cost-latency (time per message)
+  std::optional<double> bandwidth;      // --cost-bandwidth (bytes per time unit)
+  std::optional<double> message_bytes;  // --cost-message (bytes per activation/gradient message)
+  std::optional<double> overlap;        // --cost-overlap (0..1)
   bool any() const {
-    return f || b || i || w || activation || params || latency || bandwidth || message_bytes || overlap;
+    return f || b || i || w || activation || params || latency || bandwidth || message_bytes ||
+           overlap;
   }
 };
 CostModel cost_model_from_flags(const CostFlags& flags);
@@ -40,7 +41,8 @@ CostModel unit_layer_costs();
 // without B, KiB/MiB/GiB/TiB = powers of 1024). UserError naming `flag` otherwise.
 double parse_memory_size(const std::string& text, const char* flag);
 
-// "memory limit  80.0 GiB: fits (peak 45.2 GiB on rank 0: activations 31.7 GiB, parameters 13.5 GiB)" or
+// "memory limit  80.0 GiB: fits (peak 45.2 GiB on rank 0: activations 31.7 GiB, parameters 13.5
+// GiB)" or
 // "... exceeded on ranks 0, 1 (...)": peak activation plus parameters of each rank vs the limit.
 std::string memory_check(const Simulation& sim, double limit, bool in_bytes);
 

@@ -76,7 +76,8 @@ bool is_fsdp_cell(std::string_view t) {
   size_t p = 0;
   while (p < t.size() && t[p] >= '0' && t[p] <= '9') ++p;
   std::string_view rest = t.substr(p);
-  return p > 0 && (rest.substr(0, 7) == "UNSHARD" || rest.substr(0, 7) == "RESHARD" || rest.substr(0, 11) == "REDUCE_GRAD");
+  return p > 0 && (rest.substr(0, 7) == "UNSHARD" || rest.substr(0, 7) == "RESHARD" ||
+                   rest.substr(0, 11) == "REDUCE_GRAD");
 }
 
 }  // namespace
@@ -136,8 +137,9 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
         }
         auto [it, fresh] = stage_rank.emplace(s, r);
         if (!fresh && it->second != r)
-          throw UserError(fmt::format("stage {} appears on rank {} and on rank {}", s, it->second, r),
-                          SourceLocation{opts.input_name, l.line, l.column, l.source_line});
+          throw UserError(
+              fmt::format("stage {} appears on rank {} and on rank {}", s, it->second, r),
+              SourceLocation{opts.input_name, l.line, l.column, l.source_line});
         max_stage = std::max(max_stage, s);
         max_mb = std::max(max_mb, mb);
       };
@@ -148,8 +150,9 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
         max_mb = std::max(max_mb, a.microbatch);
         auto [it, fresh] = stage_rank.emplace(a.stage, r);
         if (!fresh && it->second != r)
-          throw UserError(fmt::format("stage {} appears on rank {} and on rank {}", a.stage, it->second, r),
-                          SourceLocation{opts.input_name, l.line, l.column, l.source_line});
+          throw UserError(
+              fmt::format("stage {} appears on rank {} and on rank {}", a.stage, it->second, r),
+              SourceLocation{opts.input_name, l.line, l.column, l.source_line});
       } else if (a.kind == ActionKind::OverlapFB) {
         note(a.stage, a.microbatch);
         note(a.stage2, a.microbatch2);
@@ -161,16 +164,21 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
   if (max_stage < 0) throw UserError("the CSV holds no actions", file);
   const int num_stages = max_stage + 1;
   // A layout of half the stages fits a DualPipe plan (two copies); checked once placement is known.
-  if (opts.layout && opts.layout->num_stages() != num_stages && 2 * opts.layout->num_stages() != num_stages)
-    throw UserError(fmt::format("the CSV uses {} stages but the layout has {}", num_stages, opts.layout->num_stages()),
+  if (opts.layout && opts.layout->num_stages() != num_stages &&
+      2 * opts.layout->num_stages() != num_stages)
+    throw UserError(fmt::format("the CSV uses {} stages but the layout has {}", num_stages,
+                                opts.layout->num_stages()),
                     file);
   if (num_stages % pp != 0)
-    throw UserError(fmt::format("the CSV uses {} stages on {} ranks (rows); the stage count must be a multiple of "
-                                "the rank count",
-                                num_stages, pp),
-                    file);
+    throw UserError(
+        fmt::format(
+            "the CSV uses {} stages on {} ranks (rows); the stage count must be a multiple of "
+            "the rank count",
+            num_stages, pp),
+        file);
   for (int s = 0; s < num_stages; ++s)
-    if (!stage_rank.count(s)) throw UserError(fmt::format("stage {} never appears in the CSV", s), file);
+    if (!stage_rank.count(s))
+      throw UserError(fmt::format("stage {} never appears in the CSV", s), file);
 
   // Loop or V placement?
   Placement placement;
@@ -179,7 +187,8 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
     if (style == PlacementStyle::V && num_stages != 2 * pp) continue;
     Placement p = make_placement(num_stages, pp, style);
     bool same = true;
-    for (int s = 0; s < num_stages && same; ++s) same = p.stage_rank[static_cast<size_t>(s)] == stage_rank[s];
+    for (int s = 0; s < num_stages && same; ++s)
+      same = p.stage_rank[static_cast<size_t>(s)] == stage_rank[s];
     if (same) {
       placement = std::move(p);
       found = true;
@@ -188,11 +197,14 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
   }
   if (!found) {
     std::string mapping;
-    for (int s = 0; s < num_stages && s < 16; ++s) mapping += fmt::format("{}{}->{}", s ? ", " : "", s, stage_rank[s]);
-    throw UserError(fmt::format("the stage-to-rank mapping ({}) is neither loop placement (stage s on rank s mod {}) "
-                                "nor V placement",
-                                mapping, pp),
-                    file);
+    for (int s = 0; s < num_stages && s < 16; ++s)
+      mapping += fmt::format("{}{}->{}", s ? ", " : "", s, stage_rank[s]);
+    throw UserError(
+        fmt::format(
+            "the stage-to-rank mapping ({}) is neither loop placement (stage s on rank s mod {}) "
+            "nor V placement",
+            mapping, pp),
+        file);
   }
 
   // DualPipe: V placement whose two halves are model copies that no microbatch crosses (copy 0
@@ -210,7 +222,8 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
     if (split) copies = 2;
   }
   if (opts.layout && opts.layout->num_stages() * copies != num_stages)
-    throw UserError(fmt::format("the CSV uses {} stages but the layout has {}", num_stages, opts.layout->num_stages()),
+    throw UserError(fmt::format("the CSV uses {} stages but the layout has {}", num_stages,
+                                opts.layout->num_stages()),
                     file);
 
   Plan plan;

@@ -28,15 +28,23 @@ inline constexpr int kNumEvents = 7;
 // The event an action (or part of an OverlapFB) completes.
 inline Event event_of(ActionKind k) {
   switch (k) {
-    case ActionKind::F: return Event::F;
+    case ActionKind::F:
+      return Event::F;
     case ActionKind::B:
-    case ActionKind::I: return Event::BI;
-    case ActionKind::W: return Event::W;
-    case ActionKind::RecvF: return Event::RecvF;
-    case ActionKind::RecvB: return Event::RecvB;
-    case ActionKind::SendF: return Event::SendF;
-    case ActionKind::SendB: return Event::SendB;
-    case ActionKind::OverlapFB: break;
+    case ActionKind::I:
+      return Event::BI;
+    case ActionKind::W:
+      return Event::W;
+    case ActionKind::RecvF:
+      return Event::RecvF;
+    case ActionKind::RecvB:
+      return Event::RecvB;
+    case ActionKind::SendF:
+      return Event::SendF;
+    case ActionKind::SendB:
+      return Event::SendB;
+    case ActionKind::OverlapFB:
+      break;
   }
   return Event::F;
 }
@@ -57,8 +65,10 @@ void for_each_need(const Plan& plan, const Action& a, Fn&& fn) {
     case ActionKind::F: {
       int p = plan.prev_stage(s);
       if (p < 0) return;
-      if (plan.rank_of(p) == plan.rank_of(s)) fn(Need{Event::F, p, mb});
-      else fn(Need{Event::RecvF, s, mb});
+      if (plan.rank_of(p) == plan.rank_of(s))
+        fn(Need{Event::F, p, mb});
+      else
+        fn(Need{Event::RecvF, s, mb});
       return;
     }
     case ActionKind::B:
@@ -66,16 +76,25 @@ void for_each_need(const Plan& plan, const Action& a, Fn&& fn) {
       fn(Need{Event::F, s, mb});
       int n = plan.next_stage(s);
       if (n < 0) return;
-      if (plan.rank_of(n) == plan.rank_of(s)) fn(Need{Event::BI, n, mb});
-      else fn(Need{Event::RecvB, s, mb});
+      if (plan.rank_of(n) == plan.rank_of(s))
+        fn(Need{Event::BI, n, mb});
+      else
+        fn(Need{Event::RecvB, s, mb});
       return;
     }
-    case ActionKind::W: fn(Need{Event::BI, s, mb}); return;
-    case ActionKind::SendF: fn(Need{Event::F, s, mb}); return;
-    case ActionKind::SendB: fn(Need{Event::BI, s, mb}); return;
+    case ActionKind::W:
+      fn(Need{Event::BI, s, mb});
+      return;
+    case ActionKind::SendF:
+      fn(Need{Event::F, s, mb});
+      return;
+    case ActionKind::SendB:
+      fn(Need{Event::BI, s, mb});
+      return;
     case ActionKind::RecvF:
     case ActionKind::RecvB:
-    case ActionKind::OverlapFB: return;
+    case ActionKind::OverlapFB:
+      return;
   }
 }
 
@@ -91,11 +110,24 @@ inline CommMatch comm_match(const Plan& plan, const Action& a) {
   int other = -1;
   ActionKind kind = a.kind;
   switch (a.kind) {
-    case ActionKind::SendF: other = plan.next_stage(a.stage); kind = ActionKind::RecvF; break;
-    case ActionKind::RecvF: other = plan.prev_stage(a.stage); kind = ActionKind::SendF; break;
-    case ActionKind::SendB: other = plan.prev_stage(a.stage); kind = ActionKind::RecvB; break;
-    case ActionKind::RecvB: other = plan.next_stage(a.stage); kind = ActionKind::SendB; break;
-    default: break;
+    case ActionKind::SendF:
+      other = plan.next_stage(a.stage);
+      kind = ActionKind::RecvF;
+      break;
+    case ActionKind::RecvF:
+      other = plan.prev_stage(a.stage);
+      kind = ActionKind::SendF;
+      break;
+    case ActionKind::SendB:
+      other = plan.prev_stage(a.stage);
+      kind = ActionKind::RecvB;
+      break;
+    case ActionKind::RecvB:
+      other = plan.next_stage(a.stage);
+      kind = ActionKind::SendB;
+      break;
+    default:
+      break;
   }
   return CommMatch{kind, other, other >= 0 ? plan.rank_of(other) : -1};
 }
@@ -117,7 +149,8 @@ class EventTableOf {
   static constexpr T kNever = std::numeric_limits<T>::max();
 
   EventTableOf(int num_stages, int microbatches)
-      : stages_(num_stages), mbs_(microbatches),
+      : stages_(num_stages),
+        mbs_(microbatches),
         times_(static_cast<size_t>(Count) * num_stages * microbatches, kNever) {}
 
   T& at(Event e, int stage, int mb) { return times_[index(e, stage, mb)]; }
@@ -127,7 +160,9 @@ class EventTableOf {
 
  private:
   size_t index(Event e, int stage, int mb) const {
-    return (static_cast<size_t>(static_cast<int>(e) - First) * stages_ + static_cast<size_t>(stage)) * mbs_ +
+    return (static_cast<size_t>(static_cast<int>(e) - First) * stages_ +
+            static_cast<size_t>(stage)) *
+               mbs_ +
            static_cast<size_t>(mb);
   }
   int stages_, mbs_;

@@ -22,11 +22,14 @@ struct SourceLocation {
 };
 
 // A location that only names the input (a flag, a file), with no line or column.
-inline SourceLocation input_location(std::string input) { return SourceLocation{std::move(input), 0, 0, ""}; }
+inline SourceLocation input_location(std::string input) {
+  return SourceLocation{std::move(input), 0, 0, ""};
+}
 
 class UserError : public std::runtime_error {
  public:
-  explicit UserError(std::string message) : std::runtime_error(message), message_(std::move(message)) {}
+  explicit UserError(std::string message)
+      : std::runtime_error(message), message_(std::move(message)) {}
   UserError(std::string message, SourceLocation where)
       : std::runtime_error(message), message_(std::move(message)), where_(std::move(where)) {}
 
@@ -51,7 +54,7 @@ class InternalError : public std::logic_error {
 
 }  // namespace ppc
 
-#define PPC_INTERNAL_ASSERT(cond, what)                                            \
-  do {                                                                             \
+#define PPC_INTERNAL_ASSERT(cond, what)                                                       \
+  do {                                                                                        \
     if (!(cond)) ::ppc::internal_error(__FILE__, __LINE__, std::string(#cond ": ") + (what)); \
   } while (0)

@@ -21,7 +21,8 @@ struct TableOptions {
 };
 // Time steps as rows (the unit-time replay of lowering: a blank cell is idle time), ranks as
 // columns, like PyTorch's _format_pipeline_order; then a one-line summary.
-void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os, const TableOptions& opts);
+void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os,
+                const TableOptions& opts);
 
 // --- PyTorch CSV -------------------------------------------------------------------------------
 // One row per rank, one action per cell in PyTorch notation: the lowered order, or the compute
@@ -29,8 +30,8 @@ void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os, 
 void emit_csv(const Plan& plan, std::ostream& os, bool compute_only);
 
 struct CsvImportOptions {
-  std::string input_name;           // for messages
-  std::optional<Layout> layout;     // the model, if known; else generic stages
+  std::string input_name;        // for messages
+  std::optional<Layout> layout;  // the model, if known; else generic stages
   bool has_model = false;
   std::string schedule = "imported";
 };
@@ -46,7 +47,8 @@ Plan read_plan_json(std::string_view text, const std::string& input_name);
 
 // --- stats and layout ---------------------------------------------------------------------------
 struct Simulation;
-void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& sim, std::ostream& os);
+void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& sim,
+                std::ostream& os);
 // One line per stage: "stage S rank R chunk C: <symbols separated by spaces, or (empty)>".
 void emit_layout(const Plan& plan, std::ostream& os);
 
@@ -56,18 +58,20 @@ enum class Arrows : uint8_t { Auto, On, Off };
 struct TimelineOptions {
   Arrows arrows = Arrows::Auto;  // send->recv arrows; Auto draws them for up to kAutoArrowLimit
   double max_width = 1800;       // the time axis is at most this many pixels wide
-  double time_max = 0;           // time at the right edge (0: the makespan); share it to compare plans
-  double memory_max = 0;         // top of the memory plots (0: the highest peak); likewise
-  std::string id_prefix = "ppc";  // prefix of the ids in the SVG: unique per page when inlined
-  bool xml_declaration = true;   // false when the SVG is inlined in HTML
+  double time_max = 0;    // time at the right edge (0: the makespan); share it to compare plans
+  double memory_max = 0;  // top of the memory plots (0: the highest peak); likewise
+  std::string id_prefix = "ppc";     // prefix of the ids in the SVG: unique per page when inlined
+  bool xml_declaration = true;       // false when the SVG is inlined in HTML
   std::string costs = "cost model";  // what the title calls non-unit costs ("unit costs per layer")
-  bool memory_in_bytes = false;  // memory of a cost model in bytes (CostModel::memory_in_bytes), else counts
+  bool memory_in_bytes =
+      false;  // memory of a cost model in bytes (CostModel::memory_in_bytes), else counts
 };
 inline constexpr size_t kAutoArrowLimit = 1000;
 // The timeline: one lane per rank with every compute action as a box at its simulated time,
 // send->recv arrows, each rank's activation memory over time, a title and a legend. Plans too
 // big to draw box by box are aggregated per pixel column (the legend says so).
-void emit_svg(const Plan& plan, const Simulation& sim, std::ostream& os, const TimelineOptions& opts);
+void emit_svg(const Plan& plan, const Simulation& sim, std::ostream& os,
+              const TimelineOptions& opts);
 
 // The dependency graph in Graphviz: compute actions clustered by rank, local data dependencies,
 // SEND->RECV edges between ranks and each rank's program order.
@@ -76,16 +80,19 @@ void emit_dot(const Plan& plan, std::ostream& os);
 // Chrome trace / Perfetto JSON (docs/trace-format.md): one process per rank, compute and comm
 // threads, flow events from each SEND to its RECV, activation memory as a counter.
 struct TraceOptions {
-  double us_per_unit = 1000;     // microseconds per simulated time unit
-  bool memory_in_bytes = false;  // the memory counter in bytes (CostModel::memory_in_bytes), else counts
+  double us_per_unit = 1000;  // microseconds per simulated time unit
+  bool memory_in_bytes =
+      false;  // the memory counter in bytes (CostModel::memory_in_bytes), else counts
 };
-void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os, const TraceOptions& opts = {});
+void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os,
+                const TraceOptions& opts = {});
 
 // One self-contained HTML page: the comparison table, each schedule's timeline on a shared time
 // scale, and the stats of each.
 struct Comparison;
 struct CompareOptions;
-void emit_html(const Comparison& cmp, const CompareOptions& opts, std::ostream& os, const TimelineOptions& timeline);
+void emit_html(const Comparison& cmp, const CompareOptions& opts, std::ostream& os,
+               const TimelineOptions& timeline);
 
 // Reads a whole file; UserError naming the file if it cannot.
 std::string read_file(const std::string& path);

@@ -59,22 +59,29 @@ void emit_dot(const Plan& plan, std::ostream& os) {
   fmt::memory_buffer b;
   auto out = std::back_inserter(b);
   const int vpp = std::max(plan.vpp(), 1);
-  fmt::format_to(out,
-                 "// ppcompile --emit dot: render with `dot -Tsvg plan.dot -o plan.svg` (or ppcompile --emit png)\n"
-                 "digraph plan {{\n"
-                 "  graph [rankdir=LR, newrank=true, nodesep=0.12, ranksep=0.22, fontname=\"Helvetica\", "
-                 "fontsize=12, labelloc=t, label=\"{} · pp {} · vpp {} · {} microbatches: dependency graph\\n"
-                 "dark: data dependency on the rank · pale blue: forward to its backward (saved activations) · "
-                 "dashed: SEND → RECV between ranks (blue activation, red gradient) · gray: program order\"];\n"
-                 "  node [shape=box, style=\"filled,rounded\", fontname=\"Helvetica\", fontsize=10, height=0.3, "
-                 "width=0.45, margin=\"0.04,0.02\", penwidth=0];\n"
-                 "  edge [arrowsize=0.5];\n",
-                 viz::escaped(plan.schedule), plan.pp(), plan.vpp(), plan.microbatches);
+  fmt::format_to(
+      out,
+      "// ppcompile --emit dot: render with `dot -Tsvg plan.dot -o plan.svg` (or ppcompile --emit "
+      "png)\n"
+      "digraph plan {{\n"
+      "  graph [rankdir=LR, newrank=true, nodesep=0.12, ranksep=0.22, fontname=\"Helvetica\", "
+      "fontsize=12, labelloc=t, label=\"{} · pp {} · vpp {} · {} microbatches: dependency graph\\n"
+      "dark: data dependency on the rank · pale blue: forward to its backward (saved activations) "
+      "· "
+      "dashed: SEND → RECV between ranks (blue activation, red gradient) · gray: program "
+      "order\"];\n"
+      "  node [shape=box, style=\"filled,rounded\", fontname=\"Helvetica\", fontsize=10, "
+      "height=0.3, "
+      "width=0.45, margin=\"0.04,0.02\", penwidth=0];\n"
+      "  edge [arrowsize=0.5];\n",
+      viz::escaped(plan.schedule), plan.pp(), plan.vpp(), plan.microbatches);
   auto node_id = [](int r, size_t i) { return fmt::format("a{}_{}", r, i); };
 
   for (int r = 0; r < plan.pp(); ++r) {
     const auto& acts = plan.compute[static_cast<size_t>(r)];
-    fmt::format_to(out, "  subgraph cluster_rank{} {{\n    label=\"rank {}\"; style=\"rounded\"; color=\"#bbbbbb\";\n",
+    fmt::format_to(out,
+                   "  subgraph cluster_rank{} {{\n    label=\"rank {}\"; style=\"rounded\"; "
+                   "color=\"#bbbbbb\";\n",
                    r, r);
     for (size_t i = 0; i < acts.size(); ++i) {
       const Action& a = acts[i];
@@ -83,14 +90,16 @@ void emit_dot(const Plan& plan, std::ostream& os) {
                                     ? fmt::format("{}F{}\\n{}{}{}", a.stage, a.microbatch, a.stage2,
                                                   kind_name(a.sub_kind), a.microbatch2)
                                     : to_string(a);
-      fmt::format_to(out, "    {} [label=\"{}\", fillcolor=\"{}\", fontcolor=\"{}\", tooltip=\"{} on rank {}\"];\n",
-                     node_id(r, i), label, viz::hex(fill), viz::is_light(fill) ? "#1a1a1a" : "#ffffff",
-                     to_string(a), r);
+      fmt::format_to(
+          out,
+          "    {} [label=\"{}\", fillcolor=\"{}\", fontcolor=\"{}\", tooltip=\"{} on rank {}\"];\n",
+          node_id(r, i), label, viz::hex(fill), viz::is_light(fill) ? "#1a1a1a" : "#ffffff",
+          to_string(a), r);
     }
     // Program order: keeps each rank's actions in a row, left to right.
     for (size_t i = 1; i < acts.size(); ++i)
-      fmt::format_to(out, "    {} -> {} [color=\"#cccccc\", weight=20, arrowhead=none];\n", node_id(r, i - 1),
-                     node_id(r, i));
+      fmt::format_to(out, "    {} -> {} [color=\"#cccccc\", weight=20, arrowhead=none];\n",
+                     node_id(r, i - 1), node_id(r, i));
     fmt::format_to(out, "  }}\n");
   }
 
@@ -105,15 +114,24 @@ void emit_dot(const Plan& plan, std::ostream& os) {
           NodeRef from;
           bool remote = false;
           switch (n.event) {
-            case Event::RecvF: from = producers.of(Event::F, plan.prev_stage(n.stage), n.microbatch); remote = true; break;
-            case Event::RecvB: from = producers.of(Event::BI, plan.next_stage(n.stage), n.microbatch); remote = true; break;
-            default: from = producers.of(n.event, n.stage, n.microbatch); break;
+            case Event::RecvF:
+              from = producers.of(Event::F, plan.prev_stage(n.stage), n.microbatch);
+              remote = true;
+              break;
+            case Event::RecvB:
+              from = producers.of(Event::BI, plan.next_stage(n.stage), n.microbatch);
+              remote = true;
+              break;
+            default:
+              from = producers.of(n.event, n.stage, n.microbatch);
+              break;
           }
           if (from.rank < 0 || (from.rank == r && static_cast<size_t>(from.index) == i)) return;
           if (!remote) {
             const bool stash = n.event == Event::F && n.stage == part.stage;  // F -> its own B/I
-            fmt::format_to(out, "  {} -> {} [{}];\n", node_id(from.rank, static_cast<size_t>(from.index)),
-                           node_id(r, i), stash ? "color=\"#9db4d0\", penwidth=0.8" : "color=\"#333333\"");
+            fmt::format_to(out, "  {} -> {} [{}];\n",
+                           node_id(from.rank, static_cast<size_t>(from.index)), node_id(r, i),
+                           stash ? "color=\"#9db4d0\", penwidth=0.8" : "color=\"#333333\"");
             return;
           }
           const bool fwd = n.event == Event::RecvF;
@@ -122,8 +140,9 @@ void emit_dot(const Plan& plan, std::ostream& os) {
                          "  {} -> {} [style=dashed, color=\"{}\", penwidth=1.2, "
                          "tooltip=\"{}{}{} -> {}{}{}\"];\n",
                          node_id(from.rank, static_cast<size_t>(from.index)), node_id(r, i),
-                         viz::hex(viz::kind_rgb(fwd ? ActionKind::SendF : ActionKind::SendB)), send_stage,
-                         fwd ? "SEND_F" : "SEND_B", n.microbatch, n.stage, fwd ? "RECV_F" : "RECV_B", n.microbatch);
+                         viz::hex(viz::kind_rgb(fwd ? ActionKind::SendF : ActionKind::SendB)),
+                         send_stage, fwd ? "SEND_F" : "SEND_B", n.microbatch, n.stage,
+                         fwd ? "RECV_F" : "RECV_B", n.microbatch);
         });
       };
       if (whole.kind == ActionKind::OverlapFB) {

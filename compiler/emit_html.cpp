@@ -71,24 +71,31 @@ void comparison_table(Buf& b, const Comparison& cmp, const CompareOptions& opts,
   const double best = cmp.rows.empty() ? 0 : cmp.rows.front().sim.makespan;
   double worst = 0;
   for (const auto& r : cmp.rows) worst = std::max(worst, r.sim.makespan);
-  put(b, "<table id=\"comparison\"><thead><tr><th>#</th><th class=\"l\">schedule</th><th>vpp</th>"
-         "<th class=\"l\">placement</th><th class=\"l\">makespan</th><th>vs best</th><th>bubble</th>"
-         "<th>peak memory (rank)</th>{}<th>{}</th><th class=\"l\">notes</th></tr></thead><tbody>\n",
+  put(b,
+      "<table id=\"comparison\"><thead><tr><th>#</th><th class=\"l\">schedule</th><th>vpp</th>"
+      "<th class=\"l\">placement</th><th class=\"l\">makespan</th><th>vs best</th><th>bubble</th>"
+      "<th>peak memory (rank)</th>{}<th>{}</th><th class=\"l\">notes</th></tr></thead><tbody>\n",
       opts.memory_limit ? "<th>fits</th>" : "", volume ? "comm volume" : "messages");
   for (size_t i = 0; i < cmp.rows.size(); ++i) {
     const CompareRow& r = cmp.rows[i];
     const double bar = worst > 0 ? 120.0 * r.sim.makespan / worst : 0;
-    put(b, "<tr class=\"{}\" data-target=\"plan-{}\"><td>{}</td><td class=\"l\">", i == 0 ? "best" : r.fits ? "" : "nofit",
+    put(b, "<tr class=\"{}\" data-target=\"plan-{}\"><td>{}</td><td class=\"l\">",
+        i == 0   ? "best"
+        : r.fits ? ""
+                 : "nofit",
         i, i + 1);
     put_text(b, r.schedule);
-    put(b, "</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\"><span class=\"bar\" style=\"width:{}px\"></span>{}"
-           "</td><td>{}</td><td>{:.1f} %</td><td>{} ({})</td>",
+    put(b,
+        "</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\"><span class=\"bar\" "
+        "style=\"width:{}px\"></span>{}"
+        "</td><td>{}</td><td>{:.1f} %</td><td>{} ({})</td>",
         r.vpp, placement_name(r.placement), viz::number(bar, 1), viz::number(r.sim.makespan),
         best > 0 ? fmt::format("{:.2f}x", r.sim.makespan / best) : "-", 100.0 * r.sim.bubble,
         viz::escaped(viz::memory_text(r.peak_memory, counts)), r.peak_rank);
     if (opts.memory_limit) put(b, "<td>{}</td>", r.fits ? "yes" : "no");
-    put(b, "<td>{}</td><td class=\"l n\">", volume ? viz::escaped(viz::memory_text(r.comm_bytes, false))
-                                                   : fmt::format("{}", r.sim.messages));
+    put(b, "<td>{}</td><td class=\"l n\">",
+        volume ? viz::escaped(viz::memory_text(r.comm_bytes, false))
+               : fmt::format("{}", r.sim.messages));
     put_text(b, r.layout_note);
     put(b, "</td></tr>\n");
   }
@@ -108,30 +115,42 @@ void comparison_table(Buf& b, const Comparison& cmp, const CompareOptions& opts,
 
 }  // namespace
 
-void emit_html(const Comparison& cmp, const CompareOptions& opts, std::ostream& os, const TimelineOptions& timeline) {
+void emit_html(const Comparison& cmp, const CompareOptions& opts, std::ostream& os,
+               const TimelineOptions& timeline) {
   Buf b;
   const bool bytes = !opts.cost.unit && opts.cost.memory_in_bytes;
-  const std::string model = opts.has_model ? "layout " + opts.layout.source
-                                           : fmt::format("{} generic stages", opts.layout.num_stages());
-  const std::string heading = fmt::format("{} · pp {} · {} microbatches", model, opts.pp, opts.microbatches);
-  put(b, "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
-         "<meta name=\"generator\" content=\"ppcompile\"/>\n<title>ppcompile: ");
+  const std::string model = opts.has_model
+                                ? "layout " + opts.layout.source
+                                : fmt::format("{} generic stages", opts.layout.num_stages());
+  const std::string heading =
+      fmt::format("{} · pp {} · {} microbatches", model, opts.pp, opts.microbatches);
+  put(b,
+      "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta "
+      "charset=\"utf-8\"/>\n"
+      "<meta name=\"generator\" content=\"ppcompile\"/>\n<title>ppcompile: ");
   put_text(b, heading);
-  put(b, "</title>\n<style>{}</style>\n</head>\n<body>\n<h1>Pipeline schedules</h1>\n<p class=\"sub\">", kStyle);
+  put(b,
+      "</title>\n<style>{}</style>\n</head>\n<body>\n<h1>Pipeline schedules</h1>\n<p "
+      "class=\"sub\">",
+      kStyle);
   put_text(b, heading);
   // --compare runs unit costs per layer (merged stages cost more); a single plan, per stage.
   const bool per_stage = opts.cost.unit && (cmp.rows.empty() || cmp.rows.front().sim.unit);
-  const std::string costs = per_stage        ? "unit costs (per stage F = 1, B = 2, I = W = 1; communication free)"
-                            : opts.cost.unit ? "unit costs per layer (F = I = W = 1, B = 2; communication free)"
-                                             : describe(opts.cost);
+  const std::string costs =
+      per_stage        ? "unit costs (per stage F = 1, B = 2, I = W = 1; communication free)"
+      : opts.cost.unit ? "unit costs per layer (F = I = W = 1, B = 2; communication free)"
+                       : describe(opts.cost);
   put(b, " · ");
   put_text(b, costs);
-  if (opts.memory_limit) put(b, " · memory limit {}", viz::escaped(viz::memory_text(*opts.memory_limit, !bytes)));
+  if (opts.memory_limit)
+    put(b, " · memory limit {}", viz::escaped(viz::memory_text(*opts.memory_limit, !bytes)));
   put(b, "</p>\n");
 
   put(b, "<h2>Comparison</h2>\n");
-  if (cmp.rows.empty()) put(b, "<p>No schedule can run this model at this pipeline size.</p>\n");
-  else comparison_table(b, cmp, opts, !bytes);
+  if (cmp.rows.empty())
+    put(b, "<p>No schedule can run this model at this pipeline size.</p>\n");
+  else
+    comparison_table(b, cmp, opts, !bytes);
 
   // Timelines on one time scale, so that their lengths compare.
   double t_max = 0, m_max = 0;
@@ -140,9 +159,11 @@ void emit_html(const Comparison& cmp, const CompareOptions& opts, std::ostream& 
     m_max = std::max(m_max, r.peak_memory);
   }
   if (!cmp.rows.empty()) {
-    put(b, "<h2>Timelines<button id=\"layout-toggle\" type=\"button\">stacked</button></h2>\n"
-           "<p class=\"sub\">One time scale for all (0 to {}) and one memory scale. Hover a box for its action.</p>\n"
-           "<div id=\"timelines\" class=\"timelines\">\n",
+    put(b,
+        "<h2>Timelines<button id=\"layout-toggle\" type=\"button\">stacked</button></h2>\n"
+        "<p class=\"sub\">One time scale for all (0 to {}) and one memory scale. Hover a box for "
+        "its action.</p>\n"
+        "<div id=\"timelines\" class=\"timelines\">\n",
         viz::number(t_max));
     for (size_t i = 0; i < cmp.rows.size(); ++i) {
       const CompareRow& r = cmp.rows[i];
@@ -182,7 +203,8 @@ void emit_html(const Comparison& cmp, const CompareOptions& opts, std::ostream& 
       put(b, "</pre></details>\n");
     }
   }
-  put(b, "<p class=\"sub\">Made by ppcompile --emit html. Self-contained: no network needed.</p>\n");
+  put(b,
+      "<p class=\"sub\">Made by ppcompile --emit html. Self-contained: no network needed.</p>\n");
   if (!cmp.rows.empty()) put(b, "<script>{}</script>\n", kScript);
   put(b, "</body>\n</html>\n");
   os.write(b.data(), static_cast<std::streamsize>(b.size()));

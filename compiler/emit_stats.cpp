@@ -8,7 +8,8 @@
 
 namespace ppc {
 
-void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& sim, std::ostream& os) {
+void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& sim,
+                std::ostream& os) {
   std::array<size_t, kNumActionKinds> counts{};
   for (const auto& r : plan.order())
     for (const Action& a : r) ++counts[static_cast<size_t>(a.kind)];
@@ -16,31 +17,37 @@ void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& 
   os << fmt::format("pp            {}\n", plan.pp());
   os << fmt::format("vpp           {}\n", plan.vpp());
   os << fmt::format("microbatches  {}\n", plan.microbatches);
-  os << fmt::format("stages        {} ({} placement{})\n", plan.num_stages(), placement_name(plan.placement.style),
-                    plan.copies > 1 ? fmt::format(", {} model copies of {} stages", plan.copies, plan.stages_per_copy())
+  os << fmt::format("stages        {} ({} placement{})\n", plan.num_stages(),
+                    placement_name(plan.placement.style),
+                    plan.copies > 1 ? fmt::format(", {} model copies of {} stages", plan.copies,
+                                                  plan.stages_per_copy())
                                     : "");
-  os << fmt::format("costs         {}\n", sim.unit ? "unit (per stage F=1, B=2, I=1, W=1; no communication cost)"
-                                                   : "cost model");
+  os << fmt::format(
+      "costs         {}\n",
+      sim.unit ? "unit (per stage F=1, B=2, I=1, W=1; no communication cost)" : "cost model");
   os << fmt::format("makespan      {:g}\n", sim.makespan);
   os << fmt::format("bubble        {:.2f} %\n", 100.0 * sim.bubble);
-  os << fmt::format("steady bubble {:.2f} % (steps back to back: one every {:g})\n", 100.0 * sim.steady_bubble,
-                    sim.steady_period);
-  os << fmt::format("verified      {}\n", report.ok() ? (report.checked_lowered ? "yes, deadlock-free" : "yes")
-                                                    : "NO: " + report.errors.front());
+  os << fmt::format("steady bubble {:.2f} % (steps back to back: one every {:g})\n",
+                    100.0 * sim.steady_bubble, sim.steady_period);
+  os << fmt::format("verified      {}\n",
+                    report.ok() ? (report.checked_lowered ? "yes, deadlock-free" : "yes")
+                                : "NO: " + report.errors.front());
   os << "\nrank  busy        bubble %  peak in-flight  peak activation\n";
   for (int r = 0; r < plan.pp(); ++r) {
     const size_t ru = static_cast<size_t>(r);
-    os << fmt::format("{:<5} {:<11g} {:<9.2f} {:<15} {:g}\n", r, sim.busy[ru], 100.0 * sim.rank_bubble[ru],
-                      report.peak_inflight[ru], sim.peak_memory[ru]);
+    os << fmt::format("{:<5} {:<11g} {:<9.2f} {:<15} {:g}\n", r, sim.busy[ru],
+                      100.0 * sim.rank_bubble[ru], report.peak_inflight[ru], sim.peak_memory[ru]);
   }
   os << "\nactions      ";
   bool first = true;
   for (int k = 0; k < kNumActionKinds; ++k) {
-    os << fmt::format("{}{} {}", first ? "" : ", ", kind_name(static_cast<ActionKind>(k)), counts[static_cast<size_t>(k)]);
+    os << fmt::format("{}{} {}", first ? "" : ", ", kind_name(static_cast<ActionKind>(k)),
+                      counts[static_cast<size_t>(k)]);
     first = false;
   }
   os << fmt::format("\nbatches      {}\n", report.batches);
-  if (!sim.unit) os << fmt::format("comm volume  {:g} bytes in {} messages\n", sim.comm_bytes, sim.messages);
+  if (!sim.unit)
+    os << fmt::format("comm volume  {:g} bytes in {} messages\n", sim.comm_bytes, sim.messages);
 }
 
 }  // namespace ppc

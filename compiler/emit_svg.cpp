@@ -41,8 +41,12 @@ void put_escaped(Buf& b, std::string_view s) {
 }
 
 // Width of `n` characters of the label font (monospace: 0.6 em) or of the sans text (generous).
-double mono_width(size_t n, double font) { return 0.6 * font * static_cast<double>(n); }
-double text_width(std::string_view s, double font) { return 0.58 * font * static_cast<double>(s.size()); }
+double mono_width(size_t n, double font) {
+  return 0.6 * font * static_cast<double>(n);
+}
+double text_width(std::string_view s, double font) {
+  return 0.58 * font * static_cast<double>(s.size());
+}
 
 // A tick step of 1, 2 or 5 times a power of ten giving at least `min_px` between ticks.
 double tick_step(double scale, double min_px) {
@@ -55,19 +59,29 @@ double tick_step(double scale, double min_px) {
 
 int group_of(ActionKind k) {  // stacking order of the aggregated view
   switch (k) {
-    case ActionKind::F: return 0;
-    case ActionKind::OverlapFB: return 1;
-    case ActionKind::B: return 2;
-    case ActionKind::I: return 3;
-    case ActionKind::W: return 4;
-    default: return -1;
+    case ActionKind::F:
+      return 0;
+    case ActionKind::OverlapFB:
+      return 1;
+    case ActionKind::B:
+      return 2;
+    case ActionKind::I:
+      return 3;
+    case ActionKind::W:
+      return 4;
+    default:
+      return -1;
   }
 }
 
 class Timeline {
  public:
   Timeline(const Plan& plan, const Simulation& sim, const TimelineOptions& opts)
-      : plan_(plan), sim_(sim), opts_(opts), pp_(plan.pp()), id_(opts.id_prefix),
+      : plan_(plan),
+        sim_(sim),
+        opts_(opts),
+        pp_(plan.pp()),
+        id_(opts.id_prefix),
         bytes_(!sim.unit && opts.memory_in_bytes) {}
 
   void write(std::ostream& os) {
@@ -112,19 +126,22 @@ class Timeline {
     aggregated_ = boxes_ > kMaxBoxes || (boxes_ && mean_px < kMinBoxPx);
 
     transfers_ = viz::transfers(plan_);
-    draw_arrows_ = opts_.arrows == Arrows::On ||
-                   (opts_.arrows == Arrows::Auto && !aggregated_ && transfers_.size() <= kAutoArrowLimit);
+    draw_arrows_ = opts_.arrows == Arrows::On || (opts_.arrows == Arrows::Auto && !aggregated_ &&
+                                                  transfers_.size() <= kAutoArrowLimit);
     if (aggregated_)
-      notes_.push_back(fmt::format("aggregated: {} actions at {} px per time unit; each pixel column shows the share of "
-                                   "its time a rank spends in each kind (chunks not shaded); --emit trace has every action",
-                                   boxes_, viz::number(scale_, 3)));
+      notes_.push_back(fmt::format(
+          "aggregated: {} actions at {} px per time unit; each pixel column shows the share of "
+          "its time a rank spends in each kind (chunks not shaded); --emit trace has every action",
+          boxes_, viz::number(scale_, 3)));
     else if (mean_px < 14)
       notes_.push_back("labels dropped where boxes are too narrow; hover a box for its action");
     if (!transfers_.empty() && !draw_arrows_)
-      notes_.push_back(fmt::format("{} send → recv arrows not drawn (more than {}); --arrows on draws them",
-                                   transfers_.size(), kAutoArrowLimit));
+      notes_.push_back(
+          fmt::format("{} send → recv arrows not drawn (more than {}); --arrows on draws them",
+                      transfers_.size(), kAutoArrowLimit));
 
-    for (const viz::Transfer& t : transfers_) wraps_ = wraps_ || (draw_arrows_ && std::abs(t.recv_rank - t.send_rank) > 1);
+    for (const viz::Transfer& t : transfers_)
+      wraps_ = wraps_ || (draw_arrows_ && std::abs(t.recv_rank - t.send_rank) > 1);
     lane_h_ = pp_ <= 4 ? 30 : pp_ <= 8 ? 26 : pp_ <= 16 ? 20 : pp_ <= 32 ? 14 : 10;
     lane_gap_ = draw_arrows_ ? std::max(12.0, lane_h_ * 0.6) : (pp_ <= 16 ? 4 : 2);
     mem_h_ = pp_ <= 4 ? 30 : pp_ <= 8 ? 26 : pp_ <= 16 ? 18 : pp_ <= 32 ? 14 : 10;
@@ -162,9 +179,10 @@ class Timeline {
   void legend_items() {
     for (ActionKind k : viz::kComputeKinds) {
       if (!present_[static_cast<size_t>(k)]) continue;
-      legend_.push_back({fmt::format("<rect class=\"{} c0\" width=\"14\" height=\"12\"/>", viz::kind_class(k)),
-                         fmt::format("{} {}", k == ActionKind::OverlapFB ? "OVERLAP_F_B" : kind_name(k),
-                                     viz::kind_description(k))});
+      legend_.push_back(
+          {fmt::format("<rect class=\"{} c0\" width=\"14\" height=\"12\"/>", viz::kind_class(k)),
+           fmt::format("{} {}", k == ActionKind::OverlapFB ? "OVERLAP_F_B" : kind_name(k),
+                       viz::kind_description(k))});
     }
     if (plan_.vpp() > 1 && !aggregated_) {
       std::string sw;
@@ -177,14 +195,18 @@ class Timeline {
     }
     legend_.push_back({"<rect class=\"idle\" width=\"14\" height=\"12\"/>", "idle"});
     if (wraps_) {
-      legend_.push_back({fmt::format("<g class=\"ar f wrap\"><path d=\"M1 6H12\" marker-end=\"url(#{}-af)\"/></g>", id_),
-                         fmt::format("around the ring: rank {} ↔ rank 0", pp_ - 1)});
+      legend_.push_back(
+          {fmt::format(
+               "<g class=\"ar f wrap\"><path d=\"M1 6H12\" marker-end=\"url(#{}-af)\"/></g>", id_),
+           fmt::format("around the ring: rank {} ↔ rank 0", pp_ - 1)});
     }
     if (draw_arrows_) {
-      legend_.push_back({fmt::format("<path class=\"ar f\" d=\"M1 6H12\" marker-end=\"url(#{}-af)\"/>", id_),
-                         "activation SEND → RECV"});
-      legend_.push_back({fmt::format("<path class=\"ar b\" d=\"M1 6H12\" marker-end=\"url(#{}-ab)\"/>", id_),
-                         "gradient SEND → RECV"});
+      legend_.push_back(
+          {fmt::format("<path class=\"ar f\" d=\"M1 6H12\" marker-end=\"url(#{}-af)\"/>", id_),
+           "activation SEND → RECV"});
+      legend_.push_back(
+          {fmt::format("<path class=\"ar b\" d=\"M1 6H12\" marker-end=\"url(#{}-ab)\"/>", id_),
+           "gradient SEND → RECV"});
     }
     legend_.push_back({"<circle class=\"pk\" cx=\"7\" cy=\"6\" r=\"3\"/>", "peak memory"});
     double x = kLeft;
@@ -205,34 +227,41 @@ class Timeline {
   void header(Buf& b) {
     if (opts_.xml_declaration) put(b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     put(b,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"{7}\" class=\"ppc-timeline\" width=\"{0}\" height=\"{1}\" "
-        "viewBox=\"0 0 {0} {1}\" data-schedule=\"{2}\" data-pp=\"{3}\" data-vpp=\"{4}\" data-microbatches=\"{5}\" "
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"{7}\" class=\"ppc-timeline\" width=\"{0}\" "
+        "height=\"{1}\" "
+        "viewBox=\"0 0 {0} {1}\" data-schedule=\"{2}\" data-pp=\"{3}\" data-vpp=\"{4}\" "
+        "data-microbatches=\"{5}\" "
         "data-aggregated=\"{6}\">\n",
-        viz::number(width_, 1), viz::number(height_, 1), viz::escaped(plan_.schedule), pp_, plan_.vpp(),
-        plan_.microbatches, aggregated_ ? "true" : "false", id_);
+        viz::number(width_, 1), viz::number(height_, 1), viz::escaped(plan_.schedule), pp_,
+        plan_.vpp(), plan_.microbatches, aggregated_ ? "true" : "false", id_);
     styles(b);
     put(b,
         "<defs>"
-        "<marker id=\"{0}-af\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"6\" markerHeight=\"6\" "
+        "<marker id=\"{0}-af\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"6\" "
+        "markerHeight=\"6\" "
         "orient=\"auto\"><path d=\"M0,0L8,4L0,8z\" fill=\"{1}\"/></marker>"
-        "<marker id=\"{0}-ab\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"6\" markerHeight=\"6\" "
+        "<marker id=\"{0}-ab\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"6\" "
+        "markerHeight=\"6\" "
         "orient=\"auto\"><path d=\"M0,0L8,4L0,8z\" fill=\"{2}\"/></marker>"
         "</defs>\n",
-        id_, viz::hex(viz::kind_rgb(ActionKind::SendF)), viz::hex(viz::kind_rgb(ActionKind::SendB)));
+        id_, viz::hex(viz::kind_rgb(ActionKind::SendF)),
+        viz::hex(viz::kind_rgb(ActionKind::SendB)));
     put(b, "<rect class=\"bg\" width=\"100%\" height=\"100%\"/>\n");
 
     // Title.
-    std::string line1 = fmt::format("{} · pp {} · vpp {} · {} microbatches", plan_.schedule, pp_, plan_.vpp(),
-                                    plan_.microbatches);
+    std::string line1 = fmt::format("{} · pp {} · vpp {} · {} microbatches", plan_.schedule, pp_,
+                                    plan_.vpp(), plan_.microbatches);
     if (plan_.copies > 1) line1 += fmt::format(" · {} model copies", plan_.copies);
-    std::string model = plan_.has_model ? "layout " + plan_.layout.source
-                                        : fmt::format("{} generic stages", plan_.layout.num_stages());
-    const size_t max_chars = static_cast<size_t>(std::max(20.0, (width_ - 2 * kLeft) / (0.62 * 12) - 80));
+    std::string model = plan_.has_model
+                            ? "layout " + plan_.layout.source
+                            : fmt::format("{} generic stages", plan_.layout.num_stages());
+    const size_t max_chars =
+        static_cast<size_t>(std::max(20.0, (width_ - 2 * kLeft) / (0.62 * 12) - 80));
     if (model.size() > max_chars) model = model.substr(0, max_chars) + "…";
-    std::string line2 =
-        fmt::format("makespan {} · bubble {:.1f} % · {} · {} ({} stages, {} placement)", viz::number(sim_.makespan),
-                    100.0 * sim_.bubble, sim_.unit ? "unit costs" : opts_.costs, model, plan_.num_stages(),
-                    placement_name(plan_.placement.style));
+    std::string line2 = fmt::format(
+        "makespan {} · bubble {:.1f} % · {} · {} ({} stages, {} placement)",
+        viz::number(sim_.makespan), 100.0 * sim_.bubble, sim_.unit ? "unit costs" : opts_.costs,
+        model, plan_.num_stages(), placement_name(plan_.placement.style));
     put(b, "<g class=\"title\"><text class=\"t1\" x=\"{}\" y=\"24\">", kLeft);
     put_escaped(b, line1);
     put(b, "</text><text class=\"t2\" x=\"{}\" y=\"44\">", kLeft);
@@ -243,8 +272,9 @@ class Timeline {
     put(b, "<g class=\"legend\">");
     for (size_t i = 0; i < legend_.size(); ++i) {
       const double y = legend_y_ + item_row_[i] * 22;
-      put(b, "<g transform=\"translate({},{})\">{}<text x=\"{}\" y=\"10\">", viz::number(item_x_[i], 1),
-          viz::number(y, 1), legend_[i].swatch, legend_[i].swatch_w + 6);
+      put(b, "<g transform=\"translate({},{})\">{}<text x=\"{}\" y=\"10\">",
+          viz::number(item_x_[i], 1), viz::number(y, 1), legend_[i].swatch,
+          legend_[i].swatch_w + 6);
       put_escaped(b, legend_[i].text);
       put(b, "</text></g>");
     }
@@ -268,11 +298,13 @@ class Timeline {
       put(b, "<path class=\"grid\" d=\"M{0} {1}V{2}M{0} {3}V{4}\"/>", viz::number(x, 1),
           viz::number(axis_top_ + 3, 1), viz::number(lanes_bottom + 2, 1), viz::number(mem_y_, 1),
           viz::number(mem_bottom, 1));
-      put(b, "<text x=\"{0}\" y=\"{1}\">{2}</text><text x=\"{0}\" y=\"{3}\">{2}</text>", viz::number(x, 1),
-          viz::number(axis_top_, 1), viz::number(t), viz::number(mem_bottom + 13, 1));
+      put(b, "<text x=\"{0}\" y=\"{1}\">{2}</text><text x=\"{0}\" y=\"{3}\">{2}</text>",
+          viz::number(x, 1), viz::number(axis_top_, 1), viz::number(t),
+          viz::number(mem_bottom + 13, 1));
     }
-    put(b, "<text class=\"unit\" x=\"{}\" y=\"{}\">time ({})</text>", viz::number(kLeft + time_w_, 1),
-        viz::number(axis_y_ + 14, 1), sim_.unit ? "unit costs: F = 1, B = 2, I = W = 1 per stage" : "cost model units");
+    put(b, "<text class=\"unit\" x=\"{}\" y=\"{}\">time ({})</text>",
+        viz::number(kLeft + time_w_, 1), viz::number(axis_y_ + 14, 1),
+        sim_.unit ? "unit costs: F = 1, B = 2, I = W = 1 per stage" : "cost model units");
     put(b, "</g>\n");
   }
 
@@ -326,13 +358,17 @@ class Timeline {
     put(b, "<g class=\"lanes\">\n");
     for (int r = 0; r < pp_; ++r) {
       const double y = lane_y(r);
-      put(b, "<text class=\"rl\" x=\"{}\" y=\"{}\">rank {}</text>", kLeft - 8, viz::number(y + lane_h_ / 2, 1), r);
-      put(b, "<text class=\"rs\" x=\"{}\" y=\"{}\">{:.1f} % idle</text>", viz::number(kLeft + time_w_ + 8, 1),
-          viz::number(y + lane_h_ / 2, 1), 100.0 * sim_.rank_bubble[static_cast<size_t>(r)]);
-      put(b, "<rect class=\"idle\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n", kLeft, viz::number(y, 1),
-          viz::number(sim_.makespan * scale_, 1), lane_h_);
-      if (aggregated_) aggregated_lane(b, r, y);
-      else detailed_lane(b, r, y);
+      put(b, "<text class=\"rl\" x=\"{}\" y=\"{}\">rank {}</text>", kLeft - 8,
+          viz::number(y + lane_h_ / 2, 1), r);
+      put(b, "<text class=\"rs\" x=\"{}\" y=\"{}\">{:.1f} % idle</text>",
+          viz::number(kLeft + time_w_ + 8, 1), viz::number(y + lane_h_ / 2, 1),
+          100.0 * sim_.rank_bubble[static_cast<size_t>(r)]);
+      put(b, "<rect class=\"idle\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>\n", kLeft,
+          viz::number(y, 1), viz::number(sim_.makespan * scale_, 1), lane_h_);
+      if (aggregated_)
+        aggregated_lane(b, r, y);
+      else
+        detailed_lane(b, r, y);
     }
     put(b, "</g>\n");
   }
@@ -350,14 +386,19 @@ class Timeline {
       const double w = std::max((times[i].end - times[i].start) * scale_, 0.5);
       const int chunk = viz::chunk_of(plan_, a);
       const std::string text = to_string(a);
-      put(b, "<rect class=\"a {} c{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" data-action=\"{}\" "
-             "data-rank=\"{}\"><title>",
-          viz::kind_class(a.kind), chunk, viz::number(x, 2), viz::number(y, 1), viz::number(w, 2), lane_h_, text, r);
+      put(b,
+          "<rect class=\"a {} c{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" "
+          "data-action=\"{}\" "
+          "data-rank=\"{}\"><title>",
+          viz::kind_class(a.kind), chunk, viz::number(x, 2), viz::number(y, 1), viz::number(w, 2),
+          lane_h_, text, r);
       tooltip(b, a, r, chunk, times[i]);
       put(b, "</title></rect>\n");
       if (a.kind == ActionKind::OverlapFB) {  // a stripe in the backward part's color
         const Action bp = a.backward_part();
-        put(b, "<rect class=\"{} c{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" pointer-events=\"none\"/>\n",
+        put(b,
+            "<rect class=\"{} c{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" "
+            "pointer-events=\"none\"/>\n",
             viz::kind_class(bp.kind), viz::chunk_of(plan_, bp), viz::number(x + 0.5, 2),
             viz::number(y + lane_h_ * 0.72, 1), viz::number(std::max(w - 1, 0.1), 2),
             viz::number(lane_h_ * 0.28, 1));
@@ -368,17 +409,23 @@ class Timeline {
       if (lane_h_ < 12) continue;
       const bool ov = a.kind == ActionKind::OverlapFB;
       std::string label;
-      if (mono_width(ov ? 2 * stage_digits_ + 2 * mb_digits_ + 3 : stage_digits_ + mb_digits_ + 1, font) + 4 <= w)
-        label = ov ? fmt::format("{}F{}+{}{}{}", a.stage, a.microbatch, a.stage2, kind_name(a.sub_kind), a.microbatch2)
-                  : text;
+      if (mono_width(ov ? 2 * stage_digits_ + 2 * mb_digits_ + 3 : stage_digits_ + mb_digits_ + 1,
+                     font) +
+              4 <=
+          w)
+        label = ov ? fmt::format("{}F{}+{}{}{}", a.stage, a.microbatch, a.stage2,
+                                 kind_name(a.sub_kind), a.microbatch2)
+                   : text;
       else if (mono_width(ov ? 2 * mb_digits_ + 1 : mb_digits_, font) + 3 <= w)
-        label = ov ? fmt::format("{}+{}", a.microbatch, a.microbatch2) : std::to_string(a.microbatch);
+        label =
+            ov ? fmt::format("{}+{}", a.microbatch, a.microbatch2) : std::to_string(a.microbatch);
       else
         continue;
       const bool light = viz::is_light(viz::shade(viz::kind_rgb(a.kind), chunk, plan_.vpp()));
       const double ly = ov ? y + lane_h_ * 0.36 : y + lane_h_ / 2;
-      put(labels, "<text class=\"l {}\" x=\"{}\" y=\"{}\" font-size=\"{}\">{}</text>\n", light ? "ld" : "ll",
-          viz::number(x + w / 2, 2), viz::number(ly, 1), viz::number(font, 1), label);
+      put(labels, "<text class=\"l {}\" x=\"{}\" y=\"{}\" font-size=\"{}\">{}</text>\n",
+          light ? "ld" : "ll", viz::number(x + w / 2, 2), viz::number(ly, 1), viz::number(font, 1),
+          label);
     }
     b.append(labels.data(), labels.data() + labels.size());
     put(b, "</g>\n");
@@ -386,13 +433,15 @@ class Timeline {
 
   void tooltip(Buf& b, const Action& a, int r, int chunk, const Interval& iv) {
     if (a.kind == ActionKind::OverlapFB)
-      put(b, "{} · rank {} · forward stage {} microbatch {} with {} stage {} microbatch {} · time {} to {}",
+      put(b,
+          "{} · rank {} · forward stage {} microbatch {} with {} stage {} microbatch {} · time {} "
+          "to {}",
           to_string(a), r, a.stage, a.microbatch, kind_name(a.sub_kind), a.stage2, a.microbatch2,
           viz::number(iv.start), viz::number(iv.end));
     else
-      put(b, "{} · {} · rank {} · stage {} (chunk {}) · microbatch {} · time {} to {}", to_string(a),
-          viz::kind_description(a.kind), r, a.stage, chunk, a.microbatch, viz::number(iv.start),
-          viz::number(iv.end));
+      put(b, "{} · {} · rank {} · stage {} (chunk {}) · microbatch {} · time {} to {}",
+          to_string(a), viz::kind_description(a.kind), r, a.stage, chunk, a.microbatch,
+          viz::number(iv.start), viz::number(iv.end));
   }
 
   // Per pixel column, the time spent in each kind, stacked F, X, B, I, W from the top.
@@ -410,15 +459,18 @@ class Timeline {
       const double s = times[i].start, e = times[i].end;
       size_t c0 = std::min(cols - 1, static_cast<size_t>(std::max(0.0, s / tb)));
       for (size_t c = c0; c < cols; ++c) {
-        const double lo = std::max(s, static_cast<double>(c) * tb), hi = std::min(e, static_cast<double>(c + 1) * tb);
+        const double lo = std::max(s, static_cast<double>(c) * tb),
+                     hi = std::min(e, static_cast<double>(c + 1) * tb);
         if (hi <= lo) break;
         acc[c][static_cast<size_t>(g)] += static_cast<float>(hi - lo);
       }
     }
-    put(b, "<g data-rank=\"{}\" data-actions=\"{}\"><title>rank {}: {} compute actions, aggregated per pixel column</title>\n",
+    put(b,
+        "<g data-rank=\"{}\" data-actions=\"{}\"><title>rank {}: {} compute actions, aggregated "
+        "per pixel column</title>\n",
         r, count, r, count);
-    static constexpr ActionKind kGroupKind[5] = {ActionKind::F, ActionKind::OverlapFB, ActionKind::B, ActionKind::I,
-                                                 ActionKind::W};
+    static constexpr ActionKind kGroupKind[5] = {ActionKind::F, ActionKind::OverlapFB,
+                                                 ActionKind::B, ActionKind::I, ActionKind::W};
     // Quantize each column's stack to whole pixels, then draw runs of equal columns as one rect.
     std::vector<std::array<uint8_t, 6>> edges(cols);
     for (size_t c = 0; c < cols; ++c) {
@@ -436,9 +488,11 @@ class Timeline {
         size_t e = c + 1;
         while (e < cols && edges[e][g] == top && edges[e][g + 1] == bot) ++e;
         if (bot > top)
-          put(b, "<rect class=\"{} c0\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>", viz::kind_class(kGroupKind[g]),
+          put(b, "<rect class=\"{} c0\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>",
+              viz::kind_class(kGroupKind[g]),
               viz::number(kLeft + static_cast<double>(c) * time_w_ / static_cast<double>(cols), 2),
-              viz::number(y + top, 1), viz::number(static_cast<double>(e - c) * time_w_ / static_cast<double>(cols), 2),
+              viz::number(y + top, 1),
+              viz::number(static_cast<double>(e - c) * time_w_ / static_cast<double>(cols), 2),
               bot - top);
         c = e;
       }
@@ -450,10 +504,14 @@ class Timeline {
   void arrows(Buf& b) {
     put(b, "<g class=\"arrows\">\n");
     for (const viz::Transfer& tr : transfers_) {
-      const Action& send = plan_.lowered[static_cast<size_t>(tr.send_rank)][static_cast<size_t>(tr.send_index)];
-      const Action& recv = plan_.lowered[static_cast<size_t>(tr.recv_rank)][static_cast<size_t>(tr.recv_index)];
-      const double t0 = sim_.times[static_cast<size_t>(tr.send_rank)][static_cast<size_t>(tr.send_index)].start;
-      const double t1 = sim_.times[static_cast<size_t>(tr.recv_rank)][static_cast<size_t>(tr.recv_index)].end;
+      const Action& send =
+          plan_.lowered[static_cast<size_t>(tr.send_rank)][static_cast<size_t>(tr.send_index)];
+      const Action& recv =
+          plan_.lowered[static_cast<size_t>(tr.recv_rank)][static_cast<size_t>(tr.recv_index)];
+      const double t0 =
+          sim_.times[static_cast<size_t>(tr.send_rank)][static_cast<size_t>(tr.send_index)].start;
+      const double t1 =
+          sim_.times[static_cast<size_t>(tr.recv_rank)][static_cast<size_t>(tr.recv_index)].end;
       const bool down = tr.recv_rank > tr.send_rank;
       const double y0 = down ? lane_y(tr.send_rank) + lane_h_ : lane_y(tr.send_rank);
       const double y1 = down ? lane_y(tr.recv_rank) : lane_y(tr.recv_rank) + lane_h_;
@@ -462,14 +520,16 @@ class Timeline {
       const double nudge = scale_ >= 12 ? (fwd ? -1.5 : 1.5) : 0;
       const double x0 = x_of(t0) + nudge, x1 = x_of(t1) + nudge;
       const char* cls = fwd ? "f" : "b";
-      std::string title = fmt::format("<title>{} (rank {}, time {}) → {} (rank {}, time {})</title>", to_string(send),
-                                      tr.send_rank, viz::number(t0), to_string(recv), tr.recv_rank, viz::number(t1));
+      std::string title = fmt::format(
+          "<title>{} (rank {}, time {}) → {} (rank {}, time {})</title>", to_string(send),
+          tr.send_rank, viz::number(t0), to_string(recv), tr.recv_rank, viz::number(t1));
       if (std::abs(tr.recv_rank - tr.send_rank) <= 1) {
         put(b,
-            "<path class=\"ar {}\" d=\"M{} {}L{} {}\" marker-end=\"url(#{}-a{})\" data-action=\"{}\" data-rank=\"{}\" "
+            "<path class=\"ar {}\" d=\"M{} {}L{} {}\" marker-end=\"url(#{}-a{})\" "
+            "data-action=\"{}\" data-rank=\"{}\" "
             "data-to=\"{}\" data-to-rank=\"{}\">{}</path>\n",
-            cls, viz::number(x0, 2), viz::number(y0, 1), viz::number(x1, 2), viz::number(y1, 1), id_, cls,
-            to_string(send), tr.send_rank, to_string(recv), tr.recv_rank, title);
+            cls, viz::number(x0, 2), viz::number(y0, 1), viz::number(x1, 2), viz::number(y1, 1),
+            id_, cls, to_string(send), tr.send_rank, to_string(recv), tr.recv_rank, title);
         continue;
       }
       // Around the ring (loop placement: rank pp-1 <-> rank 0): leave the sender's lane away from
@@ -479,11 +539,13 @@ class Timeline {
       const double ys = leave_down ? lane_y(tr.send_rank) + lane_h_ : lane_y(tr.send_rank);
       const double yr = leave_down ? lane_y(tr.recv_rank) : lane_y(tr.recv_rank) + lane_h_;
       put(b,
-          "<g class=\"ar {0} wrap\" data-action=\"{1}\" data-rank=\"{2}\" data-to=\"{3}\" data-to-rank=\"{4}\">{5}"
+          "<g class=\"ar {0} wrap\" data-action=\"{1}\" data-rank=\"{2}\" data-to=\"{3}\" "
+          "data-to-rank=\"{4}\">{5}"
           "<path d=\"M{6} {7}V{8}\" marker-end=\"url(#{9}-a{0})\"/><path d=\"M{10} {11}V{12}\" "
           "marker-end=\"url(#{9}-a{0})\"/></g>\n",
-          cls, to_string(send), tr.send_rank, to_string(recv), tr.recv_rank, title, viz::number(x0, 2),
-          viz::number(ys, 1), viz::number(leave_down ? ys + stub : ys - stub, 1), id_, viz::number(x1, 2),
+          cls, to_string(send), tr.send_rank, to_string(recv), tr.recv_rank, title,
+          viz::number(x0, 2), viz::number(ys, 1),
+          viz::number(leave_down ? ys + stub : ys - stub, 1), id_, viz::number(x1, 2),
           viz::number(leave_down ? yr - stub : yr + stub, 1), viz::number(yr, 1));
     }
     put(b, "</g>\n");
@@ -494,10 +556,13 @@ class Timeline {
     double top = opts_.memory_max;
     for (double p : sim_.peak_memory) top = std::max(top, p);
     if (top <= 0) top = 1;
-    put(b, "<g class=\"memory\"><text class=\"mt\" x=\"{}\" y=\"{}\">activation memory per rank ({}; one scale, 0 to {})</text>\n",
+    put(b,
+        "<g class=\"memory\"><text class=\"mt\" x=\"{}\" y=\"{}\">activation memory per rank ({}; "
+        "one scale, 0 to {})</text>\n",
         kLeft, viz::number(mem_title_y_, 1),
         sim_.unit ? "microbatch-stages of activations held"
-                  : bytes_ ? "bytes held" : "activation units held",
+        : bytes_  ? "bytes held"
+                  : "activation units held",
         viz::memory_text(top, !bytes_));
     const size_t cols = static_cast<size_t>(std::ceil(time_w_));
     for (int r = 0; r < pp_; ++r) {
@@ -505,9 +570,10 @@ class Timeline {
       const auto& pts = sim_.memory[static_cast<size_t>(r)];
       const double peak = sim_.peak_memory[static_cast<size_t>(r)];
       auto ym = [&](double v) { return y + mem_h_ - v / top * (mem_h_ - 2); };
-      put(b, "<text class=\"rl\" x=\"{}\" y=\"{}\">rank {}</text>", kLeft - 8, viz::number(y + mem_h_ / 2, 1), r);
-      put(b, "<rect class=\"mbg\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>", kLeft, viz::number(y, 1),
-          viz::number(time_w_, 1), mem_h_);
+      put(b, "<text class=\"rl\" x=\"{}\" y=\"{}\">rank {}</text>", kLeft - 8,
+          viz::number(y + mem_h_ / 2, 1), r);
+      put(b, "<rect class=\"mbg\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>", kLeft,
+          viz::number(y, 1), viz::number(time_w_, 1), mem_h_);
       // A step plot; with more points than pixel columns, each column's maximum.
       put(b, "<path class=\"mem\" d=\"M{} {}", kLeft, viz::number(y + mem_h_, 1));
       if (pts.size() <= 2 * cols) {
@@ -529,20 +595,25 @@ class Timeline {
         }
         for (size_t c = 0; c < cols; ++c)
           if (c == 0 || col[c] != col[c - 1])
-            put(b, "H{}V{}", viz::number(kLeft + static_cast<double>(c) * time_w_ / static_cast<double>(cols), 2),
+            put(b, "H{}V{}",
+                viz::number(kLeft + static_cast<double>(c) * time_w_ / static_cast<double>(cols),
+                            2),
                 viz::number(ym(col[c]), 1));
       }
       put(b, "H{}V{}Z\"/>", viz::number(x_of(sim_.makespan), 2), viz::number(y + mem_h_, 1));
       // The peak: a dot where it is first reached, and its value on the right.
       for (const MemoryPoint& p : pts) {
         if (peak <= 0 || p.value < peak) continue;
-        put(b, "<circle class=\"pk\" cx=\"{}\" cy=\"{}\" r=\"3\"><title>rank {}: peak {} at time {}</title></circle>",
-            viz::number(x_of(p.time), 2), viz::number(ym(p.value), 1), r, viz::memory_text(peak, !bytes_),
-            viz::number(p.time));
+        put(b,
+            "<circle class=\"pk\" cx=\"{}\" cy=\"{}\" r=\"3\"><title>rank {}: peak {} at time "
+            "{}</title></circle>",
+            viz::number(x_of(p.time), 2), viz::number(ym(p.value), 1), r,
+            viz::memory_text(peak, !bytes_), viz::number(p.time));
         break;
       }
-      put(b, "<text class=\"pkt\" x=\"{}\" y=\"{}\">peak {}</text>\n", viz::number(kLeft + time_w_ + 8, 1),
-          viz::number(y + mem_h_ / 2, 1), viz::memory_text(peak, !bytes_));
+      put(b, "<text class=\"pkt\" x=\"{}\" y=\"{}\">peak {}</text>\n",
+          viz::number(kLeft + time_w_ + 8, 1), viz::number(y + mem_h_ / 2, 1),
+          viz::memory_text(peak, !bytes_));
     }
     put(b, "</g>\n");
   }
@@ -571,7 +642,8 @@ class Timeline {
 
 }  // namespace
 
-void emit_svg(const Plan& plan, const Simulation& sim, std::ostream& os, const TimelineOptions& opts) {
+void emit_svg(const Plan& plan, const Simulation& sim, std::ostream& os,
+              const TimelineOptions& opts) {
   PPC_INTERNAL_ASSERT(plan.is_lowered() && sim.times.size() == plan.lowered.size(),
                       "the timeline needs a lowered plan and its simulation");
   Timeline(plan, sim, opts).write(os);

@@ -18,12 +18,18 @@ namespace {
 
 const char* color_of(ActionKind k) {
   switch (k) {
-    case ActionKind::F: return "\x1b[34m";          // blue
-    case ActionKind::B: return "\x1b[32m";          // green
-    case ActionKind::I: return "\x1b[33m";          // yellow (orange in the SVG)
-    case ActionKind::W: return "\x1b[35m";          // magenta
-    case ActionKind::OverlapFB: return "\x1b[1;33m";  // bold yellow
-    default: return "";
+    case ActionKind::F:
+      return "\x1b[34m";  // blue
+    case ActionKind::B:
+      return "\x1b[32m";  // green
+    case ActionKind::I:
+      return "\x1b[33m";  // yellow (orange in the SVG)
+    case ActionKind::W:
+      return "\x1b[35m";  // magenta
+    case ActionKind::OverlapFB:
+      return "\x1b[1;33m";  // bold yellow
+    default:
+      return "";
   }
 }
 constexpr const char* kReset = "\x1b[0m";
@@ -32,12 +38,18 @@ constexpr const char* kDim = "\x1b[2m";
 // Compact letter of a kind: F, B, I, W, or X for an overlapped forward/backward.
 char compact_letter(ActionKind k) {
   switch (k) {
-    case ActionKind::F: return 'F';
-    case ActionKind::B: return 'B';
-    case ActionKind::I: return 'I';
-    case ActionKind::W: return 'W';
-    case ActionKind::OverlapFB: return 'X';
-    default: return '?';
+    case ActionKind::F:
+      return 'F';
+    case ActionKind::B:
+      return 'B';
+    case ActionKind::I:
+      return 'I';
+    case ActionKind::W:
+      return 'W';
+    case ActionKind::OverlapFB:
+      return 'X';
+    default:
+      return '?';
   }
 }
 
@@ -66,10 +78,12 @@ Grid make_grid(const Plan& plan) {
   Grid g;
   for (const auto& r : steps)
     if (!r.empty()) g.num_steps = std::max(g.num_steps, r.back() + 1);
-  g.cells.assign(static_cast<size_t>(g.num_steps), std::vector<int32_t>(static_cast<size_t>(pp), -1));
+  g.cells.assign(static_cast<size_t>(g.num_steps),
+                 std::vector<int32_t>(static_cast<size_t>(pp), -1));
   for (int r = 0; r < pp; ++r) {
     const auto& st = steps[static_cast<size_t>(r)];
-    for (size_t i = 0; i < st.size(); ++i) g.cells[static_cast<size_t>(st[i])][static_cast<size_t>(r)] = static_cast<int32_t>(i);
+    for (size_t i = 0; i < st.size(); ++i)
+      g.cells[static_cast<size_t>(st[i])][static_cast<size_t>(r)] = static_cast<int32_t>(i);
   }
   return g;
 }
@@ -79,14 +93,16 @@ std::vector<size_t> column_widths(const Plan& plan, bool compact) {
   for (int r = 0; r < plan.pp(); ++r) {
     size_t& w = width[static_cast<size_t>(r)];
     w = compact ? fmt::formatted_size("{}", r) : fmt::formatted_size("Rank {}", r);
-    for (const Action& a : plan.compute[static_cast<size_t>(r)]) w = std::max(w, cell_text(plan, a, compact).size());
+    for (const Action& a : plan.compute[static_cast<size_t>(r)])
+      w = std::max(w, cell_text(plan, a, compact).size());
   }
   return width;
 }
 
 }  // namespace
 
-void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os, const TableOptions& opts) {
+void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os,
+                const TableOptions& opts) {
   const int pp = plan.pp();
   const Grid grid = make_grid(plan);
   const int32_t num_steps = grid.num_steps;
@@ -135,8 +151,10 @@ void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os, 
       const std::string text = cell_text(plan, a, compact);
       line += trailing;
       trailing.clear();
-      if (opts.color) line += std::string(color_of(a.kind)) + text + kReset;
-      else line += text;
+      if (opts.color)
+        line += std::string(color_of(a.kind)) + text + kReset;
+      else
+        line += text;
       trailing += std::string(w - text.size(), ' ');
     }
     os << line << '\n';
@@ -144,10 +162,12 @@ void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os, 
 
   if (compact || opts.color) {  // a legend: what the letters / colors mean
     std::string legend = "Legend:";
-    for (ActionKind k : {ActionKind::F, ActionKind::B, ActionKind::I, ActionKind::W, ActionKind::OverlapFB}) {
+    for (ActionKind k :
+         {ActionKind::F, ActionKind::B, ActionKind::I, ActionKind::W, ActionKind::OverlapFB}) {
       if (!seen[static_cast<size_t>(k)]) continue;
       static constexpr std::array<const char*, kNumActionKinds> kWhat = {
-          "forward", "backward", "input-grad backward", "weight-grad backward", "", "", "", "", "overlapped F+B"};
+          "forward", "backward", "input-grad backward", "weight-grad backward", "", "",
+          "",        "",         "overlapped F+B"};
       const std::string sym = compact ? std::string(1, compact_letter(k)) : kind_name(k);
       legend += " ";
       legend += opts.color ? std::string(color_of(k)) + sym + kReset : sym;
@@ -165,12 +185,14 @@ void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os, 
     for (const Action& a : r) sends += is_send(a.kind);
   std::string peaks;
   for (int p : report.peak_inflight) peaks += fmt::format(" {}", p);
-  os << fmt::format("{} | pp {} | vpp {} | {} microbatch{} | {} steps | {} compute actions", plan.schedule, pp,
-                    plan.vpp(), plan.microbatches, plan.microbatches == 1 ? "" : "es", num_steps,
-                    report.compute_actions);
-  if (plan.is_lowered()) os << fmt::format(" | {} send/recv pairs in {} batches", sends, report.batches);
+  os << fmt::format("{} | pp {} | vpp {} | {} microbatch{} | {} steps | {} compute actions",
+                    plan.schedule, pp, plan.vpp(), plan.microbatches,
+                    plan.microbatches == 1 ? "" : "es", num_steps, report.compute_actions);
+  if (plan.is_lowered())
+    os << fmt::format(" | {} send/recv pairs in {} batches", sends, report.batches);
   os << fmt::format(" | peak in-flight per rank:{} | {}\n", peaks,
-                    report.ok() ? (report.checked_lowered ? "verified: deadlock-free" : "verified") : "NOT VALID");
+                    report.ok() ? (report.checked_lowered ? "verified: deadlock-free" : "verified")
+                                : "NOT VALID");
 }
 
 }  // namespace ppc

@@ -29,7 +29,9 @@ constexpr double kNestStepUs = 0.01;
 
 using Buf = fmt::memory_buffer;
 
-std::string json_string(const std::string& s) { return nlohmann::json(s).dump(); }
+std::string json_string(const std::string& s) {
+  return nlohmann::json(s).dump();
+}
 
 // Microseconds to the nanosecond, trailing zeros dropped: "1000", "1000.005" (integer formatting:
 // the trace of a big plan has millions of timestamps).
@@ -64,7 +66,8 @@ struct Shown {
 };
 
 // Display intervals of every comm op of rank r (see the file comment).
-std::vector<Shown> comm_display(const std::vector<Action>& acts, const std::vector<Interval>& times, double us) {
+std::vector<Shown> comm_display(const std::vector<Action>& acts, const std::vector<Interval>& times,
+                                double us) {
   std::vector<Shown> shown(acts.size());
   double floor = 0;
   size_t i = 0;
@@ -77,7 +80,8 @@ std::vector<Shown> comm_display(const std::vector<Action>& acts, const std::vect
     while (j < acts.size() && is_comm(acts[j].kind)) ++j;
     std::vector<size_t> ops(j - i);
     std::iota(ops.begin(), ops.end(), i);
-    std::stable_sort(ops.begin(), ops.end(), [&](size_t a, size_t b) { return times[a].end > times[b].end; });
+    std::stable_sort(ops.begin(), ops.end(),
+                     [&](size_t a, size_t b) { return times[a].end > times[b].end; });
     const double n = static_cast<double>(ops.size());
     const double start = std::max(times[i].start * us, floor);
     double batch_end = start;
@@ -96,7 +100,8 @@ std::vector<Shown> comm_display(const std::vector<Action>& acts, const std::vect
 
 }  // namespace
 
-void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os, const TraceOptions& opts) {
+void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os,
+                const TraceOptions& opts) {
   PPC_INTERNAL_ASSERT(plan.is_lowered() && sim.times.size() == plan.lowered.size(),
                       "the trace needs a lowered plan and its simulation");
   const double us = opts.us_per_unit;
@@ -120,10 +125,14 @@ void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os, const
     const auto& times = sim.times[ru];
     sep();
     fmt::format_to(out,
-                   "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":0,\"args\":{{\"name\":\"rank {0}\"}}}},\n"
-                   "{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{0},\"tid\":0,\"args\":{{\"sort_index\":{0}}}}},\n"
-                   "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":0,\"args\":{{\"name\":\"compute\"}}}},\n"
-                   "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":1,\"args\":{{\"name\":\"comm\"}}}}",
+                   "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":0,\"args\":{{"
+                   "\"name\":\"rank {0}\"}}}},\n"
+                   "{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{0},\"tid\":0,\"args\":{"
+                   "{\"sort_index\":{0}}}}},\n"
+                   "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":0,\"args\":{{"
+                   "\"name\":\"compute\"}}}},\n"
+                   "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":1,\"args\":{{"
+                   "\"name\":\"comm\"}}}}",
                    r);
     shown[ru] = comm_display(acts, times, us);
     for (size_t i = 0; i < acts.size(); ++i) {
@@ -132,25 +141,31 @@ void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os, const
       append_to(name, a);
       sep();
       if (a.kind == ActionKind::OverlapFB) {
-        fmt::format_to(out,
-                       "{{\"name\":\"{}\",\"cat\":\"OVERLAP_F_B\",\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{},"
-                       "\"dur\":{},\"args\":{{\"stage\":{},\"microbatch\":{},\"backward\":\"{}\",\"stage2\":{},"
-                       "\"microbatch2\":{},\"chunk\":{},\"index\":{}}}}}",
-                       name, r, Us(times[i].start * us).view(), Us((times[i].end - times[i].start) * us).view(),
-                       a.stage, a.microbatch, kind_name(a.sub_kind), a.stage2, a.microbatch2, viz::chunk_of(plan, a), i);
+        fmt::format_to(
+            out,
+            "{{\"name\":\"{}\",\"cat\":\"OVERLAP_F_B\",\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{},"
+            "\"dur\":{},\"args\":{{\"stage\":{},\"microbatch\":{},\"backward\":\"{}\",\"stage2\":{}"
+            ","
+            "\"microbatch2\":{},\"chunk\":{},\"index\":{}}}}}",
+            name, r, Us(times[i].start * us).view(),
+            Us((times[i].end - times[i].start) * us).view(), a.stage, a.microbatch,
+            kind_name(a.sub_kind), a.stage2, a.microbatch2, viz::chunk_of(plan, a), i);
       } else if (is_compute(a.kind)) {
         fmt::format_to(out,
-                       "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{},\"dur\":{},"
+                       "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{"
+                       "},\"dur\":{},"
                        "\"args\":{{\"stage\":{},\"microbatch\":{},\"chunk\":{},\"index\":{}}}}}",
                        name, kind_name(a.kind), r, Us(times[i].start * us).view(),
-                       Us((times[i].end - times[i].start) * us).view(), a.stage, a.microbatch, viz::chunk_of(plan, a), i);
+                       Us((times[i].end - times[i].start) * us).view(), a.stage, a.microbatch,
+                       viz::chunk_of(plan, a), i);
       } else {
         const Shown& s = shown[ru][i];
         fmt::format_to(out,
-                       "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":1,\"ts\":{},\"dur\":{},"
+                       "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":1,\"ts\":{"
+                       "},\"dur\":{},"
                        "\"args\":{{\"stage\":{},\"microbatch\":{},\"peer\":{},\"index\":{}}}}}",
-                       name, kind_name(a.kind), r, Us(s.ts).view(), Us(s.end - s.ts).view(), a.stage, a.microbatch,
-                       a.peer, i);
+                       name, kind_name(a.kind), r, Us(s.ts).view(), Us(s.end - s.ts).view(),
+                       a.stage, a.microbatch, a.peer, i);
       }
     }
     const char* unit = !sim.unit && opts.memory_in_bytes ? "bytes" : "activations";
@@ -166,24 +181,30 @@ void emit_trace(const Plan& plan, const Simulation& sim, std::ostream& os, const
   const auto transfers = viz::transfers(plan);
   for (size_t k = 0; k < transfers.size(); ++k) {
     const viz::Transfer& t = transfers[k];
-    const Action& send = plan.lowered[static_cast<size_t>(t.send_rank)][static_cast<size_t>(t.send_index)];
+    const Action& send =
+        plan.lowered[static_cast<size_t>(t.send_rank)][static_cast<size_t>(t.send_index)];
     const char* what = send.kind == ActionKind::SendF ? "activation" : "gradient";
     const Shown& s = shown[static_cast<size_t>(t.send_rank)][static_cast<size_t>(t.send_index)];
     const Shown& d = shown[static_cast<size_t>(t.recv_rank)][static_cast<size_t>(t.recv_index)];
     sep();
     fmt::format_to(out,
-                   "{{\"name\":\"{0}\",\"cat\":\"transfer\",\"ph\":\"s\",\"id\":{1},\"pid\":{2},\"tid\":1,\"ts\":{3}}},\n"
-                   "{{\"name\":\"{0}\",\"cat\":\"transfer\",\"ph\":\"f\",\"bp\":\"e\",\"id\":{1},\"pid\":{4},\"tid\":1,"
+                   "{{\"name\":\"{0}\",\"cat\":\"transfer\",\"ph\":\"s\",\"id\":{1},\"pid\":{2},"
+                   "\"tid\":1,\"ts\":{3}}},\n"
+                   "{{\"name\":\"{0}\",\"cat\":\"transfer\",\"ph\":\"f\",\"bp\":\"e\",\"id\":{1},"
+                   "\"pid\":{4},\"tid\":1,"
                    "\"ts\":{5}}}",
                    what, k, t.send_rank, Us(s.ts + kNestStepUs / 2).view(), t.recv_rank,
                    Us(d.ts + kNestStepUs / 2).view());
   }
-  fmt::format_to(out,
-                 "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{\"generator\":\"ppcompile\",\"schedule\":{},"
-                 "\"pp\":{},\"vpp\":{},\"microbatches\":{},\"makespan\":{},\"bubble\":{},\"costs\":\"{}\","
-                 "\"us_per_unit\":{}}}\n}}\n",
-                 json_string(plan.schedule), plan.pp(), plan.vpp(), plan.microbatches, viz::number(sim.makespan, 6),
-                 viz::number(sim.bubble, 6), sim.unit ? "unit" : "model", viz::number(us, 6));
+  fmt::format_to(
+      out,
+      "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{\"generator\":\"ppcompile\",\"schedule\":"
+      "{},"
+      "\"pp\":{},\"vpp\":{},\"microbatches\":{},\"makespan\":{},\"bubble\":{},\"costs\":\"{}\","
+      "\"us_per_unit\":{}}}\n}}\n",
+      json_string(plan.schedule), plan.pp(), plan.vpp(), plan.microbatches,
+      viz::number(sim.makespan, 6), viz::number(sim.bubble, 6), sim.unit ? "unit" : "model",
+      viz::number(us, 6));
   os.write(b.data(), static_cast<std::streamsize>(b.size()));
 }
 

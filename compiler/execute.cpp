@@ -20,8 +20,14 @@ namespace {
 class Engine {
  public:
   Engine(const Plan& plan, const ExecCosts* costs, bool record, size_t max_errors, Execution& out)
-      : plan_(plan), costs_(costs), record_(record), timed_(costs != nullptr || record), max_errors_(max_errors),
-        out_(out), ev_(plan.num_stages(), plan.microbatches), batch_of_(plan.num_stages(), plan.microbatches) {}
+      : plan_(plan),
+        costs_(costs),
+        record_(record),
+        timed_(costs != nullptr || record),
+        max_errors_(max_errors),
+        out_(out),
+        ev_(plan.num_stages(), plan.microbatches),
+        batch_of_(plan.num_stages(), plan.microbatches) {}
 
   void run() {
     const int pp = plan_.pp();
@@ -36,7 +42,8 @@ class Engine {
     size_t bound = 0;
     for (int r = 0; r < pp; ++r) {
       base_[static_cast<size_t>(r)] = static_cast<int32_t>(bound);
-      bound += std::min(order[static_cast<size_t>(r)].size(), plan_.compute[static_cast<size_t>(r)].size() + 1);
+      bound += std::min(order[static_cast<size_t>(r)].size(),
+                        plan_.compute[static_cast<size_t>(r)].size() + 1);
     }
     batches_.resize(bound);  // Batch's constructor leaves it uninitialised: no pass over the memory
     partner_.assign(static_cast<size_t>(pp), {});
@@ -69,8 +76,8 @@ class Engine {
       for (size_t i = 0; i < acts.size(); ++i) {
         if (!is_comm(acts[i].kind)) continue;
         const CommMatch m = comm_match(plan_, acts[i]);
-        partner[i].batch =
-            base_[static_cast<size_t>(m.rank)] + batch_of_.at(event_of(m.kind), m.stage, acts[i].microbatch);
+        partner[i].batch = base_[static_cast<size_t>(m.rank)] +
+                           batch_of_.at(event_of(m.kind), m.stage, acts[i].microbatch);
       }
     });
     size_t num_batches = 0;
@@ -82,7 +89,8 @@ class Engine {
     }
     if (record_) {
       out_.times.assign(static_cast<size_t>(pp), {});
-      for (int r = 0; r < pp; ++r) out_.times[static_cast<size_t>(r)].assign(order[static_cast<size_t>(r)].size(), {});
+      for (int r = 0; r < pp; ++r)
+        out_.times[static_cast<size_t>(r)].assign(order[static_cast<size_t>(r)].size(), {});
     }
     head_.assign(static_cast<size_t>(pp), 0);
     next_batch_ = base_;
@@ -132,13 +140,15 @@ class Engine {
       ok = false;
       if (n.event == Event::RecvF || n.event == Event::RecvB) {
         const int32_t p = position(n.event, n.stage, n.microbatch, r);
-        const std::string later = p >= 0 && static_cast<size_t>(p) > i
-                                      ? fmt::format(", but rank {} receives it only later, at its action {}", r, p)
-                                      : fmt::format(", which rank {} never receives", r);
+        const std::string later =
+            p >= 0 && static_cast<size_t>(p) > i
+                ? fmt::format(", but rank {} receives it only later, at its action {}", r, p)
+                : fmt::format(", which rank {} never receives", r);
         error(fmt::format("{}: needs {}{}", where(r, i, whole), describe_need(plan_, n, r), later));
       } else {
-        error(fmt::format("{}: needs the {} of stage {} microbatch {} on this rank, which has not run before it",
-                          where(r, i, whole), event_description(n.event), n.stage, n.microbatch));
+        error(fmt::format(
+            "{}: needs the {} of stage {} microbatch {} on this rank, which has not run before it",
+            where(r, i, whole), event_description(n.event), n.stage, n.microbatch));
       }
     });
     return ok;
@@ -212,7 +222,8 @@ class Engine {
         return;
       }
       for (size_t j = begin; j < end; ++j)
-        if (is_recv(acts[j].kind)) ev_.at(event_of(acts[j].kind), acts[j].stage, acts[j].microbatch) = 1;
+        if (is_recv(acts[j].kind))
+          ev_.at(event_of(acts[j].kind), acts[j].stage, acts[j].microbatch) = 1;
       cur_batch_[ru] = -1;
       if (timed_) now_[ru] = done_[static_cast<size_t>(b)];
       ++next_batch_[ru];
@@ -270,8 +281,9 @@ class Engine {
       const CommMatch m = comm_match(plan_, acts[j]);
       const int32_t jj = position(event_of(m.kind), m.stage, acts[j].microbatch, m.rank);
       const Action& peer_op = plan_.lowered[static_cast<size_t>(m.rank)][static_cast<size_t>(jj)];
-      s.waits_for = fmt::format("rank {} to post {} (its action {}), but rank {} is at its action {}", m.rank,
-                                to_string(peer_op), jj, m.rank, head_[static_cast<size_t>(m.rank)]);
+      s.waits_for =
+          fmt::format("rank {} to post {} (its action {}), but rank {} is at its action {}", m.rank,
+                      to_string(peer_op), jj, m.rank, head_[static_cast<size_t>(m.rank)]);
       s.waits_on = m.rank;
       break;
     }
@@ -281,13 +293,13 @@ class Engine {
   struct Batch {
     int32_t begin, end;  // positions [begin, end) in its rank's order
     int32_t rank;
-    int32_t unmatched;   // ops whose counterpart's batch has not been entered yet
-    Batch() {}           // uninitialised on purpose (see run())
+    int32_t unmatched;  // ops whose counterpart's batch has not been entered yet
+    Batch() {}          // uninitialised on purpose (see run())
     Batch(int32_t b, int32_t e, int32_t r, int32_t u) : begin(b), end(e), rank(r), unmatched(u) {}
   };
   struct Partner {
-    int32_t batch;       // the batch holding the counterpart of a communication action
-    Partner() {}         // uninitialised on purpose: compute actions have none
+    int32_t batch;  // the batch holding the counterpart of a communication action
+    Partner() {}    // uninitialised on purpose: compute actions have none
   };
 
   const Plan& plan_;

@@ -45,6 +45,7 @@ struct Execution {
 };
 
 // `plan` must be lowered and must have passed the shape and count checks of the verifier.
-Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors = 20);
+Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times,
+                  size_t max_errors = 20);
 
 }  // namespace ppc

@@ -121,7 +121,8 @@ SourceLocation Layout::end_location() const {
 }
 
 Layout generic_layout(int n) {
-  if (n < 1) throw UserError(fmt::format("must be at least 1, got {}", n), input_location("--stages"));
+  if (n < 1)
+    throw UserError(fmt::format("must be at least 1, got {}", n), input_location("--stages"));
   if (n > kMaxLayoutItems)
     throw UserError(fmt::format("{} stages is too many (at most {})", n, kMaxLayoutItems),
                     input_location("--stages"));
@@ -157,7 +158,8 @@ const char* placement_name(PlacementStyle s) {
 
 void check_model(const Layout& layout, std::optional<int> num_layers) {
   if (num_layers && *num_layers < 0)
-    throw UserError(fmt::format("must be at least 0, got {}", *num_layers), input_location("--num-layers"));
+    throw UserError(fmt::format("must be at least 0, got {}", *num_layers),
+                    input_location("--num-layers"));
   std::vector<ModelLayer> model;
   for (size_t s = 0; s < layout.stages.size(); ++s)
     for (size_t i = 0; i < layout.stages[s].size(); ++i)
@@ -225,9 +227,11 @@ void check_model(const Layout& layout, std::optional<int> num_layers) {
 // --- Placement --------------------------------------------------------------------------------
 
 Placement make_placement(int num_stages, int pp, PlacementStyle style) {
-  if (pp < 1) throw UserError(fmt::format("must be at least 1, got {}", pp), input_location("--pp"));
+  if (pp < 1)
+    throw UserError(fmt::format("must be at least 1, got {}", pp), input_location("--pp"));
   if (num_stages < 1)
-    throw UserError(fmt::format("must be at least 1, got {}", num_stages), input_location("--stages"));
+    throw UserError(fmt::format("must be at least 1, got {}", num_stages),
+                    input_location("--stages"));
   if (num_stages % pp != 0)
     throw UserError(
         fmt::format("{} is not a multiple of --pp {}", plural(num_stages, "stage", "stages"), pp),
@@ -266,7 +270,8 @@ Placement make_placement(int num_stages, int pp, PlacementStyle style) {
 }
 
 Placement place_layout(const Layout& layout, int pp, std::optional<int> vpp, PlacementStyle style) {
-  if (pp < 1) throw UserError(fmt::format("must be at least 1, got {}", pp), input_location("--pp"));
+  if (pp < 1)
+    throw UserError(fmt::format("must be at least 1, got {}", pp), input_location("--pp"));
   if (vpp && *vpp < 1)
     throw UserError(fmt::format("must be at least 1, got {}", *vpp), input_location("--vpp"));
   const int n = layout.num_stages();

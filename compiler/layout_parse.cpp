@@ -521,7 +521,8 @@ Layout parse_layout_file(const std::string& path) {
     throw UserError("cannot read layout file: it is a directory", input_location(path));
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw UserError(fmt::format("cannot open layout file: {}", std::strerror(errno)), input_location(path));
+    throw UserError(fmt::format("cannot open layout file: {}", std::strerror(errno)),
+                    input_location(path));
   std::string text;
   char buffer[65536];
   while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {

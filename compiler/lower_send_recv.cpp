@@ -11,12 +11,17 @@ namespace ppc {
 
 double unit_cost(const Action& a) {
   switch (a.kind) {
-    case ActionKind::F: return 1;
-    case ActionKind::B: return 2;
+    case ActionKind::F:
+      return 1;
+    case ActionKind::B:
+      return 2;
     case ActionKind::I:
-    case ActionKind::W: return 1;
-    case ActionKind::OverlapFB: return 1 + (a.sub_kind == ActionKind::B ? 2 : 1);
-    default: return 0;
+    case ActionKind::W:
+      return 1;
+    case ActionKind::OverlapFB:
+      return 1 + (a.sub_kind == ActionKind::B ? 2 : 1);
+    default:
+      return 0;
   }
 }
 
@@ -34,19 +39,24 @@ struct Transfer {
 };
 
 struct RankState {
-  size_t pos = 0;           // next compute action
+  size_t pos = 0;  // next compute action
   bool computing = false;
-  double busy_until = 0;    // end of the running compute
-  int unmatched = 0;        // SENDs of the open batch whose RECV is not posted yet
-  double batch_done = 0;    // when the open batch's transfers are done
+  double busy_until = 0;             // end of the running compute
+  int unmatched = 0;                 // SENDs of the open batch whose RECV is not posted yet
+  double batch_done = 0;             // when the open batch's transfers are done
   std::vector<PendingRecv> pending;  // RECVs to post when the running compute ends
   std::vector<Transfer> deferred;    // SENDs held back to this rank's next boundary
 };
 
 class Lowerer {
  public:
-  Lowerer(const Plan& plan, const LoweringCosts& costs, bool emit, std::vector<std::vector<double>>* starts)
-      : plan_(plan), costs_(costs), emit_(emit), starts_(starts), ev_(plan.num_stages(), plan.microbatches),
+  Lowerer(const Plan& plan, const LoweringCosts& costs, bool emit,
+          std::vector<std::vector<double>>* starts)
+      : plan_(plan),
+        costs_(costs),
+        emit_(emit),
+        starts_(starts),
+        ev_(plan.num_stages(), plan.microbatches),
         ranks_(static_cast<size_t>(plan.pp())),
         events_(!costs.compute && !costs.transfer ? 3 : costs.max_integral_duration) {}
 
@@ -62,7 +72,8 @@ class Lowerer {
         size[static_cast<size_t>(r)] += order.size();
         auto count = [&](const Action& p) {
           int peer = -1;
-          if (p.kind == ActionKind::F && forward_crosses_ranks(plan_, p.stage)) peer = plan_.rank_of(plan_.next_stage(p.stage));
+          if (p.kind == ActionKind::F && forward_crosses_ranks(plan_, p.stage))
+            peer = plan_.rank_of(plan_.next_stage(p.stage));
           else if (is_backward_input(p.kind) && backward_crosses_ranks(plan_, p.stage))
             peer = plan_.rank_of(plan_.prev_stage(p.stage));
           if (peer < 0) return;
@@ -78,11 +89,13 @@ class Lowerer {
           }
         }
       }
-      for (int r = 0; r < pp; ++r) out_->lowered[static_cast<size_t>(r)].reserve(size[static_cast<size_t>(r)]);
+      for (int r = 0; r < pp; ++r)
+        out_->lowered[static_cast<size_t>(r)].reserve(size[static_cast<size_t>(r)]);
     }
     if (starts_) {
       starts_->assign(static_cast<size_t>(pp), {});
-      for (int r = 0; r < pp; ++r) (*starts_)[static_cast<size_t>(r)].reserve(plan_.compute[static_cast<size_t>(r)].size());
+      for (int r = 0; r < pp; ++r)
+        (*starts_)[static_cast<size_t>(r)].reserve(plan_.compute[static_cast<size_t>(r)].size());
     }
     for (int r = 0; r < pp; ++r) touched_.push_back(r);
     double now = 0;
@@ -91,8 +104,10 @@ class Lowerer {
       now = events_.next_time();
       while (!events_.empty() && events_.next_time() == now) {
         const QueueEvent e = events_.pop();
-        if (e.finish) finish(e.rank, now);
-        else touched_.push_back(e.rank);
+        if (e.finish)
+          finish(e.rank, now);
+        else
+          touched_.push_back(e.rank);
       }
       start_touched(now);
     }
@@ -100,7 +115,8 @@ class Lowerer {
     for (int r = 0; r < pp; ++r) {
       const auto& order = plan_.compute[static_cast<size_t>(r)];
       const size_t i = ranks_[static_cast<size_t>(r)].pos;
-      if (i < order.size()) stuck.push_back(describe_stuck_compute(plan_, ev_, r, static_cast<int>(i), order[i]));
+      if (i < order.size())
+        stuck.push_back(describe_stuck_compute(plan_, ev_, r, static_cast<int>(i), order[i]));
     }
     if (!stuck.empty()) throw UserError("the compute order cannot run: " + explain_stuck(stuck));
   }
@@ -111,18 +127,25 @@ class Lowerer {
     uint64_t seq;
     int rank;
     bool finish;  // compute ends (else: retry starting)
-    bool operator>(const QueueEvent& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+    bool operator>(const QueueEvent& o) const {
+      return time != o.time ? time > o.time : seq > o.seq;
+    }
   };
 
-  double duration(const Action& a, int r) const { return costs_.compute ? costs_.compute(a, r) : unit_cost(a); }
-  double transfer(const Action& send) const { return costs_.transfer ? costs_.transfer(send) : 0.0; }
+  double duration(const Action& a, int r) const {
+    return costs_.compute ? costs_.compute(a, r) : unit_cost(a);
+  }
+  double transfer(const Action& send) const {
+    return costs_.transfer ? costs_.transfer(send) : 0.0;
+  }
   void push(double t, int r, bool finish) { events_.push(QueueEvent{t, seq_++, r, finish}); }
 
   // Events in (time, push order). With small integral durations (unit costs, the default) a ring
   // of per-time buckets replaces the heap: same order, constant time per event.
   class EventQueue {
    public:
-    explicit EventQueue(int max_integral_duration) : ring_(max_integral_duration > 0 ? max_integral_duration + 1 : 0) {}
+    explicit EventQueue(int max_integral_duration)
+        : ring_(max_integral_duration > 0 ? max_integral_duration + 1 : 0) {}
     bool empty() const { return size_ == 0; }
     void push(const QueueEvent& e) {
       ++size_;
@@ -134,14 +157,16 @@ class Lowerer {
           e.time > static_cast<double>(cur_time_) - static_cast<double>(ring_.size())) {
         // next_time() looked past empty buckets to the next pending event (at most a duration
         // ahead), and a compute started now ends before it: step back. The buckets in between are
-        // empty and every pending event is within a duration of now, so the window still holds them.
+        // empty and every pending event is within a duration of now, so the window still holds
+        // them.
         cur_time_ = static_cast<long long>(e.time);
         cur_ = static_cast<size_t>(cur_time_) % ring_.size();
         head_pos_ = 0;
       }
-      PPC_INTERNAL_ASSERT(e.time == std::floor(e.time) && e.time >= static_cast<double>(cur_time_) &&
-                              e.time < static_cast<double>(cur_time_) + static_cast<double>(ring_.size()),
-                          "event time outside the integral queue's window");
+      PPC_INTERNAL_ASSERT(
+          e.time == std::floor(e.time) && e.time >= static_cast<double>(cur_time_) &&
+              e.time < static_cast<double>(cur_time_) + static_cast<double>(ring_.size()),
+          "event time outside the integral queue's window");
       ring_[static_cast<size_t>(e.time) % ring_.size()].push_back(e);
     }
     double next_time() {
@@ -181,7 +206,8 @@ class Lowerer {
     bool ok = true;
     for_each_need(plan_, part, [&](const Need& n) {
       if (ev_.happened(n)) return;
-      if (with && n.event == Event::F && n.stage == with->stage && n.microbatch == with->microbatch) return;
+      if (with && n.event == Event::F && n.stage == with->stage && n.microbatch == with->microbatch)
+        return;
       ok = false;
     });
     return ok;
@@ -213,8 +239,8 @@ class Lowerer {
         held.swap(st.deferred);
         for (const Transfer& t : held) post(r, t, now, false);
       }
-      if (st.unmatched == 0 && st.batch_done > now && st.pos < plan_.compute[static_cast<size_t>(r)].size() &&
-          next_ready(r))
+      if (st.unmatched == 0 && st.batch_done > now &&
+          st.pos < plan_.compute[static_cast<size_t>(r)].size() && next_ready(r))
         push(st.batch_done, r, false);  // transfers of the open batch still in flight
       return;
     }
@@ -256,8 +282,8 @@ class Lowerer {
 
   bool can_start(int r, double now) const {
     const RankState& st = ranks_[static_cast<size_t>(r)];
-    return st.unmatched == 0 && st.pos < plan_.compute[static_cast<size_t>(r)].size() && next_ready(r) &&
-           st.batch_done <= now;
+    return st.unmatched == 0 && st.pos < plan_.compute[static_cast<size_t>(r)].size() &&
+           next_ready(r) && st.batch_done <= now;
   }
 
   // Does rank q's next compute (after the one it is running) consume what `recv` receives?
@@ -355,7 +381,8 @@ class Lowerer {
         return;
       }
       append(r, t.send);
-      ev_.at(event_of(t.recv.kind), t.recv.stage, t.recv.microbatch) = 1;  // posted; usable after its batch
+      ev_.at(event_of(t.recv.kind), t.recv.stage, t.recv.microbatch) =
+          1;  // posted; usable after its batch
       peer.pending.push_back({t.recv, r});
       ++st.unmatched;
       return;
@@ -379,13 +406,16 @@ class Lowerer {
   EventQueue events_;
   uint64_t seq_ = 0;
   std::vector<int> touched_, todo_;
-  std::vector<uint64_t> tried_ = std::vector<uint64_t>(ranks_.size(), 0);  // pass in which each rank was tried
+  std::vector<uint64_t> tried_ =
+      std::vector<uint64_t>(ranks_.size(), 0);  // pass in which each rank was tried
   uint64_t pass_ = 0;
 };
 
 }  // namespace
 
-Plan lower_send_recv(const Plan& plan, const LoweringCosts& costs) { return lower_send_recv(Plan(plan), costs); }
+Plan lower_send_recv(const Plan& plan, const LoweringCosts& costs) {
+  return lower_send_recv(Plan(plan), costs);
+}
 
 Plan lower_send_recv(Plan&& plan, const LoweringCosts& costs) {
   std::vector<std::vector<Action>> lowered;

@@ -14,7 +14,8 @@ namespace ppc {
 // The first exception thrown by any call is rethrown here after all threads have finished.
 template <class Fn>
 void parallel_for(int n, bool parallel, Fn&& fn, unsigned max_threads = 4) {
-  unsigned threads = parallel ? std::min(max_threads, std::max(1u, std::thread::hardware_concurrency())) : 1u;
+  unsigned threads =
+      parallel ? std::min(max_threads, std::max(1u, std::thread::hardware_concurrency())) : 1u;
   threads = std::min<unsigned>(threads, static_cast<unsigned>(std::max(n, 1)));
   if (threads <= 1) {
     for (int i = 0; i < n; ++i) fn(i);
@@ -40,6 +41,8 @@ void parallel_for(int n, bool parallel, Fn&& fn, unsigned max_threads = 4) {
 }
 
 // Large enough that a second thread pays for itself (starting one costs tens of microseconds).
-inline bool worth_threads(size_t actions) { return actions >= 100000; }
+inline bool worth_threads(size_t actions) {
+  return actions >= 100000;
+}
 
 }  // namespace ppc

@@ -25,7 +25,7 @@ struct Plan {
   Placement placement;     // stage -> rank / chunk; holds pp and vpp
   std::string schedule;    // canonical schedule name, e.g. "Interleaved1F1B"
   int microbatches = 0;
-  int copies = 1;          // 2 for DualPipe (two model copies), else 1
+  int copies = 1;  // 2 for DualPipe (two model copies), else 1
 
   // Per rank: the compute order (F, B, I, W, OverlapFB) and, once lowered, the full order
   // including SEND/RECV. `lowered` is empty until lower_send_recv has run.
@@ -52,7 +52,9 @@ struct Plan {
   int copy_of_microbatch(int mb) const {
     return copies == 1 ? 0 : (mb < (microbatches + 1) / 2 ? 0 : 1);
   }
-  bool runs(int stage, int mb) const { return copies == 1 || copy_of_stage(stage) == copy_of_microbatch(mb); }
+  bool runs(int stage, int mb) const {
+    return copies == 1 || copy_of_stage(stage) == copy_of_microbatch(mb);
+  }
   // The layout stage a plan stage executes.
   int layout_stage(int s) const { return s % stages_per_copy(); }
   int rank_of(int s) const { return placement.stage_rank[static_cast<size_t>(s)]; }

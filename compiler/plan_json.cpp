@@ -34,7 +34,8 @@ class Reader {
   explicit Reader(std::string input) : input_(std::move(input)) {}
 
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
-    throw UserError(path.empty() ? what : fmt::format("{}: {}", path, what), SourceLocation{input_, 0, 0, ""});
+    throw UserError(path.empty() ? what : fmt::format("{}: {}", path, what),
+                    SourceLocation{input_, 0, 0, ""});
   }
   const json& field(const json& obj, const std::string& path, const char* name) const {
     if (!obj.is_object()) fail(path, "expected an object");
@@ -65,17 +66,28 @@ class Reader {
   std::string input_;
 };
 
-std::vector<LayerKind> parse_stage_symbols(const std::string& text, const Reader& rd, const std::string& path) {
+std::vector<LayerKind> parse_stage_symbols(const std::string& text, const Reader& rd,
+                                           const std::string& path) {
   std::vector<LayerKind> out;
   if (text == "(empty)") return out;
   for (char c : text) {
     switch (c) {
-      case ' ': break;
-      case 'E': out.push_back(LayerKind::Embedding); break;
-      case 't': out.push_back(LayerKind::Decoder); break;
-      case 'm': out.push_back(LayerKind::Mtp); break;
-      case 'L': out.push_back(LayerKind::Loss); break;
-      default: rd.fail(path, fmt::format("unknown layer symbol '{}' in \"{}\"", c, text));
+      case ' ':
+        break;
+      case 'E':
+        out.push_back(LayerKind::Embedding);
+        break;
+      case 't':
+        out.push_back(LayerKind::Decoder);
+        break;
+      case 'm':
+        out.push_back(LayerKind::Mtp);
+        break;
+      case 'L':
+        out.push_back(LayerKind::Loss);
+        break;
+      default:
+        rd.fail(path, fmt::format("unknown layer symbol '{}' in \"{}\"", c, text));
     }
   }
   return out;
@@ -113,9 +125,11 @@ void emit_json(const Plan& plan, const VerifyReport& report, std::ostream& os) {
   os << "  \"layout\": " << layout.dump() << ",\n";
   os << "  \"ranks\": [\n";
   for (int r = 0; r < plan.pp(); ++r) {
-    os << "    {\"rank\": " << r << ", \"stages\": " << ojson(plan.placement.rank_stages[static_cast<size_t>(r)]).dump();
+    os << "    {\"rank\": " << r
+       << ", \"stages\": " << ojson(plan.placement.rank_stages[static_cast<size_t>(r)]).dump();
     os << ",\n     \"compute\": " << actions_json(plan.compute[static_cast<size_t>(r)]).dump();
-    if (plan.is_lowered()) os << ",\n     \"actions\": " << actions_json(plan.lowered[static_cast<size_t>(r)]).dump();
+    if (plan.is_lowered())
+      os << ",\n     \"actions\": " << actions_json(plan.lowered[static_cast<size_t>(r)]).dump();
     os << "}" << (r + 1 < plan.pp() ? "," : "") << "\n";
   }
   os << "  ],\n";
@@ -129,15 +143,16 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
   try {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
-    throw UserError(fmt::format("not valid JSON: {}", e.what()), SourceLocation{input_name, 0, 0, ""});
+    throw UserError(fmt::format("not valid JSON: {}", e.what()),
+                    SourceLocation{input_name, 0, 0, ""});
   }
   if (!j.is_object()) rd.fail("(top level)", "expected an object");
   if (rd.string(j, "", "format") != "ppcompile-plan")
     rd.fail("format", "expected \"ppcompile-plan\" (is this a ppcompile --emit json plan?)");
   const int version = rd.integer(j, "", "version", 0, 1 << 30);
   if (version != Plan::kFormatVersion)
-    rd.fail("version", fmt::format("unsupported plan version {} (this build reads version {})", version,
-                                   Plan::kFormatVersion));
+    rd.fail("version", fmt::format("unsupported plan version {} (this build reads version {})",
+                                   version, Plan::kFormatVersion));
   Plan plan;
   plan.schedule = rd.string(j, "", "schedule");
   const int pp = rd.integer(j, "", "pp", 1, 4096);
@@ -145,9 +160,13 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
   plan.copies = rd.integer(j, "", "copies", 1, 2);
   const std::string placement = rd.string(j, "", "placement");
   PlacementStyle style;
-  if (placement == "loop") style = PlacementStyle::Loop;
-  else if (placement == "v") style = PlacementStyle::V;
-  else rd.fail("placement", fmt::format("unknown placement \"{}\" (expected \"loop\" or \"v\")", placement));
+  if (placement == "loop")
+    style = PlacementStyle::Loop;
+  else if (placement == "v")
+    style = PlacementStyle::V;
+  else
+    rd.fail("placement",
+            fmt::format("unknown placement \"{}\" (expected \"loop\" or \"v\")", placement));
 
   const json& layout = rd.field(j, "", "layout");
   plan.layout.source = rd.string(layout, "layout", "source");
@@ -164,7 +183,8 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
   if (num_stages < 1 || num_stages % pp != 0)
     rd.fail("layout.stages", fmt::format("{} stages cannot be placed on pp {}", num_stages, pp));
   if (style == PlacementStyle::V && num_stages != 2 * pp)
-    rd.fail("placement", fmt::format("V placement needs 2 * pp = {} stages, the plan has {}", 2 * pp, num_stages));
+    rd.fail("placement", fmt::format("V placement needs 2 * pp = {} stages, the plan has {}",
+                                     2 * pp, num_stages));
   plan.placement = make_placement(num_stages, pp, style);
   const json& sr = rd.array(j, "", "stage_ranks");
   if (sr.size() != static_cast<size_t>(num_stages))
@@ -172,13 +192,16 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
   for (size_t s = 0; s < sr.size(); ++s)
     if (!sr[s].is_number_integer() || sr[s].get<long long>() != plan.placement.stage_rank[s])
       rd.fail(fmt::format("stage_ranks[{}]", s),
-              fmt::format("expected rank {} for {} placement", plan.placement.stage_rank[s], placement));
+              fmt::format("expected rank {} for {} placement", plan.placement.stage_rank[s],
+                          placement));
   const int vpp = rd.integer(j, "", "vpp", 1, 1 << 20);
   if (vpp != plan.placement.vpp)
-    rd.fail("vpp", fmt::format("is {}, but {} stages on pp {} give {}", vpp, num_stages, pp, plan.placement.vpp));
+    rd.fail("vpp", fmt::format("is {}, but {} stages on pp {} give {}", vpp, num_stages, pp,
+                               plan.placement.vpp));
 
   const json& ranks = rd.array(j, "", "ranks");
-  if (ranks.size() != static_cast<size_t>(pp)) rd.fail("ranks", fmt::format("has {} entries, expected pp = {}", ranks.size(), pp));
+  if (ranks.size() != static_cast<size_t>(pp))
+    rd.fail("ranks", fmt::format("has {} entries, expected pp = {}", ranks.size(), pp));
   bool lowered = !ranks.empty() && ranks[0].is_object() && ranks[0].contains("actions");
   plan.compute.assign(static_cast<size_t>(pp), {});
   if (lowered) plan.lowered.assign(static_cast<size_t>(pp), {});
@@ -190,7 +213,8 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
       if (!arr[i].is_string()) rd.fail(p, "expected an action string such as \"0F1\"");
       auto a = parse_action(arr[i].get_ref<const std::string&>(), &err);
       if (!a) rd.fail(p, fmt::format("\"{}\": {}", arr[i].get<std::string>(), err));
-      if (is_comm(a->kind) && a->stage >= 0 && a->stage < num_stages) a->peer = comm_match(plan, *a).rank;
+      if (is_comm(a->kind) && a->stage >= 0 && a->stage < num_stages)
+        a->peer = comm_match(plan, *a).rank;
       out.push_back(*a);
     }
   };
@@ -199,17 +223,21 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
     if (rd.integer(ranks[r], path, "rank", 0, pp - 1) != static_cast<int>(r))
       rd.fail(path + ".rank", fmt::format("expected {}", r));
     read_actions(rd.array(ranks[r], path, "compute"), path + ".compute", plan.compute[r]);
-    if (lowered) read_actions(rd.array(ranks[r], path, "actions"), path + ".actions", plan.lowered[r]);
+    if (lowered)
+      read_actions(rd.array(ranks[r], path, "actions"), path + ".actions", plan.lowered[r]);
   }
   return plan;
 }
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(fmt::format("cannot open '{}' for reading", path), SourceLocation{path, 0, 0, ""});
+  if (!in)
+    throw UserError(fmt::format("cannot open '{}' for reading", path),
+                    SourceLocation{path, 0, 0, ""});
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) throw UserError(fmt::format("error reading '{}'", path), SourceLocation{path, 0, 0, ""});
+  if (in.bad())
+    throw UserError(fmt::format("error reading '{}'", path), SourceLocation{path, 0, 0, ""});
   return ss.str();
 }
 

@@ -28,14 +28,17 @@ class TempDir {
     std::string tmpl = (std::filesystem::temp_directory_path() / "ppcompile-dot-XXXXXX").string();
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    if (!mkdtemp(buf.data())) throw UserError(fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
+    if (!mkdtemp(buf.data()))
+      throw UserError(fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
     path_ = buf.data();
   }
   ~TempDir() {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
-  std::string file(const char* name) const { return (std::filesystem::path(path_) / name).string(); }
+  std::string file(const char* name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
 
  private:
   std::string path_;
@@ -49,22 +52,26 @@ std::string slurp(const std::string& path) {
 }
 
 UserError not_found(const std::string& binary) {
-  return UserError(fmt::format("cannot run '{}': Graphviz is not installed (apt-get install graphviz), or use "
-                               "--emit dot and render the graph elsewhere",
-                               binary));
+  return UserError(
+      fmt::format("cannot run '{}': Graphviz is not installed (apt-get install graphviz), or use "
+                  "--emit dot and render the graph elsewhere",
+                  binary));
 }
 
 }  // namespace
 
 std::string render_dot(const std::string& graph, const std::string& format, size_t nodes,
                        const std::string& dot_binary) {
-  if (format != "svg" && format != "png") throw UserError(fmt::format("dot cannot render '{}' here", format));
+  if (format != "svg" && format != "png")
+    throw UserError(fmt::format("dot cannot render '{}' here", format));
   if (nodes > kMaxDotNodes)
-    throw UserError(fmt::format("the dependency graph has {} nodes, too many for dot to lay out (at most {}): use "
-                                "--emit dot -o FILE and a faster engine (sfdp), or fewer microbatches",
-                                nodes, kMaxDotNodes));
+    throw UserError(fmt::format(
+        "the dependency graph has {} nodes, too many for dot to lay out (at most {}): use "
+        "--emit dot -o FILE and a faster engine (sfdp), or fewer microbatches",
+        nodes, kMaxDotNodes));
   TempDir dir;
-  const std::string in = dir.file("plan.dot"), out = dir.file("plan.out"), err = dir.file("dot.err");
+  const std::string in = dir.file("plan.dot"), out = dir.file("plan.out"),
+                    err = dir.file("dot.err");
   {
     std::ofstream f(in, std::ios::binary);
     f << graph;
@@ -86,7 +93,8 @@ std::string render_dot(const std::string& graph, const std::string& format, size
   if (rc != 0) throw UserError(fmt::format("cannot run '{}': {}", dot_binary, std::strerror(rc)));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw UserError(fmt::format("waiting for '{}': {}", dot_binary, std::strerror(errno)));
+    if (errno != EINTR)
+      throw UserError(fmt::format("waiting for '{}': {}", dot_binary, std::strerror(errno)));
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 127) throw not_found(dot_binary);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -23,9 +23,9 @@ struct ScheduleParams {
 
 // How many stages per rank a schedule takes.
 enum class VppRule : uint8_t {
-  One,     // exactly one stage per rank (1F1B, GPipe, ZB-H1, ZB-H2)
-  Any,     // any number (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble)
-  Two,     // exactly two (ZBV, DualPipeV)
+  One,  // exactly one stage per rank (1F1B, GPipe, ZB-H1, ZB-H2)
+  Any,  // any number (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble)
+  Two,  // exactly two (ZBV, DualPipeV)
 };
 
 struct ScheduleInfo {

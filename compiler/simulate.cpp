@@ -37,11 +37,16 @@ double action_cost(const Action& a, const std::vector<StageCost>& costs, const C
   auto part = [&](ActionKind k, int s) {
     const StageCost& c = costs[static_cast<size_t>(s)];
     switch (k) {
-      case ActionKind::F: return c.f;
-      case ActionKind::B: return c.b;
-      case ActionKind::I: return c.i;
-      case ActionKind::W: return c.w;
-      default: return 0.0;
+      case ActionKind::F:
+        return c.f;
+      case ActionKind::B:
+        return c.b;
+      case ActionKind::I:
+        return c.i;
+      case ActionKind::W:
+        return c.w;
+      default:
+        return 0.0;
     }
   };
   if (a.kind != ActionKind::OverlapFB) return part(a.kind, a.stage);
@@ -106,24 +111,37 @@ Simulation simulate(const Plan& plan, const CostModel& model) {
     const auto& times = ex.times[static_cast<size_t>(r)];
     double mem = 0;
     auto& points = sim.memory[static_cast<size_t>(r)];
-    points.reserve(2 * plan.compute[static_cast<size_t>(r)].size() + 1);  // at most a rise and a fall each
+    points.reserve(2 * plan.compute[static_cast<size_t>(r)].size() +
+                   1);  // at most a rise and a fall each
     points.push_back({0, 0});
     auto change = [&](double t, double delta) {
       mem += delta;
       if (mem < 1e-12 && mem > -1e-12) mem = 0;
-      if (!points.empty() && points.back().time == t) points.back().value = mem;
-      else points.push_back({t, mem});
-      sim.peak_memory[static_cast<size_t>(r)] = std::max(sim.peak_memory[static_cast<size_t>(r)], mem);
+      if (!points.empty() && points.back().time == t)
+        points.back().value = mem;
+      else
+        points.push_back({t, mem});
+      sim.peak_memory[static_cast<size_t>(r)] =
+          std::max(sim.peak_memory[static_cast<size_t>(r)], mem);
     };
     auto apply = [&](const Action& p, const Interval& iv) {
       const double act = costs[static_cast<size_t>(p.stage)].activation;
       const double keep = act * model.weight_grad_memory;
       switch (p.kind) {
-        case ActionKind::F: change(iv.start, act); break;
-        case ActionKind::B: change(iv.end, -act); break;
-        case ActionKind::I: change(iv.end, -(act - keep)); break;
-        case ActionKind::W: if (keep != 0) change(iv.end, -keep); break;
-        default: break;
+        case ActionKind::F:
+          change(iv.start, act);
+          break;
+        case ActionKind::B:
+          change(iv.end, -act);
+          break;
+        case ActionKind::I:
+          change(iv.end, -(act - keep));
+          break;
+        case ActionKind::W:
+          if (keep != 0) change(iv.end, -keep);
+          break;
+        default:
+          break;
       }
     };
     for (size_t i = 0; i < acts.size(); ++i) {
@@ -161,7 +179,8 @@ Simulation simulate(const Plan& plan, const CostModel& model) {
       sim.last_end[ru] = times[last - 1].end;
       sim.steady_period = std::max(sim.steady_period, sim.last_end[ru] - sim.first_start[ru]);
     }
-    for (int s : plan.placement.rank_stages[ru]) sim.param_memory[ru] += costs[static_cast<size_t>(s)].params;
+    for (int s : plan.placement.rank_stages[ru])
+      sim.param_memory[ru] += costs[static_cast<size_t>(s)].params;
   }
   sim.rank_bubble.assign(static_cast<size_t>(pp), 0.0);
   double total_busy = 0;

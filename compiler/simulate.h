@@ -31,9 +31,9 @@ struct CostModel {
   std::array<LayerCost, 4> layers{};  // indexed by LayerKind: E, t, m, L
   // What an empty stage (or a generic --stages stage) costs when unit == false.
   LayerCost empty_stage{};
-  double latency = 0;          // per message
-  double bandwidth = 0;        // bytes per time unit; 0 = infinite
-  double message_bytes = 0;    // size of one activation / gradient message
+  double latency = 0;        // per message
+  double bandwidth = 0;      // bytes per time unit; 0 = infinite
+  double message_bytes = 0;  // size of one activation / gradient message
   // Fraction of a microbatch's activation memory kept after I until its W (0 = freed at I).
   double weight_grad_memory = 0;
   // An OverlapFB takes max(F, B) + (1 - overlap) * min(F, B); 0 = no overlap (F + B).
@@ -74,24 +74,24 @@ struct MemoryPoint {
 
 struct Simulation {
   double makespan = 0;
-  std::vector<double> busy;         // per rank: time spent computing
-  std::vector<double> rank_bubble;  // per rank: 1 - busy / makespan
-  double bubble = 0;                // overall: 1 - sum(busy) / (pp * makespan)
-  std::vector<double> peak_memory;  // per rank: peak activation memory
+  std::vector<double> busy;                      // per rank: time spent computing
+  std::vector<double> rank_bubble;               // per rank: 1 - busy / makespan
+  double bubble = 0;                             // overall: 1 - sum(busy) / (pp * makespan)
+  std::vector<double> peak_memory;               // per rank: peak activation memory
   std::vector<std::vector<MemoryPoint>> memory;  // per rank, activation memory after each change
   double comm_bytes = 0;
   size_t messages = 0;
   std::vector<std::vector<Interval>> times;  // per rank, per lowered action
-  bool unit = true;                 // costs were unit costs (memory counts microbatch-stages)
+  bool unit = true;  // costs were unit costs (memory counts microbatch-stages)
 
   // Iterations back to back: each rank starts the next step as soon as it has finished this one
   // (the zero-bubble paper's optimizer post-validation), so a step costs the longest span of a rank
   // from its first compute to its last. This is the bubble the ZB-H2 and ZBV "zero" refers to.
-  std::vector<double> first_start;  // per rank: start of its first compute action
-  std::vector<double> last_end;     // per rank: end of its last compute action
-  double steady_period = 0;         // max over ranks of last_end - first_start
-  double steady_bubble = 0;         // 1 - sum(busy) / (pp * steady_period)
-  std::vector<double> param_memory; // per rank: parameters of the stages it holds (both copies)
+  std::vector<double> first_start;   // per rank: start of its first compute action
+  std::vector<double> last_end;      // per rank: end of its last compute action
+  double steady_period = 0;          // max over ranks of last_end - first_start
+  double steady_bubble = 0;          // 1 - sum(busy) / (pp * steady_period)
+  std::vector<double> param_memory;  // per rank: parameters of the stages it holds (both copies)
 };
 
 // `plan` must be lowered and verified. Throws UserError if it does not run to completion.

@@ -20,7 +20,8 @@ int producer_rank(const Plan& plan, const Need& n, int rank) {
       int q = plan.next_stage(n.stage);
       return q >= 0 ? plan.rank_of(q) : -1;
     }
-    default: return rank;
+    default:
+      return rank;
   }
 }
 
@@ -32,8 +33,8 @@ std::string describe_need(const Plan& plan, const Need& n, int rank) {
       return fmt::format("the activation of stage {} microbatch {} from rank {}",
                          plan.prev_stage(n.stage), n.microbatch, producer_rank(plan, n, rank));
     case Event::RecvB:
-      return fmt::format("the gradient of stage {} microbatch {} from rank {}", plan.next_stage(n.stage),
-                         n.microbatch, producer_rank(plan, n, rank));
+      return fmt::format("the gradient of stage {} microbatch {} from rank {}",
+                         plan.next_stage(n.stage), n.microbatch, producer_rank(plan, n, rank));
     default:
       return fmt::format("its own {} of stage {} microbatch {}, which comes later in its order",
                          event_description(n.event), n.stage, n.microbatch);

@@ -12,10 +12,10 @@ namespace ppc {
 
 struct StuckRank {
   int rank = 0;
-  int index = 0;         // position of the action it is stuck at, in the order being run
-  std::string at;        // "its action 5 (4F0)" or "its actions 3-4 (batch 0SEND_F1, 0RECV_B0)"
-  std::string waits_for; // "the activation of stage 3 microbatch 0 from rank 3"
-  int waits_on = -1;     // the rank that must act first; -1 if none will
+  int index = 0;          // position of the action it is stuck at, in the order being run
+  std::string at;         // "its action 5 (4F0)" or "its actions 3-4 (batch 0SEND_F1, 0RECV_B0)"
+  std::string waits_for;  // "the activation of stage 3 microbatch 0 from rank 3"
+  int waits_on = -1;      // the rank that must act first; -1 if none will
 };
 
 // Describes a rank stuck at compute action `a` (position `index`), whose first unmet need

@@ -31,7 +31,8 @@ class Verifier {
     std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
     size_t total = 0;
     for (const auto& r : plan_.order()) total += r.size();
-    parallel_for(plan_.pp(), worth_threads(total), [&](int r) { scan_rank(r, scans[static_cast<size_t>(r)]); });
+    parallel_for(plan_.pp(), worth_threads(total),
+                 [&](int r) { scan_rank(r, scans[static_cast<size_t>(r)]); });
     for (auto& sc : scans) {
       rep_.compute_actions += sc.compute_actions;
       rep_.comm_actions += sc.comm_actions;
@@ -54,8 +55,10 @@ class Verifier {
 
  private:
   void error(std::string msg) {
-    if (rep_.errors.size() < max_errors_) rep_.errors.push_back(std::move(msg));
-    else rep_.truncated = true;
+    if (rep_.errors.size() < max_errors_)
+      rep_.errors.push_back(std::move(msg));
+    else
+      rep_.truncated = true;
   }
   std::string where(int rank, size_t i, const Action& a) const {
     return fmt::format("rank {}, action {} ({})", rank, i, to_string(a));
@@ -64,20 +67,23 @@ class Verifier {
   bool check_shape() {
     const int pp = plan_.pp();
     if (pp < 1 || plan_.num_stages() < 1 || plan_.microbatches < 1) {
-      error(fmt::format("plan has pp {}, {} stages and {} microbatches; each must be at least 1", pp,
-                        plan_.num_stages(), plan_.microbatches));
+      error(fmt::format("plan has pp {}, {} stages and {} microbatches; each must be at least 1",
+                        pp, plan_.num_stages(), plan_.microbatches));
       return false;
     }
     if (plan_.copies < 1 || plan_.num_stages() % plan_.copies != 0) {
-      error(fmt::format("plan has {} model copies for {} stages", plan_.copies, plan_.num_stages()));
+      error(
+          fmt::format("plan has {} model copies for {} stages", plan_.copies, plan_.num_stages()));
       return false;
     }
     if (static_cast<int>(plan_.compute.size()) != pp) {
-      error(fmt::format("plan has compute orders for {} ranks, expected pp = {}", plan_.compute.size(), pp));
+      error(fmt::format("plan has compute orders for {} ranks, expected pp = {}",
+                        plan_.compute.size(), pp));
       return false;
     }
     if (plan_.is_lowered() && static_cast<int>(plan_.lowered.size()) != pp) {
-      error(fmt::format("plan has lowered orders for {} ranks, expected pp = {}", plan_.lowered.size(), pp));
+      error(fmt::format("plan has lowered orders for {} ranks, expected pp = {}",
+                        plan_.lowered.size(), pp));
       return false;
     }
     for (int s = 0; s < plan_.num_stages(); ++s) {
@@ -96,8 +102,10 @@ class Verifier {
     bool truncated = false;
     size_t compute_actions = 0, comm_actions = 0;
     void error(std::string msg, size_t max) {
-      if (errors.size() < max) errors.push_back(std::move(msg));
-      else truncated = true;
+      if (errors.size() < max)
+        errors.push_back(std::move(msg));
+      else
+        truncated = true;
     }
   };
 
@@ -113,8 +121,8 @@ class Verifier {
     auto error = [&](std::string msg) { out.error(std::move(msg), max_errors_); };
     const int s = a.stage, mb = a.microbatch;
     if (s < 0 || s >= plan_.num_stages()) {
-      error(fmt::format("{}: stage {} does not exist (the plan has stages 0..{})", where(rank, i, whole), s,
-                        plan_.num_stages() - 1));
+      error(fmt::format("{}: stage {} does not exist (the plan has stages 0..{})",
+                        where(rank, i, whole), s, plan_.num_stages() - 1));
       return false;
     }
     if (mb < 0 || mb >= plan_.microbatches) {
@@ -128,25 +136,28 @@ class Verifier {
       return false;
     }
     if (!plan_.runs(s, mb)) {
-      error(fmt::format("{}: microbatch {} goes through model copy {}, but stage {} belongs to copy {}",
-                        where(rank, i, whole), mb, plan_.copy_of_microbatch(mb), s, plan_.copy_of_stage(s)));
+      error(fmt::format(
+          "{}: microbatch {} goes through model copy {}, but stage {} belongs to copy {}",
+          where(rank, i, whole), mb, plan_.copy_of_microbatch(mb), s, plan_.copy_of_stage(s)));
       return false;
     }
     if (!is_comm(a.kind)) return true;
     const CommMatch m = comm_match(plan_, a);
     if (m.stage < 0) {
-      error(fmt::format("{}: stage {} has no {} stage to exchange with", where(rank, i, whole), s,
-                        (a.kind == ActionKind::SendF || a.kind == ActionKind::RecvB) ? "next" : "previous"));
+      error(fmt::format(
+          "{}: stage {} has no {} stage to exchange with", where(rank, i, whole), s,
+          (a.kind == ActionKind::SendF || a.kind == ActionKind::RecvB) ? "next" : "previous"));
       return false;
     }
     if (m.rank == rank) {
-      error(fmt::format("{}: stages {} and {} are both on rank {}; they pass tensors locally, without SEND/RECV",
-                        where(rank, i, whole), s, m.stage, rank));
+      error(fmt::format(
+          "{}: stages {} and {} are both on rank {}; they pass tensors locally, without SEND/RECV",
+          where(rank, i, whole), s, m.stage, rank));
       return false;
     }
     if (a.peer >= 0 && a.peer != m.rank) {
-      error(fmt::format("{}: peer is rank {}, but stage {} is on rank {}", where(rank, i, whole), a.peer,
-                        m.stage, m.rank));
+      error(fmt::format("{}: peer is rank {}, but stage {} is on rank {}", where(rank, i, whole),
+                        a.peer, m.stage, m.rank));
       return false;
     }
     return true;
@@ -159,8 +170,10 @@ class Verifier {
       ++out.compute_actions;
     } else {
       check_part(rank, i, a, a, out);
-      if (is_comm(a.kind)) ++out.comm_actions;
-      else ++out.compute_actions;
+      if (is_comm(a.kind))
+        ++out.comm_actions;
+      else
+        ++out.compute_actions;
     }
   }
 
@@ -178,53 +191,63 @@ class Verifier {
       check_action(r, i, low[i], out);
       if (is_comm(low[i].kind) || !same) continue;
       if (k >= comp.size() || !(comp[k] == low[i])) {
-        error(fmt::format("{}: the lowered order's compute actions differ from the compute order{}",
-                          where(r, i, low[i]),
-                          k < comp.size() ? fmt::format(" (which has {} there)", to_string(comp[k])) : ""));
+        error(fmt::format(
+            "{}: the lowered order's compute actions differ from the compute order{}",
+            where(r, i, low[i]),
+            k < comp.size() ? fmt::format(" (which has {} there)", to_string(comp[k])) : ""));
         same = false;
       }
       ++k;
     }
     if (same && k < comp.size())
-      error(fmt::format("rank {}: the lowered order lacks compute action {} ({})", r, k, to_string(comp[k])));
+      error(fmt::format("rank {}: the lowered order lacks compute action {} ({})", r, k,
+                        to_string(comp[k])));
   }
 
   size_t cindex(ActionKind k, int s, int mb) const {
-    return (static_cast<size_t>(k) * plan_.num_stages() + static_cast<size_t>(s)) * plan_.microbatches +
+    return (static_cast<size_t>(k) * plan_.num_stages() + static_cast<size_t>(s)) *
+               plan_.microbatches +
            static_cast<size_t>(mb);
   }
 
   void check_counts() {
     const int S = plan_.num_stages(), M = plan_.microbatches;
-    auto n = [&](ActionKind k, int s, int mb) { return static_cast<int>(count_[cindex(k, s, mb)]); };
+    auto n = [&](ActionKind k, int s, int mb) {
+      return static_cast<int>(count_[cindex(k, s, mb)]);
+    };
     for (int s = 0; s < S; ++s) {
       for (int mb = 0; mb < M; ++mb) {
         if (!plan_.runs(s, mb)) continue;
-        const int f = n(ActionKind::F, s, mb), b = n(ActionKind::B, s, mb), i = n(ActionKind::I, s, mb),
-                  w = n(ActionKind::W, s, mb);
+        const int f = n(ActionKind::F, s, mb), b = n(ActionKind::B, s, mb),
+                  i = n(ActionKind::I, s, mb), w = n(ActionKind::W, s, mb);
         const int r = plan_.rank_of(s);
         if (f != 1)
-          error(fmt::format("rank {}: stage {} microbatch {} has {} forwards (F), expected exactly 1", r, s, mb, f));
+          error(
+              fmt::format("rank {}: stage {} microbatch {} has {} forwards (F), expected exactly 1",
+                          r, s, mb, f));
         if (!((b == 1 && i == 0 && w == 0) || (b == 0 && i == 1 && w == 1)))
-          error(fmt::format("rank {}: stage {} microbatch {} has {} B, {} I and {} W; expected one B, or one I "
-                            "and one W",
-                            r, s, mb, b, i, w));
+          error(fmt::format(
+              "rank {}: stage {} microbatch {} has {} B, {} I and {} W; expected one B, or one I "
+              "and one W",
+              r, s, mb, b, i, w));
         if (!plan_.is_lowered()) continue;
         if (forward_crosses_ranks(plan_, s)) {
           const int nx = plan_.next_stage(s);
           const int sf = n(ActionKind::SendF, s, mb), rf = n(ActionKind::RecvF, nx, mb);
           if (sf != 1 || rf != 1)
-            error(fmt::format("activation of stage {} microbatch {} (rank {} -> rank {}): {} SEND_F and {} "
-                              "RECV_F, expected one of each",
-                              s, mb, r, plan_.rank_of(nx), sf, rf));
+            error(fmt::format(
+                "activation of stage {} microbatch {} (rank {} -> rank {}): {} SEND_F and {} "
+                "RECV_F, expected one of each",
+                s, mb, r, plan_.rank_of(nx), sf, rf));
         }
         if (backward_crosses_ranks(plan_, s)) {
           const int pv = plan_.prev_stage(s);
           const int sb = n(ActionKind::SendB, s, mb), rb = n(ActionKind::RecvB, pv, mb);
           if (sb != 1 || rb != 1)
-            error(fmt::format("gradient of stage {} microbatch {} (rank {} -> rank {}): {} SEND_B and {} "
-                              "RECV_B, expected one of each",
-                              s, mb, r, plan_.rank_of(pv), sb, rb));
+            error(fmt::format(
+                "gradient of stage {} microbatch {} (rank {} -> rank {}): {} SEND_B and {} "
+                "RECV_B, expected one of each",
+                s, mb, r, plan_.rank_of(pv), sb, rb));
         }
       }
       if (rep_.truncated) return;
@@ -252,8 +275,10 @@ std::vector<int> peak_inflight(const Plan& plan) {
   for (int r = 0; r < plan.pp() && r < static_cast<int>(plan.compute.size()); ++r) {
     int cur = 0, peak = 0;
     for (const Action& a : plan.compute[static_cast<size_t>(r)]) {
-      if (a.kind == ActionKind::F) ++cur;
-      else if (is_backward_input(a.kind)) --cur;
+      if (a.kind == ActionKind::F)
+        ++cur;
+      else if (is_backward_input(a.kind))
+        --cur;
       else if (a.kind == ActionKind::OverlapFB) {
         ++cur;  // the forward part runs first
         peak = std::max(peak, cur);
@@ -272,8 +297,9 @@ VerifyReport verify(const Plan& plan, size_t max_errors) {
     Verifier v(plan, rep, std::max<size_t>(max_errors, 1));
     v.run();
   } else {
-    rep.errors.push_back(fmt::format("plan has {} stages and {} microbatches; each must be at least 1",
-                                     plan.num_stages(), plan.microbatches));
+    rep.errors.push_back(
+        fmt::format("plan has {} stages and {} microbatches; each must be at least 1",
+                    plan.num_stages(), plan.microbatches));
   }
   rep.peak_inflight = peak_inflight(plan);
   return rep;

@@ -32,7 +32,7 @@ struct VerifyReport {
   std::vector<int> peak_inflight;   // per rank
   size_t compute_actions = 0;
   size_t comm_actions = 0;
-  size_t batches = 0;               // communication batches (lowered plans)
+  size_t batches = 0;  // communication batches (lowered plans)
 
   bool ok() const { return errors.empty(); }
 };

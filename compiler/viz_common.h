@@ -24,15 +24,22 @@ struct Rgb {
 
 inline Rgb kind_rgb(ActionKind k) {
   switch (k) {
-    case ActionKind::F: return {0x4E, 0x79, 0xA7};          // blue
-    case ActionKind::B: return {0x59, 0xA1, 0x4F};          // green
-    case ActionKind::I: return {0xF2, 0x8E, 0x2B};          // orange
-    case ActionKind::W: return {0xB0, 0x7A, 0xA1};          // purple
-    case ActionKind::OverlapFB: return {0xED, 0xC9, 0x48};  // gold
+    case ActionKind::F:
+      return {0x4E, 0x79, 0xA7};  // blue
+    case ActionKind::B:
+      return {0x59, 0xA1, 0x4F};  // green
+    case ActionKind::I:
+      return {0xF2, 0x8E, 0x2B};  // orange
+    case ActionKind::W:
+      return {0xB0, 0x7A, 0xA1};  // purple
+    case ActionKind::OverlapFB:
+      return {0xED, 0xC9, 0x48};  // gold
     case ActionKind::SendF:
-    case ActionKind::RecvF: return {0x2B, 0x4C, 0x7E};      // dark blue: activations
+    case ActionKind::RecvF:
+      return {0x2B, 0x4C, 0x7E};  // dark blue: activations
     case ActionKind::SendB:
-    case ActionKind::RecvB: return {0x8C, 0x2D, 0x19};      // dark red: gradients
+    case ActionKind::RecvB:
+      return {0x8C, 0x2D, 0x19};  // dark red: gradients
   }
   return {0x88, 0x88, 0x88};
 }
@@ -40,37 +47,53 @@ inline Rgb kind_rgb(ActionKind k) {
 // Short class / legend name of a kind: "F", "B", "I", "W", "X" (overlap), "SF", "RF", "SB", "RB".
 inline const char* kind_class(ActionKind k) {
   switch (k) {
-    case ActionKind::F: return "F";
-    case ActionKind::B: return "B";
-    case ActionKind::I: return "I";
-    case ActionKind::W: return "W";
-    case ActionKind::OverlapFB: return "X";
-    case ActionKind::SendF: return "SF";
-    case ActionKind::RecvF: return "RF";
-    case ActionKind::SendB: return "SB";
-    case ActionKind::RecvB: return "RB";
+    case ActionKind::F:
+      return "F";
+    case ActionKind::B:
+      return "B";
+    case ActionKind::I:
+      return "I";
+    case ActionKind::W:
+      return "W";
+    case ActionKind::OverlapFB:
+      return "X";
+    case ActionKind::SendF:
+      return "SF";
+    case ActionKind::RecvF:
+      return "RF";
+    case ActionKind::SendB:
+      return "SB";
+    case ActionKind::RecvB:
+      return "RB";
   }
   return "?";
 }
 
 inline const char* kind_description(ActionKind k) {
   switch (k) {
-    case ActionKind::F: return "forward";
-    case ActionKind::B: return "backward";
-    case ActionKind::I: return "backward (input grad)";
-    case ActionKind::W: return "backward (weight grad)";
-    case ActionKind::OverlapFB: return "overlapped F + B";
+    case ActionKind::F:
+      return "forward";
+    case ActionKind::B:
+      return "backward";
+    case ActionKind::I:
+      return "backward (input grad)";
+    case ActionKind::W:
+      return "backward (weight grad)";
+    case ActionKind::OverlapFB:
+      return "overlapped F + B";
     case ActionKind::SendF:
-    case ActionKind::RecvF: return "activation transfer";
+    case ActionKind::RecvF:
+      return "activation transfer";
     case ActionKind::SendB:
-    case ActionKind::RecvB: return "gradient transfer";
+    case ActionKind::RecvB:
+      return "gradient transfer";
   }
   return "?";
 }
 
 // The compute kinds in legend order.
-inline constexpr ActionKind kComputeKinds[] = {ActionKind::F, ActionKind::B, ActionKind::I, ActionKind::W,
-                                               ActionKind::OverlapFB};
+inline constexpr ActionKind kComputeKinds[] = {ActionKind::F, ActionKind::B, ActionKind::I,
+                                               ActionKind::W, ActionKind::OverlapFB};
 
 // Virtual chunk c of vpp: chunk 0 in the full color, later chunks lighter (mixed with white, up
 // to 55 %), so that the chunks of one rank stay the same hue but can be told apart.
@@ -81,10 +104,14 @@ inline Rgb shade(Rgb c, int chunk, int vpp) {
   return {mix(c.r), mix(c.g), mix(c.b)};
 }
 
-inline std::string hex(Rgb c) { return fmt::format("#{:02x}{:02x}{:02x}", c.r, c.g, c.b); }
+inline std::string hex(Rgb c) {
+  return fmt::format("#{:02x}{:02x}{:02x}", c.r, c.g, c.b);
+}
 
 // Dark text on light fills, white text on dark ones (relative luminance, sRGB approximation).
-inline bool is_light(Rgb c) { return 0.299 * c.r + 0.587 * c.g + 0.114 * c.b > 150; }
+inline bool is_light(Rgb c) {
+  return 0.299 * c.r + 0.587 * c.g + 0.114 * c.b > 150;
+}
 
 // The chunk that colors an action: the (forward part's) stage's chunk on its rank.
 inline int chunk_of(const Plan& plan, const Action& a) {
@@ -95,12 +122,23 @@ inline int chunk_of(const Plan& plan, const Action& a) {
 inline void append_escaped(std::string& out, std::string_view s) {
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
 }
@@ -136,7 +174,8 @@ inline std::vector<Transfer> transfers(const Plan& plan) {
   for (int r = 0; r < plan.pp(); ++r) {
     const auto& acts = plan.lowered[static_cast<size_t>(r)];
     for (size_t i = 0; i < acts.size(); ++i)
-      if (is_recv(acts[i].kind)) pos.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) = static_cast<int32_t>(i);
+      if (is_recv(acts[i].kind))
+        pos.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) = static_cast<int32_t>(i);
   }
   for (int r = 0; r < plan.pp(); ++r) {
     const auto& acts = plan.lowered[static_cast<size_t>(r)];

@@ -42,8 +42,9 @@ TokenSource TokenSource::synthetic(int vocab, uint64_t seed) {
   s.successors_.resize(static_cast<size_t>(vocab) * kSuccessors);
   for (int t = 0; t < vocab; ++t)
     for (int k = 0; k < kSuccessors; ++k)
-      s.successors_[static_cast<size_t>(t * kSuccessors + k)] =
-          static_cast<int32_t>(mix64(mix64(seed, 0x5EED), static_cast<uint64_t>(t * kSuccessors + k)) % static_cast<uint64_t>(vocab));
+      s.successors_[static_cast<size_t>(t * kSuccessors + k)] = static_cast<int32_t>(
+          mix64(mix64(seed, 0x5EED), static_cast<uint64_t>(t * kSuccessors + k)) %
+          static_cast<uint64_t>(vocab));
   return s;
 }
 
@@ -52,13 +53,19 @@ TokenSource TokenSource::from_file(const std::string& path, int vocab, int seq_l
     throw ppc::UserError(fmt::format("byte-level data needs vocab >= 256, the model has {}", vocab),
                          ppc::SourceLocation{"--data", 0, 0, ""});
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ppc::UserError(fmt::format("cannot open data file '{}'", path), ppc::SourceLocation{"--data", 0, 0, ""});
-  auto bytes = std::make_shared<std::vector<uint8_t>>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) throw ppc::UserError(fmt::format("error reading data file '{}'", path), ppc::SourceLocation{"--data", 0, 0, ""});
-  if (bytes->size() < static_cast<size_t>(seq_len) + 1)
-    throw ppc::UserError(fmt::format("data file '{}' has {} bytes; one sequence needs seq_len + 1 = {}", path, bytes->size(),
-                                     seq_len + 1),
+  if (!in)
+    throw ppc::UserError(fmt::format("cannot open data file '{}'", path),
                          ppc::SourceLocation{"--data", 0, 0, ""});
+  auto bytes = std::make_shared<std::vector<uint8_t>>(std::istreambuf_iterator<char>(in),
+                                                      std::istreambuf_iterator<char>());
+  if (in.bad())
+    throw ppc::UserError(fmt::format("error reading data file '{}'", path),
+                         ppc::SourceLocation{"--data", 0, 0, ""});
+  if (bytes->size() < static_cast<size_t>(seq_len) + 1)
+    throw ppc::UserError(
+        fmt::format("data file '{}' has {} bytes; one sequence needs seq_len + 1 = {}", path,
+                    bytes->size(), seq_len + 1),
+        ppc::SourceLocation{"--data", 0, 0, ""});
   TokenSource s;
   s.path_ = path;
   s.bytes_ = std::move(bytes);

@@ -42,6 +42,8 @@ class TokenSource {
 
 // Counter-based random numbers (splitmix64): the same on every rank and platform.
 uint64_t mix64(uint64_t x);
-inline uint64_t mix64(uint64_t a, uint64_t b) { return mix64(a ^ mix64(b + 0x9E3779B97F4A7C15ull)); }
+inline uint64_t mix64(uint64_t a, uint64_t b) {
+  return mix64(a ^ mix64(b + 0x9E3779B97F4A7C15ull));
+}
 
 }  // namespace pprt

@@ -16,7 +16,9 @@ using ppc::ActionKind;
 namespace {
 
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 // What a (stage, microbatch) holds between its actions within a step.
@@ -61,38 +63,55 @@ struct Executor::Impl {
   int inflight = 0;
   int64_t waited = 0;  // within the current compute action
 
-  Impl(const ppc::Plan& p, int r, std::vector<Stage*> st, const ModelConfig& c, Transport* t, const at::Device& d,
-       ExecutorOptions o)
-      : plan(p), rank(r), stages(std::move(st)), cfg(c), transport(t), device(d), opts(o),
-        actions(p.order()[static_cast<size_t>(r)]), mbs(p.microbatches), inv_mbs(1.0 / p.microbatches) {
+  Impl(const ppc::Plan& p, int r, std::vector<Stage*> st, const ModelConfig& c, Transport* t,
+       const at::Device& d, ExecutorOptions o)
+      : plan(p),
+        rank(r),
+        stages(std::move(st)),
+        cfg(c),
+        transport(t),
+        device(d),
+        opts(o),
+        actions(p.order()[static_cast<size_t>(r)]),
+        mbs(p.microbatches),
+        inv_mbs(1.0 / p.microbatches) {
     local.assign(static_cast<size_t>(plan.num_stages()), -1);
     const auto& held = plan.placement.rank_stages[static_cast<size_t>(rank)];
     PPC_INTERNAL_ASSERT(held.size() == stages.size(), "one Stage per stage the rank holds");
-    for (size_t i = 0; i < held.size(); ++i) local[static_cast<size_t>(held[i])] = static_cast<int>(i);
+    for (size_t i = 0; i < held.size(); ++i)
+      local[static_cast<size_t>(held[i])] = static_cast<int>(i);
     batch_end.assign(actions.size(), 0);
     for (size_t i = actions.size(); i-- > 0;)
       if (ppc::is_comm(actions[i].kind))
-        batch_end[i] = (i + 1 < actions.size() && ppc::is_comm(actions[i + 1].kind)) ? batch_end[i + 1] : i + 1;
+        batch_end[i] = (i + 1 < actions.size() && ppc::is_comm(actions[i + 1].kind))
+                           ? batch_end[i + 1]
+                           : i + 1;
     slots.resize(stages.size() * static_cast<size_t>(mbs));
   }
 
   Slot& slot(int stage, int mb) {
-    return slots[static_cast<size_t>(local[static_cast<size_t>(stage)]) * static_cast<size_t>(mbs) + static_cast<size_t>(mb)];
+    return slots[static_cast<size_t>(local[static_cast<size_t>(stage)]) * static_cast<size_t>(mbs) +
+                 static_cast<size_t>(mb)];
   }
-  Stage& stage_of(int stage) { return *stages[static_cast<size_t>(local[static_cast<size_t>(stage)])]; }
+  Stage& stage_of(int stage) {
+    return *stages[static_cast<size_t>(local[static_cast<size_t>(stage)])];
+  }
   bool is_local(int stage) const { return stage >= 0 && local[static_cast<size_t>(stage)] >= 0; }
 
   uint32_t tag(int sender_stage, int mb, bool backward) const {
-    return static_cast<uint32_t>((static_cast<int64_t>(sender_stage) * mbs + mb) * 2 + (backward ? 1 : 0));
+    return static_cast<uint32_t>((static_cast<int64_t>(sender_stage) * mbs + mb) * 2 +
+                                 (backward ? 1 : 0));
   }
 
   [[noreturn]] void comm_failed(size_t index, const std::exception& e, int peer) {
-    throw CommFailure(fmt::format("action {} ({}): {}", index, ppc::to_string(actions[index]), e.what()), peer);
+    throw CommFailure(
+        fmt::format("action {} ({}): {}", index, ppc::to_string(actions[index]), e.what()), peer);
   }
 
   // Waits for a pending receive or send; returns how long it waited.
   int64_t wait(std::unique_ptr<Work>& w, size_t index) {
-    PPC_INTERNAL_ASSERT(w != nullptr, fmt::format("rank {}: nothing pending for action {}", rank, index));
+    PPC_INTERNAL_ASSERT(w != nullptr,
+                        fmt::format("rank {}: nothing pending for action {}", rank, index));
     const int64_t t0 = now_ns();
     try {
       w->wait(opts.timeout);
@@ -106,7 +125,8 @@ struct Executor::Impl {
   }
 
   at::Tensor activation_buffer() const {
-    return at::empty({b, cfg.seq_len, cfg.hidden}, at::TensorOptions().dtype(at::kFloat).device(device));
+    return at::empty({b, cfg.seq_len, cfg.hidden},
+                     at::TensorOptions().dtype(at::kFloat).device(device));
   }
 
   void post_batch(size_t begin, size_t end) {
@@ -119,23 +139,28 @@ struct Executor::Impl {
       switch (a.kind) {
         case ActionKind::SendF:
           sends.push_back(PendingSend{sl.output.detach().contiguous(), nullptr, j});
-          ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, false), &sends.back().tensor});
+          ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, false),
+                              &sends.back().tensor});
           break;
         case ActionKind::SendB:
           sends.push_back(PendingSend{std::move(sl.grad_input).contiguous(), nullptr, j});
-          ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, true), &sends.back().tensor});
+          ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, true),
+                              &sends.back().tensor});
           break;
         case ActionKind::RecvF:
           sl.recv_act = activation_buffer();
           sl.recv_act_index = j;
-          ops.push_back(P2POp{P2POp::Kind::Recv, a.peer, tag(plan.prev_stage(a.stage), a.microbatch, false), &sl.recv_act});
+          ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
+                              tag(plan.prev_stage(a.stage), a.microbatch, false), &sl.recv_act});
           break;
         case ActionKind::RecvB:
           sl.recv_grad = activation_buffer();
           sl.recv_grad_index = j;
-          ops.push_back(P2POp{P2POp::Kind::Recv, a.peer, tag(plan.next_stage(a.stage), a.microbatch, true), &sl.recv_grad});
+          ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
+                              tag(plan.next_stage(a.stage), a.microbatch, true), &sl.recv_grad});
           break;
-        default: PPC_INTERNAL_ASSERT(false, "a batch holds only SEND/RECV");
+        default:
+          PPC_INTERNAL_ASSERT(false, "a batch holds only SEND/RECV");
       }
     }
     // `sends` must not reallocate while ops point into it: reserved for the whole step.
@@ -148,9 +173,12 @@ struct Executor::Impl {
     size_t next_send = first_send;
     for (size_t j = begin, k = 0; j < end; ++j, ++k) {
       const Action& a = actions[j];
-      if (ppc::is_send(a.kind)) sends[next_send++].work = std::move(works[k]);
-      else if (a.kind == ActionKind::RecvF) slot(a.stage, a.microbatch).recv_act_work = std::move(works[k]);
-      else slot(a.stage, a.microbatch).recv_grad_work = std::move(works[k]);
+      if (ppc::is_send(a.kind))
+        sends[next_send++].work = std::move(works[k]);
+      else if (a.kind == ActionKind::RecvF)
+        slot(a.stage, a.microbatch).recv_act_work = std::move(works[k]);
+      else
+        slot(a.stage, a.microbatch).recv_grad_work = std::move(works[k]);
     }
   }
 
@@ -167,7 +195,8 @@ struct Executor::Impl {
       waited += wait(sl.recv_act_work, sl.recv_act_index);
       input = std::move(sl.recv_act).requires_grad_(true);
     }
-    at::Tensor tg = st.has_loss() ? targets.narrow(0, static_cast<int64_t>(mb) * b, b) : at::Tensor();
+    at::Tensor tg =
+        st.has_loss() ? targets.narrow(0, static_cast<int64_t>(mb) * b, b) : at::Tensor();
     at::Tensor out = st.forward(input, tg, &sl.stash);
     if (st.has_loss()) {
       sl.loss = out.detach();
@@ -189,8 +218,10 @@ struct Executor::Impl {
       grad_out = std::move(sl.recv_grad);
     }
     sl.stash.defer = input_only;
-    if (grad_out.defined()) torch::autograd::backward({sl.output}, {grad_out});
-    else torch::autograd::backward({sl.output});
+    if (grad_out.defined())
+      torch::autograd::backward({sl.output}, {grad_out});
+    else
+      torch::autograd::backward({sl.output});
     if (sl.input.defined()) sl.grad_input = sl.input.grad();
     sl.input = at::Tensor();
     sl.output = at::Tensor();
@@ -204,17 +235,26 @@ struct Executor::Impl {
     const int64_t t0 = now_ns();
     waited = 0;
     switch (a.kind) {
-      case ActionKind::F: forward(a.stage, a.microbatch); break;
-      case ActionKind::B: backward(a.stage, a.microbatch, false); break;
-      case ActionKind::I: backward(a.stage, a.microbatch, true); break;
-      case ActionKind::W: weight(a.stage, a.microbatch); break;
+      case ActionKind::F:
+        forward(a.stage, a.microbatch);
+        break;
+      case ActionKind::B:
+        backward(a.stage, a.microbatch, false);
+        break;
+      case ActionKind::I:
+        backward(a.stage, a.microbatch, true);
+        break;
+      case ActionKind::W:
+        weight(a.stage, a.microbatch);
+        break;
       case ActionKind::OverlapFB: {
         forward(a.stage, a.microbatch);
         const Action bp = a.backward_part();
         backward(bp.stage, bp.microbatch, bp.kind == ActionKind::I);
         break;
       }
-      default: PPC_INTERNAL_ASSERT(false, "not a compute action");
+      default:
+        PPC_INTERNAL_ASSERT(false, "not a compute action");
     }
     const int64_t t1 = now_ns();
     // Shown as waiting first, then computing (an OVERLAP_F_B may wait between its parts).
@@ -227,8 +267,9 @@ struct Executor::Impl {
     StepReport r;
     rep = &r;
     r.begin_ns = now_ns();
-    r.begin_unix_us =
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    r.begin_unix_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
     r.spans.assign(actions.size(), ActionSpan{});
     r.actions = actions.size();
     PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "global batch divisible by microbatches");
@@ -266,8 +307,10 @@ struct Executor::Impl {
       for (int mb = 0; mb < mbs; ++mb) {
         Slot& sl = slot(s, mb);
         if (sl.loss.defined()) r.losses[static_cast<size_t>(mb)] = sl.loss.item<double>();
-        PPC_INTERNAL_ASSERT(sl.stash.empty() && !sl.output.defined() && !sl.recv_act_work && !sl.recv_grad_work,
-                            fmt::format("rank {}: stage {} microbatch {} has work left at the end of the step", rank, s, mb));
+        PPC_INTERNAL_ASSERT(
+            sl.stash.empty() && !sl.output.defined() && !sl.recv_act_work && !sl.recv_grad_work,
+            fmt::format("rank {}: stage {} microbatch {} has work left at the end of the step",
+                        rank, s, mb));
         sl = Slot{};
       }
     }
@@ -277,12 +320,16 @@ struct Executor::Impl {
   }
 };
 
-Executor::Executor(const ppc::Plan& plan, int rank, std::vector<Stage*> stages, const ModelConfig& config,
-                   Transport* transport, const at::Device& device, ExecutorOptions options)
-    : impl_(std::make_unique<Impl>(plan, rank, std::move(stages), config, transport, device, options)) {}
+Executor::Executor(const ppc::Plan& plan, int rank, std::vector<Stage*> stages,
+                   const ModelConfig& config, Transport* transport, const at::Device& device,
+                   ExecutorOptions options)
+    : impl_(std::make_unique<Impl>(plan, rank, std::move(stages), config, transport, device,
+                                   options)) {}
 
 Executor::~Executor() = default;
 
-StepReport Executor::run_step(const at::Tensor& tokens, int64_t step) { return impl_->run(tokens, step); }
+StepReport Executor::run_step(const at::Tensor& tokens, int64_t step) {
+  return impl_->run(tokens, step);
+}
 
 }  // namespace pprt

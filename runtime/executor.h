@@ -49,7 +49,7 @@ struct ExecutorOptions {
 struct StepReport {
   int64_t begin_ns = 0;       // steady clock at the start of the step
   int64_t begin_unix_us = 0;  // the same instant on the wall clock (aligns ranks in traces)
-  int64_t wall_ns = 0;   // from the start to the last send waited for
+  int64_t wall_ns = 0;        // from the start to the last send waited for
   int64_t compute_ns = 0, wait_ns = 0, post_ns = 0;
   size_t actions = 0;
   std::vector<ActionSpan> spans;  // per lowered action

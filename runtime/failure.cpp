@@ -29,15 +29,17 @@ std::string diagnose(Store* store, int rank, int world, std::chrono::millisecond
       if (q == rank) continue;
       const std::string lost = fmt::format("lost/{}", q);
       if (store->check({lost})) return fmt::format("lost rank {} ({})", q, store->get(lost));
-      if (!store->check({fmt::format("failed/{}", q)}) && !store->check({fmt::format("alive/{}", q)})) silent.push_back(q);
+      if (!store->check({fmt::format("failed/{}", q)}) &&
+          !store->check({fmt::format("alive/{}", q)}))
+        silent.push_back(q);
     }
     if (silent.empty() || std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (!silent.empty()) {
     std::string ranks;
-    const std::string why =
-        fmt::format("no answer within {:.0f} s: the process died or hangs", std::chrono::duration<double>(grace).count());
+    const std::string why = fmt::format("no answer within {:.0f} s: the process died or hangs",
+                                        std::chrono::duration<double>(grace).count());
     for (int q : silent) {
       ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
       store->set_if_absent(fmt::format("lost/{}", q), why);  // later diagnoses need not wait again
@@ -58,7 +60,8 @@ std::string diagnose_lost_rank(Store* store, int rank, int world, const std::str
     store->set(fmt::format("diagnosed/{}", rank), verdict);  // the store's host may exit now
     return verdict;
   } catch (const TransportError&) {
-    return "lost the rendezvous store (the process hosting it is gone: the launcher, or rank 0 under SLURM)";
+    return "lost the rendezvous store (the process hosting it is gone: the launcher, or rank 0 "
+           "under SLURM)";
   }
 }
 
@@ -69,7 +72,8 @@ void linger_for_reports(Store* store, int world, std::chrono::milliseconds grace
   const auto deadline = std::chrono::steady_clock::now() + 2 * grace + std::chrono::seconds(2);
   try {
     for (int q = 0; q < world; ++q)
-      while (!store->check({fmt::format("diagnosed/{}", q)}) && !store->check({fmt::format("lost/{}", q)})) {
+      while (!store->check({fmt::format("diagnosed/{}", q)}) &&
+             !store->check({fmt::format("lost/{}", q)})) {
         if (std::chrono::steady_clock::now() > deadline) return;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
@@ -77,12 +81,15 @@ void linger_for_reports(Store* store, int world, std::chrono::milliseconds grace
   }
 }
 
-FailureWatch::FailureWatch(Store* store, int rank, int world, std::chrono::milliseconds grace, bool hosts_store)
+FailureWatch::FailureWatch(Store* store, int rank, int world, std::chrono::milliseconds grace,
+                           bool hosts_store)
     : store_(store), rank_(rank), world_(world), grace_(grace), hosts_store_(hosts_store) {
   if (store_ && world_ > 1) thread_ = std::thread([this] { loop(); });
 }
 
-FailureWatch::~FailureWatch() { stop(); }
+FailureWatch::~FailureWatch() {
+  stop();
+}
 
 void FailureWatch::remove_on_stop(const std::string& path) {
   std::lock_guard<std::mutex> lock(m_);
@@ -110,7 +117,9 @@ void FailureWatch::loop() {
     try {
       if (store_->check({"first-failure"})) break;
     } catch (const TransportError&) {
-      cause = "lost the rendezvous store (the process hosting it is gone: the launcher, or rank 0 under SLURM)";
+      cause =
+          "lost the rendezvous store (the process hosting it is gone: the launcher, or rank 0 "
+          "under SLURM)";
       break;
     }
   }
@@ -125,7 +134,8 @@ void FailureWatch::loop() {
     lock.lock();
   }
   if (stop_ || main_failing_) return;
-  std::fprintf(stderr, "pprun: rank %d: %s; it was stopped while waiting for its peers\n", rank_, cause.c_str());
+  std::fprintf(stderr, "pprun: rank %d: %s; it was stopped while waiting for its peers\n", rank_,
+               cause.c_str());
   for (const std::string& path : remove_on_stop_) std::remove(path.c_str());
   if (hosts_store_) linger_for_reports(store_, world_, grace_);
   std::fflush(stdout);

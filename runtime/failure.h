@@ -44,15 +44,17 @@ std::string diagnose_lost_rank(Store* store, int rank, int world, const std::str
                                std::chrono::milliseconds grace);
 
 // For the rank that hosts the store (SLURM, or ranks started by hand): before exiting after a
-// failure, waits (at most twice the `grace` of diagnose_lost_rank, plus 2 s) until every rank has finished its diagnosis ("diagnosed/<r>")
-// or been found lost, so that no rank loses the store in the middle of its diagnosis.
+// failure, waits (at most twice the `grace` of diagnose_lost_rank, plus 2 s) until every rank has
+// finished its diagnosis ("diagnosed/<r>") or been found lost, so that no rank loses the store in
+// the middle of its diagnosis.
 void linger_for_reports(Store* store, int world, std::chrono::milliseconds grace);
 
 // Watches the store for failures of other ranks while this rank trains (see above). Stop it
 // before the run's final barrier: after it, the store's host may be gone.
 class FailureWatch {
  public:
-  FailureWatch(Store* store, int rank, int world, std::chrono::milliseconds grace, bool hosts_store);
+  FailureWatch(Store* store, int rank, int world, std::chrono::milliseconds grace,
+               bool hosts_store);
   ~FailureWatch();
   FailureWatch(const FailureWatch&) = delete;
   FailureWatch& operator=(const FailureWatch&) = delete;

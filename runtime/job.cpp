@@ -15,6 +15,8 @@ double learning_rate(const TrainOptions& o, int step) {
   return min_lr + 0.5 * (o.lr - min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
-int loss_rank(const ppc::Plan& plan) { return plan.rank_of(plan.stages_per_copy() - 1); }
+int loss_rank(const ppc::Plan& plan) {
+  return plan.rank_of(plan.stages_per_copy() - 1);
+}
 
 }  // namespace pprt

@@ -19,14 +19,15 @@ struct TrainOptions {
   int warmup = -1;            // linear warm-up steps; -1 = steps / 10
   double weight_decay = 0.1;  // AdamW, on matrices only
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double clip = 1.0;          // max global gradient norm; 0 = no clipping
-  uint64_t seed = 1234;       // initialisation and data
-  std::string data_path;      // empty = synthetic language
+  double clip = 1.0;      // max global gradient norm; 0 = no clipping
+  uint64_t seed = 1234;   // initialisation and data
+  std::string data_path;  // empty = synthetic language
 
   int warmup_steps() const { return warmup >= 0 ? warmup : steps / 10; }
 };
 
-// Linear warm-up to lr over warmup_steps(), then cosine decay to lr * min_lr_ratio at the last step.
+// Linear warm-up to lr over warmup_steps(), then cosine decay to lr * min_lr_ratio at the last
+// step.
 double learning_rate(const TrainOptions& o, int step);
 
 enum class ProgressMode : uint8_t { Bar, Lines, None };
@@ -36,7 +37,7 @@ struct OutputOptions {
   std::string trace_path;    // Chrome trace of the real execution
   std::string dump_dir;      // per-parameter dump: DIR/params.rank<R>.jsonl
   ProgressMode progress = ProgressMode::Lines;
-  int log_every = 0;         // Lines: every N steps; 0 = about 20 lines per run
+  int log_every = 0;  // Lines: every N steps; 0 = about 20 lines per run
 };
 
 struct Job {
@@ -46,9 +47,9 @@ struct Job {
   OutputOptions out;
   std::string device = "cpu";  // "cpu" or "cuda"
   std::chrono::milliseconds timeout{300'000};
-  int threads = 1;              // intra-op threads per rank
-  int kill_rank = -1;           // fault injection (tests): this rank raises SIGKILL ...
-  int64_t kill_step = -1;       // ... in the middle of this step
+  int threads = 1;         // intra-op threads per rank
+  int kill_rank = -1;      // fault injection (tests): this rank raises SIGKILL ...
+  int64_t kill_step = -1;  // ... in the middle of this step
 };
 
 // The rank that holds the loss (the last stage of the model): it prints progress and writes the

@@ -8,9 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
-#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -24,7 +24,9 @@ namespace {
 
 int env_int(const GetEnv& getenv, const char* name, int lo, int hi) {
   const char* v = getenv(name);
-  if (!v || !*v) throw ppc::UserError(fmt::format("{} is not set", name), ppc::SourceLocation{"environment", 0, 0, ""});
+  if (!v || !*v)
+    throw ppc::UserError(fmt::format("{} is not set", name),
+                         ppc::SourceLocation{"environment", 0, 0, ""});
   char* end = nullptr;
   errno = 0;
   const long x = std::strtol(v, &end, 10);
@@ -36,7 +38,9 @@ int env_int(const GetEnv& getenv, const char* name, int lo, int hi) {
 
 std::string env_str(const GetEnv& getenv, const char* name, const char* hint) {
   const char* v = getenv(name);
-  if (!v || !*v) throw ppc::UserError(fmt::format("{} is not set{}", name, hint), ppc::SourceLocation{"environment", 0, 0, ""});
+  if (!v || !*v)
+    throw ppc::UserError(fmt::format("{} is not set{}", name, hint),
+                         ppc::SourceLocation{"environment", 0, 0, ""});
   return v;
 }
 
@@ -50,7 +54,8 @@ std::optional<LaunchEnv> launch_env(const GetEnv& getenv) {
     e.world = env_int(getenv, "WORLD_SIZE", 1, 1 << 20);
     e.rank = env_int(getenv, "RANK", 0, e.world - 1);
     e.local_rank = getenv("LOCAL_RANK") ? env_int(getenv, "LOCAL_RANK", 0, 1 << 20) : e.rank;
-    e.master_addr = env_str(getenv, "MASTER_ADDR", " (torchrun sets it; set it when launching by hand)");
+    e.master_addr =
+        env_str(getenv, "MASTER_ADDR", " (torchrun sets it; set it when launching by hand)");
     e.master_port = env_int(getenv, "MASTER_PORT", 1, 65535);
     const char* agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
     e.external_store = spawned || (agent && std::string(agent) == "True");
@@ -63,8 +68,10 @@ std::optional<LaunchEnv> launch_env(const GetEnv& getenv) {
     e.world = env_int(getenv, "SLURM_NTASKS", 1, 1 << 20);
     e.rank = env_int(getenv, "SLURM_PROCID", 0, e.world - 1);
     e.local_rank = getenv("SLURM_LOCALID") ? env_int(getenv, "SLURM_LOCALID", 0, 1 << 20) : 0;
-    const char* hint = " (under SLURM, export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1) "
-                       "and MASTER_PORT=29500)";
+    const char* hint =
+        " (under SLURM, export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
+        "head -n1) "
+        "and MASTER_PORT=29500)";
     e.master_addr = env_str(getenv, "MASTER_ADDR", hint);
     e.master_port = env_int(getenv, "MASTER_PORT", 1, 65535);
     e.external_store = false;
@@ -157,11 +164,15 @@ class Relay {
 };
 
 std::string describe_status(int status) {
-  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (WIFSIGNALED(status))
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
+                       strsignal(WTERMSIG(status)));
   return fmt::format("exited with code {}", WEXITSTATUS(status));
 }
 
-bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+bool failed(int status) {
+  return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
 
 }  // namespace
 
@@ -172,8 +183,9 @@ int spawn_ranks(const SpawnOptions& o) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  static const char* const kOurs[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-                                      "MASTER_PORT=", "PPRUN_SPAWNED=", "SLURM_PROCID=", "SLURM_NTASKS="};
+  static const char* const kOurs[] = {
+      "RANK=",        "WORLD_SIZE=",    "LOCAL_RANK=",   "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
+      "MASTER_PORT=", "PPRUN_SPAWNED=", "SLURM_PROCID=", "SLURM_NTASKS="};
   std::vector<std::string> base;
   for (char** e = environ; *e; ++e) {
     bool ours = false;
@@ -256,10 +268,14 @@ int spawn_ranks(const SpawnOptions& o) {
     int timeout_ms = 200;
     const auto now = Clock::now();
     for (const auto& t : {stop_at, kill_at})
-      if (t) timeout_ms = std::min<int>(timeout_ms, static_cast<int>(std::max<int64_t>(
-                                                        0, std::chrono::duration_cast<std::chrono::milliseconds>(*t - now).count())));
+      if (t)
+        timeout_ms = std::min<int>(
+            timeout_ms,
+            static_cast<int>(std::max<int64_t>(
+                0, std::chrono::duration_cast<std::chrono::milliseconds>(*t - now).count())));
     const int n = poll(fds.data(), fds.size(), timeout_ms);
-    if (n < 0 && errno != EINTR) throw std::runtime_error(fmt::format("poll failed: {}", std::strerror(errno)));
+    if (n < 0 && errno != EINTR)
+      throw std::runtime_error(fmt::format("poll failed: {}", std::strerror(errno)));
     for (size_t i = 1; n > 0 && i < fds.size(); ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       auto [c, s] = owners[i];
@@ -296,13 +312,15 @@ int spawn_ranks(const SpawnOptions& o) {
       --running;
       exited.push_back(&c);
     }
-    std::stable_sort(exited.begin(), exited.end(),
-                     [](const Child* a, const Child* b) { return WIFSIGNALED(a->status) > WIFSIGNALED(b->status); });
+    std::stable_sort(exited.begin(), exited.end(), [](const Child* a, const Child* b) {
+      return WIFSIGNALED(a->status) > WIFSIGNALED(b->status);
+    });
     for (Child* c : exited) {
       if (!failed(c->status) || interrupted || terminating) continue;
       if (WIFSIGNALED(c->status) && o.store) {
         try {
-          o.store->set(fmt::format("lost/{}", c->rank), fmt::format("killed by signal {}", WTERMSIG(c->status)));
+          o.store->set(fmt::format("lost/{}", c->rank),
+                       fmt::format("killed by signal {}", WTERMSIG(c->status)));
         } catch (const TransportError&) {
         }
       }
@@ -313,8 +331,9 @@ int spawn_ranks(const SpawnOptions& o) {
     }
     const auto t = Clock::now();
     if (stop_at && t >= *stop_at && running > 0) {
-      relay.message(fmt::format("pprun: ranks still running {:.0f} s after rank {} failed; terminating them\n",
-                                std::chrono::duration<double>(o.grace).count(), first_failure));
+      relay.message(fmt::format(
+          "pprun: ranks still running {:.0f} s after rank {} failed; terminating them\n",
+          std::chrono::duration<double>(o.grace).count(), first_failure));
       terminate_all(SIGTERM);
       terminating = true;
       stop_at.reset();
@@ -333,9 +352,11 @@ int spawn_ranks(const SpawnOptions& o) {
   const Child& f = kids[static_cast<size_t>(first_failure)];
   std::string others;
   for (const Child& c : kids)
-    if (c.rank != f.rank && failed(c.status)) others += fmt::format(" rank {} {};", c.rank, describe_status(c.status));
+    if (c.rank != f.rank && failed(c.status))
+      others += fmt::format(" rank {} {};", c.rank, describe_status(c.status));
   relay.message(fmt::format("pprun: rank {} {}{}{}\n", f.rank, describe_status(f.status),
-                            others.empty() ? "" : "; then", others.empty() ? "" : others.substr(0, others.size() - 1)));
+                            others.empty() ? "" : "; then",
+                            others.empty() ? "" : others.substr(0, others.size() - 1)));
   return WIFEXITED(f.status) ? WEXITSTATUS(f.status) : 1;
 }
 

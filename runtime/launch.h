@@ -14,7 +14,8 @@
 namespace pprt {
 
 struct LaunchEnv {
-  std::string launcher;     // "torchrun", "SLURM", "pprun" (a rank pprun spawned), or "RANK/WORLD_SIZE" (by hand)
+  std::string launcher;  // "torchrun", "SLURM", "pprun" (a rank pprun spawned), or
+                         // "RANK/WORLD_SIZE" (by hand)
   int rank = 0, world = 1, local_rank = 0;
   std::string master_addr;
   int master_port = 0;
@@ -34,10 +35,10 @@ struct SpawnOptions {
   std::string exe;                // the program each rank runs (this pprun)
   std::vector<std::string> args;  // its arguments (argv[1..])
   int world = 1;
-  int port = 0;                   // of the store this process serves
+  int port = 0;                                          // of the store this process serves
   std::vector<std::pair<std::string, std::string>> env;  // added to each rank's environment
   std::chrono::milliseconds grace{60'000};  // after a rank fails, time the others get to stop
-  Store* store = nullptr;         // to record ranks that died from a signal ("lost/<rank>")
+  Store* store = nullptr;  // to record ranks that died from a signal ("lost/<rank>")
 };
 
 // Starts one process per rank (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1,

@@ -21,7 +21,8 @@ std::vector<std::vector<LayerSpec>> number_layers(const ppc::Layout& layout) {
   int decoder = 0;
   for (const auto& stage : layout.stages) {
     auto& specs = out.emplace_back();
-    for (ppc::LayerKind k : stage) specs.push_back(LayerSpec{k, k == ppc::LayerKind::Decoder ? decoder++ : 0});
+    for (ppc::LayerKind k : stage)
+      specs.push_back(LayerSpec{k, k == ppc::LayerKind::Decoder ? decoder++ : 0});
   }
   return out;
 }
@@ -30,8 +31,10 @@ namespace {
 
 void accumulate(at::Tensor& param, const at::Tensor& g) {
   at::Tensor& grad = param.mutable_grad();
-  if (!grad.defined()) grad = g;
-  else grad.add_(g);
+  if (!grad.defined())
+    grad = g;
+  else
+    grad.add_(g);
 }
 
 // Weight gradients of the three operations.
@@ -41,12 +44,17 @@ at::Tensor linear_weight_grad(const at::Tensor& x, const at::Tensor& gy) {
 at::Tensor scale_weight_grad(const at::Tensor& x, const at::Tensor& gy) {
   return (gy * x).reshape({-1, x.size(-1)}).sum(0);
 }
-at::Tensor embedding_weight_grad(const at::Tensor& ids, const at::Tensor& gy, const at::Tensor& like) {
+at::Tensor embedding_weight_grad(const at::Tensor& ids, const at::Tensor& gy,
+                                 const at::Tensor& like) {
   return at::zeros_like(like).index_add_(0, ids.reshape({-1}), gy.reshape({-1, gy.size(-1)}));
 }
 
-GradStash* stash_of(AutogradContext* ctx) { return reinterpret_cast<GradStash*>(ctx->saved_data["stash"].toInt()); }
-at::Tensor* param_of(AutogradContext* ctx) { return reinterpret_cast<at::Tensor*>(ctx->saved_data["param"].toInt()); }
+GradStash* stash_of(AutogradContext* ctx) {
+  return reinterpret_cast<GradStash*>(ctx->saved_data["stash"].toInt());
+}
+at::Tensor* param_of(AutogradContext* ctx) {
+  return reinterpret_cast<at::Tensor*>(ctx->saved_data["param"].toInt());
+}
 void remember(AutogradContext* ctx, GradStash* stash, at::Tensor* param) {
   ctx->saved_data["stash"] = reinterpret_cast<int64_t>(stash);
   ctx->saved_data["param"] = reinterpret_cast<int64_t>(param);
@@ -54,8 +62,8 @@ void remember(AutogradContext* ctx, GradStash* stash, at::Tensor* param) {
 
 // y = x @ W^T
 struct LinearFn : torch::autograd::Function<LinearFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, GradStash* stash,
-                            at::Tensor* param) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            GradStash* stash, at::Tensor* param) {
     ctx->save_for_backward({x, w});
     remember(ctx, stash, param);
     return x.matmul(w.t());
@@ -77,8 +85,8 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
 
 // y = x * g (per channel)
 struct ScaleFn : torch::autograd::Function<ScaleFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& g, GradStash* stash,
-                            at::Tensor* param) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& g,
+                            GradStash* stash, at::Tensor* param) {
     ctx->save_for_backward({x, g});
     remember(ctx, stash, param);
     return x * g;
@@ -100,8 +108,8 @@ struct ScaleFn : torch::autograd::Function<ScaleFn> {
 
 // y = W[ids]
 struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& w, const at::Tensor& ids, GradStash* stash,
-                            at::Tensor* param) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& w, const at::Tensor& ids,
+                            GradStash* stash, at::Tensor* param) {
     ctx->save_for_backward({ids});
     remember(ctx, stash, param);
     auto sizes = ids.sizes().vec();
@@ -140,15 +148,22 @@ uint64_t name_hash(const std::string& s) {
 void GradStash::run_weight_grads() {
   for (Item& it : items_) {
     switch (it.op) {
-      case Op::Linear: accumulate(*it.param, linear_weight_grad(it.input, it.grad)); break;
-      case Op::Scale: accumulate(*it.param, scale_weight_grad(it.input, it.grad)); break;
-      case Op::Embedding: accumulate(*it.param, embedding_weight_grad(it.input, it.grad, *it.param)); break;
+      case Op::Linear:
+        accumulate(*it.param, linear_weight_grad(it.input, it.grad));
+        break;
+      case Op::Scale:
+        accumulate(*it.param, scale_weight_grad(it.input, it.grad));
+        break;
+      case Op::Embedding:
+        accumulate(*it.param, embedding_weight_grad(it.input, it.grad, *it.param));
+        break;
     }
   }
   items_.clear();
 }
 
-at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std, uint64_t seed) {
+at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std,
+                      uint64_t seed) {
   at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
   float* p = t.data_ptr<float>();
   const int64_t n = t.numel();
@@ -157,7 +172,8 @@ at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape
     return t;
   }
   const uint64_t key = mix64(seed, name_hash(name));
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(std * normal_at(key, static_cast<uint64_t>(i)));
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = static_cast<float>(std * normal_at(key, static_cast<uint64_t>(i)));
   return t;
 }
 
@@ -176,7 +192,8 @@ struct Stage::Impl {
   std::vector<NamedParam> params;
   at::Tensor cos, sin, mask;  // rotary tables [T, head_dim] and causal mask [T, T]
 
-  int add(const std::string& name, std::vector<int64_t> shape, double std, uint64_t seed, const at::Device& device) {
+  int add(const std::string& name, std::vector<int64_t> shape, double std, uint64_t seed,
+          const at::Device& device) {
     at::Tensor t = init_param(name, shape, std, seed).to(device);
     t.set_requires_grad(true);
     params.push_back(NamedParam{name, t, shape.size() >= 2});
@@ -184,7 +201,9 @@ struct Stage::Impl {
   }
   at::Tensor* p(int i) { return &params[static_cast<size_t>(i)].tensor; }
 
-  at::Tensor linear(const at::Tensor& x, int w, GradStash* s) { return LinearFn::apply(x, *p(w), s, p(w)); }
+  at::Tensor linear(const at::Tensor& x, int w, GradStash* s) {
+    return LinearFn::apply(x, *p(w), s, p(w));
+  }
   at::Tensor rms_norm(const at::Tensor& x, int g, GradStash* s) {
     at::Tensor xn = x * at::rsqrt(x.pow(2).mean({-1}, true) + cfg.norm_eps);
     return ScaleFn::apply(xn, *p(g), s, p(g));
@@ -208,7 +227,8 @@ struct Stage::Impl {
       k = k.repeat_interleave(rep, 1);
       v = v.repeat_interleave(rep, 1);
     }
-    at::Tensor scores = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd))) + mask;
+    at::Tensor scores =
+        q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd))) + mask;
     at::Tensor o = at::softmax(scores, -1).matmul(v).transpose(1, 2).reshape({b, T, cfg.hidden});
     at::Tensor x1 = x + linear(o, d.wo, s);
     at::Tensor h2 = rms_norm(x1, d.mlp_norm, s);
@@ -218,8 +238,8 @@ struct Stage::Impl {
   }
 };
 
-Stage::Stage(const ModelConfig& cfg, std::vector<LayerSpec> specs, uint64_t seed, int total_decoders,
-             const at::Device& device)
+Stage::Stage(const ModelConfig& cfg, std::vector<LayerSpec> specs, uint64_t seed,
+             int total_decoders, const at::Device& device)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.cfg = cfg;
@@ -228,7 +248,9 @@ Stage::Stage(const ModelConfig& cfg, std::vector<LayerSpec> specs, uint64_t seed
   for (const LayerSpec& spec : specs) {
     Impl::Layer l{spec.kind};
     switch (spec.kind) {
-      case ppc::LayerKind::Embedding: l.a = m.add("embed.weight", {V, H}, std, seed, device); break;
+      case ppc::LayerKind::Embedding:
+        l.a = m.add("embed.weight", {V, H}, std, seed, device);
+        break;
       case ppc::LayerKind::Decoder: {
         const std::string pre = "layers." + std::to_string(spec.index) + ".";
         l.d.attn_norm = m.add(pre + "attn_norm.weight", {H}, 0, seed, device);
@@ -246,13 +268,15 @@ Stage::Stage(const ModelConfig& cfg, std::vector<LayerSpec> specs, uint64_t seed
         l.a = m.add("head.norm.weight", {H}, 0, seed, device);
         l.b = m.add("head.out.weight", {V, H}, std, seed, device);
         break;
-      case ppc::LayerKind::Mtp: throw std::logic_error("multi-token prediction (m) layers are not supported yet");
+      case ppc::LayerKind::Mtp:
+        throw std::logic_error("multi-token prediction (m) layers are not supported yet");
     }
     m.layers.push_back(l);
   }
   // Rotary tables and the causal mask, computed in double for exactness.
   const int64_t T = cfg.seq_len;
-  at::Tensor inv = at::pow(cfg.rope_theta, -at::arange(0, hd, 2, at::kDouble) / static_cast<double>(hd));
+  at::Tensor inv =
+      at::pow(cfg.rope_theta, -at::arange(0, hd, 2, at::kDouble) / static_cast<double>(hd));
   at::Tensor ang = at::outer(at::arange(T, at::kDouble), inv);
   ang = at::cat({ang, ang}, -1);
   m.cos = ang.cos().to(at::kFloat).to(device);
@@ -267,10 +291,18 @@ Stage& Stage::operator=(Stage&&) noexcept = default;
 bool Stage::takes_tokens() const {
   return !impl_->layers.empty() && impl_->layers.front().kind == ppc::LayerKind::Embedding;
 }
-bool Stage::has_loss() const { return !impl_->layers.empty() && impl_->layers.back().kind == ppc::LayerKind::Loss; }
-bool Stage::empty() const { return impl_->layers.empty(); }
-std::vector<NamedParam>& Stage::params() { return impl_->params; }
-const std::vector<NamedParam>& Stage::params() const { return impl_->params; }
+bool Stage::has_loss() const {
+  return !impl_->layers.empty() && impl_->layers.back().kind == ppc::LayerKind::Loss;
+}
+bool Stage::empty() const {
+  return impl_->layers.empty();
+}
+std::vector<NamedParam>& Stage::params() {
+  return impl_->params;
+}
+const std::vector<NamedParam>& Stage::params() const {
+  return impl_->params;
+}
 
 at::Tensor Stage::forward(const at::Tensor& input, const at::Tensor& targets, GradStash* stash) {
   Impl& m = *impl_;
@@ -278,14 +310,19 @@ at::Tensor Stage::forward(const at::Tensor& input, const at::Tensor& targets, Gr
   at::Tensor x = input;
   for (const Impl::Layer& l : m.layers) {
     switch (l.kind) {
-      case ppc::LayerKind::Embedding: x = EmbeddingFn::apply(*m.p(l.a), x, stash, m.p(l.a)); break;
-      case ppc::LayerKind::Decoder: x = m.decoder(x, l.d, stash); break;
+      case ppc::LayerKind::Embedding:
+        x = EmbeddingFn::apply(*m.p(l.a), x, stash, m.p(l.a));
+        break;
+      case ppc::LayerKind::Decoder:
+        x = m.decoder(x, l.d, stash);
+        break;
       case ppc::LayerKind::Loss: {
         at::Tensor logits = m.linear(m.rms_norm(x, l.a, stash), l.b, stash);
         x = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
         break;
       }
-      case ppc::LayerKind::Mtp: break;
+      case ppc::LayerKind::Mtp:
+        break;
     }
   }
   return x;

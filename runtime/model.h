@@ -92,6 +92,7 @@ class Stage {
 
 // The deterministic initial value of a parameter (CPU, float32): normal(0, std) from (seed, name),
 // or ones for norm scales. Exposed for tests.
-at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std, uint64_t seed);
+at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std,
+                      uint64_t seed);
 
 }  // namespace pprt

@@ -32,19 +32,29 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
       out = v.get<int>();
     };
     auto number = [&](double& out) {
-      if (!v.is_number() || !(v.get<double>() > 0)) fail(input, fmt::format("{}: expected a positive number, got {}", key, v.dump()));
+      if (!v.is_number() || !(v.get<double>() > 0))
+        fail(input, fmt::format("{}: expected a positive number, got {}", key, v.dump()));
       out = v.get<double>();
     };
-    if (key == "hidden") integer(c.hidden);
-    else if (key == "heads") integer(c.heads);
-    else if (key == "kv_heads") integer(c.kv_heads);
-    else if (key == "ffn") integer(c.ffn);
-    else if (key == "vocab") integer(c.vocab);
-    else if (key == "seq_len") integer(c.seq_len);
-    else if (key == "rope_theta") number(c.rope_theta);
-    else if (key == "norm_eps") number(c.norm_eps);
+    if (key == "hidden")
+      integer(c.hidden);
+    else if (key == "heads")
+      integer(c.heads);
+    else if (key == "kv_heads")
+      integer(c.kv_heads);
+    else if (key == "ffn")
+      integer(c.ffn);
+    else if (key == "vocab")
+      integer(c.vocab);
+    else if (key == "seq_len")
+      integer(c.seq_len);
+    else if (key == "rope_theta")
+      number(c.rope_theta);
+    else if (key == "norm_eps")
+      number(c.norm_eps);
     else
-      fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, rope_theta, "
+      fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, "
+                              "seq_len, rope_theta, "
                               "norm_eps)",
                               key));
   }
@@ -78,14 +88,15 @@ void check_model_config(const ModelConfig& c, const std::string& where) {
   if (c.hidden % c.heads != 0)
     fail(where, fmt::format("hidden {} is not a multiple of heads {}", c.hidden, c.heads));
   if (c.head_dim() % 2 != 0)
-    fail(where, fmt::format("the head size hidden/heads = {} must be even (rotary embedding)", c.head_dim()));
+    fail(where, fmt::format("the head size hidden/heads = {} must be even (rotary embedding)",
+                            c.head_dim()));
   if (c.heads % c.kv_heads != 0)
     fail(where, fmt::format("heads {} is not a multiple of kv_heads {}", c.heads, c.kv_heads));
 }
 
 std::string describe(const ModelConfig& c) {
-  return fmt::format("hidden {}, heads {} (kv {}), ffn {}, vocab {}, seq {}", c.hidden, c.heads, c.kv_heads, c.ffn, c.vocab,
-                     c.seq_len);
+  return fmt::format("hidden {}, heads {} (kv {}), ffn {}, vocab {}, seq {}", c.hidden, c.heads,
+                     c.kv_heads, c.ffn, c.vocab, c.seq_len);
 }
 
 }  // namespace pprt
@@ -96,13 +107,17 @@ namespace pprt {
 
 int64_t count_parameters(const ModelConfig& c, const ppc::Layout& layout) {
   const int64_t H = c.hidden, hd = c.head_dim(), F = c.ffn, V = c.vocab;
-  const int64_t decoder = 2 * H + (c.heads + 2 * c.kv_heads) * hd * H + H * c.heads * hd + 3 * F * H;
+  const int64_t decoder =
+      2 * H + (c.heads + 2 * c.kv_heads) * hd * H + H * c.heads * hd + 3 * F * H;
   int64_t n = 0;
   for (const auto& stage : layout.stages)
     for (ppc::LayerKind k : stage) {
-      if (k == ppc::LayerKind::Embedding) n += V * H;
-      else if (k == ppc::LayerKind::Decoder) n += decoder;
-      else if (k == ppc::LayerKind::Loss) n += H + V * H;
+      if (k == ppc::LayerKind::Embedding)
+        n += V * H;
+      else if (k == ppc::LayerKind::Decoder)
+        n += decoder;
+      else if (k == ppc::LayerKind::Loss)
+        n += H + V * H;
     }
   return n;
 }

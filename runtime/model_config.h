@@ -10,12 +10,12 @@
 namespace pprt {
 
 struct ModelConfig {
-  int hidden = 64;     // model width
-  int heads = 4;       // attention heads
-  int kv_heads = 2;    // key/value heads (grouped-query attention); divides heads
-  int ffn = 176;       // SwiGLU hidden width
-  int vocab = 256;     // tokens (byte-level data needs at least 256)
-  int seq_len = 64;    // tokens per sequence
+  int hidden = 64;   // model width
+  int heads = 4;     // attention heads
+  int kv_heads = 2;  // key/value heads (grouped-query attention); divides heads
+  int ffn = 176;     // SwiGLU hidden width
+  int vocab = 256;   // tokens (byte-level data needs at least 256)
+  int seq_len = 64;  // tokens per sequence
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
 
@@ -31,7 +31,8 @@ struct ModelOverrides {
 // Parses a JSON object holding any of "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",
 // "rope_theta", "norm_eps" over `base`. Throws ppc::UserError naming the input and the field
 // (unknown fields are errors: a typo must not silently train another model).
-ModelConfig parse_model_config(std::string_view json_text, const std::string& input_name, ModelConfig base = {});
+ModelConfig parse_model_config(std::string_view json_text, const std::string& input_name,
+                               ModelConfig base = {});
 
 // Defaults, then the file (if any), then the overrides; then checks the result.
 ModelConfig resolve_model_config(const std::string& config_path, const ModelOverrides& overrides);

@@ -15,7 +15,9 @@
 namespace pprt {
 
 AtomicFile::AtomicFile(std::string path, std::string flag)
-    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())), flag_(std::move(flag)) {
+    : path_(std::move(path)),
+      tmp_(path_ + ".tmp." + std::to_string(getpid())),
+      flag_(std::move(flag)) {
   f_ = std::fopen(tmp_.c_str(), "wb");
   if (!f_)
     throw ppc::UserError(fmt::format("cannot create '{}': {}", path_, std::strerror(errno)),
@@ -31,10 +33,13 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const std::string& text) {
   if (std::fwrite(text.data(), 1, text.size(), f_) != text.size())
-    throw ppc::UserError(fmt::format("error writing '{}': {}", path_, std::strerror(errno)), ppc::SourceLocation{flag_, 0, 0, ""});
+    throw ppc::UserError(fmt::format("error writing '{}': {}", path_, std::strerror(errno)),
+                         ppc::SourceLocation{flag_, 0, 0, ""});
 }
 
-void AtomicFile::flush() { std::fflush(f_); }
+void AtomicFile::flush() {
+  std::fflush(f_);
+}
 
 void AtomicFile::commit() {
   const bool ok = std::fclose(f_) == 0;
@@ -43,12 +48,14 @@ void AtomicFile::commit() {
   if (ok) std::filesystem::rename(tmp_, path_, ec);
   if (!ok || ec) {
     std::remove(tmp_.c_str());
-    throw ppc::UserError(fmt::format("cannot write '{}': {}", path_, ok ? ec.message() : std::strerror(errno)),
-                         ppc::SourceLocation{flag_, 0, 0, ""});
+    throw ppc::UserError(
+        fmt::format("cannot write '{}': {}", path_, ok ? ec.message() : std::strerror(errno)),
+        ppc::SourceLocation{flag_, 0, 0, ""});
   }
 }
 
-void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag) {
+void write_file_atomically(const std::string& path, const std::string& text,
+                           const std::string& flag) {
   AtomicFile f(path, flag);
   f.write(text);
   f.commit();
@@ -70,11 +77,12 @@ namespace {
 
 std::string clock_text(double s) {
   const long t = std::lround(std::max(0.0, s));
-  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
+                   : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
 std::string rate_text(double tokens_per_s) {
-  return tokens_per_s >= 1e6 ? fmt::format("{:.2f}M", tokens_per_s / 1e6)
+  return tokens_per_s >= 1e6   ? fmt::format("{:.2f}M", tokens_per_s / 1e6)
          : tokens_per_s >= 1e3 ? fmt::format("{:.1f}k", tokens_per_s / 1e3)
                                : fmt::format("{:.0f}", tokens_per_s);
 }
@@ -82,22 +90,28 @@ std::string rate_text(double tokens_per_s) {
 }  // namespace
 
 Progress::Progress(ProgressMode mode, int steps, int log_every, std::FILE* out)
-    : mode_(mode), steps_(steps), every_(log_every > 0 ? log_every : std::max(1, steps / 20)), out_(out) {}
+    : mode_(mode),
+      steps_(steps),
+      every_(log_every > 0 ? log_every : std::max(1, steps / 20)),
+      out_(out) {}
 
 void Progress::update(const StepMetrics& m) {
   const double eta = m.step > 0 ? m.elapsed_s / m.step * (steps_ - m.step) : 0;
   if (mode_ == ProgressMode::Bar) {
     constexpr int kWidth = 24;
     const int filled = steps_ > 0 ? m.step * kWidth / steps_ : kWidth;
-    std::fprintf(out_, "\r\033[Kstep %*d/%d [%s%s] loss %.4f | %s tok/s | ETA %s", static_cast<int>(std::to_string(steps_).size()),
-                 m.step, steps_, std::string(static_cast<size_t>(filled), '#').c_str(),
-                 std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), m.loss, rate_text(m.tokens_per_s).c_str(),
-                 clock_text(eta).c_str());
+    std::fprintf(out_, "\r\033[Kstep %*d/%d [%s%s] loss %.4f | %s tok/s | ETA %s",
+                 static_cast<int>(std::to_string(steps_).size()), m.step, steps_,
+                 std::string(static_cast<size_t>(filled), '#').c_str(),
+                 std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), m.loss,
+                 rate_text(m.tokens_per_s).c_str(), clock_text(eta).c_str());
     std::fflush(out_);
     drawn_ = true;
-  } else if (mode_ == ProgressMode::Lines && (m.step % every_ == 0 || m.step == 1 || m.step == steps_)) {
-    std::fprintf(out_, "step %d/%d loss %.4f lr %.3g grad-norm %.3f tok/s %s eta %s\n", m.step, steps_, m.loss, m.lr,
-                 m.grad_norm, rate_text(m.tokens_per_s).c_str(), clock_text(eta).c_str());
+  } else if (mode_ == ProgressMode::Lines &&
+             (m.step % every_ == 0 || m.step == 1 || m.step == steps_)) {
+    std::fprintf(out_, "step %d/%d loss %.4f lr %.3g grad-norm %.3f tok/s %s eta %s\n", m.step,
+                 steps_, m.loss, m.lr, m.grad_norm, rate_text(m.tokens_per_s).c_str(),
+                 clock_text(eta).c_str());
     std::fflush(out_);
   }
 }

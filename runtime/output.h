@@ -31,7 +31,8 @@ class AtomicFile {
 };
 
 // Writes `text` to `path` atomically.
-void write_file_atomically(const std::string& path, const std::string& text, const std::string& flag);
+void write_file_atomically(const std::string& path, const std::string& text,
+                           const std::string& flag);
 
 struct StepMetrics {
   int step = 0;  // 1-based

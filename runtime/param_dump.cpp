@@ -12,12 +12,15 @@
 
 namespace pprt {
 
-std::string param_dump_line(const std::string& name, const std::vector<int64_t>& shape, const float* data, size_t n) {
-  std::string out = fmt::format("{{\"name\":{},\"shape\":[{}],\"data\":[", nlohmann::json(name).dump(), fmt::join(shape, ","));
+std::string param_dump_line(const std::string& name, const std::vector<int64_t>& shape,
+                            const float* data, size_t n) {
+  std::string out = fmt::format("{{\"name\":{},\"shape\":[{}],\"data\":[",
+                                nlohmann::json(name).dump(), fmt::join(shape, ","));
   out.reserve(out.size() + n * 12);
   for (size_t i = 0; i < n; ++i) {
     if (i) out += ',';
-    fmt::format_to(std::back_inserter(out), "{}", data[i]);  // shortest text that reads back exactly
+    fmt::format_to(std::back_inserter(out), "{}",
+                   data[i]);  // shortest text that reads back exactly
   }
   out += "]}\n";
   return out;
@@ -28,7 +31,8 @@ std::map<std::string, DumpedParam> read_param_dump(const std::string& dir) {
   std::map<std::string, DumpedParam> out;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw ppc::UserError(fmt::format("'{}' is not a directory of parameter dumps", dir), ppc::SourceLocation{dir, 0, 0, ""});
+    throw ppc::UserError(fmt::format("'{}' is not a directory of parameter dumps", dir),
+                         ppc::SourceLocation{dir, 0, 0, ""});
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string file = entry.path().filename().string();
     if (file.rfind("params.rank", 0) != 0 || entry.path().extension() != ".jsonl") continue;
@@ -46,7 +50,8 @@ std::map<std::string, DumpedParam> read_param_dump(const std::string& dir) {
       }
       try {
         const std::string name = j.at("name").get<std::string>();
-        DumpedParam p{j.at("shape").get<std::vector<int64_t>>(), j.at("data").get<std::vector<float>>()};
+        DumpedParam p{j.at("shape").get<std::vector<int64_t>>(),
+                      j.at("data").get<std::vector<float>>()};
         if (!out.emplace(name, std::move(p)).second)
           throw ppc::UserError(fmt::format("parameter '{}' appears twice", name), where);
       } catch (const nlohmann::json::exception& e) {
@@ -57,7 +62,8 @@ std::map<std::string, DumpedParam> read_param_dump(const std::string& dir) {
   return out;
 }
 
-DumpComparison compare_param_dumps(const std::map<std::string, DumpedParam>& a, const std::map<std::string, DumpedParam>& b) {
+DumpComparison compare_param_dumps(const std::map<std::string, DumpedParam>& a,
+                                   const std::map<std::string, DumpedParam>& b) {
   DumpComparison c;
   for (const auto& [name, pa] : a) {
     auto it = b.find(name);

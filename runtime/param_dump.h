@@ -16,7 +16,8 @@ struct DumpedParam {
 };
 
 // One line of a dump (floats written so that they read back exactly).
-std::string param_dump_line(const std::string& name, const std::vector<int64_t>& shape, const float* data, size_t n);
+std::string param_dump_line(const std::string& name, const std::vector<int64_t>& shape,
+                            const float* data, size_t n);
 
 // Reads and merges every params.rank*.jsonl of `dir`. Throws ppc::UserError naming the file on
 // malformed input or a name found twice.

@@ -23,7 +23,8 @@ void check_verified(const ppc::Plan& plan, const std::string& input) {
   const ppc::VerifyReport rep = ppc::verify(plan);
   if (rep.ok()) return;
   std::string msg = "the plan is not valid: " + rep.errors.front();
-  if (rep.errors.size() > 1 || rep.truncated) msg += fmt::format(" (and {} more errors)", rep.errors.size() - 1);
+  if (rep.errors.size() > 1 || rep.truncated)
+    msg += fmt::format(" (and {} more errors)", rep.errors.size() - 1);
   fail(input, msg);
 }
 
@@ -43,16 +44,21 @@ ppc::Plan load_plan(const std::string& path) {
 
 void check_runnable(const ppc::Plan& plan, const std::string& input) {
   if (!plan.has_model)
-    fail(input, "layout: the plan describes no model (it was compiled with --stages N); compile it with --layout or "
-                "--layout-file");
+    fail(input,
+         "layout: the plan describes no model (it was compiled with --stages N); compile it with "
+         "--layout or "
+         "--layout-file");
   for (size_t s = 0; s < plan.layout.stages.size(); ++s)
     for (ppc::LayerKind k : plan.layout.stages[s])
       if (k == ppc::LayerKind::Mtp)
-        fail(input, fmt::format("layout.stages[{}]: pprun does not support multi-token prediction layers (m) yet; "
-                                "remove m from the layout",
-                                s));
+        fail(input,
+             fmt::format(
+                 "layout.stages[{}]: pprun does not support multi-token prediction layers (m) yet; "
+                 "remove m from the layout",
+                 s));
   if (plan.copies != 1)
-    fail(input, fmt::format("copies: {} runs {} copies of the model with duplicated parameters, which pprun does not "
+    fail(input, fmt::format("copies: {} runs {} copies of the model with duplicated parameters, "
+                            "which pprun does not "
                             "support yet (DualPipeV, with one copy, runs)",
                             plan.schedule, plan.copies));
   try {
@@ -63,7 +69,8 @@ void check_runnable(const ppc::Plan& plan, const std::string& input) {
 }
 
 std::optional<std::string> check_fifo_order(const ppc::Plan& plan) {
-  using Msg = std::tuple<int, int, int>;  // sending stage, microbatch, 0 = activation / 1 = gradient
+  using Msg =
+      std::tuple<int, int, int>;  // sending stage, microbatch, 0 = activation / 1 = gradient
   std::map<std::pair<int, int>, std::vector<Msg>> sent, received;
   const auto& order = plan.order();
   for (int r = 0; r < plan.pp(); ++r) {
@@ -71,11 +78,20 @@ std::optional<std::string> check_fifo_order(const ppc::Plan& plan) {
       if (!ppc::is_comm(a.kind)) continue;
       const ppc::CommMatch m = ppc::comm_match(plan, a);
       switch (a.kind) {
-        case ppc::ActionKind::SendF: sent[{r, m.rank}].push_back({a.stage, a.microbatch, 0}); break;
-        case ppc::ActionKind::SendB: sent[{r, m.rank}].push_back({a.stage, a.microbatch, 1}); break;
-        case ppc::ActionKind::RecvF: received[{m.rank, r}].push_back({m.stage, a.microbatch, 0}); break;
-        case ppc::ActionKind::RecvB: received[{m.rank, r}].push_back({m.stage, a.microbatch, 1}); break;
-        default: break;
+        case ppc::ActionKind::SendF:
+          sent[{r, m.rank}].push_back({a.stage, a.microbatch, 0});
+          break;
+        case ppc::ActionKind::SendB:
+          sent[{r, m.rank}].push_back({a.stage, a.microbatch, 1});
+          break;
+        case ppc::ActionKind::RecvF:
+          received[{m.rank, r}].push_back({m.stage, a.microbatch, 0});
+          break;
+        case ppc::ActionKind::RecvB:
+          received[{m.rank, r}].push_back({m.stage, a.microbatch, 1});
+          break;
+        default:
+          break;
       }
     }
   }
@@ -84,11 +100,13 @@ std::optional<std::string> check_fifo_order(const ppc::Plan& plan) {
     for (size_t k = 0; k < msgs.size() && k < rec.size(); ++k) {
       if (msgs[k] == rec[k]) continue;
       auto text = [](const Msg& m) {
-        return fmt::format("{} of stage {} microbatch {}", std::get<2>(m) ? "gradient" : "activation", std::get<0>(m),
+        return fmt::format("{} of stage {} microbatch {}",
+                           std::get<2>(m) ? "gradient" : "activation", std::get<0>(m),
                            std::get<1>(m));
       };
-      return fmt::format("rank {} sends the {} as its message {} to rank {}, which receives the {} there", pair.first,
-                         text(msgs[k]), k, pair.second, text(rec[k]));
+      return fmt::format(
+          "rank {} sends the {} as its message {} to rank {}, which receives the {} there",
+          pair.first, text(msgs[k]), k, pair.second, text(rec[k]));
     }
   }
   return std::nullopt;

@@ -31,7 +31,8 @@ std::string to_json(const RankReport& r) {
                      {"actions", s.actions},
                      {"spans", std::move(spans)}});
   }
-  return json{{"rank", r.rank}, {"peak_inflight", r.peak_inflight}, {"steps", std::move(steps)}}.dump();
+  return json{{"rank", r.rank}, {"peak_inflight", r.peak_inflight}, {"steps", std::move(steps)}}
+      .dump();
 }
 
 RankReport rank_report_from_json(const std::string& text) {
@@ -49,7 +50,8 @@ RankReport rank_report_from_json(const std::string& text) {
     t.post_ns = s.at("post_ns").get<int64_t>();
     t.optimizer_ns = s.at("optimizer_ns").get<int64_t>();
     t.actions = s.at("actions").get<size_t>();
-    for (const json& a : s.at("spans")) t.spans.push_back({a[0].get<int64_t>(), a[1].get<int64_t>(), a[2].get<int64_t>()});
+    for (const json& a : s.at("spans"))
+      t.spans.push_back({a[0].get<int64_t>(), a[1].get<int64_t>(), a[2].get<int64_t>()});
     r.steps.push_back(std::move(t));
   }
   return r;
@@ -67,12 +69,15 @@ double median(std::vector<double> v) {
 // The simulated makespan (ns) of the plan when each compute action takes what it took in `step`.
 double simulated_makespan(const ppc::Plan& plan, const std::vector<RankReport>& ranks, size_t k) {
   const auto& order = plan.order();
-  std::vector<std::unordered_map<ppc::Action, double, ppc::ActionHash>> dur(static_cast<size_t>(plan.pp()));
+  std::vector<std::unordered_map<ppc::Action, double, ppc::ActionHash>> dur(
+      static_cast<size_t>(plan.pp()));
   for (const RankReport& r : ranks) {
     const auto& acts = order[static_cast<size_t>(r.rank)];
     const auto& spans = r.steps[k].spans;
     for (size_t i = 0; i < acts.size() && i < spans.size(); ++i)
-      if (!ppc::is_comm(acts[i].kind)) dur[static_cast<size_t>(r.rank)][acts[i]] = static_cast<double>(spans[i].end - spans[i].start);
+      if (!ppc::is_comm(acts[i].kind))
+        dur[static_cast<size_t>(r.rank)][acts[i]] =
+            static_cast<double>(spans[i].end - spans[i].start);
   }
   ppc::ExecCosts costs;
   costs.compute = [&](const ppc::Action& a, int rank) {
@@ -112,7 +117,8 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
       overhead += static_cast<double>(t.wall_ns - t.compute_ns - t.wait_ns - t.post_ns);
       post += static_cast<double>(t.post_ns);
       actions += t.actions;
-      for (const ppc::Action& a : plan.order()[static_cast<size_t>(r.rank)]) comm_actions += ppc::is_comm(a.kind);
+      for (const ppc::Action& a : plan.order()[static_cast<size_t>(r.rank)])
+        comm_actions += ppc::is_comm(a.kind);
       wall = std::max(wall, static_cast<double>(t.wall_ns));
       spans = spans && t.spans.size() == t.actions;
       const auto& acts = plan.order()[static_cast<size_t>(r.rank)];
@@ -137,7 +143,8 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
   s.ratio = median(ratios);
   for (const char* k : {"F", "B", "I", "W", "OVERLAP_F_B"}) {
     auto it = kinds.find(k);
-    if (it != kinds.end()) s.mean_ms.emplace_back(k, it->second.first / static_cast<double>(it->second.second) / 1e6);
+    if (it != kinds.end())
+      s.mean_ms.emplace_back(k, it->second.first / static_cast<double>(it->second.second) / 1e6);
   }
   return s;
 }
@@ -153,8 +160,10 @@ json action_args(const ppc::Plan& plan, const ppc::Action& a, size_t index, int 
     args["stage2"] = a.stage2;
     args["microbatch2"] = a.microbatch2;
   }
-  if (ppc::is_comm(a.kind)) args["peer"] = a.peer;
-  else args["chunk"] = plan.placement.stage_chunk[static_cast<size_t>(a.stage)];
+  if (ppc::is_comm(a.kind))
+    args["peer"] = a.peer;
+  else
+    args["chunk"] = plan.placement.stage_chunk[static_cast<size_t>(a.stage)];
   args["index"] = index;
   args["step"] = step + 1;
   return args;
@@ -181,10 +190,26 @@ std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& r
   for (size_t ri = 0; ri < ranks.size(); ++ri) {
     const RankReport& r = ranks[ri];
     const int pid = r.rank;
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", fmt::format("rank {}", pid)}}}});
-    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 1}, {"args", {{"name", "comm"}}}});
+    events.push_back({{"name", "process_name"},
+                      {"ph", "M"},
+                      {"pid", pid},
+                      {"tid", 0},
+                      {"args", {{"name", fmt::format("rank {}", pid)}}}});
+    events.push_back({{"name", "process_sort_index"},
+                      {"ph", "M"},
+                      {"pid", pid},
+                      {"tid", 0},
+                      {"args", {{"sort_index", pid}}}});
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", pid},
+                      {"tid", 0},
+                      {"args", {{"name", "compute"}}}});
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", pid},
+                      {"tid", 1},
+                      {"args", {{"name", "comm"}}}});
     const StepTiming* t = at[ri];
     if (!t) continue;
     const auto& acts = plan.order()[static_cast<size_t>(pid)];
@@ -192,21 +217,38 @@ std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& r
     auto us = [&](int64_t ns) { return base + static_cast<double>(ns) / 1e3; };
     makespan = std::max(makespan, us(t->wall_ns));
     int activations = 0;
-    events.push_back({{"name", "activation memory"}, {"ph", "C"}, {"pid", pid}, {"tid", 0}, {"ts", us(0)}, {"args", {{"activations", 0}}}});
+    events.push_back({{"name", "activation memory"},
+                      {"ph", "C"},
+                      {"pid", pid},
+                      {"tid", 0},
+                      {"ts", us(0)},
+                      {"args", {{"activations", 0}}}});
     for (size_t i = 0; i < acts.size();) {
       const ppc::Action& a = acts[i];
       if (!ppc::is_comm(a.kind)) {
         const ActionSpan& sp = t->spans[i];
         json args = action_args(plan, a, i, t->step);
         if (sp.start > sp.wait) args["wait_us"] = static_cast<double>(sp.start - sp.wait) / 1e3;
-        events.push_back({{"name", ppc::to_string(a)}, {"cat", ppc::kind_name(a.kind)}, {"ph", "X"}, {"pid", pid}, {"tid", 0},
-                          {"ts", us(sp.start)}, {"dur", static_cast<double>(sp.end - sp.start) / 1e3}, {"args", std::move(args)}});
+        events.push_back({{"name", ppc::to_string(a)},
+                          {"cat", ppc::kind_name(a.kind)},
+                          {"ph", "X"},
+                          {"pid", pid},
+                          {"tid", 0},
+                          {"ts", us(sp.start)},
+                          {"dur", static_cast<double>(sp.end - sp.start) / 1e3},
+                          {"args", std::move(args)}});
         busy += static_cast<double>(sp.end - sp.start) / 1e3;
         const int before = activations;
-        if (a.kind == ppc::ActionKind::F) ++activations;
-        else if (ppc::is_backward_input(a.kind)) --activations;
+        if (a.kind == ppc::ActionKind::F)
+          ++activations;
+        else if (ppc::is_backward_input(a.kind))
+          --activations;
         if (activations != before)
-          events.push_back({{"name", "activation memory"}, {"ph", "C"}, {"pid", pid}, {"tid", 0}, {"ts", us(sp.end)},
+          events.push_back({{"name", "activation memory"},
+                            {"ph", "C"},
+                            {"pid", pid},
+                            {"tid", 0},
+                            {"ts", us(sp.end)},
                             {"args", {{"activations", activations}}}});
         ++i;
         continue;
@@ -226,7 +268,8 @@ std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& r
         }
       std::vector<size_t> ops(n);
       for (size_t k = 0; k < n; ++k) ops[k] = i + k;
-      std::stable_sort(ops.begin(), ops.end(), [&](size_t x, size_t y) { return t->spans[x].end > t->spans[y].end; });
+      std::stable_sort(ops.begin(), ops.end(),
+                       [&](size_t x, size_t y) { return t->spans[x].end > t->spans[y].end; });
       const double nn = static_cast<double>(n);
       for (size_t k = 0; k < n; ++k) {
         const size_t idx = ops[k];
@@ -234,19 +277,31 @@ std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& r
         const double kk = static_cast<double>(k);
         const double ts = post + kk * kNestStepUs;
         const double shown_end =
-            std::max(std::min(us(t->spans[idx].end), next_post - (nn + 1) * kNestStepUs), post + nn * kNestStepUs) +
+            std::max(std::min(us(t->spans[idx].end), next_post - (nn + 1) * kNestStepUs),
+                     post + nn * kNestStepUs) +
             (nn - kk) * kNestStepUs;
         json args = action_args(plan, op, idx, t->step);
         args["done_us"] = us(t->spans[idx].end);
-        events.push_back({{"name", ppc::to_string(op)}, {"cat", ppc::kind_name(op.kind)}, {"ph", "X"}, {"pid", pid}, {"tid", 1},
-                          {"ts", ts}, {"dur", shown_end - ts}, {"args", std::move(args)}});
+        events.push_back({{"name", ppc::to_string(op)},
+                          {"cat", ppc::kind_name(op.kind)},
+                          {"ph", "X"},
+                          {"pid", pid},
+                          {"tid", 1},
+                          {"ts", ts},
+                          {"dur", shown_end - ts},
+                          {"args", std::move(args)}});
         // The flow event sits in the op's own innermost instant [ts, ts + step).
         const bool fwd = op.kind == ppc::ActionKind::SendF || op.kind == ppc::ActionKind::RecvF;
         const bool send = ppc::is_send(op.kind);
         const int sender = send ? op.stage : ppc::comm_match(plan, op).stage;
-        json flow = {{"name", fwd ? "activation" : "gradient"}, {"cat", "transfer"}, {"ph", send ? "s" : "f"},
-                     {"id", (static_cast<int64_t>(sender) * plan.microbatches + op.microbatch) * 2 + (fwd ? 0 : 1)},
-                     {"pid", pid}, {"tid", 1}, {"ts", ts + kNestStepUs / 2}};
+        json flow = {{"name", fwd ? "activation" : "gradient"},
+                     {"cat", "transfer"},
+                     {"ph", send ? "s" : "f"},
+                     {"id", (static_cast<int64_t>(sender) * plan.microbatches + op.microbatch) * 2 +
+                                (fwd ? 0 : 1)},
+                     {"pid", pid},
+                     {"tid", 1},
+                     {"ts", ts + kNestStepUs / 2}};
         if (!send) flow["bp"] = "e";
         events.push_back(std::move(flow));
       }
@@ -257,24 +312,36 @@ std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& r
   json out = {{"traceEvents", std::move(events)},
               {"displayTimeUnit", "ms"},
               {"otherData",
-               {{"generator", "pprun"}, {"schedule", plan.schedule}, {"pp", plan.pp()}, {"vpp", plan.vpp()},
-                {"microbatches", plan.microbatches}, {"makespan", makespan}, {"bubble", bubble}, {"costs", "measured"},
-                {"us_per_unit", 1}, {"step", step + 1}}}};
+               {{"generator", "pprun"},
+                {"schedule", plan.schedule},
+                {"pp", plan.pp()},
+                {"vpp", plan.vpp()},
+                {"microbatches", plan.microbatches},
+                {"makespan", makespan},
+                {"bubble", bubble},
+                {"costs", "measured"},
+                {"us_per_unit", 1},
+                {"step", step + 1}}}};
   return out.dump() + "\n";
 }
 
 std::string summary_text(const TimingSummary& s) {
-  std::string out = fmt::format("peak in-flight activations per rank: {} (the plan predicts {}){}\n",
-                                fmt::join(s.peak_inflight, " "), fmt::join(s.predicted_inflight, " "),
-                                s.peak_inflight == s.predicted_inflight ? "" : "  MISMATCH");
+  std::string out =
+      fmt::format("peak in-flight activations per rank: {} (the plan predicts {}){}\n",
+                  fmt::join(s.peak_inflight, " "), fmt::join(s.predicted_inflight, " "),
+                  s.peak_inflight == s.predicted_inflight ? "" : "  MISMATCH");
   if (s.analysed_steps > 0)
     out += fmt::format(
-        "timing over {} steps: runtime overhead {:.2f} us/action (posting to the transport {:.1f} us/op); "
-        "step {:.2f} ms, simulated makespan from the measured action times {:.2f} ms, ratio {:.3f}\n",
-        s.analysed_steps, s.overhead_us_per_action, s.post_us_per_action, s.step_ms, s.simulated_ms, s.ratio);
+        "timing over {} steps: runtime overhead {:.2f} us/action (posting to the transport {:.1f} "
+        "us/op); "
+        "step {:.2f} ms, simulated makespan from the measured action times {:.2f} ms, ratio "
+        "{:.3f}\n",
+        s.analysed_steps, s.overhead_us_per_action, s.post_us_per_action, s.step_ms, s.simulated_ms,
+        s.ratio);
   if (!s.mean_ms.empty()) {
     std::string kinds;
-    for (const auto& [k, ms] : s.mean_ms) kinds += fmt::format("{}{} {:.3f} ms", kinds.empty() ? "" : ", ", k, ms);
+    for (const auto& [k, ms] : s.mean_ms)
+      kinds += fmt::format("{}{} {:.3f} ms", kinds.empty() ? "" : ", ", k, ms);
     out += "mean compute time per action: " + kinds + "\n";
   }
   return out;

@@ -46,10 +46,11 @@ struct TimingSummary {
   double overhead_us_per_action = 0;    // wall - compute - wait - post, per action, all ranks
   double post_us_per_action = 0;        // posting to the transport, per communication batch action
   double step_ms = 0;                   // median over the analysed steps of max over ranks of wall
-  double simulated_ms = 0;              // median simulated makespan from the same steps' action times
-  double ratio = 0;                     // median of step / simulated
+  double simulated_ms = 0;  // median simulated makespan from the same steps' action times
+  double ratio = 0;         // median of step / simulated
   int analysed_steps = 0;
-  std::vector<std::pair<std::string, double>> mean_ms;  // per compute kind ("F", "B", "I", ...): mean duration
+  std::vector<std::pair<std::string, double>>
+      mean_ms;  // per compute kind ("F", "B", "I", ...): mean duration
 };
 
 // Analyses the steps with spans (skipping the first step of the run when others exist).

@@ -25,7 +25,8 @@ namespace {
 }
 
 ppc::Plan reference_plan(const RunOptions& o) {
-  if (o.layout.empty()) fail("--reference", "give the model as --plan FILE, or as --layout STR with --microbatches M");
+  if (o.layout.empty())
+    fail("--reference", "give the model as --plan FILE, or as --layout STR with --microbatches M");
   if (!o.microbatches) fail("--microbatches", "--reference --layout needs --microbatches");
   ppc::Plan plan;
   plan.layout = ppc::parse_layout(o.layout);
@@ -56,12 +57,17 @@ std::pair<int, int64_t> parse_fault(const std::string& text) {
 
 Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const GetEnv& getenv) {
   Job job;
-  if (!o.plan_path.empty()) job.plan = load_plan(o.plan_path);
-  else if (o.reference) job.plan = reference_plan(o);
-  else fail("--plan", "a plan is required: pprun --plan plan.json (write one with ppcompile --emit json -o plan.json)");
+  if (!o.plan_path.empty())
+    job.plan = load_plan(o.plan_path);
+  else if (o.reference)
+    job.plan = reference_plan(o);
+  else
+    fail("--plan",
+         "a plan is required: pprun --plan plan.json (write one with ppcompile --emit json -o "
+         "plan.json)");
   if (o.microbatches && *o.microbatches != job.plan.microbatches)
-    fail("--microbatches", fmt::format("is {}, but the plan {} was compiled for {} microbatches", *o.microbatches, o.plan_path,
-                                       job.plan.microbatches));
+    fail("--microbatches", fmt::format("is {}, but the plan {} was compiled for {} microbatches",
+                                       *o.microbatches, o.plan_path, job.plan.microbatches));
   if (job.plan.microbatches < 1) fail("--microbatches", "must be at least 1");
 
   job.model = resolve_model_config(o.config_path, o.model);
@@ -69,31 +75,41 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
   const TrainOptions& t = job.train;
   if (t.steps < 1) fail("--steps", fmt::format("must be at least 1, got {}", t.steps));
   if (t.global_batch < 1 || t.global_batch % job.plan.microbatches != 0)
-    fail("--global-batch", fmt::format("{} is not a positive multiple of the plan's {} microbatches", t.global_batch,
-                                       job.plan.microbatches));
+    fail("--global-batch",
+         fmt::format("{} is not a positive multiple of the plan's {} microbatches", t.global_batch,
+                     job.plan.microbatches));
   if (!(t.lr > 0)) fail("--lr", "must be positive");
   if (t.clip < 0) fail("--clip", "must be at least 0 (0 = no clipping)");
-  if (!t.data_path.empty()) (void)TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed);
+  if (!t.data_path.empty())
+    (void)TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed);
 
   job.out = o.out;
   std::string progress = o.progress;
   if (progress == "auto" && getenv("PPRUN_PROGRESS")) progress = getenv("PPRUN_PROGRESS");
   if (progress == "auto") progress = isatty(STDOUT_FILENO) ? "bar" : "lines";
-  if (progress == "bar") job.out.progress = ProgressMode::Bar;
-  else if (progress == "lines") job.out.progress = ProgressMode::Lines;
-  else if (progress == "none") job.out.progress = ProgressMode::None;
-  else fail("--progress", fmt::format("unknown mode '{}' (expected auto, bar, lines or none)", progress));
+  if (progress == "bar")
+    job.out.progress = ProgressMode::Bar;
+  else if (progress == "lines")
+    job.out.progress = ProgressMode::Lines;
+  else if (progress == "none")
+    job.out.progress = ProgressMode::None;
+  else
+    fail("--progress",
+         fmt::format("unknown mode '{}' (expected auto, bar, lines or none)", progress));
 
   job.device = o.device;
   check_device(job.device);
   if (job.device == "cuda" && !o.reference)
     if (auto bad = check_fifo_order(job.plan))
-      fail(o.plan_path, "the NCCL transport needs sends and receives between two ranks in the same order: " + *bad);
+      fail(o.plan_path,
+           "the NCCL transport needs sends and receives between two ranks in the same order: " +
+               *bad);
   if (!(o.timeout_s > 0)) fail("--timeout", "must be positive");
   job.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
 
   int local_ranks = o.reference ? 1 : job.plan.pp();
-  if (env && getenv("LOCAL_WORLD_SIZE")) local_ranks = std::max(1, std::atoi(getenv("LOCAL_WORLD_SIZE")));
+  if (env && getenv("LOCAL_WORLD_SIZE"))
+    local_ranks = std::max(1, std::atoi(getenv("LOCAL_WORLD_SIZE")));
   else if (env && env->launcher == "SLURM" && getenv("SLURM_NTASKS_PER_NODE"))
     local_ranks = std::max(1, std::atoi(getenv("SLURM_NTASKS_PER_NODE")));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -105,7 +121,9 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
   if (!job.out.dump_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(job.out.dump_dir, ec);
-    if (ec) fail("--dump-params", fmt::format("cannot create directory '{}': {}", job.out.dump_dir, ec.message()));
+    if (ec)
+      fail("--dump-params",
+           fmt::format("cannot create directory '{}': {}", job.out.dump_dir, ec.message()));
   }
   return job;
 }
@@ -114,9 +132,10 @@ namespace {
 
 int run_worker(const Job& job, const LaunchEnv& env) {
   if (env.world != job.plan.pp())
-    fail("environment", fmt::format("the plan is for {} ranks (pp {}), but {} is {} (from {})", job.plan.pp(),
-                                    job.plan.pp(), env.launcher == "SLURM" ? "SLURM_NTASKS" : "WORLD_SIZE", env.world,
-                                    env.launcher));
+    fail("environment",
+         fmt::format("the plan is for {} ranks (pp {}), but {} is {} (from {})", job.plan.pp(),
+                     job.plan.pp(), env.launcher == "SLURM" ? "SLURM_NTASKS" : "WORLD_SIZE",
+                     env.world, env.launcher));
   set_threads(job.threads);
   const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
   std::unique_ptr<Store> store;
@@ -143,14 +162,18 @@ int run_worker(const Job& job, const LaunchEnv& env) {
     train_rank(job, env.rank, env.local_rank, transport.get(), *store, hosts_store);
   } catch (const RunFailure& e) {
     std::fprintf(stderr, "pprun: %s\n", e.what());
-    if (hosts_store) linger_for_reports(store.get(), env.world, std::min(job.timeout, std::chrono::milliseconds(3000)));
+    if (hosts_store)
+      linger_for_reports(store.get(), env.world,
+                         std::min(job.timeout, std::chrono::milliseconds(3000)));
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(1);  // the transport may be wedged: do not run its destructors
   } catch (const TransportError& e) {
     report_failure(store.get(), env.rank, e.what());
     std::fprintf(stderr, "pprun: rank %d: %s\n", env.rank, e.what());
-    if (hosts_store) linger_for_reports(store.get(), env.world, std::min(job.timeout, std::chrono::milliseconds(3000)));
+    if (hosts_store)
+      linger_for_reports(store.get(), env.world,
+                         std::min(job.timeout, std::chrono::milliseconds(3000)));
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(1);
@@ -172,10 +195,12 @@ int spawn(const Job& job, const RunOptions& o) {
   sp.args = o.args;
   sp.world = job.plan.pp();
   sp.port = store_port(*store);
-  if (o.progress == "auto") sp.env.emplace_back("PPRUN_PROGRESS", isatty(STDOUT_FILENO) ? "bar" : "lines");
+  if (o.progress == "auto")
+    sp.env.emplace_back("PPRUN_PROGRESS", isatty(STDOUT_FILENO) ? "bar" : "lines");
   sp.grace = job.timeout + std::chrono::seconds(5);
   sp.store = store.get();
-  std::printf("pprun: starting %d ranks on this machine (rendezvous 127.0.0.1:%d)\n", sp.world, sp.port);
+  std::printf("pprun: starting %d ranks on this machine (rendezvous 127.0.0.1:%d)\n", sp.world,
+              sp.port);
   std::fflush(stdout);
   return spawn_ranks(sp);
 }

@@ -16,19 +16,19 @@ namespace pprt {
 struct RunOptions {
   std::string plan_path;
   bool reference = false;
-  std::string layout;                // --reference without a plan
-  std::optional<int> microbatches;   // must agree with the plan
+  std::string layout;               // --reference without a plan
+  std::optional<int> microbatches;  // must agree with the plan
   std::string config_path;
   ModelOverrides model;
   TrainOptions train;
   OutputOptions out;
-  std::string progress = "auto";     // auto, bar, lines, none
+  std::string progress = "auto";  // auto, bar, lines, none
   std::string device = "cpu";
   double timeout_s = 300;
-  int threads = 0;                   // 0 = cores / ranks on this machine
-  std::string fault_kill;            // "RANK:STEP" (tests): that rank kills itself mid-step
-  std::string exe;                   // this program (spawning)
-  std::vector<std::string> args;     // its arguments, passed on to spawned ranks
+  int threads = 0;                // 0 = cores / ranks on this machine
+  std::string fault_kill;         // "RANK:STEP" (tests): that rank kills itself mid-step
+  std::string exe;                // this program (spawning)
+  std::vector<std::string> args;  // its arguments, passed on to spawned ranks
 };
 
 // Checks and resolves the options (plan, model, data, device, ...). Throws ppc::UserError.

@@ -29,9 +29,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
 
 at::Device device_for(const Job& job, int local_rank) {
   if (job.device != "cuda") return at::Device(at::kCPU);
@@ -40,21 +44,25 @@ at::Device device_for(const Job& job, int local_rank) {
 }
 
 TokenSource make_data(const Job& job) {
-  return job.train.data_path.empty()
-             ? TokenSource::synthetic(job.model.vocab, job.train.seed)
-             : TokenSource::from_file(job.train.data_path, job.model.vocab, job.model.seq_len, job.train.seed);
+  return job.train.data_path.empty() ? TokenSource::synthetic(job.model.vocab, job.train.seed)
+                                     : TokenSource::from_file(job.train.data_path, job.model.vocab,
+                                                              job.model.seq_len, job.train.seed);
 }
 
-at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step, const at::Device& device) {
+at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step,
+                        const at::Device& device) {
   std::vector<int64_t> rows;
   const int len = job.model.seq_len + 1;
   data.batch(step, job.train.global_batch, len, rows);
   return at::from_blob(rows.data(), {job.train.global_batch, len}, at::kLong).clone().to(device);
 }
 
-int total_decoders(const ppc::Layout& layout) { return layout.count(ppc::LayerKind::Decoder); }
+int total_decoders(const ppc::Layout& layout) {
+  return layout.count(ppc::LayerKind::Decoder);
+}
 
-std::unique_ptr<torch::optim::AdamW> make_optimizer(const std::vector<Stage*>& stages, const TrainOptions& o) {
+std::unique_ptr<torch::optim::AdamW> make_optimizer(const std::vector<Stage*>& stages,
+                                                    const TrainOptions& o) {
   std::vector<at::Tensor> decay, no_decay;
   for (Stage* s : stages)
     for (NamedParam& p : s->params()) (p.decay ? decay : no_decay).push_back(p.tensor);
@@ -75,8 +83,9 @@ void zero_grads(const std::vector<Stage*>& stages) {
 
 // Clips by the global norm over every rank's parameters (like torch.nn.utils.clip_grad_norm_);
 // returns the norm before clipping.
-double clip_gradients(const std::vector<Stage*>& stages, const TrainOptions& o, Transport* transport,
-                      std::chrono::milliseconds timeout, const at::Device& device) {
+double clip_gradients(const std::vector<Stage*>& stages, const TrainOptions& o,
+                      Transport* transport, std::chrono::milliseconds timeout,
+                      const at::Device& device) {
   at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (Stage* s : stages)
     for (NamedParam& p : s->params())
@@ -95,7 +104,8 @@ double clip_gradients(const std::vector<Stage*>& stages, const TrainOptions& o, 
 
 void optimizer_step(torch::optim::AdamW& opt, const TrainOptions& o, int step) {
   const double lr = learning_rate(o, step);
-  for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  for (auto& group : opt.param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   opt.step();
 }
 
@@ -104,13 +114,15 @@ void dump_params(const Job& job, int rank, const std::vector<Stage*>& stages) {
   std::error_code ec;
   std::filesystem::create_directories(job.out.dump_dir, ec);
   if (ec)
-    throw ppc::UserError(fmt::format("cannot create directory '{}': {}", job.out.dump_dir, ec.message()),
-                         ppc::SourceLocation{"--dump-params", 0, 0, ""});
+    throw ppc::UserError(
+        fmt::format("cannot create directory '{}': {}", job.out.dump_dir, ec.message()),
+        ppc::SourceLocation{"--dump-params", 0, 0, ""});
   AtomicFile f(fmt::format("{}/params.rank{}.jsonl", job.out.dump_dir, rank), "--dump-params");
   for (Stage* s : stages)
     for (const NamedParam& p : s->params()) {
       const at::Tensor t = p.tensor.detach().to(at::kCPU).contiguous();
-      f.write(param_dump_line(p.name, t.sizes().vec(), t.data_ptr<float>(), static_cast<size_t>(t.numel())));
+      f.write(param_dump_line(p.name, t.sizes().vec(), t.data_ptr<float>(),
+                              static_cast<size_t>(t.numel())));
     }
   f.commit();
 }
@@ -118,20 +130,25 @@ void dump_params(const Job& job, int rank, const std::vector<Stage*>& stages) {
 std::string header(const Job& job, const TokenSource& data, const char* transport, int world) {
   const ppc::Plan& p = job.plan;
   const int b = job.train.global_batch / p.microbatches;
-  const std::string what = world == 0 ? "reference (unpipelined, 1 process)"
-                                      : fmt::format("{} on {} ranks (vpp {})", p.schedule, p.pp(), p.vpp());
+  const std::string what =
+      world == 0 ? "reference (unpipelined, 1 process)"
+                 : fmt::format("{} on {} ranks (vpp {})", p.schedule, p.pp(), p.vpp());
   return fmt::format(
       "pprun: {}, {} microbatches of {} sequences\n"
-      "pprun: model {} = {} layers, {:.2f}M parameters ({}); data: {}; {}, {}, {} thread{} per rank\n",
-      what, p.microbatches, b, p.layout.source, total_decoders(p.layout), count_parameters(job.model, p.layout) / 1e6,
-      describe(job.model), data.describe(), transport, job.device, job.threads, job.threads == 1 ? "" : "s");
+      "pprun: model {} = {} layers, {:.2f}M parameters ({}); data: {}; {}, {}, {} thread{} per "
+      "rank\n",
+      what, p.microbatches, b, p.layout.source, total_decoders(p.layout),
+      count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(), transport,
+      job.device, job.threads, job.threads == 1 ? "" : "s");
 }
 
 // The loss rank's per-step output: metrics file and progress.
 class StepLog {
  public:
   StepLog(const Job& job, bool active, FailureWatch* watch)
-      : job_(job), active_(active), progress_(job.out.progress, job.train.steps, job.out.log_every, stdout) {
+      : job_(job),
+        active_(active),
+        progress_(job.out.progress, job.train.steps, job.out.log_every, stdout) {
     if (active_ && !job.out.metrics_path.empty()) {
       metrics_.emplace(job.out.metrics_path, "--metrics");
       if (watch) watch->remove_on_stop(metrics_->temp_path());
@@ -149,7 +166,9 @@ class StepLog {
     m.lr = learning_rate(job_.train, step);
     m.grad_norm = grad_norm;
     m.step_time_s = step_time_s;
-    m.tokens_per_s = step_time_s > 0 ? job_.train.global_batch * static_cast<double>(job_.model.seq_len) / step_time_s : 0;
+    m.tokens_per_s = step_time_s > 0 ? job_.train.global_batch *
+                                           static_cast<double>(job_.model.seq_len) / step_time_s
+                                     : 0;
     m.elapsed_s = seconds_since(start_);
     if (m.step == 1) first_loss_ = m.loss;
     last_loss_ = m.loss;
@@ -165,8 +184,8 @@ class StepLog {
     progress_.finish();
     if (metrics_) metrics_->commit();
     metrics_.reset();
-    std::printf("pprun: done: %d step%s in %.2f s, loss %.4f -> %.4f\n", job_.train.steps, job_.train.steps == 1 ? "" : "s",
-                seconds_since(start_), first_loss_, last_loss_);
+    std::printf("pprun: done: %d step%s in %.2f s, loss %.4f -> %.4f\n", job_.train.steps,
+                job_.train.steps == 1 ? "" : "s", seconds_since(start_), first_loss_, last_loss_);
     std::fflush(stdout);
   }
 
@@ -184,7 +203,8 @@ struct LocalModel {
   std::vector<Stage*> stages;
 };
 
-LocalModel build_stages(const Job& job, const std::vector<std::vector<LayerSpec>>& stage_specs, const at::Device& device) {
+LocalModel build_stages(const Job& job, const std::vector<std::vector<LayerSpec>>& stage_specs,
+                        const at::Device& device) {
   LocalModel m;
   const int decoders = total_decoders(job.plan.layout);
   for (const auto& specs : stage_specs) {
@@ -194,18 +214,21 @@ LocalModel build_stages(const Job& job, const std::vector<std::vector<LayerSpec>
   return m;
 }
 
-void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transport, Store& store, FailureWatch& watch) {
+void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transport, Store& store,
+                     FailureWatch& watch) {
   const ppc::Plan& plan = job.plan;
   const at::Device device = device_for(job, local_rank);
   const bool reporter = rank == loss_rank(plan);
   const TokenSource data = make_data(job);
   if (reporter) {
-    std::fputs(header(job, data, transport ? transport->name() : "no transport", plan.pp()).c_str(), stdout);
+    std::fputs(header(job, data, transport ? transport->name() : "no transport", plan.pp()).c_str(),
+               stdout);
     std::fflush(stdout);
   }
   const auto numbered = number_layers(plan.layout);
   std::vector<std::vector<LayerSpec>> mine;
-  for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)]) mine.push_back(numbered[static_cast<size_t>(plan.layout_stage(s))]);
+  for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)])
+    mine.push_back(numbered[static_cast<size_t>(plan.layout_stage(s))]);
   LocalModel model = build_stages(job, mine, device);
   auto opt = make_optimizer(model.stages, job.train);
   ExecutorOptions eo;
@@ -231,8 +254,14 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
     const double step_s = seconds_since(t0);
     report.peak_inflight = std::max(report.peak_inflight, rep.peak_inflight);
     if (step == 0 || step >= job.train.steps - kAnalysedSteps) {
-      StepTiming t{step, rep.begin_unix_us, rep.wall_ns, rep.compute_ns, rep.wait_ns, rep.post_ns,
-                   std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t1).count(), rep.actions,
+      StepTiming t{step,
+                   rep.begin_unix_us,
+                   rep.wall_ns,
+                   rep.compute_ns,
+                   rep.wait_ns,
+                   rep.post_ns,
+                   std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t1).count(),
+                   rep.actions,
                    std::move(rep.spans)};
       report.steps.push_back(std::move(t));
     }
@@ -242,7 +271,8 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
   store.set(fmt::format("report/{}", rank), to_json(report));
   if (reporter) {
     std::vector<RankReport> all;
-    for (int r = 0; r < plan.pp(); ++r) all.push_back(rank_report_from_json(store.get(fmt::format("report/{}", r))));
+    for (int r = 0; r < plan.pp(); ++r)
+      all.push_back(rank_report_from_json(store.get(fmt::format("report/{}", r))));
     log.finish();
     const TimingSummary summary = analyse(plan, all);
     std::istringstream lines(summary_text(summary));
@@ -259,17 +289,23 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
 void check_device(const std::string& device) {
   if (device == "cpu") return;
   if (device != "cuda")
-    throw ppc::UserError(fmt::format("unknown device '{}' (expected cpu or cuda)", device), ppc::SourceLocation{"--device", 0, 0, ""});
+    throw ppc::UserError(fmt::format("unknown device '{}' (expected cpu or cuda)", device),
+                         ppc::SourceLocation{"--device", 0, 0, ""});
   if (!at::hasCUDA())
-    throw ppc::UserError(fmt::format("cuda: this LibTorch ({}) was built without CUDA; use a CUDA build of LibTorch, "
-                                     "or --device cpu",
-                                     TORCH_VERSION),
-                         ppc::SourceLocation{"--device", 0, 0, ""});
+    throw ppc::UserError(
+        fmt::format(
+            "cuda: this LibTorch ({}) was built without CUDA; use a CUDA build of LibTorch, "
+            "or --device cpu",
+            TORCH_VERSION),
+        ppc::SourceLocation{"--device", 0, 0, ""});
   if (!nccl_available())
-    throw ppc::UserError("cuda: this pprun was built without the NCCL transport (CMake found no CUDA toolkit or NCCL)",
-                         ppc::SourceLocation{"--device", 0, 0, ""});
+    throw ppc::UserError(
+        "cuda: this pprun was built without the NCCL transport (CMake found no CUDA toolkit or "
+        "NCCL)",
+        ppc::SourceLocation{"--device", 0, 0, ""});
   if (at::detail::getCUDAHooks().getNumGPUs() < 1)
-    throw ppc::UserError("cuda: no CUDA device is visible", ppc::SourceLocation{"--device", 0, 0, ""});
+    throw ppc::UserError("cuda: no CUDA device is visible",
+                         ppc::SourceLocation{"--device", 0, 0, ""});
 }
 
 void set_threads(int threads) {
@@ -280,7 +316,8 @@ void set_threads(int threads) {
   }
 }
 
-void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store, bool hosts_store) {
+void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store,
+                bool hosts_store) {
   const std::chrono::milliseconds grace = std::min(job.timeout, std::chrono::milliseconds(3000));
   FailureWatch watch(&store, rank, job.plan.pp(), grace, hosts_store);
   auto lost = [&](const std::string& what) {
@@ -314,7 +351,8 @@ void train_reference(const Job& job) {
   const TokenSource data = make_data(job);
   std::fputs(header(job, data, "no transport", 0).c_str(), stdout);
   std::vector<LayerSpec> all;
-  for (const auto& stage : number_layers(job.plan.layout)) all.insert(all.end(), stage.begin(), stage.end());
+  for (const auto& stage : number_layers(job.plan.layout))
+    all.insert(all.end(), stage.begin(), stage.end());
   LocalModel model = build_stages(job, {all}, device);
   Stage& stage = *model.stages.front();
   auto opt = make_optimizer(model.stages, job.train);
@@ -329,7 +367,8 @@ void train_reference(const Job& job) {
     std::vector<double> losses;
     for (int mb = 0; mb < mbs; ++mb) {
       const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
-      const at::Tensor loss = stage.forward(rows.narrow(1, 0, T).contiguous(), rows.narrow(1, 1, T).contiguous(), nullptr);
+      const at::Tensor loss = stage.forward(rows.narrow(1, 0, T).contiguous(),
+                                            rows.narrow(1, 1, T).contiguous(), nullptr);
       losses.push_back(loss.item<double>());
       torch::autograd::backward({loss * (1.0 / mbs)});
     }

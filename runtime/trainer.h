@@ -20,7 +20,8 @@ void check_device(const std::string& device);
 // store (gathering reports, diagnosing a lost rank). Throws RunFailure (failure.h) when the run
 // fails, ppc::UserError for bad input found late (an output file that cannot be written).
 // `hosts_store`: this process serves the store (it lingers after a failure, see failure.h).
-void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store, bool hosts_store);
+void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store,
+                bool hosts_store);
 
 // The unpipelined reference of `job` (its plan gives the layout and the microbatches).
 void train_reference(const Job& job);

@@ -81,10 +81,10 @@ class Store {
 
 struct StoreOptions {
   std::string host = "127.0.0.1";
-  int port = 0;             // server: 0 = any free port
+  int port = 0;  // server: 0 = any free port
   bool is_server = false;
   int world_size = 1;
-  std::string prefix;       // prepended to every key (keeps runs sharing a store apart)
+  std::string prefix;  // prepended to every key (keeps runs sharing a store apart)
   std::chrono::milliseconds timeout{300'000};
 };
 
@@ -94,11 +94,13 @@ int store_port(const Store& store);  // the port a TCP store listens on / connec
 
 struct GlooOptions {
   std::string interface;  // GLOO_SOCKET_IFNAME; empty = by host name
-  std::string hostname;   // address to bind; empty = the machine's host name (or 127.0.0.1 for a local run)
+  std::string
+      hostname;  // address to bind; empty = the machine's host name (or 127.0.0.1 for a local run)
   std::chrono::milliseconds timeout{300'000};
 };
 // c10d ProcessGroupGloo over `store` (under the key prefix "gloo"). CPU tensors.
-std::unique_ptr<Transport> make_gloo_transport(Store& store, int rank, int size, const GlooOptions& opts);
+std::unique_ptr<Transport> make_gloo_transport(Store& store, int rank, int size,
+                                               const GlooOptions& opts);
 
 // NCCL (ncclSend/ncclRecv grouped per batch) for CUDA tensors on device `device_index` modulo the
 // visible devices (the local rank; the trainer picks its device the same way); the NCCL

@@ -13,8 +13,12 @@ namespace pprt {
 
 namespace {
 
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+std::vector<uint8_t> bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string text(const std::vector<uint8_t>& b) {
+  return {b.begin(), b.end()};
+}
 
 class TcpStore final : public Store {
  public:
@@ -28,7 +32,8 @@ class TcpStore final : public Store {
       store_ = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
     } catch (const std::exception& e) {
       throw TransportError(fmt::format("cannot {} the rendezvous store at {}:{}: {}",
-                                       o.is_server ? "start" : "connect to", o.host, o.port, first_line(e.what())));
+                                       o.is_server ? "start" : "connect to", o.host, o.port,
+                                       first_line(e.what())));
     }
     port_ = store_->getPort();
   }
@@ -48,7 +53,8 @@ class TcpStore final : public Store {
   }
   std::string set_if_absent(const std::string& key, const std::string& value) override {
     std::string out;
-    guard("compare-set", key, [&] { out = text(store_->compareSet(prefix_ + key, {}, bytes(value))); });
+    guard("compare-set", key,
+          [&] { out = text(store_->compareSet(prefix_ + key, {}, bytes(value))); });
     return out;
   }
 
@@ -64,7 +70,8 @@ class TcpStore final : public Store {
     try {
       fn();
     } catch (const std::exception& e) {
-      throw TransportError(fmt::format("rendezvous store {} '{}' failed: {}", op, key, first_line(e.what())));
+      throw TransportError(
+          fmt::format("rendezvous store {} '{}' failed: {}", op, key, first_line(e.what())));
     }
   }
 
@@ -75,7 +82,8 @@ class TcpStore final : public Store {
 
 class GlooWork final : public Work {
  public:
-  GlooWork(c10::intrusive_ptr<c10d::Work> w, std::string what) : w_(std::move(w)), what_(std::move(what)) {}
+  GlooWork(c10::intrusive_ptr<c10d::Work> w, std::string what)
+      : w_(std::move(w)), what_(std::move(what)) {}
   void wait(std::chrono::milliseconds timeout) override {
     try {
       w_->wait(timeout);
@@ -91,7 +99,8 @@ class GlooWork final : public Work {
 
 class GlooTransport final : public Transport {
  public:
-  GlooTransport(TcpStore& store, int rank, int size, const GlooOptions& o) : rank_(rank), size_(size) {
+  GlooTransport(TcpStore& store, int rank, int size, const GlooOptions& o)
+      : rank_(rank), size_(size) {
     auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
     try {
       if (!o.interface.empty())
@@ -101,10 +110,12 @@ class GlooTransport final : public Transport {
       else
         opts->devices = {c10d::ProcessGroupGloo::createDefaultDevice()};
       opts->threads = 1;
-      auto prefixed = c10::make_intrusive<c10d::PrefixStore>(store.prefix() + "gloo", store.c10d_store());
+      auto prefixed =
+          c10::make_intrusive<c10d::PrefixStore>(store.prefix() + "gloo", store.c10d_store());
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
     } catch (const std::exception& e) {
-      throw TransportError(fmt::format("cannot connect the {} ranks with Gloo: {}", size, TcpStore::first_line(e.what())));
+      throw TransportError(fmt::format("cannot connect the {} ranks with Gloo: {}", size,
+                                       TcpStore::first_line(e.what())));
     }
   }
 
@@ -119,11 +130,13 @@ class GlooTransport final : public Transport {
       std::vector<at::Tensor> t{*op.tensor};
       const bool send = op.kind == P2POp::Kind::Send;
       try {
-        auto w = send ? pg_->send(t, op.peer, static_cast<int>(op.tag)) : pg_->recv(t, op.peer, static_cast<int>(op.tag));
+        auto w = send ? pg_->send(t, op.peer, static_cast<int>(op.tag))
+                      : pg_->recv(t, op.peer, static_cast<int>(op.tag));
         works.push_back(std::make_unique<GlooWork>(
             std::move(w), fmt::format("{} rank {}", send ? "send to" : "receive from", op.peer)));
       } catch (const std::exception& e) {
-        throw TransportError(fmt::format("posting a {} rank {} failed: {}", send ? "send to" : "receive from", op.peer,
+        throw TransportError(fmt::format("posting a {} rank {} failed: {}",
+                                         send ? "send to" : "receive from", op.peer,
                                          TcpStore::first_line(e.what())));
       }
     }
@@ -154,14 +167,17 @@ class GlooTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Store> make_tcp_store(const StoreOptions& opts) { return std::make_unique<TcpStore>(opts); }
+std::unique_ptr<Store> make_tcp_store(const StoreOptions& opts) {
+  return std::make_unique<TcpStore>(opts);
+}
 
 int store_port(const Store& store) {
   const auto* s = dynamic_cast<const TcpStore*>(&store);
   return s ? s->port() : 0;
 }
 
-std::unique_ptr<Transport> make_gloo_transport(Store& store, int rank, int size, const GlooOptions& opts) {
+std::unique_ptr<Transport> make_gloo_transport(Store& store, int rank, int size,
+                                               const GlooOptions& opts) {
   auto* s = dynamic_cast<TcpStore*>(&store);
   if (!s) throw TransportError("the Gloo transport needs a TCP rendezvous store");
   return std::make_unique<GlooTransport>(*s, rank, size, opts);

@@ -30,18 +30,28 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw TransportError(fmt::format("{}: CUDA error {}: {}", what, static_cast<int>(e), cudaGetErrorString(e)));
+  if (e != cudaSuccess)
+    throw TransportError(
+        fmt::format("{}: CUDA error {}: {}", what, static_cast<int>(e), cudaGetErrorString(e)));
 }
 
 ncclDataType_t nccl_type(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kHalf: return ncclFloat16;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kLong: return ncclInt64;
-    case at::kInt: return ncclInt32;
-    default: throw TransportError(fmt::format("the NCCL transport cannot send tensors of type {}", std::string(t.dtype().name())));
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kLong:
+      return ncclInt64;
+    case at::kInt:
+      return ncclInt32;
+    default:
+      throw TransportError(fmt::format("the NCCL transport cannot send tensors of type {}",
+                                       std::string(t.dtype().name())));
   }
 }
 
@@ -60,7 +70,8 @@ class Comm {
       store.set("nccl/id", std::string(reinterpret_cast<const char*>(&id), sizeof id));
     } else {
       const std::string b = store.get("nccl/id");
-      if (b.size() != sizeof id) throw TransportError("malformed NCCL unique id in the rendezvous store");
+      if (b.size() != sizeof id)
+        throw TransportError("malformed NCCL unique id in the rendezvous store");
       std::memcpy(&id, b.data(), sizeof id);
     }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -71,8 +82,10 @@ class Comm {
   }
   ~Comm() {
     if (comm_) {
-      if (failed_) ncclCommAbort(comm_);
-      else ncclCommDestroy(comm_);
+      if (failed_)
+        ncclCommAbort(comm_);
+      else
+        ncclCommDestroy(comm_);
     }
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -86,7 +99,8 @@ class Comm {
 
   void check(ncclResult_t r, const char* what) {
     if (r == ncclSuccess || r == ncclInProgress) return;
-    fail(fmt::format("{}: {} ({})", what, ncclGetErrorString(r), ncclGetLastError(comm_) ? ncclGetLastError(comm_) : ""));
+    fail(fmt::format("{}: {} ({})", what, ncclGetErrorString(r),
+                     ncclGetLastError(comm_) ? ncclGetLastError(comm_) : ""));
   }
 
   // Polls a non-blocking call until it has been issued.
@@ -96,7 +110,8 @@ class Comm {
       ncclCommGetAsyncError(comm_, &st);
       if (st == ncclSuccess) return;
       if (st != ncclInProgress) check(st, what);
-      if (Clock::now() > deadline) fail(fmt::format("{}: timed out after {} ms", what, timeout_.count()));
+      if (Clock::now() > deadline)
+        fail(fmt::format("{}: timed out after {} ms", what, timeout_.count()));
       std::this_thread::yield();
     }
   }
@@ -115,7 +130,8 @@ class Comm {
       ncclCommGetAsyncError(comm_, &st);
       if (st != ncclSuccess && st != ncclInProgress) check(st, what.c_str());
       if (Clock::now() > deadline)
-        fail(fmt::format("{}: timed out after {} ms (a peer rank was lost or stopped)", what, timeout.count()));
+        fail(fmt::format("{}: timed out after {} ms (a peer rank was lost or stopped)", what,
+                         timeout.count()));
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -150,8 +166,11 @@ struct Event {
 
 class NcclWork final : public Work {
  public:
-  NcclWork(Comm& comm, std::shared_ptr<Event> ev, std::string what) : comm_(comm), ev_(std::move(ev)), what_(std::move(what)) {}
-  void wait(std::chrono::milliseconds timeout) override { comm_.wait_event(ev_->ev, what_, timeout); }
+  NcclWork(Comm& comm, std::shared_ptr<Event> ev, std::string what)
+      : comm_(comm), ev_(std::move(ev)), what_(std::move(what)) {}
+  void wait(std::chrono::milliseconds timeout) override {
+    comm_.wait_event(ev_->ev, what_, timeout);
+  }
 
  private:
   Comm& comm_;
@@ -178,10 +197,12 @@ class NcclTransport final : public Transport {
       at::Tensor& t = *op.tensor;
       if (!t.is_cuda()) throw TransportError("the NCCL transport needs CUDA tensors");
       if (op.kind == P2POp::Kind::Send)
-        comm_.check(ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), op.peer, comm_.comm(), comm_.stream()),
+        comm_.check(ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), op.peer,
+                             comm_.comm(), comm_.stream()),
                     "ncclSend");
       else
-        comm_.check(ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), op.peer, comm_.comm(), comm_.stream()),
+        comm_.check(ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), op.peer,
+                             comm_.comm(), comm_.stream()),
                     "ncclRecv");
     }
     comm_.check(ncclGroupEnd(), "ncclGroupEnd");
@@ -190,15 +211,17 @@ class NcclTransport final : public Transport {
     std::vector<std::unique_ptr<Work>> works;
     for (const P2POp& op : ops)
       works.push_back(std::make_unique<NcclWork>(
-          comm_, ev, fmt::format("{} rank {}", op.kind == P2POp::Kind::Send ? "send to" : "receive from", op.peer)));
+          comm_, ev,
+          fmt::format("{} rank {}", op.kind == P2POp::Kind::Send ? "send to" : "receive from",
+                      op.peer)));
     return works;
   }
 
   void allreduce_sum(at::Tensor& t, std::chrono::milliseconds timeout) override {
     if (!t.is_cuda()) throw TransportError("the NCCL transport needs CUDA tensors");
     Event ev;
-    comm_.check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), ncclSum, comm_.comm(),
-                              comm_.stream()),
+    comm_.check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                              nccl_type(t), ncclSum, comm_.comm(), comm_.stream()),
                 "ncclAllReduce");
     comm_.settle("all-reduce", Clock::now() + timeout);
     check_cuda(cudaEventRecord(ev.ev, comm_.stream()), "cudaEventRecord");
@@ -207,7 +230,9 @@ class NcclTransport final : public Transport {
 
   void barrier(std::chrono::milliseconds timeout) override {
     Event ev;
-    comm_.check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_.comm(), comm_.stream()), "ncclAllReduce");
+    comm_.check(
+        ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_.comm(), comm_.stream()),
+        "ncclAllReduce");
     comm_.settle("barrier", Clock::now() + timeout);
     check_cuda(cudaEventRecord(ev.ev, comm_.stream()), "cudaEventRecord");
     comm_.wait_event(ev.ev, "barrier", timeout);
@@ -220,7 +245,9 @@ class NcclTransport final : public Transport {
 
 }  // namespace
 
-bool nccl_available() { return true; }
+bool nccl_available() {
+  return true;
+}
 
 std::unique_ptr<Transport> make_nccl_transport(Store& store, int rank, int size, int device_index,
                                                std::chrono::milliseconds timeout) {

@@ -4,11 +4,14 @@
 
 namespace pprt {
 
-bool nccl_available() { return false; }
+bool nccl_available() {
+  return false;
+}
 
 std::unique_ptr<Transport> make_nccl_transport(Store&, int, int, int, std::chrono::milliseconds) {
   throw ppc::UserError(
-      "--device cuda: this pprun was built without the NCCL transport (CMake found no CUDA toolkit or no NCCL); "
+      "--device cuda: this pprun was built without the NCCL transport (CMake found no CUDA toolkit "
+      "or no NCCL); "
       "rebuild with them, or use --device cpu");
 }
 

@@ -20,8 +20,8 @@ std::string parse_error(const std::string& text) {
 }
 
 TEST(Action, PyTorchNotationRoundTrips) {
-  for (const char* t : {"0F1", "3I0", "2W4", "1B2", "2SEND_B0", "3RECV_F1", "0SEND_F12", "10RECV_B3",
-                        "(0F3;3B1)OVERLAP_F_B", "(1F0;6I2)OVERLAP_F_B"})
+  for (const char* t : {"0F1", "3I0", "2W4", "1B2", "2SEND_B0", "3RECV_F1", "0SEND_F12",
+                        "10RECV_B3", "(0F3;3B1)OVERLAP_F_B", "(1F0;6I2)OVERLAP_F_B"})
     EXPECT_EQ(roundtrip(t), t);
 }
 
@@ -49,8 +49,10 @@ TEST(Action, RejectsMalformedText) {
   EXPECT_EQ(parse_error("1F99999999999"), "expected a microbatch number after 'F'");
   EXPECT_EQ(parse_error("0UNSHARD"), "FSDP action 'UNSHARD' is not a pipeline action");
   EXPECT_EQ(parse_error("(0F3;3B1)"), "a compound action must end with ')OVERLAP_F_B'");
-  EXPECT_EQ(parse_error("(0F3)OVERLAP_F_B"), "OVERLAP_F_B must hold exactly two actions, a forward and a backward");
-  EXPECT_EQ(parse_error("(0B3;3F1)OVERLAP_F_B"), "OVERLAP_F_B must hold a forward (F) then a backward (B or I)");
+  EXPECT_EQ(parse_error("(0F3)OVERLAP_F_B"),
+            "OVERLAP_F_B must hold exactly two actions, a forward and a backward");
+  EXPECT_EQ(parse_error("(0B3;3F1)OVERLAP_F_B"),
+            "OVERLAP_F_B must hold a forward (F) then a backward (B or I)");
   EXPECT_EQ(parse_error("(0F3;3Q1)OVERLAP_F_B"), "in OVERLAP_F_B: unknown action kind");
 }
 

@@ -16,7 +16,8 @@ TEST(Cli, HelpAndListSchedules) {
   EXPECT_NE(h.out.find("--microbatches"), std::string::npos);
   auto l = run_ppcompile({"--list-schedules"});
   EXPECT_EQ(l.exit_code, 0);
-  for (const char* s : {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS"}) EXPECT_NE(l.out.find(s), std::string::npos) << s;
+  for (const char* s : {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS"})
+    EXPECT_NE(l.out.find(s), std::string::npos) << s;
 }
 
 TEST(Cli, EmitLayoutIsOneLinePerStage) {
@@ -36,7 +37,8 @@ TEST(Cli, UserErrorsExitTwoWithOneLine) {
     std::string first_line;
   };
   const std::vector<Case> cases = {
-      {{"--stages", "4", "--schedule", "1F1B", "--microbatches", "4"}, "ppcompile: error: --pp is required"},
+      {{"--stages", "4", "--schedule", "1F1B", "--microbatches", "4"},
+       "ppcompile: error: --pp is required"},
       {{"--stages", "4", "--pp", "4", "--schedule", "Nope", "--microbatches", "4"},
        "ppcompile: error: --schedule: unknown schedule 'Nope'"},
       {{"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches", "0"},
@@ -44,8 +46,10 @@ TEST(Cli, UserErrorsExitTwoWithOneLine) {
       {{"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches", "4", "--emit", "pdf"},
        "ppcompile: error: --emit: pdf not in {"},
       {{"--pp", "4", "--schedule", "1F1B", "--microbatches", "4"},
-       "ppcompile: error: give the model as --layout STR, --layout-file FILE or --stages N (or --from-csv FILE)"},
-      {{"--from-csv", "/nonexistent/x.csv"}, "ppcompile: error: /nonexistent/x.csv: cannot open '/nonexistent/x.csv'"},
+       "ppcompile: error: give the model as --layout STR, --layout-file FILE or --stages N (or "
+       "--from-csv FILE)"},
+      {{"--from-csv", "/nonexistent/x.csv"},
+       "ppcompile: error: /nonexistent/x.csv: cannot open '/nonexistent/x.csv'"},
       {{"--stages", "4", "--pp", "x"}, "ppcompile: error: Could not convert: --pp = x"},
   };
   for (const auto& c : cases) {
@@ -57,7 +61,8 @@ TEST(Cli, UserErrorsExitTwoWithOneLine) {
 }
 
 TEST(Cli, LayoutErrorsShowACaret) {
-  auto r = run_ppcompile({"--layout", "Et*3|tx|L", "--pp", "3", "--schedule", "1F1B", "--microbatches", "4"});
+  auto r = run_ppcompile(
+      {"--layout", "Et*3|tx|L", "--pp", "3", "--schedule", "1F1B", "--microbatches", "4"});
   EXPECT_EQ(r.exit_code, 2);
   // First line names the column; the next two show the text and a caret under that column.
   const auto nl = r.err.find('\n');
@@ -70,21 +75,23 @@ TEST(Cli, LayoutErrorsShowACaret) {
 TEST(Cli, NothingWrittenOnFailure) {
   pptest::TempDir dir;
   const std::string out = dir.file("plan.csv");
-  auto bad = run_ppcompile({"--stages", "4", "--pp", "3", "--schedule", "1F1B", "--microbatches", "4", "--emit",
-                            "csv", "-o", out});
+  auto bad = run_ppcompile({"--stages", "4", "--pp", "3", "--schedule", "1F1B", "--microbatches",
+                            "4", "--emit", "csv", "-o", out});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_FALSE(std::filesystem::exists(out));
   // An existing file is left as it was.
   dir.write("plan.csv", "old\n");
-  bad = run_ppcompile({"--stages", "4", "--pp", "3", "--schedule", "1F1B", "--microbatches", "4", "-o", out});
+  bad = run_ppcompile(
+      {"--stages", "4", "--pp", "3", "--schedule", "1F1B", "--microbatches", "4", "-o", out});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(pptest::slurp(out), "old\n");
-  auto good = run_ppcompile({"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches", "4", "--emit",
-                             "csv", "-o", out});
+  auto good = run_ppcompile({"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches",
+                             "4", "--emit", "csv", "-o", out});
   EXPECT_EQ(good.exit_code, 0) << good.err;
   EXPECT_EQ(good.out, "");
   EXPECT_EQ(pptest::slurp(out).substr(0, 8), "0F0,0SEN");
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);  // no temp file left
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}),
+            1);  // no temp file left
 }
 
 TEST(Cli, ImportsADeadlockingCsvAndExplainsIt) {
@@ -94,7 +101,9 @@ TEST(Cli, ImportsADeadlockingCsvAndExplainsIt) {
                                     "1RECV_F1,1F1,1B1,1SEND_B1,1RECV_F0,1F0,1B0,1SEND_B0\n");
   auto r = run_ppcompile({"--from-csv", csv});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("the plan is not valid:\n  deadlock: rank 0 waits at its action 1 (0SEND_F0)"), std::string::npos)
+  EXPECT_NE(
+      r.err.find("the plan is not valid:\n  deadlock: rank 0 waits at its action 1 (0SEND_F0)"),
+      std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("cycle: rank 0 -> rank 1 -> rank 0"), std::string::npos);
 }
@@ -102,11 +111,12 @@ TEST(Cli, ImportsADeadlockingCsvAndExplainsIt) {
 TEST(Cli, CsvRoundTripsThroughTheTool) {
   pptest::TempDir dir;
   const std::string csv = dir.file("p.csv");
-  auto a = run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "LoopedBFS", "--microbatches", "3", "--emit",
-                          "csv", "--compute-only", "-o", csv});
+  auto a = run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "LoopedBFS", "--microbatches",
+                          "3", "--emit", "csv", "--compute-only", "-o", csv});
   ASSERT_EQ(a.exit_code, 0) << a.err;
   auto b = run_ppcompile({"--from-csv", csv, "--emit", "csv"});
-  auto c = run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "LoopedBFS", "--microbatches", "3", "--emit", "csv"});
+  auto c = run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "LoopedBFS", "--microbatches",
+                          "3", "--emit", "csv"});
   ASSERT_EQ(b.exit_code, 0) << b.err;
   EXPECT_EQ(b.out, c.out);
   auto j = run_ppcompile({"--from-csv", csv, "--emit", "json", "-o", dir.file("p.json")});

@@ -31,7 +31,8 @@ TEST(Compare, EveryScheduleAtTheStagesItNeedsSortedByMakespan) {
   const Comparison c = compare_schedules(generic(8, 4, 16));
   EXPECT_EQ(c.rows.size(), all_schedules().size());
   EXPECT_TRUE(c.skipped.empty());
-  for (size_t i = 1; i < c.rows.size(); ++i) EXPECT_LE(c.rows[i - 1].sim.makespan, c.rows[i].sim.makespan);
+  for (size_t i = 1; i < c.rows.size(); ++i)
+    EXPECT_LE(c.rows[i - 1].sim.makespan, c.rows[i].sim.makespan);
   for (const auto& r : c.rows) {
     EXPECT_TRUE(r.report.ok()) << r.schedule;
     EXPECT_TRUE(r.plan.is_lowered()) << r.schedule;
@@ -46,16 +47,19 @@ TEST(Compare, EveryScheduleAtTheStagesItNeedsSortedByMakespan) {
   const double work = row(c, "1F1B")->sim.busy[0];
   for (const auto& r : c.rows) EXPECT_NEAR(r.sim.busy[0], work, 1e-9) << r.schedule;
   // Unit costs per layer: ZB-H1's idle time is a third of 1F1B's.
-  EXPECT_NEAR(row(c, "ZB-H1")->sim.makespan - work, (row(c, "1F1B")->sim.makespan - work) / 3, 1e-9);
+  EXPECT_NEAR(row(c, "ZB-H1")->sim.makespan - work, (row(c, "1F1B")->sim.makespan - work) / 3,
+              1e-9);
 }
 
 TEST(Compare, SkipsWhatCannotRunAndSaysWhy) {
   const Comparison c = compare_schedules(generic(6, 3, 12));
   std::vector<std::string> skipped;
   for (const auto& s : c.skipped) skipped.push_back(s.schedule + ": " + s.reason);
-  EXPECT_EQ(skipped, (std::vector<std::string>{
-                         "DualPipe: needs an even number of ranks (they pair up from both ends), got 3"}));
-  // A model layout is merged, never split: 4 stages cannot make the 2 per rank of V schedules at pp 4.
+  EXPECT_EQ(skipped,
+            (std::vector<std::string>{
+                "DualPipe: needs an even number of ranks (they pair up from both ends), got 3"}));
+  // A model layout is merged, never split: 4 stages cannot make the 2 per rank of V schedules at
+  // pp 4.
   CompareOptions o;
   o.layout = parse_layout("Et|tt|tt|tL");
   o.has_model = true;
@@ -64,18 +68,19 @@ TEST(Compare, SkipsWhatCannotRunAndSaysWhy) {
   const Comparison m = compare_schedules(o);
   skipped.clear();
   for (const auto& s : m.skipped) skipped.push_back(s.schedule + ": " + s.reason);
-  EXPECT_EQ(skipped,
-            (std::vector<std::string>{
-                "ZBVZeroBubble: needs two stages per rank (8 stages at --pp 4); the layout's 4 stages cannot be "
-                "merged into 8",
-                "DualPipeV: needs two stages per rank (8 stages at --pp 4); the layout's 4 stages cannot be merged "
-                "into 8"}));
+  EXPECT_EQ(skipped, (std::vector<std::string>{"ZBVZeroBubble: needs two stages per rank (8 stages "
+                                               "at --pp 4); the layout's 4 stages cannot be "
+                                               "merged into 8",
+                                               "DualPipeV: needs two stages per rank (8 stages at "
+                                               "--pp 4); the layout's 4 stages cannot be merged "
+                                               "into 8"}));
   o.pp = 3;
   const Comparison none = compare_schedules(o);
   EXPECT_TRUE(none.rows.empty());
   EXPECT_EQ(none.skipped.size(), all_schedules().size());
   EXPECT_EQ(none.skipped.front().reason,
-            "needs one stage per rank (3 stages at --pp 3); the layout's 4 stages cannot be merged into 3");
+            "needs one stage per rank (3 stages at --pp 3); the layout's 4 stages cannot be merged "
+            "into 3");
   EXPECT_EQ(none.skipped[2].reason, "4 stages are not a multiple of --pp 3");
 }
 
@@ -95,7 +100,8 @@ TEST(Compare, MergesConsecutiveModelStages) {
   EXPECT_EQ(stage_symbols(ofob->plan.layout.stages[15]), "m L");
   EXPECT_EQ(row(c, "ZBVZeroBubble")->plan.layout.num_stages(), 32);  // as given
   EXPECT_EQ(row(c, "DualPipe")->layout_note,
-            "32 stages merged in groups of 2 into 16 (one stage per rank); two model copies (2x parameters)");
+            "32 stages merged in groups of 2 into 16 (one stage per rank); two model copies (2x "
+            "parameters)");
 }
 
 TEST(Compare, MemoryLimitCountsParameters) {
@@ -119,17 +125,19 @@ TEST(Compare, MemoryLimitCountsParameters) {
 
 // The real binary, as a user runs it.
 TEST(Compare, CommandLine) {
-  const auto r = pptest::run_ppcompile({"--layout-file", pptest::source_path("layouts/deepseek-v3.layout"), "--pp",
-                                        "16", "--microbatches", "64", "--compare", "--cost",
-                                        pptest::source_path("examples/cost-deepseek-v3.json"), "--memory-limit",
-                                        "80GiB"});
+  const auto r = pptest::run_ppcompile(
+      {"--layout-file", pptest::source_path("layouts/deepseek-v3.layout"), "--pp", "16",
+       "--microbatches", "64", "--compare", "--cost",
+       pptest::source_path("examples/cost-deepseek-v3.json"), "--memory-limit", "80GiB"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   std::istringstream lines(r.out);
   std::string header, columns, line;
   std::getline(lines, header);
   std::getline(lines, columns);
-  EXPECT_NE(header.find("pp 16 | 64 microbatches | cost model (t: F=12 B=24 I=12 W=12"), std::string::npos) << header;
+  EXPECT_NE(header.find("pp 16 | 64 microbatches | cost model (t: F=12 B=24 I=12 W=12"),
+            std::string::npos)
+      << header;
   EXPECT_NE(header.find("memory limit 80.0 GiB"), std::string::npos);
   EXPECT_EQ(columns.substr(0, 8), "schedule");
   double previous = 0;
@@ -150,12 +158,14 @@ TEST(Compare, CommandLine) {
   const auto with_schedule = pptest::run_ppcompile(
       {"--stages", "8", "--pp", "4", "--microbatches", "8", "--compare", "--schedule", "1F1B"});
   EXPECT_EQ(with_schedule.exit_code, 2);
-  EXPECT_EQ(with_schedule.err, "ppcompile: error: --schedule: --compare runs every schedule; drop --schedule\n");
-  const auto nothing = pptest::run_ppcompile({"--layout", "Et|tt|tt|tL", "--pp", "3", "--microbatches", "8",
-                                              "--compare"});
+  EXPECT_EQ(with_schedule.err,
+            "ppcompile: error: --schedule: --compare runs every schedule; drop --schedule\n");
+  const auto nothing = pptest::run_ppcompile(
+      {"--layout", "Et|tt|tt|tL", "--pp", "3", "--microbatches", "8", "--compare"});
   EXPECT_EQ(nothing.exit_code, 2);
   EXPECT_EQ(nothing.err,
-            "ppcompile: error: no schedule can run this configuration (GPipe: needs one stage per rank (3 stages at "
+            "ppcompile: error: no schedule can run this configuration (GPipe: needs one stage per "
+            "rank (3 stages at "
             "--pp 3); the layout's 4 stages cannot be merged into 3; and 9 more skipped)\n");
 }
 

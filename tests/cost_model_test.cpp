@@ -12,7 +12,9 @@
 namespace ppc {
 namespace {
 
-const LayerCost& layer(const CostModel& m, LayerKind k) { return m.layers[static_cast<size_t>(k)]; }
+const LayerCost& layer(const CostModel& m, LayerKind k) {
+  return m.layers[static_cast<size_t>(k)];
+}
 
 std::string parse_error(const std::string& text) {
   try {
@@ -61,7 +63,8 @@ TEST(CostModel, ParsesLayersAndCommunication) {
 }
 
 TEST(CostModel, ExplicitFullBackwardMayDifferFromIPlusW) {
-  const CostModel m = parse_cost_model(R"({"layers": {"t": {"f": 1, "b": 1.8, "i": 1, "w": 1}}})", "c");
+  const CostModel m =
+      parse_cost_model(R"({"layers": {"t": {"f": 1, "b": 1.8, "i": 1, "w": 1}}})", "c");
   EXPECT_EQ(layer(m, LayerKind::Decoder).backward(), 1.8);
   EXPECT_EQ(layer(m, LayerKind::Decoder).i, 1);
   // Only F: B = 2F, I = W = F.
@@ -72,26 +75,33 @@ TEST(CostModel, ExplicitFullBackwardMayDifferFromIPlusW) {
 
 TEST(CostModel, FileErrorsAreOneLocatedLine) {
   EXPECT_EQ(parse_error("{\n  \"layers\": {\n    \"t\": {\"f\": 1,}\n  }\n}"),
-            "cost.json:3:18: invalid JSON: syntax error while parsing object key - unexpected '}'; expected string "
+            "cost.json:3:18: invalid JSON: syntax error while parsing object key - unexpected '}'; "
+            "expected string "
             "literal");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": -1}}})"),
             "cost.json: layers.t.f: expected a non-negative number, got -1");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": "fast"}}})"),
             "cost.json: layers.t.f: expected a number, got \"fast\"");
-  EXPECT_EQ(parse_error(R"({"layers": {"x": {"f": 1}}})"), "cost.json: layers.x: unknown field (known: E, t, m, L)");
+  EXPECT_EQ(parse_error(R"({"layers": {"x": {"f": 1}}})"),
+            "cost.json: layers.x: unknown field (known: E, t, m, L)");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": 1, "fwd": 2}}})"),
             "cost.json: layers.t.fwd: unknown field (known: f, b, i, w, activation, params)");
-  EXPECT_EQ(parse_error(R"({"layers": {"t": {"b": 2}}})"), "cost.json: layers.t: missing field 'f' (forward time)");
-  EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": 1, "i": 2}}})"), "cost.json: layers.t.i: give both i and w, or b");
+  EXPECT_EQ(parse_error(R"({"layers": {"t": {"b": 2}}})"),
+            "cost.json: layers.t: missing field 'f' (forward time)");
+  EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": 1, "i": 2}}})"),
+            "cost.json: layers.t.i: give both i and w, or b");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": 1, "b": 1, "w": 2}}})"),
             "cost.json: layers.t.w: 2 is more than the full backward time 1");
-  EXPECT_EQ(parse_error(R"({"overlap": 2})"), "cost.json: overlap: expected a number between 0 and 1, got 2");
+  EXPECT_EQ(parse_error(R"({"overlap": 2})"),
+            "cost.json: overlap: expected a number between 0 and 1, got 2");
   EXPECT_EQ(parse_error(R"({"latncy": 2})"),
-            "cost.json: latncy: unknown field (known: comment, layers, stage, latency, bandwidth, message_bytes, "
+            "cost.json: latncy: unknown field (known: comment, layers, stage, latency, bandwidth, "
+            "message_bytes, "
             "overlap, weight_grad_memory)");
   EXPECT_EQ(parse_error("[1, 2]"), "cost.json: expected a JSON object (see docs/cost-model.md)");
-  EXPECT_EQ(parse_error(""), "cost.json:1:1: invalid JSON: syntax error while parsing value - unexpected end of "
-                             "input; expected '[', '{', or a literal");
+  EXPECT_EQ(parse_error(""),
+            "cost.json:1:1: invalid JSON: syntax error while parsing value - unexpected end of "
+            "input; expected '[', '{', or a literal");
 }
 
 TEST(CostModel, FlagsGiveOneLayersCosts) {
@@ -140,7 +150,8 @@ TEST(CostModel, MemorySizes) {
     parse_memory_size("lots", "--memory-limit");
     FAIL();
   } catch (const UserError& e) {
-    EXPECT_EQ(e.format(), "--memory-limit: expected a memory size such as 80GiB, 80GB or 8e10, got 'lots'");
+    EXPECT_EQ(e.format(),
+              "--memory-limit: expected a memory size such as 80GiB, 80GB or 8e10, got 'lots'");
   }
   EXPECT_EQ(format_memory(80.0 * (1 << 30), true), "80.0 GiB");
   EXPECT_EQ(format_memory(512, true), "512 B");
@@ -176,7 +187,8 @@ TEST(CostModel, StageCostsComeFromTheLayout) {
 TEST(CostModel, CliErrorsExitTwoWithOneLine) {
   pptest::TempDir dir;
   const std::string bad = dir.write("bad.json", "{\"layers\": {\"t\": {\"f\": 1, \"b\": }}}");
-  const std::vector<std::string> base{"--stages", "4", "--pp", "4", "--schedule", "ZB-H1", "--microbatches", "8"};
+  const std::vector<std::string> base{"--stages",   "4",     "--pp",           "4",
+                                      "--schedule", "ZB-H1", "--microbatches", "8"};
   auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = base;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -186,14 +198,19 @@ TEST(CostModel, CliErrorsExitTwoWithOneLine) {
     std::vector<std::string> args;
     std::string err;
   } cases[] = {
-      {{"--cost", bad}, "ppcompile: error: " + bad + ":1:32: invalid JSON: syntax error while parsing value - "
-                                                     "unexpected '}'; expected '[', '{', or a literal\n"},
-      {{"--cost", dir.file("missing.json")}, "ppcompile: error: " + dir.file("missing.json") +
-                                                 ": cannot open '" + dir.file("missing.json") + "' for reading\n"},
+      {{"--cost", bad},
+       "ppcompile: error: " + bad +
+           ":1:32: invalid JSON: syntax error while parsing value - "
+           "unexpected '}'; expected '[', '{', or a literal\n"},
+      {{"--cost", dir.file("missing.json")},
+       "ppcompile: error: " + dir.file("missing.json") + ": cannot open '" +
+           dir.file("missing.json") + "' for reading\n"},
       {{"--cost-f", "-2"}, "ppcompile: error: --cost-f: expected a non-negative number, got -2\n"},
-      {{"--cost-i", "1"}, "ppcompile: error: --cost-i: give both --cost-i and --cost-w, or --cost-b\n"},
+      {{"--cost-i", "1"},
+       "ppcompile: error: --cost-i: give both --cost-i and --cost-w, or --cost-b\n"},
       {{"--memory-limit", "big"},
-       "ppcompile: error: --memory-limit: expected a memory size such as 80GiB, 80GB or 8e10, got 'big'\n"},
+       "ppcompile: error: --memory-limit: expected a memory size such as 80GiB, 80GB or 8e10, got "
+       "'big'\n"},
   };
   for (const Case& c : cases) {
     const auto r = run(c.args);
@@ -208,17 +225,20 @@ TEST(CostModel, CliErrorsExitTwoWithOneLine) {
 }
 
 TEST(CostModel, StatsFollowTheCostModel) {
-  const auto r = pptest::run_ppcompile({"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches", "8",
-                                        "--emit", "stats", "--cost-f", "2", "--cost-b", "4", "--memory-limit", "3"});
+  const auto r = pptest::run_ppcompile({"--stages", "4", "--pp", "4", "--schedule", "1F1B",
+                                        "--microbatches", "8", "--emit", "stats", "--cost-f", "2",
+                                        "--cost-b", "4", "--memory-limit", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // 1F1B under F=2, B=4 per stage: (m + p - 1)(F + B) = 11 * 6.
   EXPECT_NE(r.out.find("makespan      66\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("memory limit  3: exceeded on rank 0 (peak 4 on rank 0: activations 4, parameters 0)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find(
+          "memory limit  3: exceeded on rank 0 (peak 4 on rank 0: activations 4, parameters 0)"),
+      std::string::npos)
       << r.out;
   // Without a cost model: unit costs, as the golden files pin.
-  const auto u = pptest::run_ppcompile(
-      {"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches", "8", "--emit", "stats"});
+  const auto u = pptest::run_ppcompile({"--stages", "4", "--pp", "4", "--schedule", "1F1B",
+                                        "--microbatches", "8", "--emit", "stats"});
   EXPECT_NE(u.out.find("makespan      33\n"), std::string::npos) << u.out;
 }
 

@@ -42,7 +42,8 @@ std::vector<Section> parse_golden(const std::string& text) {
       out.push_back(std::move(s));
       continue;
     }
-    if (out.empty()) throw std::runtime_error("golden line " + std::to_string(n) + " outside a section");
+    if (out.empty())
+      throw std::runtime_error("golden line " + std::to_string(n) + " outside a section");
     out.back().expected += line + "\n";
   }
   return out;
@@ -50,7 +51,8 @@ std::vector<Section> parse_golden(const std::string& text) {
 
 std::vector<std::string> golden_files() {
   std::vector<std::string> files;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(pptest::source_path("tests/golden")))
+  for (const auto& e :
+       std::filesystem::recursive_directory_iterator(pptest::source_path("tests/golden")))
     if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   return files;

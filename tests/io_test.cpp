@@ -93,10 +93,13 @@ TEST(Csv, ErrorsPointAtTheCell) {
             "bad.csv:2:5: '1Q0': unknown action kind\n  1F0,1Q0\n      ^");
   EXPECT_EQ(error_of([&] { read_csv("0F0,1F0\n1F0\n", io); }),
             "bad.csv:2:1: stage 1 appears on rank 0 and on rank 1\n  1F0\n  ^");
-  EXPECT_EQ(error_of([&] { read_csv("0F0,\"0B0\n", io); }), "bad.csv:1:5: unterminated quoted cell\n  0F0,\"0B0\n      ^");
-  EXPECT_EQ(error_of([&] { read_csv("", io); }), "bad.csv: the CSV has no rows (one row per rank expected)");
+  EXPECT_EQ(error_of([&] { read_csv("0F0,\"0B0\n", io); }),
+            "bad.csv:1:5: unterminated quoted cell\n  0F0,\"0B0\n      ^");
+  EXPECT_EQ(error_of([&] { read_csv("", io); }),
+            "bad.csv: the CSV has no rows (one row per rank expected)");
   EXPECT_EQ(error_of([&] { read_csv("0F0,2F0\n1F0\n", io); }),
-            "bad.csv: the CSV uses 3 stages on 2 ranks (rows); the stage count must be a multiple of the rank count");
+            "bad.csv: the CSV uses 3 stages on 2 ranks (rows); the stage count must be a multiple "
+            "of the rank count");
   EXPECT_EQ(error_of([&] { read_csv("0F0,3F0\n1F0,2F0\n2F0\n", io); }).substr(0, 40),
             "bad.csv:3:1: stage 2 appears on rank 1 a");
 }
@@ -123,13 +126,16 @@ TEST(Json, ErrorsNameTheField) {
   };
   EXPECT_EQ(with("\"version\": 1", "\"version\": 7"),
             "plan.json: version: unsupported plan version 7 (this build reads version 1)");
-  EXPECT_EQ(with("\"format\": \"ppcompile-plan\"", "\"format\": \"x\""),
-            "plan.json: format: expected \"ppcompile-plan\" (is this a ppcompile --emit json plan?)");
-  EXPECT_EQ(with("\"1F1\"", "\"1X1\""), "plan.json: ranks[1].compute[2]: \"1X1\": unknown action kind");
+  EXPECT_EQ(
+      with("\"format\": \"ppcompile-plan\"", "\"format\": \"x\""),
+      "plan.json: format: expected \"ppcompile-plan\" (is this a ppcompile --emit json plan?)");
+  EXPECT_EQ(with("\"1F1\"", "\"1X1\""),
+            "plan.json: ranks[1].compute[2]: \"1X1\": unknown action kind");
   EXPECT_EQ(with("\"pp\": 2", "\"pp\": \"2\""), "plan.json: pp: expected an integer");
   EXPECT_EQ(with("\"microbatches\": 2", "\"micro\": 2"), "plan.json: missing field 'microbatches'");
-  EXPECT_EQ(error_of([&] { read_plan_json(good.substr(0, good.size() / 2), "plan.json"); }).substr(0, 30),
-            "plan.json: not valid JSON: [js");
+  EXPECT_EQ(
+      error_of([&] { read_plan_json(good.substr(0, good.size() / 2), "plan.json"); }).substr(0, 30),
+      "plan.json: not valid JSON: [js");
 }
 
 }  // namespace

@@ -26,8 +26,9 @@ inline std::vector<ppc::Action> parse_actions(const std::string& text) {
 
 // A plan over `stages` generic stages in loop placement. If `lowered` is true, `ranks` are the
 // lowered orders (the compute orders are derived from them) and peers are filled in.
-inline ppc::Plan text_plan(int pp, int stages, int microbatches, const std::vector<std::string>& ranks,
-                           bool lowered, ppc::PlacementStyle style = ppc::PlacementStyle::Loop) {
+inline ppc::Plan text_plan(int pp, int stages, int microbatches,
+                           const std::vector<std::string>& ranks, bool lowered,
+                           ppc::PlacementStyle style = ppc::PlacementStyle::Loop) {
   ppc::Plan p;
   p.layout = ppc::generic_layout(stages);
   p.placement = ppc::make_placement(stages, pp, style);
@@ -37,8 +38,10 @@ inline ppc::Plan text_plan(int pp, int stages, int microbatches, const std::vect
     auto acts = parse_actions(r);
     std::vector<ppc::Action> compute;
     for (auto& a : acts) {
-      if (ppc::is_comm(a.kind)) a.peer = ppc::comm_match(p, a).rank;
-      else compute.push_back(a);
+      if (ppc::is_comm(a.kind))
+        a.peer = ppc::comm_match(p, a).rank;
+      else
+        compute.push_back(a);
     }
     p.compute.push_back(compute);
     if (lowered) p.lowered.push_back(acts);

@@ -26,7 +26,9 @@ Plan compile_generic(const std::string& schedule, int pp, int vpp, int m, bool l
   return compile(o);
 }
 
-std::string compute_text(const Plan& p) { return pptest::orders_text(p.compute); }
+std::string compute_text(const Plan& p) {
+  return pptest::orders_text(p.compute);
+}
 
 TEST(Schedules, GPipeOrder) {
   EXPECT_EQ(compute_text(compile_generic("GPipe", 2, 1, 3, false)),
@@ -89,7 +91,9 @@ std::optional<std::vector<std::vector<Action>>> torch_interleaved(int pp, int n,
     for (int step = 0; step < warmup + steady + cooldown; ++step) {
       if (step < warmup) {
         fwd(step);
-        if (step == warmup - 1) timeline.resize(timeline.size() + std::max(0, n * pp + 2 * (pp - 1 - rank) - warmup - rank));
+        if (step == warmup - 1)
+          timeline.resize(timeline.size() +
+                          std::max(0, n * pp + 2 * (pp - 1 - rank) - warmup - rank));
       } else if (step < warmup + steady) {
         fwd(step);
         bwd(step);
@@ -114,7 +118,8 @@ TEST(Schedules, InterleavedEqualsPyTorchWhereverPyTorchAccepts) {
         auto expected = torch_interleaved(pp, n, m);
         if (!expected) continue;
         Plan p = compile_generic("Interleaved1F1B", pp, n, m, false);
-        ASSERT_EQ(pptest::orders_text(p.compute), pptest::orders_text(*expected)) << "pp " << pp << " n " << n << " m " << m;
+        ASSERT_EQ(pptest::orders_text(p.compute), pptest::orders_text(*expected))
+            << "pp " << pp << " n " << n << " m " << m;
         ++compared;
       }
   EXPECT_EQ(compared, 752);  // configurations PyTorch accepts in this grid
@@ -145,7 +150,8 @@ TEST(Schedules, EveryClassicPlanVerifies) {
         for (int m = 1; m <= 20; ++m) {
           Plan p = compile_generic(s, pp, vpp, m);
           VerifyReport r = verify(p);
-          ASSERT_TRUE(r.ok()) << s << " pp " << pp << " vpp " << vpp << " m " << m << ": " << r.errors.front();
+          ASSERT_TRUE(r.ok()) << s << " pp " << pp << " vpp " << vpp << " m " << m << ": "
+                              << r.errors.front();
           ASSERT_TRUE(r.checked_lowered);
           ++plans;
         }
@@ -159,7 +165,8 @@ TEST(Schedules, LoweringIsDeadlockFreeForAnyCosts) {
   std::uniform_real_distribution<double> dur(0.1, 5.0);
   for (const char* s : {"1F1B", "Interleaved1F1B", "LoopedBFS", "GPipe"})
     for (int trial = 0; trial < 20; ++trial) {
-      const int pp = 2 + trial % 5, vpp = find_schedule(s)->vpp_rule == VppRule::One ? 1 : 1 + trial % 3;
+      const int pp = 2 + trial % 5,
+                vpp = find_schedule(s)->vpp_rule == VppRule::One ? 1 : 1 + trial % 3;
       const int m = 1 + (trial * 7) % 13;
       Plan p = compile_generic(s, pp, vpp, m, false);
       std::map<std::pair<int, int>, double> table;
@@ -174,7 +181,8 @@ TEST(Schedules, LoweringIsDeadlockFreeForAnyCosts) {
         costs.defer_sends = defer;
         Plan lowered = lower_send_recv(p, costs);
         VerifyReport r = verify(lowered);
-        ASSERT_TRUE(r.ok()) << s << " trial " << trial << " defer " << defer << ": " << r.errors.front();
+        ASSERT_TRUE(r.ok()) << s << " trial " << trial << " defer " << defer << ": "
+                            << r.errors.front();
       }
     }
 }
@@ -195,7 +203,8 @@ TEST(Schedules, LoweringForACostModelKeepsTheFasterPlacement) {
         held.defer_sends = true;
         const double a = simulate(lower_send_recv(p, eager), model).makespan;
         const double b = simulate(lower_send_recv(p, held), model).makespan;
-        EXPECT_DOUBLE_EQ(simulate(best, model).makespan, std::min(a, b)) << s << " pp " << pp << " m " << m;
+        EXPECT_DOUBLE_EQ(simulate(best, model).makespan, std::min(a, b))
+            << s << " pp " << pp << " m " << m;
       }
 }
 
@@ -224,7 +233,8 @@ TEST(Schedules, RejectsStagesPerRankTheScheduleCannotRun) {
     FAIL();
   } catch (const UserError& e) {
     EXPECT_EQ(e.message(),
-              "1F1B runs one stage per rank, but 4 stages on --pp 2 give 2 per rank; use Interleaved1F1B or "
+              "1F1B runs one stage per rank, but 4 stages on --pp 2 give 2 per rank; use "
+              "Interleaved1F1B or "
               "LoopedBFS, or --pp 4");
   }
 }

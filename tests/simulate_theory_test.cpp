@@ -22,7 +22,8 @@
 namespace ppc {
 namespace {
 
-Plan compile_generic(const std::string& schedule, int pp, int stages, int m, const CostModel& cost = {}) {
+Plan compile_generic(const std::string& schedule, int pp, int stages, int m,
+                     const CostModel& cost = {}) {
   CompileOptions o;
   o.layout = generic_layout(stages);
   o.pp = pp;
@@ -33,7 +34,8 @@ Plan compile_generic(const std::string& schedule, int pp, int stages, int m, con
   return lower_send_recv(plan, lowering_costs(plan, cost));
 }
 
-Simulation sim_of(const std::string& schedule, int pp, int stages, int m, const CostModel& cost = {}) {
+Simulation sim_of(const std::string& schedule, int pp, int stages, int m,
+                  const CostModel& cost = {}) {
   return simulate(compile_generic(schedule, pp, stages, m, cost), cost);
 }
 
@@ -67,7 +69,8 @@ double dataflow_makespan(const Plan& plan, const CostModel& model) {
       *t = std::max(*t, it->second);
       return true;
     };
-    if (a.kind == ActionKind::F) return plan.prev_stage(a.stage) < 0 || need(0, plan.prev_stage(a.stage), a.microbatch);
+    if (a.kind == ActionKind::F)
+      return plan.prev_stage(a.stage) < 0 || need(0, plan.prev_stage(a.stage), a.microbatch);
     if (a.kind == ActionKind::W) return need(1, a.stage, a.microbatch);
     return need(0, a.stage, a.microbatch) &&
            (plan.next_stage(a.stage) < 0 || need(1, plan.next_stage(a.stage), a.microbatch));
@@ -121,18 +124,20 @@ TEST(Theory, OneFOneB) {
 }
 
 TEST(Theory, InterleavedOneFOneBDividesTheBubbleByV) {
-  // (p-1)/(vm+p-1): exact under the deadlock model for p <= 4 and, at any p, when sends never block.
-  // At p = 5 and p = 8 with two or more rounds of microbatches, the deadlock model's rendezvous
-  // (a send waits for its receiver to finish the compute it is in) adds 2 to 5 units.
+  // (p-1)/(vm+p-1): exact under the deadlock model for p <= 4 and, at any p, when sends never
+  // block. At p = 5 and p = 8 with two or more rounds of microbatches, the deadlock model's
+  // rendezvous (a send waits for its receiver to finish the compute it is in) adds 2 to 5 units.
   for (int p = 1; p <= 8; ++p)
     for (int v = 1; v <= 4; ++v)
       for (int m = p; m <= 4 * p; m += p) {
         const Plan plan = compile_generic("Interleaved1F1B", p, p * v, m);
         const Simulation s = simulate(plan, CostModel{});
         const double ideal = 3.0 * v * m + 3.0 * (p - 1);
-        EXPECT_DOUBLE_EQ(dataflow_makespan(plan, CostModel{}), ideal) << "p " << p << " v " << v << " m " << m;
+        EXPECT_DOUBLE_EQ(dataflow_makespan(plan, CostModel{}), ideal)
+            << "p " << p << " v " << v << " m " << m;
         if (p <= 4) {
-          EXPECT_NEAR(s.bubble, double(p - 1) / (v * m + p - 1), 1e-12) << "p " << p << " v " << v << " m " << m;
+          EXPECT_NEAR(s.bubble, double(p - 1) / (v * m + p - 1), 1e-12)
+              << "p " << p << " v " << v << " m " << m;
         } else {
           EXPECT_GE(s.makespan, ideal);
           EXPECT_LE(s.makespan, ideal + 5);
@@ -156,7 +161,8 @@ TEST(Theory, InterleavedZeroBubbleKeepsZBH1sBubbleOverVTimesTheWork) {
     for (int v = 2; v <= 3; ++v)
       for (int m = p; m <= 3 * p; ++m) {
         const Simulation s = sim_of("InterleavedZeroBubble", p, p * v, m);
-        EXPECT_DOUBLE_EQ(s.makespan, 3.0 * v * m + (p - 1)) << "p " << p << " v " << v << " m " << m;
+        EXPECT_DOUBLE_EQ(s.makespan, 3.0 * v * m + (p - 1))
+            << "p " << p << " v " << v << " m " << m;
       }
 }
 
@@ -186,13 +192,15 @@ TEST(Theory, DualPipeMatchesTheReadmeTableOnItsMostIdleRank) {
     for (int p = 2; p <= 16; p += 2)
       for (int m = 2 * p; m <= 4 * p; m += 2) {
         const Simulation s = sim_of("DualPipe", p, p, m, cost);
-        EXPECT_NEAR(max_idle(s), (p / 2 - 1) * (fb + 2 - 3), 1e-9) << "p " << p << " m " << m << " overlap " << overlap;
+        EXPECT_NEAR(max_idle(s), (p / 2 - 1) * (fb + 2 - 3), 1e-9)
+            << "p " << p << " m " << m << " overlap " << overlap;
       }
   }
   for (int p = 2; p <= 16; p += 2) {
     const Plan plan = compile_generic("DualPipe", p, p, 4 * p);
     const VerifyReport r = verify(plan);
-    EXPECT_EQ(*std::max_element(r.peak_inflight.begin(), r.peak_inflight.end()), p + 1) << "p " << p;
+    EXPECT_EQ(*std::max_element(r.peak_inflight.begin(), r.peak_inflight.end()), p + 1)
+        << "p " << p;
   }
 }
 
@@ -204,7 +212,8 @@ TEST(Theory, DualPipeVMatchesTheReadmeTable) {
     for (int p = 1; p <= 8; ++p)
       for (int m = 2 * p; m <= 4 * p; ++m) {
         const Simulation s = sim_of("DualPipeV", p, 2 * p, m, cost);
-        EXPECT_NEAR(max_idle(s), (p - 1) * (fb + 2 - 3), 1e-9) << "p " << p << " m " << m << " overlap " << overlap;
+        EXPECT_NEAR(max_idle(s), (p - 1) * (fb + 2 - 3), 1e-9)
+            << "p " << p << " m " << m << " overlap " << overlap;
       }
   }
   for (int p = 1; p <= 8; ++p) {
@@ -227,13 +236,15 @@ TEST(Theory, PeakInFlightOfTheClassicSchedules) {
 TEST(Theory, ZBH1FormulaHoldsForUnequalCostsWhenSendsNeverBlock) {
   // (p-1)(F+B-2W) = (p-1)(F+I-W) for W no larger than F and I. Under the deadlock model the
   // rendezvous of each transfer costs more once F, I and W differ.
-  for (auto [f, i, w] : {std::tuple{1.0, 1.5, 0.5}, {1.0, 1.2, 0.8}, {2.0, 1.0, 1.0}, {1.5, 2.0, 1.0}})
+  for (auto [f, i, w] :
+       {std::tuple{1.0, 1.5, 0.5}, {1.0, 1.2, 0.8}, {2.0, 1.0, 1.0}, {1.5, 2.0, 1.0}})
     for (int p = 2; p <= 8; ++p) {
       const int m = 4 * p;
       const CostModel cost = costs(f, i, w);
       const Plan plan = compile_generic("ZB-H1", p, p, m, cost);
       const double busy = m * (f + i + w);
-      EXPECT_NEAR(dataflow_makespan(plan, cost) - busy, (p - 1) * (f + i - w), 1e-9) << f << " " << i << " " << w;
+      EXPECT_NEAR(dataflow_makespan(plan, cost) - busy, (p - 1) * (f + i - w), 1e-9)
+          << f << " " << i << " " << w;
       EXPECT_GE(simulate(plan, cost).makespan - busy, (p - 1) * (f + i - w) - 1e-9);
     }
 }
@@ -241,11 +252,15 @@ TEST(Theory, ZBH1FormulaHoldsForUnequalCostsWhenSendsNeverBlock) {
 TEST(Theory, ActivationMemoryFollowsTheInFlightMicrobatches) {
   // Unit costs: one unit per stage-microbatch from its F to its B or I.
   for (const char* s : {"1F1B", "ZB-H1", "ZB-H2", "InterleavedZeroBubble", "DualPipeV"}) {
-    const int p = 4, stages = std::string(s) == "DualPipeV" || std::string(s) == "InterleavedZeroBubble" ? 8 : 4;
+    const int p = 4,
+              stages = std::string(s) == "DualPipeV" || std::string(s) == "InterleavedZeroBubble"
+                           ? 8
+                           : 4;
     const Plan plan = compile_generic(s, p, stages, 16);
     const Simulation sim = simulate(plan, CostModel{});
     const VerifyReport r = verify(plan);
-    for (int rank = 0; rank < p; ++rank) EXPECT_DOUBLE_EQ(sim.peak_memory[rank], r.peak_inflight[rank]) << s;
+    for (int rank = 0; rank < p; ++rank)
+      EXPECT_DOUBLE_EQ(sim.peak_memory[rank], r.peak_inflight[rank]) << s;
     for (const auto& points : sim.memory) EXPECT_DOUBLE_EQ(points.back().value, 0) << s;
   }
   // Keeping part of the activation until W raises the peak above the in-flight count where W

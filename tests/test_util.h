@@ -43,7 +43,9 @@ class TempDir {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
-  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  std::string file(const std::string& name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
   std::string write(const std::string& name, const std::string& text) const {
     std::ofstream(file(name), std::ios::binary) << text;
     return file(name);
@@ -85,7 +87,9 @@ inline CliResult run_binary(const std::string& binary, const std::vector<std::st
 }
 
 #ifdef PPCOMPILE_BIN
-inline CliResult run_ppcompile(const std::vector<std::string>& args) { return run_binary(PPCOMPILE_BIN, args); }
+inline CliResult run_ppcompile(const std::vector<std::string>& args) {
+  return run_binary(PPCOMPILE_BIN, args);
+}
 #endif
 
 inline std::string source_path(const std::string& rel) {

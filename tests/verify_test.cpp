@@ -34,8 +34,10 @@ TEST(Verify, FindsTheCycleOfCrossedSends) {
   VerifyReport r = verify(p);
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_EQ(r.errors[0],
-            "deadlock: rank 0 waits at its action 1 (0SEND_F0) for rank 1 to post 1RECV_F0 (its action 4), but "
-            "rank 1 is at its action 0; rank 1 waits at its action 0 (1RECV_F1) for rank 0 to post 0SEND_F1 (its "
+            "deadlock: rank 0 waits at its action 1 (0SEND_F0) for rank 1 to post 1RECV_F0 (its "
+            "action 4), but "
+            "rank 1 is at its action 0; rank 1 waits at its action 0 (1RECV_F1) for rank 0 to post "
+            "0SEND_F1 (its "
             "action 3), but rank 0 is at its action 1; cycle: rank 0 -> rank 1 -> rank 0");
 }
 
@@ -55,7 +57,8 @@ TEST(Verify, ComputeBeforeItsReceive) {
   VerifyReport r = verify(p);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.errors[0],
-            "rank 1, action 0 (1F0): needs the activation of stage 0 microbatch 0 from rank 0, but rank 1 receives "
+            "rank 1, action 0 (1F0): needs the activation of stage 0 microbatch 0 from rank 0, but "
+            "rank 1 receives "
             "it only later, at its action 1");
 }
 
@@ -64,7 +67,8 @@ TEST(Verify, SendBeforeItsCompute) {
   VerifyReport r = verify(p);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.errors[0],
-            "rank 0, action 0 (0SEND_F0): needs the forward of stage 0 microbatch 0 on this rank, which has not run "
+            "rank 0, action 0 (0SEND_F0): needs the forward of stage 0 microbatch 0 on this rank, "
+            "which has not run "
             "before it");
 }
 
@@ -74,7 +78,9 @@ TEST(Verify, CountsEveryForwardAndBackward) {
   ASSERT_GE(r.errors.size(), 3u);
   EXPECT_EQ(r.errors[0], "rank 0: stage 0 microbatch 0 has 2 forwards (F), expected exactly 1");
   EXPECT_EQ(r.errors[1], "rank 0: stage 0 microbatch 1 has 0 forwards (F), expected exactly 1");
-  EXPECT_EQ(r.errors[2], "rank 1: stage 1 microbatch 1 has 0 B, 1 I and 0 W; expected one B, or one I and one W");
+  EXPECT_EQ(
+      r.errors[2],
+      "rank 1: stage 1 microbatch 1 has 0 B, 1 I and 0 W; expected one B, or one I and one W");
 }
 
 TEST(Verify, MissingReceive) {
@@ -82,7 +88,8 @@ TEST(Verify, MissingReceive) {
   VerifyReport r = verify(p);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.errors[0],
-            "activation of stage 0 microbatch 0 (rank 0 -> rank 1): 1 SEND_F and 0 RECV_F, expected one of each");
+            "activation of stage 0 microbatch 0 (rank 0 -> rank 1): 1 SEND_F and 0 RECV_F, "
+            "expected one of each");
 }
 
 TEST(Verify, ActionsOnTheWrongRankOrOutOfRange) {
@@ -90,8 +97,10 @@ TEST(Verify, ActionsOnTheWrongRankOrOutOfRange) {
   VerifyReport r = verify(p);
   ASSERT_GE(r.errors.size(), 3u);
   EXPECT_EQ(r.errors[0], "rank 0, action 0 (1F0): stage 1 is held by rank 1, not rank 0");
-  EXPECT_EQ(r.errors[1], "rank 0, action 3 (5F0): stage 5 does not exist (the plan has stages 0..1)");
-  EXPECT_EQ(r.errors[2], "rank 1, action 2 (0F7): microbatch 7 does not exist (the plan has microbatches 0..0)");
+  EXPECT_EQ(r.errors[1],
+            "rank 0, action 3 (5F0): stage 5 does not exist (the plan has stages 0..1)");
+  EXPECT_EQ(r.errors[2],
+            "rank 1, action 2 (0F7): microbatch 7 does not exist (the plan has microbatches 0..0)");
 }
 
 TEST(Verify, NoSendRecvBetweenStagesOnOneRank) {
@@ -100,7 +109,8 @@ TEST(Verify, NoSendRecvBetweenStagesOnOneRank) {
   VerifyReport r = verify(p);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.errors[0],
-            "rank 0, action 1 (0SEND_F0): stages 0 and 1 are both on rank 0; they pass tensors locally, without "
+            "rank 0, action 1 (0SEND_F0): stages 0 and 1 are both on rank 0; they pass tensors "
+            "locally, without "
             "SEND/RECV");
 }
 
@@ -110,7 +120,8 @@ TEST(Verify, LoweredComputeMustMatchComputeOrder) {
   VerifyReport r = verify(p);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.errors[0],
-            "rank 1, action 1 (1F0): the lowered order's compute actions differ from the compute order (which has "
+            "rank 1, action 1 (1F0): the lowered order's compute actions differ from the compute "
+            "order (which has "
             "1B0 there)");
 }
 
@@ -121,8 +132,10 @@ TEST(Verify, InfeasibleComputeOrderNamesTheCycle) {
   VerifyReport r = verify(p);
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_EQ(r.errors[0],
-            "the compute order cannot run: rank 0 waits at its action 1 (0B0) for the gradient of stage 1 "
-            "microbatch 0 from rank 1; rank 1 waits at its action 1 (1F1) for the activation of stage 0 microbatch 1 "
+            "the compute order cannot run: rank 0 waits at its action 1 (0B0) for the gradient of "
+            "stage 1 "
+            "microbatch 0 from rank 1; rank 1 waits at its action 1 (1F1) for the activation of "
+            "stage 0 microbatch 1 "
             "from rank 0; cycle: rank 0 -> rank 1 -> rank 0");
   EXPECT_THROW(lower_send_recv(p), UserError);
 }
@@ -132,7 +145,8 @@ TEST(Verify, SelfDependencyIsReported) {
   VerifyReport r = verify(p);
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_EQ(r.errors[0],
-            "the compute order cannot run: rank 0 waits at its action 0 (0B0) for its own forward of stage 0 "
+            "the compute order cannot run: rank 0 waits at its action 0 (0B0) for its own forward "
+            "of stage 0 "
             "microbatch 0, which comes later in its order; cycle: rank 0 -> rank 0");
 }
 

@@ -25,7 +25,8 @@ std::string dot_of(const ppc::Plan& plan) {
 }
 
 size_t count(const std::string& text, const std::regex& re) {
-  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+  return static_cast<size_t>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
 }
 
 TEST(VizDot, RealDotAcceptsEveryGraph) {
@@ -44,7 +45,8 @@ TEST(VizDot, RealDotAcceptsEveryGraph) {
 
     // One node per compute action, each rank a cluster, one dashed edge per transfer.
     EXPECT_EQ(count(graph, std::regex(R"(\n    a\d+_\d+ \[label=)")), s.report.compute_actions);
-    EXPECT_EQ(count(graph, std::regex(R"(subgraph cluster_rank\d+ )")), static_cast<size_t>(s.plan.pp()));
+    EXPECT_EQ(count(graph, std::regex(R"(subgraph cluster_rank\d+ )")),
+              static_cast<size_t>(s.plan.pp()));
     EXPECT_EQ(count(graph, std::regex(R"(\[style=dashed)")), ppc::viz::transfers(s.plan).size());
   }
 }
@@ -55,7 +57,8 @@ TEST(VizDot, EdgesFollowTheDependencies) {
   // rank 0: 0F0 0F1 0B0 0B1; rank 1: 1F0 1B0 1F1 1B1 (nodes a<rank>_<index>).
   EXPECT_NE(g.find("  a0_0 -> a1_0 [style=dashed"), std::string::npos);  // 0F0 -> 1F0 (activation)
   EXPECT_NE(g.find("  a1_1 -> a0_2 [style=dashed"), std::string::npos);  // 1B0 -> 0B0 (gradient)
-  EXPECT_NE(g.find("  a1_0 -> a1_1 [color=\"#9db4d0\""), std::string::npos);  // 1F0 -> 1B0 (saved activations)
+  EXPECT_NE(g.find("  a1_0 -> a1_1 [color=\"#9db4d0\""),
+            std::string::npos);  // 1F0 -> 1B0 (saved activations)
   EXPECT_NE(g.find("tooltip=\"0SEND_F0 -> 1RECV_F0\""), std::string::npos);
 }
 
@@ -64,7 +67,8 @@ TEST(VizDot, MissingDotIsAUserError) {
     ppc::render_dot("digraph{}", "svg", 0, "/nonexistent/dot");
     FAIL() << "no error";
   } catch (const ppc::UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("Graphviz is not installed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Graphviz is not installed"), std::string::npos)
+        << e.what();
   }
   try {
     ppc::render_dot("digraph{}", "svg", ppc::kMaxDotNodes + 1);
@@ -82,7 +86,8 @@ TEST(VizDot, MissingDotIsAUserError) {
 
 TEST(VizDot, CliRendersPngAndSvgThroughDot) {
   pptest::TempDir dir;
-  const std::vector<std::string> plan{"--stages", "8", "--pp", "4", "--schedule", "DualPipeV", "--microbatches", "4"};
+  const std::vector<std::string> plan{"--stages",   "8",         "--pp",           "4",
+                                      "--schedule", "DualPipeV", "--microbatches", "4"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = plan;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -103,7 +108,8 @@ TEST(VizDot, CliRendersPngAndSvgThroughDot) {
   r = with({"--emit", "png", "-o", dir.file("h.png")});
   setenv("PATH", saved.c_str(), 1);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("Graphviz is not installed (apt-get install graphviz)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Graphviz is not installed (apt-get install graphviz)"), std::string::npos)
+      << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("h.png")));
 }
 

@@ -39,7 +39,9 @@ ppc::Comparison comparison(ppc::CompareOptions& opts) {
     cmp.rows.push_back(std::move(row));
   }
   std::sort(cmp.rows.begin(), cmp.rows.end(),
-            [](const ppc::CompareRow& a, const ppc::CompareRow& b) { return a.sim.makespan < b.sim.makespan; });
+            [](const ppc::CompareRow& a, const ppc::CompareRow& b) {
+              return a.sim.makespan < b.sim.makespan;
+            });
   cmp.skipped.push_back({"1F1B", "needs one stage per rank & <this> has two"});
   return cmp;
 }
@@ -86,7 +88,8 @@ TEST(VizHtml, SelfContainedPageWithTableTimelinesAndStats) {
   EXPECT_EQ(pres, 3u);
   EXPECT_EQ(svg_ids, (std::vector<std::string>{"plan0", "plan1", "plan2"}));
   EXPECT_TRUE(same_scale);
-  for (const auto& r : cmp.rows) EXPECT_NE(html.find("makespan      " + ppc::viz::number(r.sim.makespan)), std::string::npos);
+  for (const auto& r : cmp.rows)
+    EXPECT_NE(html.find("makespan      " + ppc::viz::number(r.sim.makespan)), std::string::npos);
   EXPECT_NE(html.find("needs one stage per rank &amp; &lt;this&gt; has two"), std::string::npos);
   // The only URLs are XML namespace names (never fetched).
   for (size_t at = html.find("http"); at != std::string::npos; at = html.find("http", at + 1))
@@ -109,12 +112,13 @@ TEST(VizHtml, EveryActionOfEveryPlanIsOnThePage) {
 }
 
 TEST(VizHtml, CliSinglePlanAndCompare) {
-  auto r = pptest::run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "ZBV", "--microbatches", "8", "--emit",
-                                  "html"});
+  auto r = pptest::run_ppcompile(
+      {"--stages", "8", "--pp", "4", "--schedule", "ZBV", "--microbatches", "8", "--emit", "html"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto doc = parse_xml(r.out);
   ASSERT_TRUE(doc.ok) << doc.error;
-  r = pptest::run_ppcompile({"--stages", "8", "--pp", "4", "--microbatches", "8", "--compare", "--emit", "html"});
+  r = pptest::run_ppcompile(
+      {"--stages", "8", "--pp", "4", "--microbatches", "8", "--compare", "--emit", "html"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   doc = parse_xml(r.out);
   ASSERT_TRUE(doc.ok) << doc.error;

@@ -18,7 +18,8 @@ namespace {
 using pptest::parse_xml;
 using pptest::simulated;
 
-std::string svg_of(const pptest::Simulated& s, ppc::Arrows arrows = ppc::Arrows::On, double width = 1800) {
+std::string svg_of(const pptest::Simulated& s, ppc::Arrows arrows = ppc::Arrows::On,
+                   double width = 1800) {
   std::ostringstream os;
   ppc::TimelineOptions t;
   t.arrows = arrows;
@@ -48,7 +49,8 @@ TEST(VizSvg, EveryActionExactlyOnceForEveryKindAndPlacement) {
     }
     std::multiset<std::pair<std::string, std::string>> expected;
     for (int r = 0; r < s.plan.pp(); ++r)
-      for (const auto& a : s.plan.lowered[static_cast<size_t>(r)]) expected.insert({std::to_string(r), ppc::to_string(a)});
+      for (const auto& a : s.plan.lowered[static_cast<size_t>(r)])
+        expected.insert({std::to_string(r), ppc::to_string(a)});
     EXPECT_EQ(seen, expected);
   }
 }
@@ -61,7 +63,8 @@ TEST(VizSvg, WithoutArrowsEveryComputeActionOnceAndNoComm) {
   for (const auto& e : doc.elements)
     if (e.has("data-action")) seen.insert({e.at("data-rank"), e.at("data-action")});
   for (int r = 0; r < s.plan.pp(); ++r)
-    for (const auto& a : s.plan.compute[static_cast<size_t>(r)]) expected.insert({std::to_string(r), ppc::to_string(a)});
+    for (const auto& a : s.plan.compute[static_cast<size_t>(r)])
+      expected.insert({std::to_string(r), ppc::to_string(a)});
   EXPECT_EQ(seen, expected);
 }
 
@@ -87,10 +90,13 @@ TEST(VizSvg, BoxesSitAtTheirSimulatedTimesWithoutOverlapping) {
   const auto& t0 = s.sim.times[0];
   std::vector<std::pair<double, double>> pts;  // (start, x)
   for (size_t i = 0; i < r0.size(); ++i)
-    if (ppc::is_compute(r0[i].kind)) pts.push_back({t0[i].start, x_of.at({"0", ppc::to_string(r0[i])})});
+    if (ppc::is_compute(r0[i].kind))
+      pts.push_back({t0[i].start, x_of.at({"0", ppc::to_string(r0[i])})});
   ASSERT_GE(pts.size(), 3u);
-  const double scale = (pts.back().second - pts.front().second) / (pts.back().first - pts.front().first);
-  for (const auto& [t, x] : pts) EXPECT_NEAR(x, pts.front().second + (t - pts.front().first) * scale, 0.02);
+  const double scale =
+      (pts.back().second - pts.front().second) / (pts.back().first - pts.front().first);
+  for (const auto& [t, x] : pts)
+    EXPECT_NEAR(x, pts.front().second + (t - pts.front().first) * scale, 0.02);
 }
 
 TEST(VizSvg, ArrowsPointFromSenderToReceiverAndForwardInTime) {
@@ -103,7 +109,8 @@ TEST(VizSvg, ArrowsPointFromSenderToReceiverAndForwardInTime) {
     // The lanes' vertical position: the idle background rect of each rank, in rank order.
     std::vector<double> lane_top;
     for (const auto& e : doc.elements)
-      if (e.name == "rect" && e.has("class") && e.at("class") == "idle" && e.has("x")) lane_top.push_back(std::stod(e.at("y")));
+      if (e.name == "rect" && e.has("class") && e.at("class") == "idle" && e.has("x"))
+        lane_top.push_back(std::stod(e.at("y")));
     ASSERT_EQ(lane_top.size(), 4u);
     EXPECT_TRUE(std::is_sorted(lane_top.begin(), lane_top.end()));
     size_t arrows = 0;
@@ -112,7 +119,8 @@ TEST(VizSvg, ArrowsPointFromSenderToReceiverAndForwardInTime) {
       if (!e.has("data-to")) continue;
       ++arrows;
       const int from = std::stoi(e.at("data-rank")), to = std::stoi(e.at("data-to-rank"));
-      if (e.name == "path") {  // neighbouring ranks: one line from the sender's lane to the receiver's
+      if (e.name ==
+          "path") {  // neighbouring ranks: one line from the sender's lane to the receiver's
         const auto v = line_of(e.at("d"));
         EXPECT_GE(v[2], v[0] - 1e-9) << e.at("data-action");  // forward in time
         if (to > from) {
@@ -140,7 +148,9 @@ TEST(VizSvg, AutoArrowsTurnOffAboveTheLimitWithANote) {
   bool note = false;
   for (const auto& e : doc.elements) {
     EXPECT_FALSE(e.has("data-to"));
-    if (e.has("class") && e.at("class") == "note" && e.text.find("arrows not drawn") != std::string::npos) note = true;
+    if (e.has("class") && e.at("class") == "note" &&
+        e.text.find("arrows not drawn") != std::string::npos)
+      note = true;
   }
   EXPECT_TRUE(note);
 }
@@ -159,7 +169,8 @@ TEST(VizSvg, BigPlansAreAggregatedAndSaySo) {
       actions += std::stoul(e.at("data-actions"));
       ++lanes;
     }
-    if (e.has("class") && e.at("class") == "note" && e.text.find("aggregated") != std::string::npos) note = true;
+    if (e.has("class") && e.at("class") == "note" && e.text.find("aggregated") != std::string::npos)
+      note = true;
   }
   EXPECT_EQ(lanes, 8u);
   EXPECT_EQ(actions, s.report.compute_actions);
@@ -174,11 +185,13 @@ TEST(VizSvg, TitleLegendAndMemoryPeaks) {
   size_t peaks = 0, labels = 0;
   for (const auto& e : doc.elements) {
     all_text += e.text + "\n";
-    if (e.name == "title" && e.text.find(": peak ") != std::string::npos) ++peaks;  // the peak markers' tooltips
+    if (e.name == "title" && e.text.find(": peak ") != std::string::npos)
+      ++peaks;  // the peak markers' tooltips
     if (e.name == "text" && e.has("class") && e.at("class").rfind("l ", 0) == 0) ++labels;
   }
-  for (const char* want : {"Interleaved1F1B · pp 4 · vpp 2 · 8 microbatches", "makespan 57", "bubble 15.8 %",
-                           "F forward", "B backward", "chunk 0..1", "idle", "peak 11", "peak 5"})
+  for (const char* want :
+       {"Interleaved1F1B · pp 4 · vpp 2 · 8 microbatches", "makespan 57", "bubble 15.8 %",
+        "F forward", "B backward", "chunk 0..1", "idle", "peak 11", "peak 5"})
     EXPECT_NE(all_text.find(want), std::string::npos) << want;
   EXPECT_EQ(peaks, 4u);
   EXPECT_EQ(labels, s.report.compute_actions);  // every box of this small plan is labelled
@@ -208,14 +221,15 @@ TEST(VizSvg, EscapesNamesAndKeepsIdsUniquePerPrefix) {
 TEST(VizSvg, CliWritesTheTimeline) {
   pptest::TempDir dir;
   const std::string out = dir.file("t.svg");
-  auto r = pptest::run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "ZBV", "--microbatches", "4", "--emit",
-                                  "svg", "--arrows", "off", "-o", out});
+  auto r =
+      pptest::run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "ZBV", "--microbatches",
+                             "4", "--emit", "svg", "--arrows", "off", "-o", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto doc = parse_xml(pptest::slurp(out));
   ASSERT_TRUE(doc.ok) << doc.error;
   for (const auto& e : doc.elements) EXPECT_FALSE(e.has("data-to"));
-  r = pptest::run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "ZBV", "--microbatches", "4", "--emit",
-                             "svg", "--arrows", "sideways"});
+  r = pptest::run_ppcompile({"--stages", "8", "--pp", "4", "--schedule", "ZBV", "--microbatches",
+                             "4", "--emit", "svg", "--arrows", "sideways"});
   EXPECT_EQ(r.exit_code, 2);
 }
 

@@ -31,15 +31,18 @@ TEST(VizTable, CompactShowsKindAndChunkWithALegend) {
             "Step 8: B0 B0\n"
             "Step 9: B0\n"
             "Legend: F forward, B backward; the digit is the chunk (the rank's local stage)\n"
-            "Interleaved1F1B | pp 2 | vpp 2 | 2 microbatches | 10 steps | 16 compute actions | 12 send/recv pairs in "
+            "Interleaved1F1B | pp 2 | vpp 2 | 2 microbatches | 10 steps | 16 compute actions | 12 "
+            "send/recv pairs in "
             "15 batches | peak in-flight per rank: 4 3 | verified: deadlock-free\n");
 }
 
 TEST(VizTable, CompactLettersForSplitBackwardAndOverlap) {
   const auto s = pptest::simulated("DualPipeV", 8, 4, 8);
   const std::string t = table(s, {false, true, 0});
-  for (const char* cell : {"F0", "F1", "I0", "W1", "X0", "X1"}) EXPECT_NE(t.find(cell), std::string::npos) << cell;
-  EXPECT_NE(t.find("Legend: F forward, B backward, I input-grad backward, W weight-grad backward, X overlapped F+B"),
+  for (const char* cell : {"F0", "F1", "I0", "W1", "X0", "X1"})
+    EXPECT_NE(t.find(cell), std::string::npos) << cell;
+  EXPECT_NE(t.find("Legend: F forward, B backward, I input-grad backward, W weight-grad backward, "
+                   "X overlapped F+B"),
             std::string::npos)
       << t;
 }
@@ -55,7 +58,8 @@ TEST(VizTable, ColorsByKindAndDimDotsForIdle) {
             "Step 4: \x1b[2m·\x1b[0m      \x1b[32m1B1\x1b[0m\n"
             "Step 5: \x1b[32m0B1\x1b[0m    \x1b[2m·\x1b[0m\n"
             "Legend: \x1b[34mF\x1b[0m forward, \x1b[32mB\x1b[0m backward; \x1b[2m·\x1b[0m idle\n"
-            "1F1B | pp 2 | vpp 1 | 2 microbatches | 6 steps | 8 compute actions | 4 send/recv pairs in 7 batches | "
+            "1F1B | pp 2 | vpp 1 | 2 microbatches | 6 steps | 8 compute actions | 4 send/recv "
+            "pairs in 7 batches | "
             "peak in-flight per rank: 2 1 | verified: deadlock-free\n");
 }
 

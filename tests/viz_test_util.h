@@ -48,16 +48,24 @@ struct PlanCase {
 };
 inline const std::vector<PlanCase>& plan_cases() {
   static const std::vector<PlanCase> cases = {
-      {"1F1B", 2, 2, 4},           {"GPipe", 4, 4, 4},           {"Interleaved1F1B", 8, 4, 8},
-      {"Interleaved1F1B", 16, 4, 8}, {"LoopedBFS", 8, 4, 4},     {"ZB-H1", 4, 4, 8},
-      {"ZB-H2", 4, 4, 8},          {"InterleavedZeroBubble", 8, 4, 8}, {"ZBVZeroBubble", 8, 4, 8},
-      {"DualPipeV", 8, 4, 8},      {"DualPipe", 4, 4, 8},        {"1F1B", 1, 1, 3},
+      {"1F1B", 2, 2, 4},
+      {"GPipe", 4, 4, 4},
+      {"Interleaved1F1B", 8, 4, 8},
+      {"Interleaved1F1B", 16, 4, 8},
+      {"LoopedBFS", 8, 4, 4},
+      {"ZB-H1", 4, 4, 8},
+      {"ZB-H2", 4, 4, 8},
+      {"InterleavedZeroBubble", 8, 4, 8},
+      {"ZBVZeroBubble", 8, 4, 8},
+      {"DualPipeV", 8, 4, 8},
+      {"DualPipe", 4, 4, 8},
+      {"1F1B", 1, 1, 3},
   };
   return cases;
 }
 inline std::string case_name(const PlanCase& c) {
-  return std::string(c.schedule) + " stages " + std::to_string(c.stages) + " pp " + std::to_string(c.pp) + " m " +
-         std::to_string(c.microbatches);
+  return std::string(c.schedule) + " stages " + std::to_string(c.stages) + " pp " +
+         std::to_string(c.pp) + " m " + std::to_string(c.microbatches);
 }
 
 struct XmlElement {
@@ -70,7 +78,7 @@ struct XmlElement {
 
 struct XmlDoc {
   bool ok = false;
-  std::string error;  // "line L: message" when not well-formed
+  std::string error;                 // "line L: message" when not well-formed
   std::vector<XmlElement> elements;  // in document order
 };
 
@@ -95,10 +103,12 @@ inline XmlDoc parse_xml(const std::string& text) {
       [](void* ud, const XML_Char*) { static_cast<State*>(ud)->open.pop_back(); });
   XML_SetCharacterDataHandler(p, [](void* ud, const XML_Char* s, int len) {
     auto* st = static_cast<State*>(ud);
-    if (!st->open.empty()) st->doc.elements[st->open.back()].text.append(s, static_cast<size_t>(len));
+    if (!st->open.empty())
+      st->doc.elements[st->open.back()].text.append(s, static_cast<size_t>(len));
   });
   if (XML_Parse(p, text.data(), static_cast<int>(text.size()), 1) == XML_STATUS_ERROR) {
-    st.doc.error = "line " + std::to_string(XML_GetCurrentLineNumber(p)) + ": " + XML_ErrorString(XML_GetErrorCode(p));
+    st.doc.error = "line " + std::to_string(XML_GetCurrentLineNumber(p)) + ": " +
+                   XML_ErrorString(XML_GetErrorCode(p));
   } else {
     st.doc.ok = true;
   }

@@ -59,9 +59,11 @@ TEST(VizTrace, FieldsThePerfettoAndChromeViewersNeed) {
       const int pid = e.at("pid");
       if (ph == "M") {
         if (e.at("name") == "process_name") process[pid] = e.at("args").at("name");
-        if (e.at("name") == "thread_name") thread[{pid, e.at("tid").get<int>()}] = e.at("args").at("name");
+        if (e.at("name") == "thread_name")
+          thread[{pid, e.at("tid").get<int>()}] = e.at("args").at("name");
       } else if (ph == "X") {
-        ASSERT_TRUE(e.at("ts").is_number() && e.at("dur").is_number() && e.contains("cat") && e.contains("tid"));
+        ASSERT_TRUE(e.at("ts").is_number() && e.at("dur").is_number() && e.contains("cat") &&
+                    e.contains("tid"));
         EXPECT_GE(e.at("dur").get<double>(), 0);
         const int tid = e.at("tid");
         slices[{pid, tid}].push_back({e.at("name"), e.at("ts"), e.at("dur")});
@@ -84,7 +86,8 @@ TEST(VizTrace, FieldsThePerfettoAndChromeViewersNeed) {
       EXPECT_EQ((thread[{r, 0}]), "compute");
       EXPECT_EQ((thread[{r, 1}]), "comm");
       std::set<std::string> expected;
-      for (const auto& a : s.plan.lowered[static_cast<size_t>(r)]) expected.insert(ppc::to_string(a));
+      for (const auto& a : s.plan.lowered[static_cast<size_t>(r)])
+        expected.insert(ppc::to_string(a));
       EXPECT_EQ(names[r], expected) << "rank " << r;
     }
     // Compute slices at their simulated times (1 unit = 1000 us).
@@ -158,8 +161,8 @@ TEST(VizTrace, TimeScaleAndMetadata) {
 }
 
 TEST(VizTrace, CliWritesValidJson) {
-  auto r = pptest::run_ppcompile({"--stages", "4", "--pp", "4", "--schedule", "DualPipe", "--microbatches", "4",
-                                  "--emit", "trace"});
+  auto r = pptest::run_ppcompile({"--stages", "4", "--pp", "4", "--schedule", "DualPipe",
+                                  "--microbatches", "4", "--emit", "trace"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json t = json::parse(r.out);
   EXPECT_GT(t.at("traceEvents").size(), 50u);

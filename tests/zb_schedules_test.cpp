@@ -32,9 +32,13 @@ Plan compile_generic(const std::string& schedule, int pp, int stages, int m, boo
   return compile(o);
 }
 
-std::string compute_text(const Plan& p) { return pptest::orders_text(p.compute); }
+std::string compute_text(const Plan& p) {
+  return pptest::orders_text(p.compute);
+}
 
-Action act(ActionKind k, int stage, int mb) { return Action::compute(k, stage, mb); }
+Action act(ActionKind k, int stage, int mb) {
+  return Action::compute(k, stage, mb);
+}
 
 // --- Oracles: PyTorch's algorithms, step by step ------------------------------------------------
 // Each follows the structure of the PyTorch generator (a timeline of steps, microbatch counters per
@@ -56,7 +60,9 @@ std::optional<Orders> torch_zb1p(int pp, int n, int m) {
     int weights_done = 0;
     std::vector<Action> out;
     auto f_stage = [&](int step) { return ((step / per_round) % n) * pp + rank; };
-    auto b_stage = [&](int step) { return (n - 1 - ((step - warmup) / per_round) % n) * pp + rank; };
+    auto b_stage = [&](int step) {
+      return (n - 1 - ((step - warmup) / per_round) % n) * pp + rank;
+    };
     auto maybe_weight = [&](int step) {
       if (step - warmup < rank) return;
       const int s = b_stage(backward_steps[static_cast<size_t>(weights_done++)]);
@@ -221,7 +227,8 @@ TEST(ZeroBubble, InterleavedZeroBubbleEqualsPyTorchWhereverPyTorchAccepts) {
         auto expected = torch_zb1p(pp, n, m);
         if (!expected) continue;
         Plan p = compile_generic("InterleavedZeroBubble", pp, pp * n, m, false);
-        ASSERT_EQ(compute_text(p), pptest::orders_text(*expected)) << "pp " << pp << " n " << n << " m " << m;
+        ASSERT_EQ(compute_text(p), pptest::orders_text(*expected))
+            << "pp " << pp << " n " << n << " m " << m;
         if (n == 1) {
           ASSERT_EQ(compute_text(compile_generic("ZB-H1", pp, pp, m, false)), compute_text(p));
         }
@@ -234,7 +241,8 @@ TEST(ZeroBubble, ZBVEqualsPyTorchForEveryConfiguration) {
   for (int pp = 1; pp <= 8; ++pp)
     for (int m = 1; m <= 40; ++m) {
       Plan p = compile_generic("ZBVZeroBubble", pp, 2 * pp, m, false);
-      ASSERT_EQ(compute_text(p), pptest::orders_text(torch_zbv(pp, m))) << "pp " << pp << " m " << m;
+      ASSERT_EQ(compute_text(p), pptest::orders_text(torch_zbv(pp, m)))
+          << "pp " << pp << " m " << m;
     }
 }
 
@@ -256,28 +264,35 @@ TEST(ZeroBubble, InterleavedZeroBubbleSmallOrder) {
   // pp 2, 2 stages per rank, 4 microbatches: 2 rounds of 2. Rank 0 warms up with
   // (2-1)*2 + (2-1-0) = 3 forwards and runs each W right after its I; rank 1 holds W back by one.
   EXPECT_EQ(compute_text(compile_generic("InterleavedZeroBubble", 2, 4, 4, false)),
-            "0F0 0F1 2F0 2F1 2I0 2W0 0F2 2I1 2W1 0F3 0I0 0W0 2F2 0I1 0W1 2F3 2I2 2W2 2I3 2W3 0I2 0W2 0I3 0W3\n"
-            "1F0 1F1 3F0 3I0 3F1 3I1 3W0 1F2 1I0 3W1 1F3 1I1 1W0 3F2 3I2 1W1 3F3 3I3 3W2 1I2 3W3 1I3 1W2 1W3\n");
+            "0F0 0F1 2F0 2F1 2I0 2W0 0F2 2I1 2W1 0F3 0I0 0W0 2F2 0I1 0W1 2F3 2I2 2W2 2I3 2W3 0I2 "
+            "0W2 0I3 0W3\n"
+            "1F0 1F1 3F0 3I0 3F1 3I1 3W0 1F2 1I0 3W1 1F3 1I1 1W0 3F2 3I2 1W1 3F3 3I3 3W2 1I2 3W3 "
+            "1I3 1W2 1W3\n");
 }
 
 TEST(ZeroBubble, ZBVSmallOrder) {
   // pp 2: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2.
   EXPECT_EQ(compute_text(compile_generic("ZBV", 2, 4, 4, false)),
-            "0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0F3 0I0 0W0 3F2 3I2 3W2 0I1 0W1 3F3 3I3 3W3 0I2 0W2 0I3 0W3\n"
-            "1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1F3 1I1 1W1 2F3 2I2 2W2 1I2 2I3 1I3 1W2 2W3 1W3\n");
+            "0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0F3 0I0 0W0 3F2 3I2 3W2 0I1 0W1 3F3 3I3 3W3 0I2 "
+            "0W2 0I3 0W3\n"
+            "1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1F3 1I1 1W1 2F3 2I2 2W2 1I2 2I3 1I3 "
+            "1W2 2W3 1W3\n");
 }
 
 TEST(ZeroBubble, DualPipeVSmallOrder) {
   // pp 2, 4 microbatches (the least PyTorch accepts). The last rank runs its first F/B pair of the
   // steady state as two actions.
   EXPECT_EQ(compute_text(compile_generic("DualPipeV", 2, 4, 4, false)),
-            "0F0 0F1 0F2 3F0 3I0 3W0 3F1 (0F3;3B1)OVERLAP_F_B (3F2;0B0)OVERLAP_F_B 3B2 (3F3;0B1)OVERLAP_F_B 3B3 "
+            "0F0 0F1 0F2 3F0 3I0 3W0 3F1 (0F3;3B1)OVERLAP_F_B (3F2;0B0)OVERLAP_F_B 3B2 "
+            "(3F3;0B1)OVERLAP_F_B 3B3 "
             "0I2 0W2 0I3 0W3\n"
-            "1F0 2F0 1F1 2F1 1F2 2B0 (2F2;1B0)OVERLAP_F_B (1F3;2B1)OVERLAP_F_B (2F3;1B1)OVERLAP_F_B 2B2 1B2 2I3 "
+            "1F0 2F0 1F1 2F1 1F2 2B0 (2F2;1B0)OVERLAP_F_B (1F3;2B1)OVERLAP_F_B "
+            "(2F3;1B1)OVERLAP_F_B 2B2 1B2 2I3 "
             "1I3 2W3 1W3\n");
 }
 
-// --- Where PyTorch rejects ------------------------------------------------------------------------
+// --- Where PyTorch rejects
+// ------------------------------------------------------------------------
 
 TEST(ZeroBubble, WherePyTorchRejectsWeStillProduceVerifiedPlans) {
   int extended = 0;
@@ -287,7 +302,8 @@ TEST(ZeroBubble, WherePyTorchRejectsWeStillProduceVerifiedPlans) {
         if (torch_zb1p(pp, n, m)) continue;
         Plan p = compile_generic("InterleavedZeroBubble", pp, pp * n, m);
         VerifyReport r = verify(p);
-        ASSERT_TRUE(r.ok()) << "ZB1P pp " << pp << " n " << n << " m " << m << ": " << r.errors.front();
+        ASSERT_TRUE(r.ok()) << "ZB1P pp " << pp << " n " << n << " m " << m << ": "
+                            << r.errors.front();
         ++extended;
       }
     for (int m = 1; m < 2 * pp; ++m) {
@@ -304,7 +320,8 @@ TEST(ZeroBubble, WherePyTorchRejectsWeStillProduceVerifiedPlans) {
             "1F0 2F0 2B0 1B0\n");
 }
 
-// --- DualPipe ---------------------------------------------------------------------------------------
+// --- DualPipe
+// ---------------------------------------------------------------------------------------
 
 TEST(DualPipe, SmallOrderFromDeepSeeksAlgorithm) {
   // pp 2, 4 microbatches: copy 0 (stages 0 on rank 0, 1 on rank 1) takes microbatches 0-1, copy 1
@@ -320,8 +337,8 @@ TEST(DualPipe, SmallOrderFromDeepSeeksAlgorithm) {
 
 TEST(DualPipe, SteadyStateFollowsTheDualPipeIndexRelations) {
   // In the steady state, rank i of the first half runs (F0_x, B1_{x-p/2}) overlapped, then
-  // (F1_{x-p/2+1+i}, B0_{x-p+1+i}) overlapped, where F0/B0 are its copy-0 stage and F1/B1 its copy-1
-  // stage and indices count each copy's microbatches; the second half mirrors it.
+  // (F1_{x-p/2+1+i}, B0_{x-p+1+i}) overlapped, where F0/B0 are its copy-0 stage and F1/B1 its
+  // copy-1 stage and indices count each copy's microbatches; the second half mirrors it.
   for (int pp : {2, 4, 6, 8}) {
     const int m = 6 * pp, half_m = m / 2;
     Plan p = compile_generic("DualPipe", pp, pp, m, false);
@@ -333,15 +350,19 @@ TEST(DualPipe, SteadyStateFollowsTheDualPipeIndexRelations) {
       for (size_t k = 0; k + 1 < order.size(); ++k) {
         const Action& a = order[k];
         const Action& b = order[k + 1];
-        if (a.kind != ActionKind::OverlapFB || b.kind != ActionKind::OverlapFB || a.stage != first) continue;
-        auto chunk = [&](int stage, int mb) { return p.copy_of_stage(stage) == 0 ? mb : mb - half_m; };
+        if (a.kind != ActionKind::OverlapFB || b.kind != ActionKind::OverlapFB || a.stage != first)
+          continue;
+        auto chunk = [&](int stage, int mb) {
+          return p.copy_of_stage(stage) == 0 ? mb : mb - half_m;
+        };
         const int x = chunk(a.stage, a.microbatch);
         ASSERT_EQ(chunk(a.stage2, a.microbatch2), x - pp / 2) << "rank " << r;
         ASSERT_EQ(chunk(b.stage, b.microbatch), x - pp / 2 + 1 + i) << "rank " << r;
         ASSERT_EQ(chunk(b.stage2, b.microbatch2), x - pp + 1 + i) << "rank " << r;
         ++pairs;
       }
-      EXPECT_EQ(pairs, half_m - pp + i + 1 - (i == pp / 2 - 1 ? 1 : 0)) << "pp " << pp << " rank " << r;
+      EXPECT_EQ(pairs, half_m - pp + i + 1 - (i == pp / 2 - 1 ? 1 : 0))
+          << "pp " << pp << " rank " << r;
     }
   }
 }
@@ -351,14 +372,16 @@ TEST(DualPipe, NeedsEvenPpAndOneStagePerRank) {
     compile_generic("DualPipe", 3, 3, 6);
     FAIL();
   } catch (const UserError& e) {
-    EXPECT_EQ(e.format(), "--pp: DualPipe needs an even number of ranks (they pair up from both ends), got 3");
+    EXPECT_EQ(e.format(),
+              "--pp: DualPipe needs an even number of ranks (they pair up from both ends), got 3");
   }
   try {
     compile_generic("DualPipe", 2, 4, 6);
     FAIL();
   } catch (const UserError& e) {
     EXPECT_EQ(e.message(),
-              "DualPipe runs one stage per rank, but 4 stages on --pp 2 give 2 per rank; use Interleaved1F1B or "
+              "DualPipe runs one stage per rank, but 4 stages on --pp 2 give 2 per rank; use "
+              "Interleaved1F1B or "
               "LoopedBFS, or --pp 4");
   }
 }
@@ -368,7 +391,8 @@ TEST(DualPipe, NeedsAMicrobatchPerDirection) {
     compile_generic("DualPipe", 2, 2, 1);
     FAIL();
   } catch (const UserError& e) {
-    EXPECT_EQ(e.format(), "--microbatches: DualPipe needs at least 2 microbatches (one per direction), got 1");
+    EXPECT_EQ(e.format(),
+              "--microbatches: DualPipe needs at least 2 microbatches (one per direction), got 1");
   }
 }
 
@@ -417,7 +441,8 @@ TEST(DualPipe, CsvAndJsonRoundTripsKeepTheTwoCopies) {
 
 TEST(ZeroBubble, EveryPlanOfEveryNewScheduleVerifies) {
   int plans = 0;
-  for (const char* s : {"ZB-H1", "ZB-H2", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV", "DualPipe"}) {
+  for (const char* s :
+       {"ZB-H1", "ZB-H2", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV", "DualPipe"}) {
     const ScheduleInfo* info = find_schedule(s);
     for (int pp = 1; pp <= 8; ++pp)
       for (int vpp = 1; vpp <= 3; ++vpp) {
@@ -427,7 +452,8 @@ TEST(ZeroBubble, EveryPlanOfEveryNewScheduleVerifies) {
         for (int m = info->copies; m <= 24; ++m) {
           Plan p = compile_generic(s, pp, pp * vpp, m);
           VerifyReport r = verify(p);
-          ASSERT_TRUE(r.ok()) << s << " pp " << pp << " vpp " << vpp << " m " << m << ": " << r.errors.front();
+          ASSERT_TRUE(r.ok()) << s << " pp " << pp << " vpp " << vpp << " m " << m << ": "
+                              << r.errors.front();
           ASSERT_TRUE(r.checked_lowered);
           ++plans;
         }
@@ -439,11 +465,14 @@ TEST(ZeroBubble, EveryPlanOfEveryNewScheduleVerifies) {
 TEST(ZeroBubble, LoweringIsDeadlockFreeForAnyCosts) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> dur(0.1, 5.0);
-  for (const char* s : {"ZB-H1", "ZB-H2", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV", "DualPipe"})
+  for (const char* s :
+       {"ZB-H1", "ZB-H2", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV", "DualPipe"})
     for (int trial = 0; trial < 20; ++trial) {
       const ScheduleInfo* info = find_schedule(s);
       const int pp = info->copies == 2 ? 2 * (1 + trial % 4) : 2 + trial % 5;
-      const int vpp = info->vpp_rule == VppRule::One ? 1 : info->vpp_rule == VppRule::Two ? 2 : 1 + trial % 3;
+      const int vpp = info->vpp_rule == VppRule::One   ? 1
+                      : info->vpp_rule == VppRule::Two ? 2
+                                                       : 1 + trial % 3;
       const int m = 2 + (trial * 7) % 19;
       Plan p = compile_generic(s, pp, pp * vpp, m, false);
       std::map<std::pair<int, int>, double> table;

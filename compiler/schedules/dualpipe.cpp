@@ -26,13 +26,16 @@ namespace ppc {
 void check_dualpipe(const ScheduleParams& p) {
   if (p.pp % 2 != 0)
     throw UserError(
-        fmt::format("DualPipe needs an even number of ranks (they pair up from both ends), got {}", p.pp),
+        fmt::format("DualPipe needs an even number of ranks (they pair up from both ends), got {}",
+                    p.pp),
         SourceLocation{"--pp", 0, 0, ""});
   // With one microbatch the second copy would hold parameters and never run (and a PyTorch CSV,
   // which has no notion of copies, could not show its stages).
   if (p.microbatches < 2)
-    throw UserError(fmt::format("DualPipe needs at least 2 microbatches (one per direction), got {}", p.microbatches),
-                    SourceLocation{"--microbatches", 0, 0, ""});
+    throw UserError(
+        fmt::format("DualPipe needs at least 2 microbatches (one per direction), got {}",
+                    p.microbatches),
+        SourceLocation{"--microbatches", 0, 0, ""});
 }
 
 RankOrders generate_dualpipe(const ScheduleParams& p) {

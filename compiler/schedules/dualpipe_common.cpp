@@ -13,7 +13,8 @@ std::vector<DualPipeOp> dualpipe_ops(int P, int r, int n) {
     if (k == ActionKind::I) pending_w.push_back(DualPipeOp{ActionKind::W, phase, chunk});
   };
   auto overlap = [&](int f_phase, int f_chunk, int b_phase, int b_chunk) {
-    ops.push_back(DualPipeOp{ActionKind::OverlapFB, f_phase, f_chunk, ActionKind::B, b_phase, b_chunk});
+    ops.push_back(
+        DualPipeOp{ActionKind::OverlapFB, f_phase, f_chunk, ActionKind::B, b_phase, b_chunk});
   };
   auto pop_w = [&] {
     ops.push_back(pending_w.front());
@@ -74,8 +75,9 @@ std::vector<Action> materialize(const std::vector<DualPipeOp>& ops, const PhaseM
     }
     const bool f = exists(op.phase, op.chunk), b = exists(op.b_phase, op.b_chunk);
     if (f && b) {
-      out.push_back(Action::overlap(map.stage[op.phase], map.first_mb[op.phase] + op.chunk, op.b_kind,
-                                    map.stage[op.b_phase], map.first_mb[op.b_phase] + op.b_chunk));
+      out.push_back(Action::overlap(map.stage[op.phase], map.first_mb[op.phase] + op.chunk,
+                                    op.b_kind, map.stage[op.b_phase],
+                                    map.first_mb[op.b_phase] + op.b_chunk));
     } else if (f) {
       out.push_back(part(ActionKind::F, op.phase, op.chunk));
     } else if (b) {

@@ -1,6 +1,7 @@
 // LoopedBFS (breadth-first pipeline parallelism, Lamy-Poirier 2022): each rank runs every
 // microbatch through its first local stage, then its second, ...; then the backwards from its last
-// local stage to its first, microbatches in reverse order. Same order as PyTorch's ScheduleLoopedBFS.
+// local stage to its first, microbatches in reverse order. Same order as PyTorch's
+// ScheduleLoopedBFS.
 #include "compiler/schedule.h"
 
 namespace ppc {
@@ -12,9 +13,11 @@ RankOrders generate_looped_bfs(const ScheduleParams& p) {
     auto& out = orders[static_cast<size_t>(r)];
     out.reserve(2 * stages.size() * static_cast<size_t>(p.microbatches));
     for (int s : stages)
-      for (int mb = 0; mb < p.microbatches; ++mb) out.push_back(Action::compute(ActionKind::F, s, mb));
+      for (int mb = 0; mb < p.microbatches; ++mb)
+        out.push_back(Action::compute(ActionKind::F, s, mb));
     for (auto it = stages.rbegin(); it != stages.rend(); ++it)
-      for (int mb = p.microbatches - 1; mb >= 0; --mb) out.push_back(Action::compute(ActionKind::B, *it, mb));
+      for (int mb = p.microbatches - 1; mb >= 0; --mb)
+        out.push_back(Action::compute(ActionKind::B, *it, mb));
   }
   return orders;
 }

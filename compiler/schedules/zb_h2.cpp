@@ -24,8 +24,10 @@ RankOrders generate_zb_h2(const ScheduleParams& p) {
     out.reserve(3 * static_cast<size_t>(m));
     for (int x = 0; x < m + w_lag; ++x) {
       if (x < m) out.push_back(Action::compute(ActionKind::F, r, x));
-      if (x - i_lag >= 0 && x - i_lag < m) out.push_back(Action::compute(ActionKind::I, r, x - i_lag));
-      if (x - w_lag >= 0 && x - w_lag < m) out.push_back(Action::compute(ActionKind::W, r, x - w_lag));
+      if (x - i_lag >= 0 && x - i_lag < m)
+        out.push_back(Action::compute(ActionKind::I, r, x - i_lag));
+      if (x - w_lag >= 0 && x - w_lag < m)
+        out.push_back(Action::compute(ActionKind::W, r, x - w_lag));
     }
   }
   return orders;

@@ -31,9 +31,11 @@ RankOrders generate_interleaved_zero_bubble(const ScheduleParams& p) {
     const int warmup = std::min(total, (p.vpp - 1) * groups.front() + (p.pp - 1 - r));
     auto& out = orders[static_cast<size_t>(r)];
     out.reserve(3 * static_cast<size_t>(total));
-    for (int f = 0; f < warmup; ++f) out.push_back(act(ActionKind::F, seq.forward[static_cast<size_t>(f)]));
+    for (int f = 0; f < warmup; ++f)
+      out.push_back(act(ActionKind::F, seq.forward[static_cast<size_t>(f)]));
     for (int k = 0; k < total; ++k) {
-      if (warmup + k < total) out.push_back(act(ActionKind::F, seq.forward[static_cast<size_t>(warmup + k)]));
+      if (warmup + k < total)
+        out.push_back(act(ActionKind::F, seq.forward[static_cast<size_t>(warmup + k)]));
       out.push_back(act(ActionKind::I, seq.backward[static_cast<size_t>(k)]));
       if (k >= r) out.push_back(act(ActionKind::W, seq.backward[static_cast<size_t>(k - r)]));
     }

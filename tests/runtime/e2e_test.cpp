@@ -97,7 +97,8 @@ void finish(Proc& p, std::chrono::seconds timeout, Clock::time_point started) {
   char buf[4096];
   const auto deadline = started + timeout;
   for (;;) {
-    const int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    const int ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
     if (ms <= 0) {
       kill(-p.pid, SIGKILL);
       p.out += "\n[test: killed after the timeout]\n";
@@ -128,20 +129,23 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 }
 
 // A small model so that the whole suite stays quick on two cores.
-const std::vector<std::string> kSize = {"--hidden", "32", "--heads", "4", "--kv-heads", "2", "--ffn", "64", "--seq-len",
-                                        "16", "--global-batch", "16"};
+const std::vector<std::string> kSize = {"--hidden",   "32", "--heads",        "4",
+                                        "--kv-heads", "2",  "--ffn",          "64",
+                                        "--seq-len",  "16", "--global-batch", "16"};
 const std::vector<std::string> kModel = concat(kSize, {"--progress", "none"});
 
-Proc ppcompile(const std::vector<std::string>& args) { return run(concat({PPCOMPILE_BIN}, args)); }
+Proc ppcompile(const std::vector<std::string>& args) {
+  return run(concat({PPCOMPILE_BIN}, args));
+}
 Proc pprun(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   return run(concat({PPRUN_BIN}, args), env);
 }
 
-std::string compile(const TempDir& d, const std::string& layout, int pp, const std::string& schedule, int mbs,
-                    const std::string& name = "plan.json") {
+std::string compile(const TempDir& d, const std::string& layout, int pp,
+                    const std::string& schedule, int mbs, const std::string& name = "plan.json") {
   const std::string path = d.file(name);
-  const Proc p = ppcompile({"--layout", layout, "--pp", std::to_string(pp), "--schedule", schedule, "--microbatches",
-                            std::to_string(mbs), "--emit", "json", "-o", path});
+  const Proc p = ppcompile({"--layout", layout, "--pp", std::to_string(pp), "--schedule", schedule,
+                            "--microbatches", std::to_string(mbs), "--emit", "json", "-o", path});
   EXPECT_EQ(p.exit_code(), 0) << p.out;
   return path;
 }
@@ -150,7 +154,8 @@ std::vector<double> losses(const std::string& metrics) {
   std::vector<double> out;
   std::ifstream in(metrics);
   std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  while (std::getline(in, line))
+    out.push_back(nlohmann::json::parse(line).at("loss").get<double>());
   return out;
 }
 
@@ -187,8 +192,9 @@ struct Case {
 // comes in a later issue). A schedule missing from this build's ppcompile is skipped, and
 // EveryScheduleOfPpcompileIsCovered fails if ppcompile has one this list lacks.
 const std::vector<std::pair<std::string, int>> kSchedules = {
-    {"GPipe", 1}, {"1F1B", 1}, {"Interleaved1F1B", 2}, {"LoopedBFS", 2}, {"ZB-H1", 1},
-    {"ZB-H2", 1}, {"InterleavedZeroBubble", 2}, {"ZBVZeroBubble", 2}, {"DualPipeV", 2}};
+    {"GPipe", 1},    {"1F1B", 1},  {"Interleaved1F1B", 2},       {"LoopedBFS", 2},
+    {"ZB-H1", 1},    {"ZB-H2", 1}, {"InterleavedZeroBubble", 2}, {"ZBVZeroBubble", 2},
+    {"DualPipeV", 2}};
 
 std::vector<Case> parity_cases() {
   std::vector<Case> out;
@@ -197,43 +203,54 @@ std::vector<Case> parity_cases() {
   return out;
 }
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.schedule << " pp " << c.pp << " vpp " << c.vpp; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.schedule << " pp " << c.pp << " vpp " << c.vpp;
+}
 
 class LossParity : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LossParity, StepsAndParametersEqualTheUnpipelinedReference) {
   const Case c = GetParam();
-  if (!schedules_of_ppcompile().count(c.schedule)) GTEST_SKIP() << c.schedule << " is not in this ppcompile";
+  if (!schedules_of_ppcompile().count(c.schedule))
+    GTEST_SKIP() << c.schedule << " is not in this ppcompile";
   TempDir d;
   const int mbs = 2 * c.pp;
   const std::string plan = compile(d, layout_of(c.pp * c.vpp), c.pp, c.schedule, mbs);
   const auto common = concat(kModel, {"--plan", plan, "--steps", "5"});
-  const Proc pipe = pprun(concat(common, {"--metrics", d.file("m.jsonl"), "--dump-params", d.file("dump")}));
+  const Proc pipe =
+      pprun(concat(common, {"--metrics", d.file("m.jsonl"), "--dump-params", d.file("dump")}));
   ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
-  const Proc ref = pprun(concat(common, {"--reference", "--metrics", d.file("r.jsonl"), "--dump-params", d.file("rdump")}));
+  const Proc ref = pprun(concat(
+      common, {"--reference", "--metrics", d.file("r.jsonl"), "--dump-params", d.file("rdump")}));
   ASSERT_EQ(ref.exit_code(), 0) << ref.out;
 
   const auto got = losses(d.file("m.jsonl")), want = losses(d.file("r.jsonl"));
   ASSERT_EQ(got.size(), 5u);
   ASSERT_EQ(want.size(), 5u);
-  for (size_t i = 0; i < 5; ++i) EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << "step " << i + 1;
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << "step " << i + 1;
 
   const auto a = pprt::read_param_dump(d.file("dump")), b = pprt::read_param_dump(d.file("rdump"));
   const pprt::DumpComparison cmp = pprt::compare_param_dumps(a, b);
   EXPECT_TRUE(cmp.only_in_a.empty() && cmp.only_in_b.empty() && cmp.shape_differs.empty());
-  EXPECT_EQ(cmp.compared, 1u + 9u * 8u + 2u);  // embedding, 8 decoder layers of 9, final norm and head
+  EXPECT_EQ(cmp.compared,
+            1u + 9u * 8u + 2u);  // embedding, 8 decoder layers of 9, final norm and head
   EXPECT_LE(cmp.max_abs_diff, 1e-4) << "worst: " << cmp.worst;
 
   // The runtime's count of in-flight activations peaks where the compiler said it would.
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(pipe.out, m, std::regex("peak in-flight activations per rank: ([0-9 ]+) \\(the plan predicts ([0-9 ]+)\\)")))
+  ASSERT_TRUE(std::regex_search(
+      pipe.out, m,
+      std::regex(
+          "peak in-flight activations per rank: ([0-9 ]+) \\(the plan predicts ([0-9 ]+)\\)")))
       << pipe.out;
   EXPECT_EQ(m[1].str(), m[2].str());
 }
 
 INSTANTIATE_TEST_SUITE_P(EverySchedule, LossParity, ::testing::ValuesIn(parity_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           std::string name = info.param.schedule + "_pp" + std::to_string(info.param.pp);
+                           std::string name =
+                               info.param.schedule + "_pp" + std::to_string(info.param.pp);
                            for (char& ch : name)
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return name;
@@ -248,17 +265,21 @@ TEST(LossParity, EveryScheduleOfPpcompileIsCovered) {
     }
 }
 
-// --- launchers ------------------------------------------------------------------------------------
+// --- launchers
+// ------------------------------------------------------------------------------------
 
 TEST(Launch, PprunAloneSpawnsOneProcessPerRankWithPrefixedOutput) {
   TempDir d;
   const std::string plan = compile(d, "Ett|tt|tt|ttL", 4, "1F1B", 8);
-  const Proc p = pprun(concat(kSize, {"--plan", plan, "--steps", "3", "--metrics", d.file("m.jsonl")}));
+  const Proc p =
+      pprun(concat(kSize, {"--plan", plan, "--steps", "3", "--metrics", d.file("m.jsonl")}));
   ASSERT_EQ(p.exit_code(), 0) << p.out;
   EXPECT_NE(p.out.find("pprun: starting 4 ranks on this machine"), std::string::npos) << p.out;
-  EXPECT_EQ(p.out.find("[rank 0] step"), std::string::npos) << "only the loss rank reports progress";
+  EXPECT_EQ(p.out.find("[rank 0] step"), std::string::npos)
+      << "only the loss rank reports progress";
   EXPECT_NE(p.out.find("[rank 3] step 3/3 loss"), std::string::npos) << p.out;
-  EXPECT_NE(p.out.find("[rank 3] pprun: peak in-flight activations per rank: 4 3 2 1 (the plan predicts 4 3 2 1)"),
+  EXPECT_NE(p.out.find("[rank 3] pprun: peak in-flight activations per rank: 4 3 2 1 (the plan "
+                       "predicts 4 3 2 1)"),
             std::string::npos);
   EXPECT_EQ(losses(d.file("m.jsonl")).size(), 3u);
 }
@@ -276,7 +297,8 @@ int free_port() {
 }
 
 TEST(Launch, TorchrunGivesTheSameRun) {
-  if (std::string(TORCHRUN_BIN).empty() || !fs::exists(TORCHRUN_BIN)) GTEST_SKIP() << "no /usr/bin/torchrun";
+  if (std::string(TORCHRUN_BIN).empty() || !fs::exists(TORCHRUN_BIN))
+    GTEST_SKIP() << "no /usr/bin/torchrun";
   TempDir d;
   const std::string plan = compile(d, "Et|tt|tt|ttL", 2, "Interleaved1F1B", 4);
   const auto args = concat(kModel, {"--plan", plan, "--steps", "3"});
@@ -285,10 +307,11 @@ TEST(Launch, TorchrunGivesTheSameRun) {
   // Python 3.11 needs --redirects/--tee on this torchrun (see shared/TOOLCHAIN.md); its static
   // rendezvous serves the store itself, so rank 0 connects as a client. 127.0.0.1 and a free port
   // rather than --standalone (localhost:29400): no name lookup, no clash with a parallel test.
-  const Proc tr = run(concat({TORCHRUN_BIN, "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-                              "--master_port", std::to_string(free_port()), "--monitor_interval", "1",
-                              "--redirects", "9:0", "--tee", "9:0", "--no_python", PPRUN_BIN},
-                             concat(args, {"--metrics", d.file("torchrun.jsonl")})));
+  const Proc tr =
+      run(concat({TORCHRUN_BIN, "--nnodes", "1", "--nproc_per_node", "2", "--master_addr",
+                  "127.0.0.1", "--master_port", std::to_string(free_port()), "--monitor_interval",
+                  "1", "--redirects", "9:0", "--tee", "9:0", "--no_python", PPRUN_BIN},
+                 concat(args, {"--metrics", d.file("torchrun.jsonl")})));
   ASSERT_EQ(tr.exit_code(), 0) << tr.out;
   EXPECT_NE(tr.out.find("Interleaved1F1B on 2 ranks"), std::string::npos) << tr.out;
   const auto a = losses(d.file("alone.jsonl")), b = losses(d.file("torchrun.jsonl"));
@@ -296,23 +319,25 @@ TEST(Launch, TorchrunGivesTheSameRun) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_DOUBLE_EQ(a[i], b[i]);
 }
 
-
-// --- faults ---------------------------------------------------------------------------------------
+// --- faults
+// ---------------------------------------------------------------------------------------
 
 TEST(Faults, ARankKilledMidStepStopsEveryRank) {
   TempDir d;
   const std::string plan = compile(d, "Ett|tt|tt|ttL", 4, "1F1B", 8);
-  const Proc p = pprun(concat(kModel, {"--plan", plan, "--steps", "200", "--fault-kill", "2:3", "--timeout", "10", "--metrics",
-                                       d.file("m.jsonl")}));
+  const Proc p = pprun(concat(kModel, {"--plan", plan, "--steps", "200", "--fault-kill", "2:3",
+                                       "--timeout", "10", "--metrics", d.file("m.jsonl")}));
   EXPECT_NE(p.exit_code(), 0);
   EXPECT_LT(p.seconds, 40) << p.out;
   EXPECT_NE(p.out.find("pprun: rank 2 was killed by signal 9"), std::string::npos) << p.out;
   for (int r : {0, 1, 3})
-    EXPECT_NE(p.out.find("[rank " + std::to_string(r) + "] pprun: rank " + std::to_string(r) + ": lost rank 2 (killed by signal 9)"),
+    EXPECT_NE(p.out.find("[rank " + std::to_string(r) + "] pprun: rank " + std::to_string(r) +
+                         ": lost rank 2 (killed by signal 9)"),
               std::string::npos)
         << p.out;
   for (const auto& e : fs::directory_iterator(d.file("")))
-    EXPECT_NE(e.path().filename().string().rfind("m.jsonl", 0), 0u) << "a failed run leaves no metrics file: " << e.path();
+    EXPECT_NE(e.path().filename().string().rfind("m.jsonl", 0), 0u)
+        << "a failed run leaves no metrics file: " << e.path();
 }
 
 // Under SLURM (no launcher process watching the ranks; rank 0 serves the store), each surviving
@@ -324,15 +349,19 @@ TEST(Faults, ARankKilledUnderSlurmIsNamedByEveryOtherRank) {
   const auto t0 = Clock::now();
   std::vector<Proc> procs;
   for (int r = 0; r < 4; ++r)
-    procs.push_back(start(concat({PPRUN_BIN}, concat(kModel, {"--plan", plan, "--steps", "200", "--fault-kill", "2:3", "--timeout", "10"})),
-                          {"SLURM_PROCID=" + std::to_string(r), "SLURM_NTASKS=4", "SLURM_LOCALID=" + std::to_string(r),
-                           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
+    procs.push_back(start(
+        concat({PPRUN_BIN}, concat(kModel, {"--plan", plan, "--steps", "200", "--fault-kill", "2:3",
+                                            "--timeout", "10"})),
+        {"SLURM_PROCID=" + std::to_string(r), "SLURM_NTASKS=4",
+         "SLURM_LOCALID=" + std::to_string(r), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
   for (auto& p : procs) finish(p, std::chrono::seconds(60), t0);
   EXPECT_EQ(procs[2].exit_code(), 128 + SIGKILL);
   for (int r : {0, 1, 3}) {
     EXPECT_EQ(procs[static_cast<size_t>(r)].exit_code(), 1) << procs[static_cast<size_t>(r)].out;
     EXPECT_LT(procs[static_cast<size_t>(r)].seconds, 10 + 15) << "rank " << r;
-    EXPECT_NE(procs[static_cast<size_t>(r)].out.find("pprun: rank " + std::to_string(r) + ": lost rank 2 ("), std::string::npos)
+    EXPECT_NE(procs[static_cast<size_t>(r)].out.find("pprun: rank " + std::to_string(r) +
+                                                     ": lost rank 2 ("),
+              std::string::npos)
         << procs[static_cast<size_t>(r)].out;
   }
 }
@@ -348,9 +377,11 @@ void expect_user_error(const Proc& p, const std::string& message, const TempDir&
 TEST(Faults, PlanForAnotherWorldSize) {
   TempDir d;
   const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);
-  expect_user_error(pprun({"--plan", plan, "--metrics", d.file("m.jsonl")},
-                          {"RANK=0", "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(free_port())}),
-                    "pprun: rank 0: error: environment: the plan is for 2 ranks (pp 2), but WORLD_SIZE is 3", d);
+  expect_user_error(
+      pprun({"--plan", plan, "--metrics", d.file("m.jsonl")},
+            {"RANK=0", "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1",
+             "MASTER_PORT=" + std::to_string(free_port())}),
+      "pprun: rank 0: error: environment: the plan is for 2 ranks (pp 2), but WORLD_SIZE is 3", d);
 }
 
 TEST(Faults, PlanOfAnUnknownVersion) {
@@ -364,7 +395,9 @@ TEST(Faults, PlanOfAnUnknownVersion) {
   text.replace(text.find("\"version\": 1"), 12, "\"version\": 9");
   std::ofstream(d.file("v9.json")) << text;
   expect_user_error(pprun({"--plan", d.file("v9.json"), "--metrics", d.file("m.jsonl")}),
-                    "pprun: error: " + d.file("v9.json") + ": version: unsupported plan version 9 (this build reads version 1)", d);
+                    "pprun: error: " + d.file("v9.json") +
+                        ": version: unsupported plan version 9 (this build reads version 1)",
+                    d);
   std::ofstream(d.file("cut.json")) << text.substr(0, text.size() / 2);
   expect_user_error(pprun({"--plan", d.file("cut.json"), "--metrics", d.file("m.jsonl")}),
                     "pprun: error: " + d.file("cut.json") + ": not valid JSON", d);
@@ -382,22 +415,27 @@ TEST(Faults, CorruptedPlanThatWouldDeadlock) {
   ASSERT_TRUE(recv != acts.end() && back != acts.end() && recv < back);
   std::iter_swap(recv, back);
   std::ofstream(d.file("bad.json")) << j.dump();
-  expect_user_error(pprun({"--plan", d.file("bad.json"), "--metrics", d.file("m.jsonl")}),
-                    "pprun: error: " + d.file("bad.json") + ": the plan is not valid: rank 0, action", d);
+  expect_user_error(
+      pprun({"--plan", d.file("bad.json"), "--metrics", d.file("m.jsonl")}),
+      "pprun: error: " + d.file("bad.json") + ": the plan is not valid: rank 0, action", d);
 }
 
 TEST(Faults, MissingDataFileMtpLayoutAndCudaWithoutCuda) {
   TempDir d;
   const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);
-  expect_user_error(pprun({"--plan", plan, "--data", d.file("missing.txt"), "--metrics", d.file("m.jsonl")}),
-                    "pprun: error: --data: cannot open data file '" + d.file("missing.txt") + "'", d);
+  expect_user_error(
+      pprun({"--plan", plan, "--data", d.file("missing.txt"), "--metrics", d.file("m.jsonl")}),
+      "pprun: error: --data: cannot open data file '" + d.file("missing.txt") + "'", d);
   expect_user_error(pprun({"--plan", plan, "--device", "cuda", "--metrics", d.file("m.jsonl")}),
                     "pprun: error: --device: cuda: this LibTorch", d);
   const std::string mtp = compile(d, "Ett|tmL", 2, "1F1B", 4, "mtp.json");
-  expect_user_error(pprun({"--plan", mtp, "--metrics", d.file("m.jsonl")}),
-                    "layout.stages[1]: pprun does not support multi-token prediction layers (m) yet", d);
+  expect_user_error(
+      pprun({"--plan", mtp, "--metrics", d.file("m.jsonl")}),
+      "layout.stages[1]: pprun does not support multi-token prediction layers (m) yet", d);
   expect_user_error(pprun({"--plan", plan, "--microbatches", "3", "--metrics", d.file("m.jsonl")}),
-                    "pprun: error: --microbatches: is 3, but the plan " + plan + " was compiled for 4 microbatches", d);
+                    "pprun: error: --microbatches: is 3, but the plan " + plan +
+                        " was compiled for 4 microbatches",
+                    d);
 }
 
 // --- training and outputs ----------------------------------------------------------------------
@@ -405,7 +443,8 @@ TEST(Faults, MissingDataFileMtpLayoutAndCudaWithoutCuda) {
 TEST(Training, TheReadmeCommandTrainsOnFourRanksAndTheLossGoesDown) {
   TempDir d;
   const std::string plan = compile(d, "Ett|tt|tt|ttL", 4, "1F1B", 8);
-  const Proc p = pprun({"--plan", plan, "--steps", "40", "--metrics", d.file("m.jsonl"), "--progress", "none"});
+  const Proc p = pprun(
+      {"--plan", plan, "--steps", "40", "--metrics", d.file("m.jsonl"), "--progress", "none"});
   ASSERT_EQ(p.exit_code(), 0) << p.out;
   const auto l = losses(d.file("m.jsonl"));
   ASSERT_EQ(l.size(), 40u);
@@ -416,10 +455,12 @@ TEST(Training, TheReadmeCommandTrainsOnFourRanksAndTheLossGoesDown) {
 TEST(Training, ReferenceFromALayoutAndByteLevelData) {
   TempDir d;
   std::string text;
-  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  for (int i = 0; i < 200; ++i)
+    text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
   std::ofstream(d.file("text.txt")) << text;
-  const Proc p = pprun(concat(kModel, {"--reference", "--layout", "EttL", "--microbatches", "2", "--steps", "3", "--data",
-                                       d.file("text.txt"), "--metrics", d.file("m.jsonl")}));
+  const Proc p =
+      pprun(concat(kModel, {"--reference", "--layout", "EttL", "--microbatches", "2", "--steps",
+                            "3", "--data", d.file("text.txt"), "--metrics", d.file("m.jsonl")}));
   ASSERT_EQ(p.exit_code(), 0) << p.out;
   EXPECT_NE(p.out.find("reference (unpipelined, 1 process)"), std::string::npos) << p.out;
   EXPECT_NE(p.out.find("data: bytes of " + d.file("text.txt")), std::string::npos) << p.out;
@@ -429,7 +470,8 @@ TEST(Training, ReferenceFromALayoutAndByteLevelData) {
 TEST(Training, TraceOfTheRealExecution) {
   TempDir d;
   const std::string plan = compile(d, "Et|tt|tt|ttL", 2, "InterleavedZeroBubble", 4);
-  const Proc p = pprun(concat(kModel, {"--plan", plan, "--steps", "2", "--trace", d.file("t.json")}));
+  const Proc p =
+      pprun(concat(kModel, {"--plan", plan, "--steps", "2", "--trace", d.file("t.json")}));
   ASSERT_EQ(p.exit_code(), 0) << p.out;
   std::ifstream in(d.file("t.json"));
   const nlohmann::json t = nlohmann::json::parse(in);

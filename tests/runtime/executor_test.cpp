@@ -76,8 +76,9 @@ Result run_pipelined(const ppc::Plan& plan, const ModelConfig& c) {
     std::vector<std::unique_ptr<Stage>> owned;
     std::vector<Stage*> stages;
     for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)]) {
-      owned.push_back(std::make_unique<Stage>(c, specs[static_cast<size_t>(plan.layout_stage(s))], 11,
-                                              plan.layout.count(ppc::LayerKind::Decoder), at::Device(at::kCPU)));
+      owned.push_back(std::make_unique<Stage>(c, specs[static_cast<size_t>(plan.layout_stage(s))],
+                                              11, plan.layout.count(ppc::LayerKind::Decoder),
+                                              at::Device(at::kCPU)));
       stages.push_back(owned.back().get());
     }
     pprt::ExecutorOptions eo;
@@ -102,7 +103,8 @@ Result run_reference(const ppc::Layout& layout, int mbs, const ModelConfig& c) {
   Result res;
   for (int mb = 0; mb < mbs; ++mb) {
     const at::Tensor rows = tk.narrow(0, mb * b, b);
-    at::Tensor loss = whole.forward(rows.narrow(1, 0, c.seq_len).contiguous(), rows.narrow(1, 1, c.seq_len).contiguous(), nullptr);
+    at::Tensor loss = whole.forward(rows.narrow(1, 0, c.seq_len).contiguous(),
+                                    rows.narrow(1, 1, c.seq_len).contiguous(), nullptr);
     res.losses.push_back(loss.item<double>());
     torch::autograd::backward({loss * (1.0 / mbs)});
   }
@@ -114,9 +116,11 @@ void expect_matches_reference(const ppc::Plan& plan) {
   const ModelConfig c = small_config();
   const Result got = run_pipelined(plan, c);
   const Result ref = run_reference(plan.layout, plan.microbatches, c);
-  EXPECT_EQ(got.peak, ppc::peak_inflight(plan)) << "measured peak in-flight activations differ from the plan's";
+  EXPECT_EQ(got.peak, ppc::peak_inflight(plan))
+      << "measured peak in-flight activations differ from the plan's";
   ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i) EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-6 * ref.losses[i]) << "microbatch " << i;
+  for (size_t i = 0; i < ref.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-6 * ref.losses[i]) << "microbatch " << i;
   ASSERT_EQ(got.grads.size(), ref.grads.size());
   for (const auto& [name, g] : ref.grads) {
     ASSERT_TRUE(got.grads.count(name)) << name;
@@ -125,15 +129,21 @@ void expect_matches_reference(const ppc::Plan& plan) {
   }
 }
 
-TEST(Executor, OneFOneBMatchesTheUnpipelinedModel) { expect_matches_reference(compile("Ettt|tttL", 2, "1F1B", 4)); }
+TEST(Executor, OneFOneBMatchesTheUnpipelinedModel) {
+  expect_matches_reference(compile("Ettt|tttL", 2, "1F1B", 4));
+}
 
 TEST(Executor, InterleavedStagesPassTensorsLocally) {
   expect_matches_reference(compile("Et|tt|tt|tL", 2, "Interleaved1F1B", 4));
 }
 
-TEST(Executor, ZeroBubbleInputAndWeightBackward) { expect_matches_reference(compile("Ettt|tttL", 2, "ZB-H1", 4)); }
+TEST(Executor, ZeroBubbleInputAndWeightBackward) {
+  expect_matches_reference(compile("Ettt|tttL", 2, "ZB-H1", 4));
+}
 
-TEST(Executor, VPlacementWithZeroBubble) { expect_matches_reference(compile("Et|tt|tt|tL", 2, "ZBVZeroBubble", 4)); }
+TEST(Executor, VPlacementWithZeroBubble) {
+  expect_matches_reference(compile("Et|tt|tt|tL", 2, "ZBVZeroBubble", 4));
+}
 
 TEST(Executor, OverlappedForwardBackwardPairs) {
   const ppc::Plan plan = compile("Et|tt|tt|tL", 2, "DualPipeV", 4);
@@ -171,9 +181,10 @@ TEST(Executor, HandFusedOverlapActions) {
   for (auto& order : plan.compute) {
     std::vector<ppc::Action> out;
     for (size_t i = 0; i < order.size(); ++i) {
-      if (i + 1 < order.size() && order[i].kind == ppc::ActionKind::F && order[i + 1].kind == ppc::ActionKind::B) {
-        out.push_back(ppc::Action::overlap(order[i].stage, order[i].microbatch, ppc::ActionKind::B, order[i + 1].stage,
-                                           order[i + 1].microbatch));
+      if (i + 1 < order.size() && order[i].kind == ppc::ActionKind::F &&
+          order[i + 1].kind == ppc::ActionKind::B) {
+        out.push_back(ppc::Action::overlap(order[i].stage, order[i].microbatch, ppc::ActionKind::B,
+                                           order[i + 1].stage, order[i + 1].microbatch));
         ++i;
         ++fused;
         continue;
@@ -197,10 +208,12 @@ TEST(Executor, HandWrittenVPlacement) {
   plan.compute.assign(2, {});
   for (int s = 0; s < 4; ++s)
     for (int mb = 0; mb < 2; ++mb)
-      plan.compute[static_cast<size_t>(plan.rank_of(s))].push_back(ppc::Action::compute(ppc::ActionKind::F, s, mb));
+      plan.compute[static_cast<size_t>(plan.rank_of(s))].push_back(
+          ppc::Action::compute(ppc::ActionKind::F, s, mb));
   for (int s = 3; s >= 0; --s)
     for (int mb = 0; mb < 2; ++mb)
-      plan.compute[static_cast<size_t>(plan.rank_of(s))].push_back(ppc::Action::compute(ppc::ActionKind::B, s, mb));
+      plan.compute[static_cast<size_t>(plan.rank_of(s))].push_back(
+          ppc::Action::compute(ppc::ActionKind::B, s, mb));
   expect_matches_reference(relower(plan));
 }
 
@@ -211,7 +224,8 @@ TEST(Executor, RunsAPlanWithoutTransportOnOneRank) {
   std::vector<std::unique_ptr<Stage>> owned;
   std::vector<Stage*> stages;
   for (int s : plan.placement.rank_stages[0]) {
-    owned.push_back(std::make_unique<Stage>(c, specs[static_cast<size_t>(s)], 11, 4, at::Device(at::kCPU)));
+    owned.push_back(
+        std::make_unique<Stage>(c, specs[static_cast<size_t>(s)], 11, 4, at::Device(at::kCPU)));
     stages.push_back(owned.back().get());
   }
   pprt::Executor exec(plan, 0, stages, c, nullptr, at::Device(at::kCPU), {});

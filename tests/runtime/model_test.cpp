@@ -82,7 +82,8 @@ TEST(Model, StagesChainIntoTheWholeModel) {
   auto split = build("Et|tt|tL", c);
   auto whole = build("EttttL", c);
   const at::Tensor tk = tokens(c, 2);
-  const at::Tensor ids = tk.narrow(1, 0, c.seq_len).contiguous(), tg = tk.narrow(1, 1, c.seq_len).contiguous();
+  const at::Tensor ids = tk.narrow(1, 0, c.seq_len).contiguous(),
+                   tg = tk.narrow(1, 1, c.seq_len).contiguous();
   at::Tensor x = ids;
   for (Stage& s : split) x = s.forward(x, tg, nullptr);
   const at::Tensor ref = whole[0].forward(ids, tg, nullptr);
@@ -100,17 +101,21 @@ struct Grads {
   at::Tensor input;
 };
 
-Grads backward(Stage& stage, const at::Tensor& input, const at::Tensor& targets, const at::Tensor& grad_out, bool split) {
+Grads backward(Stage& stage, const at::Tensor& input, const at::Tensor& targets,
+               const at::Tensor& grad_out, bool split) {
   for (auto& p : stage.params()) p.tensor.mutable_grad() = at::Tensor();
   at::Tensor in = input.is_floating_point() ? input.detach().clone().requires_grad_(true) : input;
   GradStash stash;
   at::Tensor out = stage.forward(in, targets, &stash);
   stash.defer = split;
-  if (grad_out.defined()) torch::autograd::backward({out}, {grad_out});
-  else torch::autograd::backward({out});
+  if (grad_out.defined())
+    torch::autograd::backward({out}, {grad_out});
+  else
+    torch::autograd::backward({out});
   Grads g;
   if (split) {
-    for (auto& p : stage.params()) EXPECT_FALSE(p.tensor.grad().defined()) << p.name << " got its gradient in I";
+    for (auto& p : stage.params())
+      EXPECT_FALSE(p.tensor.grad().defined()) << p.name << " got its gradient in I";
     EXPECT_FALSE(stash.empty());
     stash.run_weight_grads();
     EXPECT_TRUE(stash.empty());
@@ -124,7 +129,8 @@ void expect_same(const Grads& a, const Grads& b) {
   ASSERT_EQ(a.params.size(), b.params.size());
   for (const auto& [name, t] : a.params) {
     ASSERT_TRUE(t.defined()) << name;
-    EXPECT_TRUE(at::equal(t, b.params.at(name))) << name << " differs by " << (t - b.params.at(name)).abs().max().item<double>();
+    EXPECT_TRUE(at::equal(t, b.params.at(name)))
+        << name << " differs by " << (t - b.params.at(name)).abs().max().item<double>();
   }
   ASSERT_EQ(a.input.defined(), b.input.defined());
   if (a.input.defined()) {
@@ -136,13 +142,17 @@ TEST(Model, InputThenWeightBackwardEqualsFullBackward) {
   const ModelConfig c = small_config();
   auto stages = build("Et|tt|tL", c);
   const at::Tensor tk = tokens(c, 2);
-  const at::Tensor ids = tk.narrow(1, 0, c.seq_len).contiguous(), tg = tk.narrow(1, 1, c.seq_len).contiguous();
+  const at::Tensor ids = tk.narrow(1, 0, c.seq_len).contiguous(),
+                   tg = tk.narrow(1, 1, c.seq_len).contiguous();
   const at::Tensor hidden = at::randn({2, c.seq_len, c.hidden}) * 0.5;
   const at::Tensor grad = at::randn({2, c.seq_len, c.hidden}) * 1e-3;
   // First stage (token ids in, no input gradient), middle stage, loss stage.
-  expect_same(backward(stages[0], ids, at::Tensor(), grad, false), backward(stages[0], ids, at::Tensor(), grad, true));
-  expect_same(backward(stages[1], hidden, at::Tensor(), grad, false), backward(stages[1], hidden, at::Tensor(), grad, true));
-  expect_same(backward(stages[2], hidden, tg, at::Tensor(), false), backward(stages[2], hidden, tg, at::Tensor(), true));
+  expect_same(backward(stages[0], ids, at::Tensor(), grad, false),
+              backward(stages[0], ids, at::Tensor(), grad, true));
+  expect_same(backward(stages[1], hidden, at::Tensor(), grad, false),
+              backward(stages[1], hidden, at::Tensor(), grad, true));
+  expect_same(backward(stages[2], hidden, tg, at::Tensor(), false),
+              backward(stages[2], hidden, tg, at::Tensor(), true));
 }
 
 TEST(Model, StagesAccumulateGradientsOverMicrobatches) {
@@ -155,7 +165,8 @@ TEST(Model, StagesAccumulateGradientsOverMicrobatches) {
   for (int mb = 0; mb < 2; ++mb) {
     const at::Tensor rows = tk.narrow(0, mb * 2, 2);
     GradStash stash;
-    at::Tensor loss = s.forward(rows.narrow(1, 0, c.seq_len).contiguous(), rows.narrow(1, 1, c.seq_len).contiguous(), &stash);
+    at::Tensor loss = s.forward(rows.narrow(1, 0, c.seq_len).contiguous(),
+                                rows.narrow(1, 1, c.seq_len).contiguous(), &stash);
     stash.defer = mb == 0;
     torch::autograd::backward({loss * 0.5});
     stash.run_weight_grads();
@@ -163,7 +174,8 @@ TEST(Model, StagesAccumulateGradientsOverMicrobatches) {
   std::map<std::string, at::Tensor> acc;
   for (auto& p : s.params()) acc[p.name] = p.tensor.grad().clone();
   for (auto& p : s.params()) p.tensor.mutable_grad() = at::Tensor();
-  at::Tensor loss = s.forward(tk.narrow(1, 0, c.seq_len).contiguous(), tk.narrow(1, 1, c.seq_len).contiguous(), nullptr);
+  at::Tensor loss = s.forward(tk.narrow(1, 0, c.seq_len).contiguous(),
+                              tk.narrow(1, 1, c.seq_len).contiguous(), nullptr);
   torch::autograd::backward({loss});
   for (auto& p : s.params())
     EXPECT_TRUE(at::allclose(acc[p.name], p.tensor.grad(), 1e-5, 1e-7)) << p.name;

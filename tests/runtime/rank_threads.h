@@ -15,7 +15,8 @@ namespace pprt_test {
 
 using RankFn = std::function<void(int rank, pprt::Transport& transport, pprt::Store& store)>;
 
-inline std::unique_ptr<pprt::Store> serve_store(int world, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+inline std::unique_ptr<pprt::Store> serve_store(
+    int world, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   pprt::StoreOptions so;
   so.port = 0;
   so.is_server = true;
@@ -24,7 +25,8 @@ inline std::unique_ptr<pprt::Store> serve_store(int world, std::chrono::millisec
   return pprt::make_tcp_store(so);
 }
 
-inline std::unique_ptr<pprt::Store> connect_store(int port, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+inline std::unique_ptr<pprt::Store> connect_store(
+    int port, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   pprt::StoreOptions so;
   so.port = port;
   so.timeout = timeout;
@@ -33,7 +35,8 @@ inline std::unique_ptr<pprt::Store> connect_store(int port, std::chrono::millise
 
 // Calls fn on `world` threads, each with its own store client and Gloo transport; rethrows the
 // first exception a rank threw.
-inline void run_ranks(int world, const RankFn& fn, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+inline void run_ranks(int world, const RankFn& fn,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   auto server = serve_store(world, timeout);
   const int port = pprt::store_port(*server);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));

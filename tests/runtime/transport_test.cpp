@@ -18,8 +18,10 @@ TEST(GlooTransport, ReceivesMatchSendsByTagWhateverTheOrder) {
     at::Tensor a = rank == 0 ? at::full({3, 4}, 5.0f) : at::zeros({3, 4});
     at::Tensor b = rank == 0 ? at::full({3, 4}, 7.0f) : at::zeros({3, 4});
     std::vector<P2POp> ops;
-    if (rank == 0) ops = {{P2POp::Kind::Send, 1, 5, &a}, {P2POp::Kind::Send, 1, 7, &b}};
-    else ops = {{P2POp::Kind::Recv, 0, 7, &b}, {P2POp::Kind::Recv, 0, 5, &a}};
+    if (rank == 0)
+      ops = {{P2POp::Kind::Send, 1, 5, &a}, {P2POp::Kind::Send, 1, 7, &b}};
+    else
+      ops = {{P2POp::Kind::Recv, 0, 7, &b}, {P2POp::Kind::Recv, 0, 5, &a}};
     auto works = t.post(ops);
     ASSERT_EQ(works.size(), 2u);
     for (auto& w : works) w->wait(10s);
@@ -84,27 +86,31 @@ TEST(TcpStore, ConnectingToNoServerIsATransportError) {
 TEST(FailureDiagnosis, TheRankThatNeverAnswersIsLost) {
   auto store = pprt_test::serve_store(3);
   store->set("alive/2", "waiting");
-  const std::string d = pprt::diagnose_lost_rank(store.get(), 0, 3, "receive from rank 1 failed", 300ms);
+  const std::string d =
+      pprt::diagnose_lost_rank(store.get(), 0, 3, "receive from rank 1 failed", 300ms);
   EXPECT_EQ(d.rfind("lost rank 1 (no answer within", 0), 0u) << d;
   EXPECT_TRUE(store->check("failed/0"));
   EXPECT_TRUE(store->check("lost/1"));
   EXPECT_EQ(store->get("first-failure"), "rank 0: receive from rank 1 failed");
   // Rank 2 now finds the verdict at once.
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(pprt::diagnose_lost_rank(store.get(), 2, 3, "x", 5s).rfind("lost rank 1 (no answer", 0), 0u);
+  EXPECT_EQ(pprt::diagnose_lost_rank(store.get(), 2, 3, "x", 5s).rfind("lost rank 1 (no answer", 0),
+            0u);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
 }
 
 TEST(FailureDiagnosis, ARankKilledBySignalIsNamedFromTheLauncherRecord) {
   auto store = pprt_test::serve_store(3);
   store->set("lost/2", "killed by signal 9");
-  EXPECT_EQ(pprt::diagnose_lost_rank(store.get(), 0, 3, "x", 5s), "lost rank 2 (killed by signal 9)");
+  EXPECT_EQ(pprt::diagnose_lost_rank(store.get(), 0, 3, "x", 5s),
+            "lost rank 2 (killed by signal 9)");
 }
 
 TEST(FailureDiagnosis, WhenEveryRankAnswersTheFirstFailureIsTheCause) {
   auto store = pprt_test::serve_store(2);
   pprt::report_failure(store.get(), 1, "out of memory");
-  EXPECT_EQ(pprt::diagnose_lost_rank(store.get(), 0, 2, "x", 5s), "every rank failed; the first failure: rank 1: out of memory");
+  EXPECT_EQ(pprt::diagnose_lost_rank(store.get(), 0, 2, "x", 5s),
+            "every rank failed; the first failure: rank 1: out of memory");
 }
 
 }  // namespace

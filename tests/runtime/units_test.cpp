@@ -77,7 +77,8 @@ std::string plan_json(const ppc::Plan& plan) {
 // --- model config ------------------------------------------------------------------------------
 
 TEST(ModelConfig, ReadsFieldsOverDefaults) {
-  const pprt::ModelConfig c = pprt::parse_model_config(R"({"hidden": 128, "heads": 8, "seq_len": 32})", "m.json");
+  const pprt::ModelConfig c =
+      pprt::parse_model_config(R"({"hidden": 128, "heads": 8, "seq_len": 32})", "m.json");
   EXPECT_EQ(c.hidden, 128);
   EXPECT_EQ(c.heads, 8);
   EXPECT_EQ(c.kv_heads, 2);
@@ -87,14 +88,19 @@ TEST(ModelConfig, ReadsFieldsOverDefaults) {
 
 TEST(ModelConfig, ErrorsNameTheFileAndField) {
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"hiden": 64})", "m.json"); }),
-            "m.json: hiden: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, rope_theta, norm_eps)");
+            "m.json: hiden: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
+            "rope_theta, norm_eps)");
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"heads": -1})", "m.json"); }),
             "m.json: heads: expected a positive integer, got -1");
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"hidden": 60, "heads": 8})", "m.json"); }),
             "m.json: hidden 60 is not a multiple of heads 8");
-  EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"heads": 4, "kv_heads": 3})", "m.json"); }),
-            "m.json: heads 4 is not a multiple of kv_heads 3");
-  EXPECT_EQ(user_error([] { pprt::parse_model_config("[1,", "m.json"); }).rfind("m.json: not valid JSON", 0), 0u);
+  EXPECT_EQ(
+      user_error([] { pprt::parse_model_config(R"({"heads": 4, "kv_heads": 3})", "m.json"); }),
+      "m.json: heads 4 is not a multiple of kv_heads 3");
+  EXPECT_EQ(user_error([] {
+              pprt::parse_model_config("[1,", "m.json");
+            }).rfind("m.json: not valid JSON", 0),
+            0u);
 }
 
 TEST(ModelConfig, FlagsOverrideTheFile) {
@@ -131,7 +137,8 @@ TEST(Data, SyntheticLanguageIsLearnable) {
   src.batch(0, 200, 32, rows);
   std::map<int64_t, std::set<int64_t>> next;
   for (int r = 0; r < 200; ++r)
-    for (int i = 0; i + 1 < 16; ++i) next[rows[static_cast<size_t>(r * 32 + i)]].insert(rows[static_cast<size_t>(r * 32 + i + 1)]);
+    for (int i = 0; i + 1 < 16; ++i)
+      next[rows[static_cast<size_t>(r * 32 + i)]].insert(rows[static_cast<size_t>(r * 32 + i + 1)]);
   for (const auto& [t, s] : next) EXPECT_LE(s.size(), 4u) << "token " << t;
 }
 
@@ -142,7 +149,8 @@ TEST(Data, FileWindowsAreBytes) {
   std::vector<int64_t> rows;
   src.batch(0, 3, 5, rows);
   for (int r = 0; r < 3; ++r)
-    for (int i = 1; i < 5; ++i) EXPECT_EQ(rows[static_cast<size_t>(r * 5 + i)], rows[static_cast<size_t>(r * 5 + i - 1)] + 1);
+    for (int i = 1; i < 5; ++i)
+      EXPECT_EQ(rows[static_cast<size_t>(r * 5 + i)], rows[static_cast<size_t>(r * 5 + i - 1)] + 1);
   EXPECT_EQ(src.describe(), "bytes of " + path + " (26 bytes)");
 }
 
@@ -183,7 +191,8 @@ TEST(PlanLoad, RejectsWhatItCannotRun) {
   nlohmann::json j = nlohmann::json::parse(good);
   j["version"] = 2;
   const std::string v2 = d.write("v2.json", j.dump());
-  EXPECT_EQ(user_error([&] { pprt::load_plan(v2); }), v2 + ": version: unsupported plan version 2 (this build reads version 1)");
+  EXPECT_EQ(user_error([&] { pprt::load_plan(v2); }),
+            v2 + ": version: unsupported plan version 2 (this build reads version 1)");
   const std::string cut = d.write("cut.json", good.substr(0, good.size() / 2));
   EXPECT_EQ(user_error([&] { pprt::load_plan(cut); }).rfind(cut + ": not valid JSON", 0), 0u);
   // Rank 1 receives its first activation after the forward that needs it.
@@ -193,11 +202,15 @@ TEST(PlanLoad, RejectsWhatItCannotRun) {
   std::swap(acts[0], acts[1]);
   const std::string swapped = d.write("swapped.json", j.dump());
   EXPECT_EQ(user_error([&] { pprt::load_plan(swapped); }),
-            swapped + ": the plan is not valid: rank 1, action 0 (1F0): needs the activation of stage 0 microbatch 0 from "
-                      "rank 0, but rank 1 receives it only later, at its action 1");
+            swapped +
+                ": the plan is not valid: rank 1, action 0 (1F0): needs the activation of stage 0 "
+                "microbatch 0 from "
+                "rank 0, but rank 1 receives it only later, at its action 1");
   const std::string mtp = d.write("mtp.json", plan_json(compile("Ett|tmL", 2, "1F1B", 2)));
   EXPECT_EQ(user_error([&] { pprt::load_plan(mtp); }),
-            mtp + ": layout.stages[1]: pprun does not support multi-token prediction layers (m) yet; remove m from the layout");
+            mtp +
+                ": layout.stages[1]: pprun does not support multi-token prediction layers (m) yet; "
+                "remove m from the layout");
   ppc::CompileOptions o;
   o.layout = ppc::generic_layout(2);
   o.pp = 2;
@@ -205,12 +218,16 @@ TEST(PlanLoad, RejectsWhatItCannotRun) {
   o.microbatches = 2;
   const std::string generic = d.write("generic.json", plan_json(ppc::compile(o)));
   EXPECT_EQ(user_error([&] { pprt::load_plan(generic); }),
-            generic + ": layout: the plan describes no model (it was compiled with --stages N); compile it with --layout or "
-                      "--layout-file");
+            generic +
+                ": layout: the plan describes no model (it was compiled with --stages N); compile "
+                "it with --layout or "
+                "--layout-file");
   const std::string dual = d.write("dual.json", plan_json(compile("Ett|ttL", 2, "DualPipe", 4)));
   EXPECT_EQ(user_error([&] { pprt::load_plan(dual); }),
-            dual + ": copies: DualPipe runs 2 copies of the model with duplicated parameters, which pprun does not support "
-                   "yet (DualPipeV, with one copy, runs)");
+            dual +
+                ": copies: DualPipe runs 2 copies of the model with duplicated parameters, which "
+                "pprun does not support "
+                "yet (DualPipeV, with one copy, runs)");
 }
 
 TEST(PlanLoad, FifoOrderCheckFindsCrossedMessages) {
@@ -224,8 +241,10 @@ TEST(PlanLoad, FifoOrderCheckFindsCrossedMessages) {
   std::iter_swap(r0, r1);
   const auto bad = pprt::check_fifo_order(plan);
   ASSERT_TRUE(bad.has_value());
-  EXPECT_EQ(*bad, "rank 0 sends the activation of stage 0 microbatch 0 as its message 0 to rank 1, which receives the "
-                  "activation of stage 0 microbatch 1 there");
+  EXPECT_EQ(*bad,
+            "rank 0 sends the activation of stage 0 microbatch 0 as its message 0 to rank 1, which "
+            "receives the "
+            "activation of stage 0 microbatch 1 there");
 }
 
 // --- launch environment ------------------------------------------------------------------------
@@ -239,9 +258,14 @@ pprt::GetEnv env_of(std::map<std::string, std::string> vars) {
 }
 
 TEST(LaunchEnv, Torchrun) {
-  const auto e = pprt::launch_env(env_of({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"},
-                                          {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-                                          {"TORCHELASTIC_RUN_ID", "x"}, {"TORCHELASTIC_RESTART_COUNT", "2"}}));
+  const auto e = pprt::launch_env(env_of({{"RANK", "1"},
+                                          {"WORLD_SIZE", "4"},
+                                          {"LOCAL_RANK", "1"},
+                                          {"MASTER_ADDR", "10.0.0.1"},
+                                          {"MASTER_PORT", "29500"},
+                                          {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                          {"TORCHELASTIC_RUN_ID", "x"},
+                                          {"TORCHELASTIC_RESTART_COUNT", "2"}}));
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->launcher, "torchrun");
   EXPECT_EQ(e->rank, 1);
@@ -252,21 +276,29 @@ TEST(LaunchEnv, Torchrun) {
 }
 
 TEST(LaunchEnv, Slurm) {
-  const auto e = pprt::launch_env(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "0"},
-                                          {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "29500"}}));
+  const auto e = pprt::launch_env(env_of({{"SLURM_PROCID", "0"},
+                                          {"SLURM_NTASKS", "8"},
+                                          {"SLURM_LOCALID", "0"},
+                                          {"MASTER_ADDR", "node1"},
+                                          {"MASTER_PORT", "29500"}}));
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->launcher, "SLURM");
   EXPECT_EQ(e->world, 8);
   EXPECT_FALSE(e->external_store);  // rank 0 serves the store
 }
 
-TEST(LaunchEnv, NoneMeansSpawn) { EXPECT_FALSE(pprt::launch_env(env_of({})).has_value()); }
+TEST(LaunchEnv, NoneMeansSpawn) {
+  EXPECT_FALSE(pprt::launch_env(env_of({})).has_value());
+}
 
 TEST(LaunchEnv, Errors) {
-  EXPECT_EQ(user_error([] { pprt::launch_env(env_of({{"RANK", "4"}, {"WORLD_SIZE", "4"}})); }),
+  EXPECT_EQ(user_error([] {
+              pprt::launch_env(env_of({{"RANK", "4"}, {"WORLD_SIZE", "4"}}));
+            }),
             "environment: RANK='4' is not an integer in 0..3");
-  EXPECT_EQ(user_error([] { pprt::launch_env(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}})); })
-                .rfind("environment: MASTER_ADDR is not set (under SLURM, export MASTER_ADDR=", 0),
+  EXPECT_EQ(user_error([] {
+              pprt::launch_env(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}));
+            }).rfind("environment: MASTER_ADDR is not set (under SLURM, export MASTER_ADDR=", 0),
             0u);
 }
 
@@ -281,9 +313,11 @@ TEST(LearningRate, WarmsUpLinearlyThenDecaysToTheMinimum) {
   EXPECT_DOUBLE_EQ(pprt::learning_rate(o, 0), 0.1);
   EXPECT_DOUBLE_EQ(pprt::learning_rate(o, 9), 1.0);
   EXPECT_DOUBLE_EQ(pprt::learning_rate(o, 10), 1.0);
-  EXPECT_NEAR(pprt::learning_rate(o, 55), 0.55, 1e-12);  // half way through the decay (steps 10..100)
+  EXPECT_NEAR(pprt::learning_rate(o, 55), 0.55,
+              1e-12);  // half way through the decay (steps 10..100)
   EXPECT_DOUBLE_EQ(pprt::learning_rate(o, 100), 0.1);
-  for (int s = 11; s < 101; ++s) EXPECT_LT(pprt::learning_rate(o, s), pprt::learning_rate(o, s - 1));
+  for (int s = 11; s < 101; ++s)
+    EXPECT_LT(pprt::learning_rate(o, s), pprt::learning_rate(o, s - 1));
 }
 
 // --- reports and traces ------------------------------------------------------------------------
@@ -312,7 +346,8 @@ std::vector<pprt::RankReport> fake_reports(const ppc::Plan& plan, int64_t ns) {
       }
       for (size_t i = 0; i < t.actions; ++i)
         if (!ppc::is_comm(plan.order()[static_cast<size_t>(r)][i].kind)) t.compute_ns += ns;
-      t.wait_ns = t.wall_ns - t.compute_ns - 100 * static_cast<int64_t>(t.actions);  // leaves 100 ns per action
+      t.wait_ns = t.wall_ns - t.compute_ns -
+                  100 * static_cast<int64_t>(t.actions);  // leaves 100 ns per action
       rep.steps.push_back(t);
     }
     out.push_back(pprt::rank_report_from_json(pprt::to_json(rep)));  // through the store's format
@@ -325,16 +360,18 @@ TEST(Report, AnalysisComparesTheStepWithTheSimulation) {
   const pprt::TimingSummary s = pprt::analyse(plan, fake_reports(plan, 1000000));
   EXPECT_EQ(s.peak_inflight, ppc::peak_inflight(plan));
   EXPECT_EQ(s.predicted_inflight, std::vector<int>({2, 1}));
-  EXPECT_EQ(s.analysed_steps, 2);              // the first step is left out
+  EXPECT_EQ(s.analysed_steps, 2);  // the first step is left out
   EXPECT_NEAR(s.overhead_us_per_action, 0.1, 1e-9);
-  EXPECT_NEAR(s.ratio, 1.0, 1e-9);             // measured = simulated when actions took what they took
-  EXPECT_NEAR(s.simulated_ms, 10.0, 1e-9);     // 1F1B, pp 2, 4 microbatches, F = B = 1 ms: 2 (4 + 2 - 1) ms
+  EXPECT_NEAR(s.ratio, 1.0, 1e-9);  // measured = simulated when actions took what they took
+  EXPECT_NEAR(s.simulated_ms, 10.0,
+              1e-9);  // 1F1B, pp 2, 4 microbatches, F = B = 1 ms: 2 (4 + 2 - 1) ms
   EXPECT_NE(pprt::summary_text(s).find("the plan predicts 2 1"), std::string::npos);
 }
 
 TEST(Report, TraceHasEveryActionOnceAndPairedFlows) {
   const ppc::Plan plan = compile("Et|tt|tt|tL", 2, "Interleaved1F1B", 4);
-  const nlohmann::json t = nlohmann::json::parse(pprt::chrome_trace(plan, fake_reports(plan, 1000)));
+  const nlohmann::json t =
+      nlohmann::json::parse(pprt::chrome_trace(plan, fake_reports(plan, 1000)));
   EXPECT_EQ(t["otherData"]["generator"], "pprun");
   EXPECT_EQ(t["otherData"]["step"], 3);
   std::map<int, std::vector<std::string>> names;
@@ -342,7 +379,9 @@ TEST(Report, TraceHasEveryActionOnceAndPairedFlows) {
   for (const auto& e : t["traceEvents"]) {
     if (e["ph"] == "X") {
       names[e["pid"].get<int>()].push_back(e["name"]);
-      EXPECT_EQ(e["tid"].get<int>(), ppc::is_comm(ppc::parse_action(e["name"].get<std::string>(), nullptr)->kind) ? 1 : 0);
+      EXPECT_EQ(
+          e["tid"].get<int>(),
+          ppc::is_comm(ppc::parse_action(e["name"].get<std::string>(), nullptr)->kind) ? 1 : 0);
     }
     if (e["ph"] == "s") ++flows[e["id"].get<int64_t>()].first;
     if (e["ph"] == "f") ++flows[e["id"].get<int64_t>()].second;
@@ -366,18 +405,22 @@ TEST(Report, CommSlicesOfOneThreadNest) {
   for (auto& r : reports)
     for (auto& step : r.steps)
       for (size_t i = 0; i < step.spans.size(); ++i)
-        if (ppc::is_comm(plan.lowered[static_cast<size_t>(r.rank)][i].kind)) step.spans[i].end = step.wall_ns;
+        if (ppc::is_comm(plan.lowered[static_cast<size_t>(r.rank)][i].kind))
+          step.spans[i].end = step.wall_ns;
   const nlohmann::json t = nlohmann::json::parse(pprt::chrome_trace(plan, reports));
   std::map<int, std::vector<std::pair<double, double>>> slices;
   for (const auto& e : t["traceEvents"])
-    if (e["ph"] == "X" && e["tid"] == 1) slices[e["pid"].get<int>()].emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+    if (e["ph"] == "X" && e["tid"] == 1)
+      slices[e["pid"].get<int>()].emplace_back(e["ts"].get<double>(),
+                                               e["ts"].get<double>() + e["dur"].get<double>());
   for (auto& [pid, v] : slices)
     for (const auto& a : v)
       for (const auto& b : v) {
         const bool disjoint = a.second <= b.first || b.second <= a.first;
-        const bool nested = (a.first <= b.first && b.second <= a.second) || (b.first <= a.first && a.second <= b.second);
-        EXPECT_TRUE(disjoint || nested) << "rank " << pid << ": [" << a.first << "," << a.second << ") and [" << b.first << ","
-                                        << b.second << ")";
+        const bool nested = (a.first <= b.first && b.second <= a.second) ||
+                            (b.first <= a.first && a.second <= b.second);
+        EXPECT_TRUE(disjoint || nested) << "rank " << pid << ": [" << a.first << "," << a.second
+                                        << ") and [" << b.first << "," << b.second << ")";
       }
 }
 
@@ -390,7 +433,8 @@ TEST(ParamDump, RoundTripsFloatsExactlyAndCompares) {
   const std::vector<float> x{0.1f, -3.25e-8f, 1.0f / 3.0f, 12345.678f};
   std::vector<float> y = x;
   y[2] += 1e-5f;
-  d.write("a/params.rank0.jsonl", pprt::param_dump_line("w", {2, 2}, x.data(), 4) + pprt::param_dump_line("only_a", {1}, x.data(), 1));
+  d.write("a/params.rank0.jsonl", pprt::param_dump_line("w", {2, 2}, x.data(), 4) +
+                                      pprt::param_dump_line("only_a", {1}, x.data(), 1));
   d.write("b/params.rank1.jsonl", pprt::param_dump_line("w", {2, 2}, y.data(), 4));
   const auto a = pprt::read_param_dump(d.file("a"));
   EXPECT_EQ(a.at("w").data, x);
@@ -424,8 +468,9 @@ TEST(AtomicFile, LeavesNothingUnlessCommitted) {
 
 TEST(Output, MetricsLineAndProgressLines) {
   pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5};
-  EXPECT_EQ(pprt::metrics_json(m),
-            R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
+  EXPECT_EQ(
+      pprt::metrics_json(m),
+      R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
   char* buf = nullptr;
   size_t len = 0;
   std::FILE* f = open_memstream(&buf, &len);

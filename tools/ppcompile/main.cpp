@@ -1,9 +1,9 @@
 // ppcompile: compiles a layout and a schedule into a verified per-rank plan and emits it.
 // Thin: parses flags, runs the library's passes in order, writes the output.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +16,7 @@
 #include <tuple>
 #include <utility>
 
+#include "compiler/compare.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
@@ -24,7 +25,6 @@
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
-#include "compiler/compare.h"
 
 namespace {
 
@@ -44,9 +44,9 @@ struct Options {
   bool compact = false;
   bool list_schedules = false;
   bool compare = false;
-  std::string cost_file;       // --cost FILE
-  ppc::CostFlags cost_flags;   // --cost-f, --cost-b, ...
-  std::string memory_limit;    // --memory-limit BYTES
+  std::string cost_file;      // --cost FILE
+  ppc::CostFlags cost_flags;  // --cost-f, --cost-b, ...
+  std::string memory_limit;   // --memory-limit BYTES
   std::string engine = "timeline";
   std::string arrows = "auto";
   double width = 1800;
@@ -55,12 +55,16 @@ struct Options {
 void list_schedules(std::ostream& os) {
   size_t width = 17;
   for (const auto& s : ppc::all_schedules()) width = std::max(width, s.name.size());
-  os << fmt::format("{:<{}} {:<9} {:<10} {}\n", "schedule", width, "vpp", "placement", "description");
+  os << fmt::format("{:<{}} {:<9} {:<10} {}\n", "schedule", width, "vpp", "placement",
+                    "description");
   for (const auto& s : ppc::all_schedules()) {
-    const char* vpp = s.vpp_rule == ppc::VppRule::One ? "1" : s.vpp_rule == ppc::VppRule::Two ? "2" : "any";
+    const char* vpp = s.vpp_rule == ppc::VppRule::One   ? "1"
+                      : s.vpp_rule == ppc::VppRule::Two ? "2"
+                                                        : "any";
     std::string aliases;
     for (const auto& a : s.aliases) aliases += (aliases.empty() ? "" : ", ") + a;
-    os << fmt::format("{:<{}} {:<9} {:<10} {}{}\n", s.name, width, vpp, ppc::placement_name(s.placement), s.summary,
+    os << fmt::format("{:<{}} {:<9} {:<10} {}{}\n", s.name, width, vpp,
+                      ppc::placement_name(s.placement), s.summary,
                       aliases.empty() ? "" : " (also: " + aliases + ")");
   }
 }
@@ -69,7 +73,8 @@ bool use_color(const Options& o) {
   if (o.color == "always") return true;
   if (o.color == "never" || !o.output.empty()) return false;
   const char* term = std::getenv("TERM");
-  return isatty(fileno(stdout)) && !std::getenv("NO_COLOR") && !(term && std::string(term) == "dumb");
+  return isatty(fileno(stdout)) && !std::getenv("NO_COLOR") &&
+         !(term && std::string(term) == "dumb");
 }
 
 // The terminal's width when the table goes to one (the table turns compact if wider), else 0.
@@ -85,10 +90,12 @@ std::pair<ppc::Layout, bool> load_model(const Options& o, const char* also) {
   if (!o.layout_file.empty()) return {ppc::parse_layout_file(o.layout_file), true};
   if (o.stages != -1) {
     if (o.stages < 1 || o.stages > ppc::kMaxLayoutItems)
-      throw ppc::UserError(fmt::format("--stages must be between 1 and {}, got {}", ppc::kMaxLayoutItems, o.stages));
+      throw ppc::UserError(
+          fmt::format("--stages must be between 1 and {}, got {}", ppc::kMaxLayoutItems, o.stages));
     return {ppc::generic_layout(o.stages), false};
   }
-  throw ppc::UserError(fmt::format("give the model as --layout STR, --layout-file FILE or --stages N{}", also));
+  throw ppc::UserError(
+      fmt::format("give the model as --layout STR, --layout-file FILE or --stages N{}", also));
 }
 
 ppc::Plan build_plan(const Options& o) {
@@ -101,12 +108,14 @@ ppc::Plan build_plan(const Options& o) {
     if (!o.schedule.empty()) io.schedule = o.schedule;
     ppc::Plan plan = ppc::read_csv(ppc::read_file(o.from_csv), io);
     if (o.pp >= 0 && o.pp != plan.pp())
-      throw ppc::UserError(fmt::format("--pp {} disagrees with the CSV, which has {} rows (ranks)", o.pp, plan.pp()));
+      throw ppc::UserError(fmt::format("--pp {} disagrees with the CSV, which has {} rows (ranks)",
+                                       o.pp, plan.pp()));
     if (o.vpp >= 0 && o.vpp != plan.vpp())
-      throw ppc::UserError(fmt::format("--vpp {} disagrees with the CSV, which has {} stages per rank", o.vpp, plan.vpp()));
+      throw ppc::UserError(fmt::format(
+          "--vpp {} disagrees with the CSV, which has {} stages per rank", o.vpp, plan.vpp()));
     if (o.microbatches >= 0 && o.microbatches != plan.microbatches)
-      throw ppc::UserError(fmt::format("--microbatches {} disagrees with the CSV, which uses {}", o.microbatches,
-                                       plan.microbatches));
+      throw ppc::UserError(fmt::format("--microbatches {} disagrees with the CSV, which uses {}",
+                                       o.microbatches, plan.microbatches));
     return plan;
   }
   if (!o.from_json.empty()) return ppc::read_plan_json(ppc::read_file(o.from_json), o.from_json);
@@ -134,33 +143,40 @@ void write_output(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   {
     std::ofstream out(tmp, std::ios::binary);
-    if (!out) throw ppc::UserError(fmt::format("cannot open '{}' for writing", path), ppc::SourceLocation{"-o", 0, 0, ""});
+    if (!out)
+      throw ppc::UserError(fmt::format("cannot open '{}' for writing", path),
+                           ppc::SourceLocation{"-o", 0, 0, ""});
     out << text;
     out.close();
     if (!out) {
       std::remove(tmp.c_str());
-      throw ppc::UserError(fmt::format("error writing '{}'", path), ppc::SourceLocation{"-o", 0, 0, ""});
+      throw ppc::UserError(fmt::format("error writing '{}'", path),
+                           ppc::SourceLocation{"-o", 0, 0, ""});
     }
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::remove(tmp.c_str());
-    throw ppc::UserError(fmt::format("cannot write '{}': {}", path, ec.message()), ppc::SourceLocation{"-o", 0, 0, ""});
+    throw ppc::UserError(fmt::format("cannot write '{}': {}", path, ec.message()),
+                         ppc::SourceLocation{"-o", 0, 0, ""});
   }
 }
 
 ppc::TimelineOptions timeline_options(const Options& o, const ppc::CostModel& cost) {
   ppc::TimelineOptions t;
-  t.arrows = o.arrows == "on" ? ppc::Arrows::On : o.arrows == "off" ? ppc::Arrows::Off : ppc::Arrows::Auto;
+  t.arrows = o.arrows == "on"    ? ppc::Arrows::On
+             : o.arrows == "off" ? ppc::Arrows::Off
+                                 : ppc::Arrows::Auto;
   t.max_width = o.width;
   t.memory_in_bytes = cost.memory_in_bytes;
   return t;
 }
 
 // The HTML page of one plan: a comparison of one.
-void emit_single_html(const ppc::Plan& plan, const ppc::VerifyReport& report, const ppc::CostModel& cost,
-                      const ppc::TimelineOptions& timeline, std::ostream& out) {
+void emit_single_html(const ppc::Plan& plan, const ppc::VerifyReport& report,
+                      const ppc::CostModel& cost, const ppc::TimelineOptions& timeline,
+                      std::ostream& out) {
   ppc::CompareOptions co;
   co.layout = plan.layout;
   co.has_model = plan.has_model;
@@ -200,15 +216,18 @@ std::optional<double> memory_limit(const Options& o) {
 // --compare: every schedule that can run the model, as one table.
 int run_compare(const Options& o) {
   if (!o.from_csv.empty() || !o.from_json.empty())
-    throw ppc::UserError("--compare compiles schedules for a model: give --layout, --layout-file or --stages");
+    throw ppc::UserError(
+        "--compare compiles schedules for a model: give --layout, --layout-file or --stages");
   if (!o.schedule.empty())
-    throw ppc::UserError("--compare runs every schedule; drop --schedule", ppc::SourceLocation{"--schedule", 0, 0, ""});
+    throw ppc::UserError("--compare runs every schedule; drop --schedule",
+                         ppc::SourceLocation{"--schedule", 0, 0, ""});
   if (o.vpp > 0)
     throw ppc::UserError("--compare picks the stages per rank each schedule needs; drop --vpp",
                          ppc::SourceLocation{"--vpp", 0, 0, ""});
   if (o.emit != "table" && o.emit != "html")
-    throw ppc::UserError(fmt::format("--compare prints a table (or --emit html); --emit {} does not apply", o.emit),
-                         ppc::SourceLocation{"--emit", 0, 0, ""});
+    throw ppc::UserError(
+        fmt::format("--compare prints a table (or --emit html); --emit {} does not apply", o.emit),
+        ppc::SourceLocation{"--emit", 0, 0, ""});
   ppc::CompareOptions co;
   std::tie(co.layout, co.has_model) = load_model(o, "");
   if (o.pp == -1) throw ppc::UserError("--pp is required");
@@ -220,12 +239,15 @@ int run_compare(const Options& o) {
   const ppc::Comparison cmp = ppc::compare_schedules(co);
   if (cmp.rows.empty()) {
     const auto& first = cmp.skipped.front();
-    throw ppc::UserError(fmt::format("no schedule can run this configuration ({}: {}; and {} more skipped)",
-                                     first.schedule, first.reason, cmp.skipped.size() - 1));
+    throw ppc::UserError(
+        fmt::format("no schedule can run this configuration ({}: {}; and {} more skipped)",
+                    first.schedule, first.reason, cmp.skipped.size() - 1));
   }
   std::ostringstream out;
-  if (o.emit == "html") ppc::emit_html(cmp, co, out, timeline_options(o, co.cost));
-  else ppc::emit_compare_table(cmp, co, out);
+  if (o.emit == "html")
+    ppc::emit_html(cmp, co, out, timeline_options(o, co.cost));
+  else
+    ppc::emit_compare_table(cmp, co, out);
   write_output(o.output, out.str());
   return 0;
 }
@@ -251,16 +273,20 @@ int run(const Options& o) {
     report = ppc::verify(plan);
   }
   if (!report.ok()) {
-    std::string msg = imported ? "the plan is not valid:" : "internal error: the generated plan is not valid:";
+    std::string msg =
+        imported ? "the plan is not valid:" : "internal error: the generated plan is not valid:";
     for (const auto& e : report.errors) msg += "\n  " + e;
     if (report.truncated) msg += "\n  (more errors not shown)";
-    if (imported) throw ppc::UserError(msg, ppc::SourceLocation{o.from_csv.empty() ? o.from_json : o.from_csv, 0, 0, ""});
+    if (imported)
+      throw ppc::UserError(
+          msg, ppc::SourceLocation{o.from_csv.empty() ? o.from_json : o.from_csv, 0, 0, ""});
     throw ppc::InternalError(msg);
   }
 
   std::ostringstream out;
   if (o.emit == "table") {
-    ppc::emit_table(plan, report, out, ppc::TableOptions{use_color(o), o.compact, terminal_columns(o)});
+    ppc::emit_table(plan, report, out,
+                    ppc::TableOptions{use_color(o), o.compact, terminal_columns(o)});
   } else if (o.emit == "csv") {
     ppc::emit_csv(plan, out, o.compute_only);
   } else if (o.emit == "json") {
@@ -275,14 +301,16 @@ int run(const Options& o) {
     ppc::emit_svg(plan, ppc::simulate(plan, cost), out, timeline_options(o, cost));
   } else if (o.emit == "svg" || o.emit == "png") {
     if (o.emit == "png" && o.output.empty() && isatty(fileno(stdout)))
-      throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png", ppc::SourceLocation{"--emit", 0, 0, ""});
+      throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png",
+                           ppc::SourceLocation{"--emit", 0, 0, ""});
     std::ostringstream dot;
     ppc::emit_dot(plan, dot);
     out << ppc::render_dot(dot.str(), o.emit, report.compute_actions);
   } else if (o.emit == "dot") {
     ppc::emit_dot(plan, out);
   } else if (o.emit == "trace") {
-    ppc::emit_trace(plan, ppc::simulate(plan, cost), out, ppc::TraceOptions{1000, cost.memory_in_bytes});
+    ppc::emit_trace(plan, ppc::simulate(plan, cost), out,
+                    ppc::TraceOptions{1000, cost.memory_in_bytes});
   } else if (o.emit == "html") {
     emit_single_html(plan, report, cost, timeline_options(o, cost), out);
   }
@@ -296,15 +324,19 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{
       "ppcompile: compiles a pipeline-parallel schedule into verified per-rank action tables.\n"
-      "Example: ppcompile --layout-file layouts/deepseek-v3.layout --pp 16 --schedule Interleaved1F1B "
+      "Example: ppcompile --layout-file layouts/deepseek-v3.layout --pp 16 --schedule "
+      "Interleaved1F1B "
       "--microbatches 32",
       "ppcompile"};
   app.get_formatter()->column_width(34);
   auto* model = app.add_option_group("model", "The model (exactly one)");
   auto* layout = model->add_option("--layout", o.layout, "Layout string, e.g. 'Et*3|(tt|)*29,m|L'");
-  auto* layout_file = model->add_option("--layout-file", o.layout_file, "File holding a layout (see layouts/)");
-  auto* stages = model->add_option("--stages", o.stages, "N generic stages (N = pp x vpp), no model");
-  auto* csv = model->add_option("--from-csv", o.from_csv, "Import a schedule in PyTorch's CSV format");
+  auto* layout_file =
+      model->add_option("--layout-file", o.layout_file, "File holding a layout (see layouts/)");
+  auto* stages =
+      model->add_option("--stages", o.stages, "N generic stages (N = pp x vpp), no model");
+  auto* csv =
+      model->add_option("--from-csv", o.from_csv, "Import a schedule in PyTorch's CSV format");
   auto* js = model->add_option("--from-json", o.from_json, "Import a plan written by --emit json");
   stages->excludes(layout)->excludes(layout_file)->excludes(js);
   layout->excludes(layout_file)->excludes(js);
@@ -312,13 +344,18 @@ int main(int argc, char** argv) {
   layout_file->excludes(js);
   app.add_option("--pp", o.pp, "Pipeline size (ranks)");
   app.add_option("--vpp", o.vpp, "Stages per rank (inferred from the layout; must agree if given)");
-  app.add_option("--schedule", o.schedule, "Schedule name, case-insensitive (see --list-schedules)");
+  app.add_option("--schedule", o.schedule,
+                 "Schedule name, case-insensitive (see --list-schedules)");
   app.add_option("--microbatches", o.microbatches, "Microbatches per step");
-  app.add_option("--num-layers", o.num_layers, "Check that the layout has this many decoder layers (t)");
-  app.add_option("--emit", o.emit, "Output: table, csv, json, stats, layout, svg, dot, png, trace or html")
-      ->check(CLI::IsMember({"table", "csv", "json", "stats", "layout", "svg", "dot", "png", "trace", "html"}))
+  app.add_option("--num-layers", o.num_layers,
+                 "Check that the layout has this many decoder layers (t)");
+  app.add_option("--emit", o.emit,
+                 "Output: table, csv, json, stats, layout, svg, dot, png, trace or html")
+      ->check(CLI::IsMember(
+          {"table", "csv", "json", "stats", "layout", "svg", "dot", "png", "trace", "html"}))
       ->capture_default_str();
-  app.add_option("--engine", o.engine, "SVG: timeline (simulated lanes) or dot (dependency graph via Graphviz)")
+  app.add_option("--engine", o.engine,
+                 "SVG: timeline (simulated lanes) or dot (dependency graph via Graphviz)")
       ->check(CLI::IsMember({"timeline", "dot"}))
       ->capture_default_str();
   app.add_option("--arrows", o.arrows, "Timeline send->recv arrows: auto (up to 1000), on or off")
@@ -334,24 +371,32 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--compact", o.compact, "Table: one letter per action, for wide plans");
   app.add_flag("--list-schedules", o.list_schedules, "List the schedules and exit");
-  auto* compare = app.add_flag("--compare", o.compare,
-                               "Compile, verify and simulate every schedule for the model; one table, best first");
+  auto* compare = app.add_flag(
+      "--compare", o.compare,
+      "Compile, verify and simulate every schedule for the model; one table, best first");
   auto* cost = app.add_option("--cost", o.cost_file, "Cost model JSON file (docs/cost-model.md)");
-  auto* cost_group = app.add_option_group("cost", "Simple cost model: the costs of one layer (docs/cost-model.md)");
+  auto* cost_group = app.add_option_group(
+      "cost", "Simple cost model: the costs of one layer (docs/cost-model.md)");
   auto& cf = o.cost_flags;
   auto add_cost = [&](const char* name, std::optional<double>& v, const char* help) {
-    cost_group->add_option_function<double>(name, [&v](double x) { v = x; }, help)->excludes(cost);
+    cost_group
+        ->add_option_function<double>(
+            name, [&v](double x) { v = x; }, help)
+        ->excludes(cost);
   };
   add_cost("--cost-f", cf.f, "Forward time of a layer (default 1)");
   add_cost("--cost-b", cf.b, "Full backward time (default I + W, or 2 F)");
   add_cost("--cost-i", cf.i, "Input-gradient backward time (default F, or B - W)");
   add_cost("--cost-w", cf.w, "Weight-gradient backward time (default F, or B - I)");
-  add_cost("--cost-activation", cf.activation, "Activation memory a microbatch keeps per layer (default 1)");
+  add_cost("--cost-activation", cf.activation,
+           "Activation memory a microbatch keeps per layer (default 1)");
   add_cost("--cost-params", cf.params, "Parameter memory per layer (default 0)");
   add_cost("--cost-latency", cf.latency, "Time per message (default 0)");
   add_cost("--cost-bandwidth", cf.bandwidth, "Bytes per time unit (default 0 = infinite)");
-  add_cost("--cost-message", cf.message_bytes, "Bytes per activation or gradient message (default 0)");
-  add_cost("--cost-overlap", cf.overlap, "OVERLAP_F_B hides this fraction of the shorter part (0..1)");
+  add_cost("--cost-message", cf.message_bytes,
+           "Bytes per activation or gradient message (default 0)");
+  add_cost("--cost-overlap", cf.overlap,
+           "OVERLAP_F_B hides this fraction of the shorter part (0..1)");
   app.add_option("--memory-limit", o.memory_limit,
                  "Memory per rank (bytes, or 80GiB, 80GB...; activation units under unit costs)");
   compare->excludes(csv)->excludes(js);

@@ -14,15 +14,22 @@ int main(int argc, char** argv) {
   pprt::RunOptions o;
   CLI::App app{
       "pprun: trains a model from a compiled pipeline plan, one process per rank.\n"
-      "Example: ppcompile --layout 'Et|tt|tt|tL' --pp 4 --schedule 1F1B --microbatches 8 --emit json -o plan.json\n"
+      "Example: ppcompile --layout 'Et|tt|tt|tL' --pp 4 --schedule 1F1B --microbatches 8 --emit "
+      "json -o plan.json\n"
       "         pprun --plan plan.json --steps 40\n"
-      "Alone it starts one process per rank on this machine; under torchrun or SLURM it is one rank.",
+      "Alone it starts one process per rank on this machine; under torchrun or SLURM it is one "
+      "rank.",
       "pprun"};
   app.get_formatter()->column_width(34);
-  auto* plan = app.add_option("--plan", o.plan_path, "The JSON plan to run (ppcompile --emit json)");
-  app.add_flag("--reference", o.reference, "Run the same model unpipelined in one process (gradient accumulation)");
-  app.add_option("--layout", o.layout, "--reference without a plan: the model's layout, e.g. 'Etttt|ttttL'")->excludes(plan);
-  app.add_option("--microbatches", o.microbatches, "Microbatches per step (must agree with the plan)");
+  auto* plan =
+      app.add_option("--plan", o.plan_path, "The JSON plan to run (ppcompile --emit json)");
+  app.add_flag("--reference", o.reference,
+               "Run the same model unpipelined in one process (gradient accumulation)");
+  app.add_option("--layout", o.layout,
+                 "--reference without a plan: the model's layout, e.g. 'Etttt|ttttL'")
+      ->excludes(plan);
+  app.add_option("--microbatches", o.microbatches,
+                 "Microbatches per step (must agree with the plan)");
 
   auto* model = app.add_option_group("model", "Model size (defaults, then --config, then these)");
   model->add_option("--config", o.config_path, "JSON model config (see examples/tiny-model.json)");
@@ -35,28 +42,39 @@ int main(int argc, char** argv) {
 
   auto* train = app.add_option_group("training");
   train->add_option("--steps", o.train.steps, "Optimizer steps")->capture_default_str();
-  train->add_option("--global-batch", o.train.global_batch, "Sequences per step")->capture_default_str();
+  train->add_option("--global-batch", o.train.global_batch, "Sequences per step")
+      ->capture_default_str();
   train->add_option("--lr", o.train.lr, "Peak learning rate (AdamW)")->capture_default_str();
-  train->add_option("--warmup", o.train.warmup, "Linear warm-up steps (default steps/10), then cosine decay");
-  train->add_option("--weight-decay", o.train.weight_decay, "AdamW weight decay on matrices")->capture_default_str();
-  train->add_option("--clip", o.train.clip, "Clip the global gradient norm to this (0 = off)")->capture_default_str();
+  train->add_option("--warmup", o.train.warmup,
+                    "Linear warm-up steps (default steps/10), then cosine decay");
+  train->add_option("--weight-decay", o.train.weight_decay, "AdamW weight decay on matrices")
+      ->capture_default_str();
+  train->add_option("--clip", o.train.clip, "Clip the global gradient norm to this (0 = off)")
+      ->capture_default_str();
   train->add_option("--seed", o.train.seed, "Initialisation and data seed")->capture_default_str();
-  train->add_option("--data", o.train.data_path, "Train on a text file (byte-level tokens) instead of the synthetic language");
+  train->add_option("--data", o.train.data_path,
+                    "Train on a text file (byte-level tokens) instead of the synthetic language");
 
   auto* out = app.add_option_group("output");
   out->add_option("--metrics", o.out.metrics_path, "Write JSON lines per step to FILE");
-  out->add_option("--trace", o.out.trace_path, "Write a Chrome trace of the real execution to FILE");
-  out->add_option("--dump-params", o.out.dump_dir, "Write every parameter, keyed by global name, to DIR");
+  out->add_option("--trace", o.out.trace_path,
+                  "Write a Chrome trace of the real execution to FILE");
+  out->add_option("--dump-params", o.out.dump_dir,
+                  "Write every parameter, keyed by global name, to DIR");
   out->add_option("--progress", o.progress, "auto, bar, lines or none")->capture_default_str();
-  out->add_option("--log-every", o.out.log_every, "Log a line every N steps (default: about 20 lines)");
+  out->add_option("--log-every", o.out.log_every,
+                  "Log a line every N steps (default: about 20 lines)");
 
   auto* exec = app.add_option_group("execution");
   exec->add_option("--device", o.device, "cpu (Gloo) or cuda (NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  exec->add_option("--timeout", o.timeout_s, "Seconds a rank waits for a peer before giving up")->capture_default_str();
-  exec->add_option("--threads", o.threads, "Intra-op threads per rank (default: cores / ranks on this machine)");
-  app.add_option("--fault-kill", o.fault_kill, "Testing: rank R kills itself (SIGKILL) in the middle of step S")
+  exec->add_option("--timeout", o.timeout_s, "Seconds a rank waits for a peer before giving up")
+      ->capture_default_str();
+  exec->add_option("--threads", o.threads,
+                   "Intra-op threads per rank (default: cores / ranks on this machine)");
+  app.add_option("--fault-kill", o.fault_kill,
+                 "Testing: rank R kills itself (SIGKILL) in the middle of step S")
       ->group("");  // hidden
 
   try {
@@ -73,7 +91,8 @@ int main(int argc, char** argv) {
   const char* rank = std::getenv("RANK");
   const std::string who = rank ? std::string("rank ") + rank + ": " : "";
   try {
-    return pprt::run(o, [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
+    return pprt::run(o,
+                     [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
   } catch (const ppc::UserError& e) {
     std::cerr << "pprun: " << who << "error: " << e.format() << '\n';
     return 2;

@@ -75,6 +75,18 @@ struct Action {
 };
 static_assert(sizeof(Action) == 20, "plans hold millions of actions: keep Action small");
 
+// Calls fn(part) for each plain part of a compute action: the forward then the backward part of
+// an OverlapFB, else the action itself.
+template <class Fn>
+void for_each_part(const Action& a, Fn&& fn) {
+  if (a.kind == ActionKind::OverlapFB) {
+    fn(a.forward_part());
+    fn(a.backward_part());
+  } else {
+    fn(a);
+  }
+}
+
 // PyTorch notation. The peer is not printed.
 std::string to_string(const Action& a);
 void append_to(std::string& out, const Action& a);

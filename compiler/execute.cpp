@@ -169,16 +169,13 @@ class Engine {
     while (h < acts.size()) {
       const Action& a = acts[h];
       if (!is_comm(a.kind)) {
-        if (a.kind == ActionKind::OverlapFB) {
-          const Action f = a.forward_part(), b = a.backward_part();
-          if (!check_needs(r, h, a, f)) return fail(r);
-          ev_.at(Event::F, f.stage, f.microbatch) = 1;
-          if (!check_needs(r, h, a, b)) return fail(r);
-          ev_.at(event_of(b.kind), b.stage, b.microbatch) = 1;
-        } else {
-          if (!check_needs(r, h, a, a)) return fail(r);
-          ev_.at(event_of(a.kind), a.stage, a.microbatch) = 1;
-        }
+        // Parts in order: an OverlapFB's backward part may use what its forward part produced.
+        bool ok = true;
+        for_each_part(a, [&](const Action& p) {
+          if (!ok || !(ok = check_needs(r, h, a, p))) return;
+          ev_.at(event_of(p.kind), p.stage, p.microbatch) = 1;
+        });
+        if (!ok) return fail(r);
         if (timed_) {
           const double start = now_[ru];
           now_[ru] = start + compute_cost(a, r);

@@ -1,6 +1,7 @@
 #include "compiler/lower_send_recv.h"
 
 #include <cmath>
+#include <optional>
 #include <queue>
 
 #include "compiler/dependencies.h"
@@ -38,6 +39,26 @@ struct Transfer {
   int peer;
 };
 
+// The transfer a plain compute part's output needs, if its consumer is on another rank.
+std::optional<Transfer> transfer_of(const Plan& plan, int rank, const Action& part) {
+  const int s = part.stage, mb = part.microbatch;
+  Transfer t;
+  if (part.kind == ActionKind::F && forward_crosses_ranks(plan, s)) {
+    const int n = plan.next_stage(s);
+    t.peer = plan.rank_of(n);
+    t.send = Action::comm(ActionKind::SendF, s, mb, t.peer);
+    t.recv = Action::comm(ActionKind::RecvF, n, mb, rank);
+  } else if (is_backward_input(part.kind) && backward_crosses_ranks(plan, s)) {
+    const int p = plan.prev_stage(s);
+    t.peer = plan.rank_of(p);
+    t.send = Action::comm(ActionKind::SendB, s, mb, t.peer);
+    t.recv = Action::comm(ActionKind::RecvB, p, mb, rank);
+  } else {
+    return std::nullopt;
+  }
+  return t;
+}
+
 struct RankState {
   size_t pos = 0;  // next compute action
   bool computing = false;
@@ -70,24 +91,13 @@ class Lowerer {
       for (int r = 0; r < pp; ++r) {
         const auto& order = plan_.compute[static_cast<size_t>(r)];
         size[static_cast<size_t>(r)] += order.size();
-        auto count = [&](const Action& p) {
-          int peer = -1;
-          if (p.kind == ActionKind::F && forward_crosses_ranks(plan_, p.stage))
-            peer = plan_.rank_of(plan_.next_stage(p.stage));
-          else if (is_backward_input(p.kind) && backward_crosses_ranks(plan_, p.stage))
-            peer = plan_.rank_of(plan_.prev_stage(p.stage));
-          if (peer < 0) return;
-          ++size[static_cast<size_t>(r)];
-          ++size[static_cast<size_t>(peer)];
-        };
-        for (const Action& a : order) {
-          if (a.kind == ActionKind::OverlapFB) {
-            count(a.forward_part());
-            count(a.backward_part());
-          } else {
-            count(a);
-          }
-        }
+        for (const Action& a : order)
+          for_each_part(a, [&](const Action& p) {
+            if (auto t = transfer_of(plan_, r, p)) {
+              ++size[static_cast<size_t>(r)];
+              ++size[static_cast<size_t>(t->peer)];
+            }
+          });
       }
       for (int r = 0; r < pp; ++r)
         out_->lowered[static_cast<size_t>(r)].reserve(size[static_cast<size_t>(r)]);
@@ -249,13 +259,7 @@ class Lowerer {
     append(r, a);
     if (starts_) (*starts_)[static_cast<size_t>(r)].push_back(now);
     const double end = now + duration(a, r);
-    auto mark = [&](const Action& p) { ev_.at(event_of(p.kind), p.stage, p.microbatch) = 1; };
-    if (a.kind == ActionKind::OverlapFB) {
-      mark(a.forward_part());
-      mark(a.backward_part());
-    } else {
-      mark(a);
-    }
+    for_each_part(a, [&](const Action& p) { ev_.at(event_of(p.kind), p.stage, p.microbatch) = 1; });
     st.computing = true;
     st.busy_until = end;
     st.batch_done = end;
@@ -293,18 +297,11 @@ class Lowerer {
     if (st.pos >= order.size()) return true;
     const Need want{event_of(recv.kind), recv.stage, recv.microbatch};
     bool needed = false;
-    auto check = [&](const Action& p) {
+    for_each_part(order[st.pos], [&](const Action& p) {
       for_each_need(plan_, p, [&](const Need& n) {
         needed |= n.event == want.event && n.stage == want.stage && n.microbatch == want.microbatch;
       });
-    };
-    const Action& a = order[st.pos];
-    if (a.kind == ActionKind::OverlapFB) {
-      check(a.forward_part());
-      check(a.backward_part());
-    } else {
-      check(a);
-    }
+    });
     return needed;
   }
 
@@ -340,32 +337,9 @@ class Lowerer {
       held.swap(st.deferred);
       for (const Transfer& t : held) post(r, t, now, true);
     }
-    const Action& a = plan_.compute[static_cast<size_t>(r)][st.pos - 1];
-    if (a.kind == ActionKind::OverlapFB) {
-      send_output(r, a.forward_part(), now);
-      send_output(r, a.backward_part(), now);
-    } else {
-      send_output(r, a, now);
-    }
-  }
-
-  void send_output(int r, const Action& part, double now) {
-    const int s = part.stage, mb = part.microbatch;
-    Transfer t;
-    if (part.kind == ActionKind::F && forward_crosses_ranks(plan_, s)) {
-      const int n = plan_.next_stage(s);
-      t.peer = plan_.rank_of(n);
-      t.send = Action::comm(ActionKind::SendF, s, mb, t.peer);
-      t.recv = Action::comm(ActionKind::RecvF, n, mb, r);
-    } else if (is_backward_input(part.kind) && backward_crosses_ranks(plan_, s)) {
-      const int p = plan_.prev_stage(s);
-      t.peer = plan_.rank_of(p);
-      t.send = Action::comm(ActionKind::SendB, s, mb, t.peer);
-      t.recv = Action::comm(ActionKind::RecvB, p, mb, r);
-    } else {
-      return;
-    }
-    post(r, t, now, costs_.defer_sends);
+    for_each_part(plan_.compute[static_cast<size_t>(r)][st.pos - 1], [&](const Action& part) {
+      if (auto t = transfer_of(plan_, r, part)) post(r, *t, now, costs_.defer_sends);
+    });
   }
 
   // Posts a transfer at rank r's boundary `now`. If the receiver is between computes, both ops go

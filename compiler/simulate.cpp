@@ -156,12 +156,7 @@ Simulation simulate(const Plan& plan, const CostModel& model) {
         continue;
       }
       sim.busy[static_cast<size_t>(r)] += iv.end - iv.start;
-      if (a.kind == ActionKind::OverlapFB) {
-        apply(a.forward_part(), iv);
-        apply(a.backward_part(), iv);
-      } else {
-        apply(a, iv);
-      }
+      for_each_part(a, [&](const Action& p) { apply(p, iv); });
     }
   }
   sim.first_start.assign(static_cast<size_t>(pp), 0.0);

@@ -55,12 +55,7 @@ StuckRank describe_stuck_compute(const Plan& plan, const EventFlags& ev, int ran
       s.waits_on = producer_rank(plan, n, rank);
     });
   };
-  if (a.kind == ActionKind::OverlapFB) {
-    consider(a.forward_part());
-    consider(a.backward_part());
-  } else {
-    consider(a);
-  }
+  for_each_part(a, consider);
   if (s.waits_for.empty()) s.waits_for = "nothing (internal: should have run)";
   return s;
 }

@@ -7,6 +7,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "runtime/transport.h"
 
 namespace pprt {
@@ -99,8 +101,10 @@ class GlooWork final : public Work {
 
 class GlooTransport final : public Transport {
  public:
-  GlooTransport(TcpStore& store, int rank, int size, const GlooOptions& o)
-      : rank_(rank), size_(size) {
+  // `key`: the group's name under the store's "gloo" prefix (empty for the world).
+  GlooTransport(TcpStore& store, int rank, int size, const GlooOptions& o,
+                const std::string& key = "")
+      : store_(store), options_(o), rank_(rank), size_(size) {
     auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
     try {
       if (!o.interface.empty())
@@ -111,10 +115,11 @@ class GlooTransport final : public Transport {
         opts->devices = {c10d::ProcessGroupGloo::createDefaultDevice()};
       opts->threads = 1;
       auto prefixed =
-          c10::make_intrusive<c10d::PrefixStore>(store.prefix() + "gloo", store.c10d_store());
+          c10::make_intrusive<c10d::PrefixStore>(store.prefix() + "gloo" + key, store.c10d_store());
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
     } catch (const std::exception& e) {
-      throw TransportError(fmt::format("cannot connect the {} ranks with Gloo: {}", size,
+      throw TransportError(fmt::format("cannot connect the {} ranks{} with Gloo: {}", size,
+                                       key.empty() ? "" : " of group " + key,
                                        TcpStore::first_line(e.what())));
     }
   }
@@ -147,6 +152,24 @@ class GlooTransport final : public Transport {
     std::vector<at::Tensor> t{tensor};
     run_collective("all-reduce", timeout, [&] { return pg_->allreduce(t); });
   }
+  std::unique_ptr<Work> allreduce_async(at::Tensor& tensor) override {
+    std::vector<at::Tensor> t{tensor};
+    try {
+      return std::make_unique<GlooWork>(pg_->allreduce(t), "all-reduce");
+    } catch (const std::exception& e) {
+      throw TransportError(
+          fmt::format("starting an all-reduce failed: {}", TcpStore::first_line(e.what())));
+    }
+  }
+  std::unique_ptr<Transport> new_group(const std::vector<int>& ranks,
+                                       const std::string& key) override {
+    const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end())
+      throw TransportError(fmt::format("rank {} is not in group {}", rank_, key));
+    return std::make_unique<GlooTransport>(store_, static_cast<int>(it - ranks.begin()),
+                                           static_cast<int>(ranks.size()), options_,
+                                           "/group/" + key);
+  }
   void barrier(std::chrono::milliseconds timeout) override {
     run_collective("barrier", timeout, [&] { return pg_->barrier(); });
   }
@@ -161,6 +184,8 @@ class GlooTransport final : public Transport {
     }
   }
 
+  TcpStore& store_;
+  GlooOptions options_;
   int rank_, size_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };

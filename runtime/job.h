@@ -19,9 +19,10 @@ struct TrainOptions {
   int warmup = -1;            // linear warm-up steps; -1 = steps / 10
   double weight_decay = 0.1;  // AdamW, on matrices only
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double clip = 1.0;      // max global gradient norm; 0 = no clipping
-  uint64_t seed = 1234;   // initialisation and data
-  std::string data_path;  // empty = synthetic language
+  double clip = 1.0;             // max global gradient norm; 0 = no clipping
+  double mtp_loss_weight = 0.1;  // lambda: the loss is CE_main + lambda / D * sum_k CE_k
+  uint64_t seed = 1234;          // initialisation and data
+  std::string data_path;         // empty = synthetic language
 
   int warmup_steps() const { return warmup >= 0 ? warmup : steps / 10; }
 };

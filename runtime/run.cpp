@@ -11,6 +11,7 @@
 #include "compiler/layout.h"
 #include "runtime/data.h"
 #include "runtime/failure.h"
+#include "runtime/model_spec.h"
 #include "runtime/output.h"
 #include "runtime/plan_load.h"
 #include "runtime/trainer.h"
@@ -80,6 +81,11 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
                      job.plan.microbatches));
   if (!(t.lr > 0)) fail("--lr", "must be positive");
   if (t.clip < 0) fail("--clip", "must be at least 0 (0 = no clipping)");
+  if (!(t.mtp_loss_weight >= 0)) fail("--mtp-loss-weight", "must be at least 0");
+  if (const int depths = mtp_depths(job.plan.layout); depths >= job.model.seq_len)
+    fail("--seq-len",
+         fmt::format("is {}, but the layout's {} MTP depths need at least {} tokens per sequence",
+                     job.model.seq_len, depths, depths + 1));
   if (!t.data_path.empty())
     (void)TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed);
 

@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   model->add_option("--ffn", o.model.ffn, "SwiGLU width (default 176)");
   model->add_option("--vocab", o.model.vocab, "Vocabulary (default 256)");
   model->add_option("--seq-len", o.model.seq_len, "Tokens per sequence (default 64)");
+  model->add_flag("--tie-embeddings", o.model.tie_embeddings,
+                  "The output head uses the token embedding's weight (copies kept in sync)");
 
   auto* train = app.add_option_group("training");
   train->add_option("--steps", o.train.steps, "Optimizer steps")->capture_default_str();
@@ -50,6 +52,10 @@ int main(int argc, char** argv) {
   train->add_option("--weight-decay", o.train.weight_decay, "AdamW weight decay on matrices")
       ->capture_default_str();
   train->add_option("--clip", o.train.clip, "Clip the global gradient norm to this (0 = off)")
+      ->capture_default_str();
+  train
+      ->add_option("--mtp-loss-weight", o.train.mtp_loss_weight,
+                   "Weight lambda of the multi-token-prediction loss: CE + lambda/D * sum CE_k")
       ->capture_default_str();
   train->add_option("--seed", o.train.seed, "Initialisation and data seed")->capture_default_str();
   train->add_option("--data", o.train.data_path,

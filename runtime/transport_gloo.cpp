@@ -104,7 +104,7 @@ class GlooTransport final : public Transport {
   // `key`: the group's name under the store's "gloo" prefix (empty for the world).
   GlooTransport(TcpStore& store, int rank, int size, const GlooOptions& o,
                 const std::string& key = "")
-      : store_(store), options_(o), rank_(rank), size_(size) {
+      : store_(store), options_(o), key_(key), rank_(rank), size_(size) {
     auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
     try {
       if (!o.interface.empty())
@@ -168,7 +168,7 @@ class GlooTransport final : public Transport {
       throw TransportError(fmt::format("rank {} is not in group {}", rank_, key));
     return std::make_unique<GlooTransport>(store_, static_cast<int>(it - ranks.begin()),
                                            static_cast<int>(ranks.size()), options_,
-                                           "/group/" + key);
+                                           key_ + "/group/" + key);
   }
   void barrier(std::chrono::milliseconds timeout) override {
     run_collective("barrier", timeout, [&] { return pg_->barrier(); });
@@ -186,6 +186,7 @@ class GlooTransport final : public Transport {
 
   TcpStore& store_;
   GlooOptions options_;
+  std::string key_;  // nested groups' keys extend it: unique wherever the group is made from
   int rank_, size_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };

@@ -185,7 +185,7 @@ class NcclTransport final : public Transport {
  public:
   NcclTransport(Store& store, int rank, int size, int device, std::chrono::milliseconds timeout,
                 const std::string& key = "")
-      : store_(store), device_(device), comm_(store, rank, size, device, timeout, key) {
+      : store_(store), device_(device), key_(key), comm_(store, rank, size, device, timeout, key) {
     check_cuda(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc");
   }
   ~NcclTransport() override { cudaFree(scratch_); }
@@ -250,7 +250,7 @@ class NcclTransport final : public Transport {
       throw TransportError(fmt::format("rank {} is not in group {}", comm_.rank(), key));
     return std::make_unique<NcclTransport>(store_, static_cast<int>(it - ranks.begin()),
                                            static_cast<int>(ranks.size()), device_, comm_.timeout(),
-                                           "group/" + key + "/");
+                                           key_ + "group/" + key + "/");
   }
 
   void barrier(std::chrono::milliseconds timeout) override {
@@ -266,6 +266,7 @@ class NcclTransport final : public Transport {
  private:
   Store& store_;
   int device_;
+  std::string key_;  // nested groups' keys extend it
   Comm comm_;
   void* scratch_ = nullptr;
 };

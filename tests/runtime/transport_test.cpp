@@ -60,6 +60,14 @@ TEST(GlooTransport, GroupsSumOverTheirMembersOnly) {
       w->wait(10s);
       EXPECT_TRUE(at::equal(y, at::full({1000}, 6.0f)));
     }
+    // Groups made from groups: two pipelines {0,1} and {2,3}, each making a group of its two
+    // ranks under the same name (as every data-parallel replica makes its own sharing groups).
+    auto pipe = t.new_group(rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3},
+                            rank < 2 ? "pipe:0" : "pipe:1");
+    auto inner = pipe->new_group({0, 1}, "shared");
+    at::Tensor z = at::full({3}, static_cast<float>(rank));
+    inner->allreduce_sum(z, 10s);
+    EXPECT_TRUE(at::equal(z, at::full({3}, rank < 2 ? 1.0f : 5.0f))) << "rank " << rank;
     if (rank == 0 || rank == 3) {  // not a member
       EXPECT_THROW(t.new_group({1, 2}, "not-mine"), pprt::TransportError) << "rank " << rank;
     }

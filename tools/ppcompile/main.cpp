@@ -297,6 +297,8 @@ int run(const Options& o) {
     if (limit) out << ppc::memory_check(sim, *limit, cost.memory_in_bytes) << "\n";
   } else if (o.emit == "layout") {
     ppc::emit_layout(plan, out);
+  } else if (o.emit == "layout-string") {
+    ppc::emit_layout_string(plan, out);
   } else if (o.emit == "svg" && o.engine == "timeline") {
     ppc::emit_svg(plan, ppc::simulate(plan, cost), out, timeline_options(o, cost));
   } else if (o.emit == "svg" || o.emit == "png") {
@@ -350,9 +352,10 @@ int main(int argc, char** argv) {
   app.add_option("--num-layers", o.num_layers,
                  "Check that the layout has this many decoder layers (t)");
   app.add_option("--emit", o.emit,
-                 "Output: table, csv, json, stats, layout, svg, dot, png, trace or html")
-      ->check(CLI::IsMember(
-          {"table", "csv", "json", "stats", "layout", "svg", "dot", "png", "trace", "html"}))
+                 "Output: table, csv, json, stats, layout, layout-string, svg, dot, png, trace or "
+                 "html")
+      ->check(CLI::IsMember({"table", "csv", "json", "stats", "layout", "layout-string", "svg",
+                             "dot", "png", "trace", "html"}))
       ->capture_default_str();
   app.add_option("--engine", o.engine,
                  "SVG: timeline (simulated lanes) or dot (dependency graph via Graphviz)")

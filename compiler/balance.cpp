@@ -135,10 +135,14 @@ BottleneckSplit min_bottleneck_split(const std::vector<double>& weights, int sta
     PPC_INTERNAL_ASSERT(lo_j <= hi_j, "linear partition: no room for a cut");
     const double target =
         prefix[from] + (prefix[n] - prefix[from]) / static_cast<double>(S - k + 1);
-    size_t j = lo_j;
-    for (size_t c = lo_j; c <= hi_j; ++c)
-      if (std::abs(prefix[c] - target) < std::abs(prefix[j] - target)) j = c;
-    out.cuts[k] = static_cast<int>(j);
+    // The first position whose prefix is nearest the target (binary searches: zero weights can
+    // make the range as long as the model).
+    const auto first = prefix.begin() + static_cast<std::ptrdiff_t>(lo_j);
+    const auto last = prefix.begin() + static_cast<std::ptrdiff_t>(hi_j) + 1;
+    auto j = std::lower_bound(first, last, target);
+    if (j == last || (j != first && target - *(j - 1) <= *j - target))
+      j = std::lower_bound(first, last, *(j - 1));
+    out.cuts[k] = static_cast<int>(j - prefix.begin());
   }
   out.cuts[S] = static_cast<int>(n);
   for (size_t k = 0; k < S; ++k)
@@ -627,7 +631,7 @@ BalanceResult balance_layout(const BalanceOptions& opts) {
   Evaluator ev(std::move(base), cost, opts.memory_limit, layers);
   long long budget = opts.budget;
   if (budget <= 0)  // a simulation costs about 50 + (compute actions) units of 0.6 us
-    budget = std::max<long long>(16, (1LL << 18) / (50 + ev.compute_actions()));
+    budget = std::max<long long>(4, (1LL << 18) / (50 + ev.compute_actions()));
 
   BalanceResult res;
   res.vpp = vpp;

@@ -56,7 +56,7 @@ struct BalanceOptions {
   CostModel cost;  // unit costs (cost.unit) are taken per layer: unit_layer_costs()
   std::optional<double> memory_limit;  // per rank: peak activations + parameters
   // Most splits to simulate; 0 = automatic: 2^18 / (50 + compute actions of the plan), at least
-  // 16 (about a tenth of a second of simulation on one core).
+  // 4 (about a tenth of a second of simulation on one core). The seeds are simulated regardless.
   long long budget = 0;
   // Called now and then with the fraction of the budget used (0..1). Optional.
   std::function<void(double)> progress;

@@ -125,7 +125,10 @@ std::string layout_string(const Layout& layout) {
       continue;
     }
     if (c.period == 1 && unit[i] == "|") {
-      out += fmt::format("|*{}", c.count);
+      // "L||*5" reads better as "L|*6": the '|' that ended the stage before joins the run.
+      const bool join = !out.empty() && out.back() == '|';
+      if (join) out.pop_back();
+      out += fmt::format("|*{}", c.count + join);
     } else {
       out += '(';
       for (size_t j = i; j < i + c.period; ++j) out += unit[j];

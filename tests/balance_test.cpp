@@ -102,6 +102,10 @@ TEST(MinBottleneckSplit, LargeInputsStayFast) {
   for (double x : w) total += x;
   EXPECT_GE(got.bottleneck, total / 4096);
   EXPECT_LE(got.bottleneck, total / 4096 + 7);
+  // All weights zero (a cost model that gives layers no time): every cut is optimal.
+  const BottleneckSplit zero = min_bottleneck_split(std::vector<double>(1000000, 0.0), 4096, 0);
+  EXPECT_EQ(zero.bottleneck, 0);
+  EXPECT_EQ(zero.cuts.back(), 1000000);
 }
 
 // --- the balancer against brute force -----------------------------------------------------------

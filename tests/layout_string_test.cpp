@@ -56,7 +56,9 @@ TEST(LayoutString, CompressesLikeAPerson) {
   EXPECT_EQ(layout_string(parse_layout("Etttt|tttt|tttt|ttttL")), "Et*4|t*4|t*4|t*4,L");
   EXPECT_EQ(layout_string(parse_layout("Ett|(tt|)*29,tm|L")), "Ett|(tt|)*29,tm|L");
   EXPECT_EQ(layout_string(parse_layout("EtL")), "EtL");
-  EXPECT_EQ(layout_string(parse_layout("Et|||||||tL")), "Et||*6,tL");
+  EXPECT_EQ(layout_string(parse_layout("Et|||||||tL")), "Et|*7,tL");
+  EXPECT_EQ(layout_string(parse_layout("EtL|||||")), "EtL|*5");
+  EXPECT_EQ(layout_string(parse_layout("|||||EtL")), "|*5,EtL");
   EXPECT_EQ(layout_string(parse_layout("Et||||tL")), "Et||||tL");
   EXPECT_EQ(layout_string(parse_layout("|EtL|")), "|EtL|");
   // Two-stage periods (a V-shaped or interleaved pattern).

@@ -289,6 +289,10 @@ ppc::BalanceResult run_balance(Options& o, const ppc::CostModel& cost,
   ppcompile::Progress progress("balance");
   bo.progress = [&](double f) { progress(fmt::format("{:.0f}% of the search budget", 100 * f)); };
   ppc::BalanceResult res = ppc::balance_layout(bo);
+  if (!res.fits)
+    std::cerr << fmt::format(
+        "ppcompile: note: no split found fits --memory-limit {}; this one peaks at {}\n",
+        o.memory_limit, ppc::format_memory(res.peak_total, cost.memory_in_bytes));
   o.layout = res.layout.source;
   o.layout_file.clear();
   o.vpp = res.vpp;

@@ -190,7 +190,7 @@ Autotune autotune(const AutotuneOptions& opts) {
       r.balanced = true;
       r.proven_optimal = b.proven_optimal;
       r.simulations = b.simulations;
-      r.layout = layout_string(b.layout);
+      r.layout = b.layout.source;
       out.simulations += b.simulations;
       out.rows.push_back(std::move(r));
     } catch (const UserError& e) {

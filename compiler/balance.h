@@ -63,7 +63,7 @@ struct BalanceOptions {
 };
 
 struct BalanceResult {
-  Layout layout;  // the chosen split, parsed from its layout string (layout_string)
+  Layout layout;  // the chosen split; its source is its layout string (layout_string)
   int vpp = 1;
   double makespan = 0;                   // simulated, as ppcompile compiles the layout
   double peak_total = 0;                 // max over ranks of peak activations + parameters

@@ -202,6 +202,7 @@ TEST_P(BalanceOptimal, MatchesBruteForceOverEverySplit) {
         EXPECT_NEAR(got.makespan, want.makespan, 1e-9 * want.makespan) << what;
         EXPECT_EQ(model_layers(got.layout), model_layers(o.layout)) << what;
         EXPECT_EQ(got.layout.num_stages(), S) << what;
+        EXPECT_EQ(parse_layout(got.layout.source).stages, got.layout.stages) << what;
         EXPECT_LE(got.simulations, got.budget) << what;
         ++checked;
       }

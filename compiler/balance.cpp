@@ -46,10 +46,11 @@ bool cannot_beat(double bound, const Score& best) {
 }
 
 // One compute action's contribution to a rank's busy time, aggregated over microbatches.
+// Compute actions of one kind on the same stages, aggregated over microbatches. The action's
+// stages are layout stages, so that action_cost prices it from per-layout-stage costs exactly as
+// the simulator prices the plan's actions.
 struct Term {
-  ActionKind kind;
-  ActionKind sub;
-  int s1, s2;  // layout stages (forward part, backward part of an OverlapFB)
+  Action action;
   double count;
 };
 
@@ -69,10 +70,13 @@ std::vector<Term> aggregate(const Plan& plan, const std::vector<Action>& acts, s
     counts[{static_cast<int>(a.kind), static_cast<int>(a.sub_kind), s1, s2}] += 1;
   }
   std::vector<Term> out;
-  for (const auto& [key, count] : counts)
-    out.push_back(Term{static_cast<ActionKind>(std::get<0>(key)),
-                       static_cast<ActionKind>(std::get<1>(key)), std::get<2>(key),
-                       std::get<3>(key), count});
+  for (const auto& [key, count] : counts) {
+    const auto [kind, sub, s1, s2] = key;
+    const Action a = static_cast<ActionKind>(kind) == ActionKind::OverlapFB
+                         ? Action::overlap(s1, 0, static_cast<ActionKind>(sub), s2, 0)
+                         : Action::compute(static_cast<ActionKind>(kind), s1, 0);
+    out.push_back(Term{a, count});
+  }
   return out;
 }
 
@@ -200,35 +204,11 @@ class Evaluator {
   bool seen(const std::vector<int>& cuts) const { return cache_.count(cuts) != 0; }
 
  private:
+  // Durations only grow with stage costs (action_cost is monotone in each), so costs that are
+  // lower bounds give a lower bound.
   double busy(const std::vector<Term>& terms, const std::vector<StageCost>& c) const {
     double sum = 0;
-    for (const Term& t : terms) {
-      const StageCost& a = c[static_cast<size_t>(t.s1)];
-      double d = 0;
-      switch (t.kind) {
-        case ActionKind::F:
-          d = a.f;
-          break;
-        case ActionKind::B:
-          d = a.b;
-          break;
-        case ActionKind::I:
-          d = a.i;
-          break;
-        case ActionKind::W:
-          d = a.w;
-          break;
-        case ActionKind::OverlapFB: {
-          const StageCost& b = c[static_cast<size_t>(t.s2)];
-          const double f = a.f, g = t.sub == ActionKind::B ? b.b : b.i;
-          d = std::max(f, g) + (1.0 - cost_.overlap) * std::min(f, g);
-          break;
-        }
-        default:
-          break;
-      }
-      sum += t.count * d;
-    }
+    for (const Term& t : terms) sum += t.count * action_cost(t.action, c, cost_);
     return sum;
   }
 

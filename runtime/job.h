@@ -8,6 +8,7 @@
 
 #include "compiler/plan.h"
 #include "runtime/model_config.h"
+#include "runtime/token_file.h"
 
 namespace pprt {
 
@@ -22,6 +23,7 @@ struct TrainOptions {
   double clip = 1.0;      // max global gradient norm; 0 = no clipping
   uint64_t seed = 1234;   // initialisation and data
   std::string data_path;  // empty = synthetic language
+  DataFormat data_format = DataFormat::Auto;
 
   int warmup_steps() const { return warmup >= 0 ? warmup : steps / 10; }
 };

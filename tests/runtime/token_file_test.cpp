@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "file_test_util.h"
 #include "runtime/data.h"
 
@@ -377,6 +379,51 @@ TEST(TokenFile, MegatronFilesAndTokens) {
   d.write("q.bin", le_array(t32));
   EXPECT_EQ(user_error([&] { TokenFile::open(d.file("q"), DataFormat::Auto, 30, 4); }),
             d.file("q.bin") + ": token -7 at index 3 (byte 12) is negative");
+}
+
+// Every integer dtype code of Megatron's: ids read back, a negative id and one at the vocab found.
+template <class T>
+void check_token_type(uint8_t code, const std::string& name, int64_t vocab) {
+  TempDir d;
+  MegatronIndex ix = Dataset::make_index();
+  ix.code = code;
+  d.write("t.idx", ix.bytes(sizeof(T)));
+  std::vector<T> tokens(18);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<T>(vocab - 1 - static_cast<int64_t>(i));
+  d.write("t.bin", le_array(tokens));
+  const auto f = TokenFile::open(d.file("t"), DataFormat::Auto, static_cast<int>(vocab), 4);
+  EXPECT_EQ(f->identity().token_type, name);
+  std::vector<int64_t> got(18);
+  f->copy(0, 18, got.data());
+  for (size_t i = 0; i < 18; ++i) EXPECT_EQ(got[i], vocab - 1 - static_cast<int64_t>(i)) << name;
+  tokens[11] = static_cast<T>(vocab);  // wraps to a negative id for int8 and int16 at their top
+  d.write("t.bin", le_array(tokens));
+  const auto bad = static_cast<int64_t>(tokens[11]);
+  EXPECT_EQ(
+      user_error(
+          [&] { TokenFile::open(d.file("t"), DataFormat::Auto, static_cast<int>(vocab), 4); }),
+      fmt::format("{}: token {} at index 11 (byte {}) {}", d.file("t.bin"), bad, 11 * sizeof(T),
+                  bad < 0 ? std::string("is negative")
+                          : fmt::format("is not below the model's vocab {}", vocab)));
+  if constexpr (std::is_signed_v<T>) {
+    tokens[11] = 0;
+    tokens[17] = static_cast<T>(-1);
+    d.write("t.bin", le_array(tokens));
+    EXPECT_EQ(user_error([&] { TokenFile::open(d.file("t"), DataFormat::Auto, 1 << 30, 4); }),
+              fmt::format("{}: token -1 at index 17 (byte {}) is negative", d.file("t.bin"),
+                          17 * sizeof(T)));
+  }
+}
+
+TEST(TokenFile, EveryMegatronTokenType) {
+  check_token_type<uint8_t>(1, "uint8", 200);
+  check_token_type<int8_t>(2, "int8", 128);  // vocab 128 wraps to -128
+  check_token_type<int8_t>(2, "int8", 100);
+  check_token_type<int16_t>(3, "int16", 32768);
+  check_token_type<int32_t>(4, "int32", 1 << 30);
+  check_token_type<int64_t>(5, "int64", 50257);
+  check_token_type<uint16_t>(8, "uint16", 65535);
 }
 
 // --- batches: determinism and slices -----------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include "compiler/plan.h"
 #include "runtime/model_config.h"
+#include "runtime/token_file.h"
 
 namespace pprt {
 
@@ -23,6 +24,7 @@ struct TrainOptions {
   double mtp_loss_weight = 0.1;  // lambda: the loss is CE_main + lambda / D * sum_k CE_k
   uint64_t seed = 1234;          // initialisation and data
   std::string data_path;         // empty = synthetic language
+  DataFormat data_format = DataFormat::Auto;
 
   int warmup_steps() const { return warmup >= 0 ? warmup : steps / 10; }
 };

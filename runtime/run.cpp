@@ -86,8 +86,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
     fail("--seq-len",
          fmt::format("is {}, but the layout's {} MTP depths need at least {} tokens per sequence",
                      job.model.seq_len, depths, depths + 1));
-  if (!t.data_path.empty())
-    (void)TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed);
+  (void)open_training_data(job);  // opens and validates the data file
 
   job.out = o.out;
   std::string progress = o.progress;

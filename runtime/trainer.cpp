@@ -46,9 +46,7 @@ at::Device device_for(const Job& job, int local_rank) {
 }
 
 TokenSource make_data(const Job& job) {
-  return job.train.data_path.empty() ? TokenSource::synthetic(job.model.vocab, job.train.seed)
-                                     : TokenSource::from_file(job.train.data_path, job.model.vocab,
-                                                              job.model.seq_len, job.train.seed);
+  return open_training_data(job);
 }
 
 at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step,

@@ -299,6 +299,67 @@ TEST(Training, ReferenceFromALayoutAndByteLevelData) {
   EXPECT_EQ(losses(d.file("m.jsonl")).size(), 3u);
 }
 
+// nanoGPT's train.bin: uint16 token ids with no header, written by the test.
+std::string write_uint16_tokens(const TempDir& d, const std::string& name, size_t n,
+                                uint16_t bad_at_end = 0) {
+  std::vector<uint16_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = static_cast<uint16_t>((i * 37 + i / 11) % 256);
+  if (bad_at_end) ids.back() = bad_at_end;
+  std::ofstream(d.file(name), std::ios::binary)
+      .write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(2 * n));
+  return d.file(name);
+}
+
+TEST(Training, Uint16TokenFileOnTwoRanksAndTheReference) {
+  TempDir d;
+  const std::string data = write_uint16_tokens(d, "train.bin", 5000);
+  const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);
+  const auto common = concat(kModel, {"--steps", "3", "--data", data});
+  const Proc pipe = pprun(concat(common, {"--plan", plan, "--metrics", d.file("m.jsonl")}));
+  ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
+  EXPECT_NE(pipe.out.find("data: uint16 tokens of " + data + " (5000 tokens)"), std::string::npos)
+      << pipe.out;
+  // Both ranks drew the same rows (ids on the first, targets on the last): the reference agrees.
+  const Proc ref = pprun(concat(common, {"--reference", "--layout", "Ett|ttL", "--microbatches",
+                                         "4", "--metrics", d.file("r.jsonl")}));
+  ASSERT_EQ(ref.exit_code(), 0) << ref.out;
+  const auto got = losses(d.file("m.jsonl")), want = losses(d.file("r.jsonl"));
+  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(want.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << "step " << i + 1;
+  // The same file read as bytes is other data: the flag is honoured.
+  const Proc text = pprun(concat(
+      common, {"--data-format", "text", "--reference", "--layout", "EttL", "--microbatches", "2"}));
+  ASSERT_EQ(text.exit_code(), 0) << text.out;
+  EXPECT_NE(text.out.find("data: bytes of " + data + " (10000 bytes)"), std::string::npos)
+      << text.out;
+}
+
+TEST(Faults, TokenIdBeyondTheVocabAndBadDataFormats) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);
+  const std::string data = write_uint16_tokens(d, "train.bin", 5000, 256);
+  expect_user_error(
+      pprun(concat(kModel, {"--plan", plan, "--data", data, "--metrics", d.file("m.jsonl")})),
+      "pprun: error: " + data +
+          ": token 256 at index 4999 (byte 9998) is not below the model's "
+          "vocab 256",
+      d);
+  expect_user_error(pprun(concat(kModel, {"--plan", plan, "--data", data, "--data-format", "uint32",
+                                          "--metrics", d.file("m.jsonl")})),
+                    "pprun: error: " + data + ": token ", d);
+  expect_user_error(pprun(concat(kModel, {"--plan", plan, "--data-format", "megatron", "--metrics",
+                                          d.file("m.jsonl")})),
+                    "pprun: error: --data-format: megatron needs --data FILE", d);
+  expect_user_error(pprun(concat(kModel, {"--plan", plan, "--data", data, "--data-format", "int16",
+                                          "--metrics", d.file("m.jsonl")})),
+                    "--data-format", d);
+  expect_user_error(pprun(concat(kModel, {"--plan", plan, "--data", d.file("none"), "--data-format",
+                                          "megatron", "--metrics", d.file("m.jsonl")})),
+                    "pprun: error: --data: cannot open data file '" + d.file("none.idx") + "'", d);
+}
+
 TEST(Training, TraceOfTheRealExecution) {
   TempDir d;
   const std::string plan = compile(d, "Et|tt|tt|ttL", 2, "InterleavedZeroBubble", 4);

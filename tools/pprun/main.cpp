@@ -59,7 +59,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--seed", o.train.seed, "Initialisation and data seed")->capture_default_str();
   train->add_option("--data", o.train.data_path,
-                    "Train on a text file (byte-level tokens) instead of the synthetic language");
+                    "Train on a data file instead of the synthetic language (see --data-format)");
+  std::string data_format = "auto";
+  train
+      ->add_option("--data-format", data_format,
+                   "auto, text (bytes), uint16, uint32 (flat token ids) or megatron (PREFIX.bin + "
+                   "PREFIX.idx); auto: a .bin with its .idx is megatron, another .bin uint16, "
+                   "anything else text")
+      ->check(CLI::IsMember({"auto", "text", "uint16", "uint32", "megatron"}))
+      ->capture_default_str();
 
   auto* out = app.add_option_group("output");
   out->add_option("--metrics", o.out.metrics_path, "Write JSON lines per step to FILE");
@@ -90,6 +98,7 @@ int main(int argc, char** argv) {
     std::cerr << "pprun: error: " << e.what() << "\n(run pprun --help for usage)\n";
     return 2;
   }
+  o.train.data_format = *pprt::parse_data_format(data_format);  // checked above
   std::error_code ec;
   o.exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (ec) o.exe = argv[0];

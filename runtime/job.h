@@ -52,7 +52,22 @@ struct Job {
   std::chrono::milliseconds timeout{300'000};
   int threads = 1;         // intra-op threads per rank
   int kill_rank = -1;      // fault injection (tests): this rank raises SIGKILL ...
-  int64_t kill_step = -1;  // ... in the middle of this step
+  int64_t kill_step = -1;  // ... in the middle of this step (0-based) or of the save after it
+  enum class KillAt : uint8_t {
+    Step,    // in the middle of the step's actions
+    Save,    // during the save after it: its model shard written, its optimizer shard not
+    Commit,  // rank 0, committing that save: everything written, before the rename
+  } kill_at = KillAt::Step;
+
+  // Checkpoints (docs/checkpoints.md).
+  int stop_after = 0;  // --stop-after: stop once this many steps are done (0: --steps);
+                       // --steps still sets the learning-rate schedule
+  int last_step() const { return stop_after > 0 ? std::min(stop_after, train.steps) : train.steps; }
+  std::string save_dir;     // --save DIR: at the end and every save_every steps
+  int save_every = 0;       // 0: only at the end
+  int keep = 0;             // the newest checkpoints kept; 0: all
+  std::string resume_path;  // --resume: the step directory to start from (resolved)
+  int64_t start_step = 0;   // steps the checkpoint had completed
 };
 
 // The rank that holds the loss (the last stage of the model): it prints progress and writes the

@@ -66,8 +66,9 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
   return c;
 }
 
-ModelConfig resolve_model_config(const std::string& path, const ModelOverrides& o) {
-  ModelConfig c;
+ModelConfig resolve_model_config(const std::string& path, const ModelOverrides& o,
+                                 ModelConfig base) {
+  ModelConfig c = base;
   if (!path.empty()) c = parse_model_config(ppc::read_file(path), path, c);
   if (o.hidden) c.hidden = *o.hidden;
   if (o.heads) c.heads = *o.heads;

@@ -36,8 +36,10 @@ struct ModelOverrides {
 ModelConfig parse_model_config(std::string_view json_text, const std::string& input_name,
                                ModelConfig base = {});
 
-// Defaults, then the file (if any), then the overrides; then checks the result.
-ModelConfig resolve_model_config(const std::string& config_path, const ModelOverrides& overrides);
+// `base` (the defaults, or a checkpoint's model), then the file (if any), then the overrides;
+// then checks the result.
+ModelConfig resolve_model_config(const std::string& config_path, const ModelOverrides& overrides,
+                                 ModelConfig base = {});
 
 // Throws ppc::UserError (naming the field, as `where`) if the sizes do not fit together: all
 // positive, heads divides hidden with an even head size, kv_heads divides heads, limits.

@@ -94,14 +94,16 @@ std::string mtp_text(const StepMetrics& m) {
 
 }  // namespace
 
-Progress::Progress(ProgressMode mode, int steps, int log_every, std::FILE* out)
+Progress::Progress(ProgressMode mode, int steps, int log_every, std::FILE* out, int done_before)
     : mode_(mode),
       steps_(steps),
-      every_(log_every > 0 ? log_every : std::max(1, steps / 20)),
+      every_(log_every > 0 ? log_every : std::max(1, (steps - done_before) / 20)),
+      done_before_(done_before),
       out_(out) {}
 
 void Progress::update(const StepMetrics& m) {
-  const double eta = m.step > 0 ? m.elapsed_s / m.step * (steps_ - m.step) : 0;
+  const int run = m.step - done_before_;  // steps of this run so far
+  const double eta = run > 0 ? m.elapsed_s / run * (steps_ - m.step) : 0;
   if (mode_ == ProgressMode::Bar) {
     constexpr int kWidth = 24;
     const int filled = steps_ > 0 ? m.step * kWidth / steps_ : kWidth;
@@ -113,7 +115,7 @@ void Progress::update(const StepMetrics& m) {
     std::fflush(out_);
     drawn_ = true;
   } else if (mode_ == ProgressMode::Lines &&
-             (m.step % every_ == 0 || m.step == 1 || m.step == steps_)) {
+             (m.step % every_ == 0 || m.step == done_before_ + 1 || m.step == steps_)) {
     std::fprintf(out_, "step %d/%d loss %.4f%s lr %.3g grad-norm %.3f tok/s %s eta %s\n", m.step,
                  steps_, m.loss, mtp_text(m).c_str(), m.lr, m.grad_norm,
                  rate_text(m.tokens_per_s).c_str(), clock_text(eta).c_str());

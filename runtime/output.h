@@ -49,13 +49,14 @@ std::string metrics_json(const StepMetrics& m);
 // lines otherwise.
 class Progress {
  public:
-  Progress(ProgressMode mode, int steps, int log_every, std::FILE* out);
+  // `steps`: the last step; `done_before`: steps a resumed run had completed already.
+  Progress(ProgressMode mode, int steps, int log_every, std::FILE* out, int done_before = 0);
   void update(const StepMetrics& m);
   void finish();  // ends the bar's line
 
  private:
   ProgressMode mode_;
-  int steps_, every_;
+  int steps_, every_, done_before_;
   std::FILE* out_;
   bool drawn_ = false;
 };

@@ -31,7 +31,11 @@ std::string to_json(const RankReport& r) {
                      {"actions", s.actions},
                      {"spans", std::move(spans)}});
   }
-  return json{{"rank", r.rank}, {"peak_inflight", r.peak_inflight}, {"steps", std::move(steps)}}
+  return json{{"rank", r.rank},
+              {"peak_inflight", r.peak_inflight},
+              {"steps", std::move(steps)},
+              {"save_seconds", r.save_seconds},
+              {"save_bytes", r.save_bytes}}
       .dump();
 }
 
@@ -40,6 +44,8 @@ RankReport rank_report_from_json(const std::string& text) {
   RankReport r;
   r.rank = j.at("rank").get<int>();
   r.peak_inflight = j.at("peak_inflight").get<int>();
+  r.save_seconds = j.value("save_seconds", std::vector<double>{});
+  r.save_bytes = j.value("save_bytes", std::vector<uint64_t>{});
   for (const json& s : j.at("steps")) {
     StepTiming t;
     t.step = s.at("step").get<int>();
@@ -344,7 +350,40 @@ std::string summary_text(const TimingSummary& s) {
       kinds += fmt::format("{}{} {:.3f} ms", kinds.empty() ? "" : ", ", k, ms);
     out += "mean compute time per action: " + kinds + "\n";
   }
-  return out;
+  return out + saves_text(s);
+}
+
+std::string saves_text(const TimingSummary& s) {
+  if (s.saves == 0) return "";
+  return fmt::format(
+      "checkpoints: {} saved, {:.1f} MB each; training paused {:.3f} s per save (median, "
+      "slowest rank): {:.0f} MB/s\n",
+      s.saves, s.save_bytes / 1e6, s.save_pause_s, s.save_mb_per_s);
+}
+
+void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
+  size_t saves = 0;
+  for (const RankReport& r : ranks) saves = std::max(saves, r.save_seconds.size());
+  std::vector<double> pauses, rates;
+  for (size_t i = 0; i < saves; ++i) {
+    double pause = 0;
+    uint64_t bytes = 0;
+    for (const RankReport& r : ranks) {
+      if (i < r.save_seconds.size()) pause = std::max(pause, r.save_seconds[i]);
+      if (i < r.save_bytes.size()) bytes += r.save_bytes[i];
+    }
+    pauses.push_back(pause);
+    rates.push_back(pause > 0 ? bytes / 1e6 / pause : 0);
+    s.save_bytes = bytes;
+  }
+  if (saves == 0) return;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  s.saves = static_cast<int>(saves);
+  s.save_pause_s = median(pauses);
+  s.save_mb_per_s = median(rates);
 }
 
 }  // namespace pprt

@@ -35,6 +35,10 @@ struct RankReport {
   int rank = 0;
   int peak_inflight = 0;
   std::vector<StepTiming> steps;  // the steps kept for analysis and the trace
+  // Checkpoints saved: per save, the seconds this rank spent in it (training paused) and the
+  // tensor bytes it wrote.
+  std::vector<double> save_seconds;
+  std::vector<uint64_t> save_bytes;
 };
 
 std::string to_json(const RankReport& r);
@@ -51,7 +55,16 @@ struct TimingSummary {
   int analysed_steps = 0;
   std::vector<std::pair<std::string, double>>
       mean_ms;  // per compute kind ("F", "B", "I", ...): mean duration
+  // Checkpoints: how many were saved, the bytes of one (all ranks), and over the saves the median
+  // of the slowest rank's pause and the write rate that gives.
+  int saves = 0;
+  uint64_t save_bytes = 0;
+  double save_pause_s = 0;
+  double save_mb_per_s = 0;
 };
+
+// The checkpoint part of a summary from the ranks' save records.
+void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s);
 
 // Analyses the steps with spans (skipping the first step of the run when others exist).
 TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
@@ -62,7 +75,9 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
 // Times: measured microseconds since the first rank began the step.
 std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
 
-// The summary lines the loss rank prints at the end.
+// The summary lines the loss rank prints at the end (ending with saves_text).
 std::string summary_text(const TimingSummary& s);
+// The checkpoint line, if any checkpoint was saved.
+std::string saves_text(const TimingSummary& s);
 
 }  // namespace pprt

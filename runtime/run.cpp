@@ -9,6 +9,7 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
+#include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/failure.h"
 #include "runtime/model_spec.h"
@@ -45,13 +46,49 @@ void check_writable(const std::string& path, const std::string& flag) {
   AtomicFile probe(path, flag);  // throws naming the flag; leaves nothing behind
 }
 
-std::pair<int, int64_t> parse_fault(const std::string& text) {
+void parse_fault(const std::string& text, Job& job) {
   int rank = -1;
   long long step = -1;
-  char extra = 0;
-  if (std::sscanf(text.c_str(), "%d:%lld%c", &rank, &step, &extra) != 2 || rank < 0 || step < 1)
-    fail("--fault-kill", fmt::format("expected RANK:STEP (STEP from 1), got '{}'", text));
-  return {rank, step - 1};
+  char where[8] = {0};
+  const int n = std::sscanf(text.c_str(), "%d:%lld:%7s", &rank, &step, where);
+  const std::string at = where;
+  if (n < 2 || rank < 0 || step < 1 || (n == 3 && at != "save" && at != "commit"))
+    fail("--fault-kill",
+         fmt::format("expected RANK:STEP[:save|commit] (STEP from 1), got '{}'", text));
+  job.kill_rank = rank;
+  job.kill_step = step - 1;
+  job.kill_at = at == "save"     ? Job::KillAt::Save
+                : at == "commit" ? Job::KillAt::Commit
+                                 : Job::KillAt::Step;
+}
+
+// --resume: the checkpoint's model (the file and flags given may change it, as long as it stays
+// the same model: Checkpoint::check_params), seed and step.
+void resume_from(const RunOptions& o, Job& job) {
+  const Checkpoint ckpt(o.resume_dir);
+  const CheckpointState& st = ckpt.state();
+  job.model = resolve_model_config(o.config_path, o.model, st.model);
+  if (o.seed_given && o.train.seed != st.train.seed)
+    fail("--seed", fmt::format("is {}, but the checkpoint {} was trained with seed {} (which also "
+                               "orders the data): leave --seed out to resume",
+                               o.train.seed, ckpt.dir(), st.train.seed));
+  job.train.seed = st.train.seed;
+  ckpt.check_params(model_params(job.model, job.plan.layout), job.model, job.plan.layout);
+  job.resume_path = ckpt.dir();
+  job.start_step = st.step;
+}
+
+// The data must be the data the checkpoint was trained on (its position is the step).
+void check_same_data(const Job& job, const TokenSource& data) {
+  const CheckpointState st = Checkpoint(job.resume_path).state();
+  const DataIdentity now = data.identity();
+  if (now.format != st.data.format || now.fingerprint != st.data.fingerprint ||
+      now.tokens != st.data.tokens)
+    fail("--data", fmt::format("the checkpoint {} was trained on {} data{}, this run's is {}{}: "
+                               "resume on the same data",
+                               job.resume_path, st.data.format,
+                               st.data.path.empty() ? "" : " from " + st.data.path, now.format,
+                               now.path.empty() ? "" : " from " + now.path));
 }
 
 }  // namespace
@@ -71,8 +108,11 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
                                        *o.microbatches, o.plan_path, job.plan.microbatches));
   if (job.plan.microbatches < 1) fail("--microbatches", "must be at least 1");
 
-  job.model = resolve_model_config(o.config_path, o.model);
   job.train = o.train;
+  if (!o.resume_dir.empty())
+    resume_from(o, job);
+  else
+    job.model = resolve_model_config(o.config_path, o.model);
   const TrainOptions& t = job.train;
   if (t.steps < 1) fail("--steps", fmt::format("must be at least 1, got {}", t.steps));
   if (t.global_batch < 1 || t.global_batch % job.plan.microbatches != 0)
@@ -86,7 +126,17 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
     fail("--seq-len",
          fmt::format("is {}, but the layout's {} MTP depths need at least {} tokens per sequence",
                      job.model.seq_len, depths, depths + 1));
-  (void)open_training_data(job);  // opens and validates the data file
+  const TokenSource data = open_training_data(job);  // opens and validates the data file
+  if (!job.resume_path.empty()) check_same_data(job, data);
+  if (o.save_every < 0) fail("--save-every", "must be at least 0 (0: only at the end)");
+  if (o.keep < 0) fail("--keep", "must be at least 0 (0: keep every checkpoint)");
+  if ((o.save_every > 0 || o.keep > 0) && o.save_dir.empty())
+    fail(o.save_every > 0 ? "--save-every" : "--keep", "needs --save DIR");
+  if (o.stop_after < 0) fail("--stop-after", "must be at least 0 (0: train to --steps)");
+  job.stop_after = o.stop_after;
+  job.save_dir = o.save_dir;
+  job.save_every = o.save_every;
+  job.keep = o.keep;
 
   job.out = o.out;
   std::string progress = o.progress;
@@ -119,10 +169,17 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
     local_ranks = std::max(1, std::atoi(getenv("SLURM_NTASKS_PER_NODE")));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   job.threads = o.threads > 0 ? o.threads : std::max(1, cores / local_ranks);
-  if (!o.fault_kill.empty()) std::tie(job.kill_rank, job.kill_step) = parse_fault(o.fault_kill);
+  if (!o.fault_kill.empty()) parse_fault(o.fault_kill, job);
   // Outputs last: nothing is created if anything above is wrong.
   check_writable(job.out.metrics_path, "--metrics");
   check_writable(job.out.trace_path, "--trace");
+  if (!job.save_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(job.save_dir, ec);
+    if (ec || access(job.save_dir.c_str(), W_OK) != 0)
+      fail("--save", fmt::format("cannot write to directory '{}'{}", job.save_dir,
+                                 ec ? ": " + ec.message() : ""));
+  }
   if (!job.out.dump_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(job.out.dump_dir, ec);
@@ -213,8 +270,21 @@ int spawn(const Job& job, const RunOptions& o) {
 }  // namespace
 
 int run(const RunOptions& o, const GetEnv& getenv) {
+  if (!o.export_args.empty()) {
+    const size_t n = export_checkpoint(o.export_args.at(0), o.export_args.at(1));
+    std::printf("pprun: wrote the %zu model tensors of %s to %s\n", n,
+                find_checkpoint(o.export_args.at(0)).c_str(), o.export_args.at(1).c_str());
+    return 0;
+  }
   const std::optional<LaunchEnv> env = o.reference ? std::nullopt : launch_env(getenv);
   const Job job = make_job(o, env, getenv);
+  if (job.start_step >= job.last_step()) {
+    if (!env || env->rank == 0)
+      std::printf("pprun: the checkpoint %s has completed %lld steps%s: nothing to train\n",
+                  job.resume_path.c_str(), static_cast<long long>(job.start_step),
+                  job.stop_after > 0 ? " (--stop-after)" : " (--steps)");
+    return 0;
+  }
   if (o.reference) {
     set_threads(job.threads);
     train_reference(job);

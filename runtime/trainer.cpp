@@ -17,6 +17,9 @@
 #include <unordered_set>
 
 #include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+#include "compiler/verify.h"
+#include "runtime/checkpointing.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
 #include "runtime/failure.h"
@@ -187,6 +190,18 @@ void optimizer_step(torch::optim::AdamW& opt, const TrainOptions& o, int step) {
   opt.step();
 }
 
+bool save_due(const Job& job, int done) {
+  return !job.save_dir.empty() &&
+         (done == job.last_step() || (job.save_every > 0 && done % job.save_every == 0));
+}
+
+// The plan as a checkpoint records it (ppcompile's JSON).
+std::string plan_json(const ppc::Plan& plan, bool verify) {
+  std::ostringstream os;
+  ppc::emit_json(plan, verify ? ppc::verify(plan) : ppc::VerifyReport{}, os);
+  return os.str();
+}
+
 void dump_params(const Job& job, int rank, const ParamStore& store) {
   if (job.out.dump_dir.empty()) return;
   std::error_code ec;
@@ -230,7 +245,8 @@ class StepLog {
   StepLog(const Job& job, bool active, FailureWatch* watch)
       : job_(job),
         active_(active),
-        progress_(job.out.progress, job.train.steps, job.out.log_every, stdout) {
+        progress_(job.out.progress, job.last_step(), job.out.log_every, stdout,
+                  static_cast<int>(job.start_step)) {
     if (active_ && !job.out.metrics_path.empty()) {
       metrics_.emplace(job.out.metrics_path, "--metrics");
       if (watch) watch->remove_on_stop(metrics_->temp_path());
@@ -257,7 +273,7 @@ class StepLog {
                                            static_cast<double>(job_.model.seq_len) / step_time_s
                                      : 0;
     m.elapsed_s = seconds_since(start_);
-    if (m.step == 1) first_loss_ = m.loss;
+    if (m.step == job_.start_step + 1) first_loss_ = m.loss;
     last_loss_ = m.loss;
     if (metrics_) {
       metrics_->write(metrics_json(m) + "\n");
@@ -271,8 +287,14 @@ class StepLog {
     progress_.finish();
     if (metrics_) metrics_->commit();
     metrics_.reset();
-    std::printf("pprun: done: %d step%s in %.2f s, loss %.4f -> %.4f\n", job_.train.steps,
-                job_.train.steps == 1 ? "" : "s", seconds_since(start_), first_loss_, last_loss_);
+    const int run = job_.last_step() - static_cast<int>(job_.start_step);
+    std::printf("pprun: done: %d step%s in %.2f s, loss %.4f -> %.4f%s\n", run, run == 1 ? "" : "s",
+                seconds_since(start_), first_loss_, last_loss_,
+                job_.start_step > 0 || job_.last_step() < job_.train.steps
+                    ? fmt::format(" (steps {}-{} of {})", job_.start_step + 1, job_.last_step(),
+                                  job_.train.steps)
+                          .c_str()
+                    : "");
     std::fflush(stdout);
   }
 
@@ -303,9 +325,21 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
   Sharing sharing;
   if (transport) sharing = make_sharing(plan, job.model, rank, model.store, transport);
   auto opt = make_optimizer(model.store, job.train);
+  if (!job.resume_path.empty()) load_checkpoint(Checkpoint(job.resume_path), model.store, *opt);
+  SaveContext saver{&job,
+                    &model.store,
+                    opt.get(),
+                    &data,
+                    transport,
+                    rank,
+                    true,
+                    rank,
+                    plan.pp(),
+                    &sharing.not_counted,
+                    rank == 0 ? plan_json(plan, true) : ""};
   ExecutorOptions eo;
   eo.timeout = job.timeout;
-  if (rank == job.kill_rank) {
+  if (rank == job.kill_rank && job.kill_at == Job::KillAt::Step) {
     eo.kill_step = job.kill_step;
     eo.kill_action = plan.order()[static_cast<size_t>(rank)].size() / 2;
   }
@@ -315,7 +349,8 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
   report.rank = rank;
   const bool trace = !job.out.trace_path.empty();
   constexpr int kAnalysedSteps = 20;
-  for (int step = 0; step < job.train.steps; ++step) {
+  const int first = static_cast<int>(job.start_step);
+  for (int step = first; step < job.last_step(); ++step) {
     const auto t0 = Clock::now();
     zero_grads(model.store);
     const at::Tensor tokens = batch_tensor(data, job, step, device);
@@ -328,7 +363,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
     optimizer_step(*opt, job.train, step);
     const double step_s = seconds_since(t0);
     report.peak_inflight = std::max(report.peak_inflight, rep.peak_inflight);
-    if (step == 0 || step >= job.train.steps - kAnalysedSteps) {
+    if (step == first || step >= job.last_step() - kAnalysedSteps) {
       StepTiming t{step,
                    rep.begin_unix_us,
                    rep.wall_ns,
@@ -341,6 +376,11 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
       report.steps.push_back(std::move(t));
     }
     log.step(step, stats, step_s);
+    if (save_due(job, step + 1)) {
+      const SaveResult saved = save_checkpoint(saver, step + 1);
+      report.save_seconds.push_back(saved.seconds);
+      report.save_bytes.push_back(saved.bytes);
+    }
   }
   dump_params(job, rank, model.store);
   store.set(fmt::format("report/{}", rank), to_json(report));
@@ -349,7 +389,8 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
     for (int r = 0; r < plan.pp(); ++r)
       all.push_back(rank_report_from_json(store.get(fmt::format("report/{}", r))));
     log.finish();
-    const TimingSummary summary = analyse(plan, all);
+    TimingSummary summary = analyse(plan, all);
+    summarise_saves(all, summary);
     std::istringstream lines(summary_text(summary));
     for (std::string line; std::getline(lines, line);) std::printf("pprun: %s\n", line.c_str());
     if (trace) write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
@@ -429,10 +470,23 @@ void train_reference(const Job& job) {
   model.add(job.model, whole_model_spec(job.plan.layout, job.train.mtp_loss_weight), device);
   Stage& stage = *model.stages.front();
   auto opt = make_optimizer(model.store, job.train);
+  if (!job.resume_path.empty()) load_checkpoint(Checkpoint(job.resume_path), model.store, *opt);
+  const SaveContext saver{&job,
+                          &model.store,
+                          opt.get(),
+                          &data,
+                          nullptr,
+                          0,
+                          true,
+                          0,
+                          1,
+                          nullptr,
+                          plan_json(job.plan, false)};
+  RankReport report;
   StepLog log(job, true, nullptr);
   const int mbs = job.plan.microbatches;
   const int b = job.train.global_batch / mbs;
-  for (int step = 0; step < job.train.steps; ++step) {
+  for (int step = static_cast<int>(job.start_step); step < job.last_step(); ++step) {
     const auto t0 = Clock::now();
     zero_grads(model.store);
     const at::Tensor tokens = batch_tensor(data, job, step, device);
@@ -451,9 +505,17 @@ void train_reference(const Job& job) {
     clip_gradients(model.store, job.train, stats.grad_norm);
     optimizer_step(*opt, job.train, step);
     log.step(step, stats, seconds_since(t0));
+    if (save_due(job, step + 1)) {
+      const SaveResult saved = save_checkpoint(saver, step + 1);
+      report.save_seconds.push_back(saved.seconds);
+      report.save_bytes.push_back(saved.bytes);
+    }
   }
   dump_params(job, 0, model.store);
   log.finish();
+  TimingSummary summary;
+  summarise_saves({report}, summary);
+  if (summary.saves > 0) std::printf("pprun: %s", saves_text(summary).c_str());
 }
 
 }  // namespace pprt

@@ -55,8 +55,13 @@ void set_rng_state_hex(const std::string& hex, const std::string& where) {
   }
 }
 
-void barrier(const SaveContext& ctx) {
-  if (ctx.world && ctx.world->size() > 1) ctx.world->barrier(ctx.job->timeout);
+void barrier(const SaveContext& ctx, int64_t step) {
+  if (!ctx.world || ctx.world->size() < 2) return;
+  try {
+    ctx.world->barrier(ctx.job->timeout);
+  } catch (const TransportError& e) {
+    throw TransportError(fmt::format("the checkpoint after step {}: {}", step, e.what()));
+  }
 }
 
 bool kill_here(const SaveContext& ctx, int64_t step, Job::KillAt at) {
@@ -72,7 +77,7 @@ SaveResult save_checkpoint(const SaveContext& ctx, int64_t step) {
   const std::string tmp =
       (std::filesystem::path(job.save_dir) / (".tmp-" + step_dir_name(step))).string();
   if (ctx.rank == 0) prepare_checkpoint(job.save_dir, step);
-  barrier(ctx);
+  barrier(ctx, step);
   SaveResult res;
   if (ctx.writes) {
     std::vector<at::Tensor> keep;  // CPU copies of device tensors, alive while writing
@@ -96,7 +101,7 @@ SaveResult save_checkpoint(const SaveContext& ctx, int64_t step) {
     if (kill_here(ctx, step, Job::KillAt::Save)) between = [] { std::raise(SIGKILL); };
     write_checkpoint_shard(tmp, ctx.shard, ctx.shards, model, optimizer, between);
   }
-  barrier(ctx);
+  barrier(ctx, step);
   if (ctx.rank == 0) {
     CheckpointState st;
     st.step = step;

@@ -36,6 +36,7 @@ ppc::Plan reference_plan(const RunOptions& o) {
   plan.microbatches = *o.microbatches;
   plan.schedule = "reference";
   plan.placement = ppc::make_placement(1, 1, ppc::PlacementStyle::Loop);
+  plan.compute.assign(1, {});  // one rank, whose order gradient accumulation replaces
   check_runnable(plan, "--layout");
   return plan;
 }

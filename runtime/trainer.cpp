@@ -336,7 +336,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
                     rank,
                     plan.pp(),
                     &sharing.not_counted,
-                    rank == 0 ? plan_json(plan, true) : ""};
+                    rank == 0 && !job.save_dir.empty() ? plan_json(plan, true) : ""};
   ExecutorOptions eo;
   eo.timeout = job.timeout;
   if (rank == job.kill_rank && job.kill_at == Job::KillAt::Step) {
@@ -481,7 +481,7 @@ void train_reference(const Job& job) {
                           0,
                           1,
                           nullptr,
-                          plan_json(job.plan, false)};
+                          job.save_dir.empty() ? "" : plan_json(job.plan, false)};
   RankReport report;
   StepLog log(job, true, nullptr);
   const int mbs = job.plan.microbatches;

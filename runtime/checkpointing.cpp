@@ -121,13 +121,15 @@ SaveResult save_checkpoint(const SaveContext& ctx, int64_t step) {
   return res;
 }
 
-void load_checkpoint(const Checkpoint& ckpt, ParamStore& store, torch::optim::AdamW& opt) {
+uint64_t load_checkpoint(const Checkpoint& ckpt, ParamStore& store, torch::optim::AdamW& opt) {
   at::NoGradGuard no_grad;
+  uint64_t bytes = 0;
   auto read_into = [&](const std::string& name, bool optimizer, at::Tensor& dst) {
     at::Tensor cpu = dst.device().is_cpu() ? dst : at::empty(dst.sizes(), at::kFloat);
     ckpt.read(name, optimizer, dst.sizes().vec(), cpu.data_ptr(),
               static_cast<size_t>(cpu.numel()) * sizeof(float));
     if (!dst.device().is_cpu()) dst.copy_(cpu);
+    bytes += static_cast<uint64_t>(cpu.numel()) * sizeof(float);
   };
   for (NamedParam& p : store.params()) {
     read_into(p.name, false, p.tensor);
@@ -141,6 +143,7 @@ void load_checkpoint(const Checkpoint& ckpt, ParamStore& store, torch::optim::Ad
     opt.state()[state_key(p.tensor)] = std::move(st);
   }
   set_rng_state_hex(ckpt.state().rng_state, ckpt.dir() + "/trainer_state.json");
+  return bytes;
 }
 
 }  // namespace pprt

@@ -45,7 +45,7 @@ struct SaveResult {
 SaveResult save_checkpoint(const SaveContext& ctx, int64_t step);
 
 // Sets every parameter of `store` and its AdamW state (moments, step count) from `ckpt`, and
-// LibTorch's default generator state.
-void load_checkpoint(const Checkpoint& ckpt, ParamStore& store, torch::optim::AdamW& opt);
+// LibTorch's default generator state. Returns the bytes read.
+uint64_t load_checkpoint(const Checkpoint& ckpt, ParamStore& store, torch::optim::AdamW& opt);
 
 }  // namespace pprt

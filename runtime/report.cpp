@@ -35,7 +35,9 @@ std::string to_json(const RankReport& r) {
               {"peak_inflight", r.peak_inflight},
               {"steps", std::move(steps)},
               {"save_seconds", r.save_seconds},
-              {"save_bytes", r.save_bytes}}
+              {"save_bytes", r.save_bytes},
+              {"load_seconds", r.load_seconds},
+              {"load_bytes", r.load_bytes}}
       .dump();
 }
 
@@ -46,6 +48,8 @@ RankReport rank_report_from_json(const std::string& text) {
   r.peak_inflight = j.at("peak_inflight").get<int>();
   r.save_seconds = j.value("save_seconds", std::vector<double>{});
   r.save_bytes = j.value("save_bytes", std::vector<uint64_t>{});
+  r.load_seconds = j.value("load_seconds", 0.0);
+  r.load_bytes = j.value("load_bytes", uint64_t{0});
   for (const json& s : j.at("steps")) {
     StepTiming t;
     t.step = s.at("step").get<int>();
@@ -354,14 +358,25 @@ std::string summary_text(const TimingSummary& s) {
 }
 
 std::string saves_text(const TimingSummary& s) {
-  if (s.saves == 0) return "";
-  return fmt::format(
-      "checkpoints: {} saved, {:.1f} MB each; training paused {:.3f} s per save (median, "
-      "slowest rank): {:.0f} MB/s\n",
-      s.saves, s.save_bytes / 1e6, s.save_pause_s, s.save_mb_per_s);
+  std::string out;
+  if (s.load_bytes > 0)
+    out += fmt::format(
+        "resumed: read {:.1f} MB of checkpoint in {:.3f} s (slowest rank): {:.0f} MB/s\n",
+        s.load_bytes / 1e6, s.load_s, s.load_mb_per_s);
+  if (s.saves > 0)
+    out += fmt::format(
+        "checkpoints: {} saved, {:.1f} MB each; training paused {:.3f} s per save (median, "
+        "slowest rank): {:.0f} MB/s\n",
+        s.saves, s.save_bytes / 1e6, s.save_pause_s, s.save_mb_per_s);
+  return out;
 }
 
 void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
+  for (const RankReport& r : ranks) {
+    s.load_s = std::max(s.load_s, r.load_seconds);
+    s.load_bytes += r.load_bytes;
+  }
+  if (s.load_s > 0) s.load_mb_per_s = s.load_bytes / 1e6 / s.load_s;
   size_t saves = 0;
   for (const RankReport& r : ranks) saves = std::max(saves, r.save_seconds.size());
   std::vector<double> pauses, rates;

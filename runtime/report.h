@@ -39,6 +39,8 @@ struct RankReport {
   // tensor bytes it wrote.
   std::vector<double> save_seconds;
   std::vector<uint64_t> save_bytes;
+  double load_seconds = 0;  // --resume: reading its parameters and AdamW state
+  uint64_t load_bytes = 0;
 };
 
 std::string to_json(const RankReport& r);
@@ -61,6 +63,9 @@ struct TimingSummary {
   uint64_t save_bytes = 0;
   double save_pause_s = 0;
   double save_mb_per_s = 0;
+  double load_s = 0;  // --resume: the slowest rank's load, and the read rate over all ranks
+  uint64_t load_bytes = 0;
+  double load_mb_per_s = 0;
 };
 
 // The checkpoint part of a summary from the ranks' save records.

@@ -325,7 +325,13 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
   Sharing sharing;
   if (transport) sharing = make_sharing(plan, job.model, rank, model.store, transport);
   auto opt = make_optimizer(model.store, job.train);
-  if (!job.resume_path.empty()) load_checkpoint(Checkpoint(job.resume_path), model.store, *opt);
+  RankReport report;
+  report.rank = rank;
+  if (!job.resume_path.empty()) {
+    const auto l0 = Clock::now();
+    report.load_bytes = load_checkpoint(Checkpoint(job.resume_path), model.store, *opt);
+    report.load_seconds = seconds_since(l0);
+  }
   SaveContext saver{&job,
                     &model.store,
                     opt.get(),
@@ -345,8 +351,6 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
   }
   Executor exec(plan, rank, model.stages, job.model, transport, device, eo);
   StepLog log(job, reporter, &watch);
-  RankReport report;
-  report.rank = rank;
   const bool trace = !job.out.trace_path.empty();
   constexpr int kAnalysedSteps = 20;
   const int first = static_cast<int>(job.start_step);
@@ -470,7 +474,12 @@ void train_reference(const Job& job) {
   model.add(job.model, whole_model_spec(job.plan.layout, job.train.mtp_loss_weight), device);
   Stage& stage = *model.stages.front();
   auto opt = make_optimizer(model.store, job.train);
-  if (!job.resume_path.empty()) load_checkpoint(Checkpoint(job.resume_path), model.store, *opt);
+  RankReport report;
+  if (!job.resume_path.empty()) {
+    const auto l0 = Clock::now();
+    report.load_bytes = load_checkpoint(Checkpoint(job.resume_path), model.store, *opt);
+    report.load_seconds = seconds_since(l0);
+  }
   const SaveContext saver{&job,
                           &model.store,
                           opt.get(),
@@ -482,7 +491,6 @@ void train_reference(const Job& job) {
                           1,
                           nullptr,
                           job.save_dir.empty() ? "" : plan_json(job.plan, false)};
-  RankReport report;
   StepLog log(job, true, nullptr);
   const int mbs = job.plan.microbatches;
   const int b = job.train.global_batch / mbs;
@@ -515,7 +523,8 @@ void train_reference(const Job& job) {
   log.finish();
   TimingSummary summary;
   summarise_saves({report}, summary);
-  if (summary.saves > 0) std::printf("pprun: %s", saves_text(summary).c_str());
+  std::istringstream lines(saves_text(summary));
+  for (std::string line; std::getline(lines, line);) std::printf("pprun: %s\n", line.c_str());
 }
 
 }  // namespace pprt

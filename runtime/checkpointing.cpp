@@ -109,7 +109,7 @@ SaveResult save_checkpoint(const SaveContext& ctx, int64_t step) {
     st.layout = job.plan.layout.source;
     st.plan_json = ctx.plan_json;
     st.pp = ctx.shards;
-    st.dp = 1;
+    st.dp = job.dp;
     st.train = job.train;
     st.data = ctx.data->identity();
     st.rng_state = rng_state_hex();

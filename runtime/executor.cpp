@@ -288,6 +288,7 @@ struct Executor::Impl {
         continue;
       }
       compute(a, i);
+      if (opts.after_compute) opts.after_compute(i);
       ++i;
     }
     for (PendingSend& s : sends) {

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -44,6 +45,9 @@ class CommFailure : public std::runtime_error {
 
 struct ExecutorOptions {
   std::chrono::milliseconds timeout{300'000};
+  // Called after each compute action with its index in the rank's order (data parallelism starts
+  // its gradient reductions from here: grad_reducer.h).
+  std::function<void(size_t)> after_compute;
   int64_t kill_step = -1;  // fault injection for tests: raise SIGKILL at this step ...
   size_t kill_action = 0;  // ... before this action
 };

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "compiler/plan.h"
 #include "runtime/model_config.h"
@@ -43,8 +44,25 @@ struct OutputOptions {
   int log_every = 0;  // Lines: every N steps; 0 = about 20 lines per run
 };
 
+// Where the ranks of a job sit: pp pipeline ranks (the plan's) times dp data-parallel replicas.
+// Ranks are numbered as Megatron-LM numbers them (its default order nests data parallelism inside
+// pipeline parallelism): global rank g runs pipeline rank g / dp of replica g % dp, so the ranks
+// of one pipeline stage across replicas are neighbours (often one machine) and a pipeline spans
+// the machines.
+struct Topology {
+  int pp = 1, dp = 1;
+  int world() const { return pp * dp; }
+  int pipeline_rank(int g) const { return g / dp; }
+  int replica(int g) const { return g % dp; }
+  int global(int pipeline_rank, int replica) const { return pipeline_rank * dp + replica; }
+  std::vector<int> pipeline(int replica) const;        // a replica's ranks, pipeline order
+  std::vector<int> replicas(int pipeline_rank) const;  // a pipeline rank in every replica
+};
+
 struct Job {
   ppc::Plan plan;  // verified and lowered; for --reference, the layout and microbatches it gives
+  int dp = 1;      // data-parallel replicas of the plan's pipeline
+  Topology topology() const { return Topology{plan.pp(), dp}; }
   ModelConfig model;
   TrainOptions train;
   OutputOptions out;

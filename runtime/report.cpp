@@ -37,7 +37,8 @@ std::string to_json(const RankReport& r) {
               {"save_seconds", r.save_seconds},
               {"save_bytes", r.save_bytes},
               {"load_seconds", r.load_seconds},
-              {"load_bytes", r.load_bytes}}
+              {"load_bytes", r.load_bytes},
+              {"dp", {r.dp.steps, r.dp.bytes, r.dp.buckets, r.dp.span_ns, r.dp.exposed_ns}}}
       .dump();
 }
 
@@ -50,6 +51,11 @@ RankReport rank_report_from_json(const std::string& text) {
   r.save_bytes = j.value("save_bytes", std::vector<uint64_t>{});
   r.load_seconds = j.value("load_seconds", 0.0);
   r.load_bytes = j.value("load_bytes", uint64_t{0});
+  if (j.contains("dp")) {
+    const auto& d = j.at("dp");
+    r.dp = DpReport{d.at(0).get<int>(), d.at(1).get<uint64_t>(), d.at(2).get<int>(),
+                    d.at(3).get<int64_t>(), d.at(4).get<int64_t>()};
+  }
   for (const json& s : j.at("steps")) {
     StepTiming t;
     t.step = s.at("step").get<int>();
@@ -357,8 +363,33 @@ std::string summary_text(const TimingSummary& s) {
   return out + saves_text(s);
 }
 
+void summarise_dp(const std::vector<RankReport>& ranks, int replicas, TimingSummary& s) {
+  s.replicas = replicas;
+  int64_t span = 0, exposed = 0;
+  int counted = 0;
+  for (const RankReport& r : ranks) {
+    if (r.dp.steps == 0) continue;
+    s.dp_bytes += r.dp.bytes;
+    s.dp_buckets += r.dp.buckets;
+    span += r.dp.span_ns / r.dp.steps;
+    exposed += r.dp.exposed_ns / r.dp.steps;
+    ++counted;
+  }
+  if (counted == 0) return;
+  s.dp_span_ms = span / 1e6 / counted;
+  s.dp_exposed_ms = exposed / 1e6 / counted;
+  s.dp_hidden = span > 0 ? std::max(0.0, 1.0 - static_cast<double>(exposed) / span) : 1.0;
+}
+
 std::string saves_text(const TimingSummary& s) {
   std::string out;
+  if (s.replicas > 1 && s.dp_buckets > 0)
+    out += fmt::format(
+        "data parallelism: {} replicas; per step a pipeline's ranks all-reduce {:.2f} MB of "
+        "gradients in {} buckets, {:.2f} ms per rank from the first bucket's start to the last "
+        "one's end, {:.2f} ms of it waited for after the pipeline: {:.0f} % hidden\n",
+        s.replicas, s.dp_bytes / 1e6, s.dp_buckets, s.dp_span_ms, s.dp_exposed_ms,
+        100 * s.dp_hidden);
   if (s.load_bytes > 0)
     out += fmt::format(
         "resumed: read {:.1f} MB of checkpoint in {:.3f} s (slowest rank): {:.0f} MB/s\n",

@@ -116,10 +116,15 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
     job.model = resolve_model_config(o.config_path, o.model);
   const TrainOptions& t = job.train;
   if (t.steps < 1) fail("--steps", fmt::format("must be at least 1, got {}", t.steps));
-  if (t.global_batch < 1 || t.global_batch % job.plan.microbatches != 0)
+  if (o.dp < 1) fail("--dp", fmt::format("must be at least 1, got {}", o.dp));
+  job.dp = o.reference ? 1 : o.dp;  // the reference trains on the same global batch alone
+  if (t.global_batch < 1 || t.global_batch % (job.dp * job.plan.microbatches) != 0)
     fail("--global-batch",
-         fmt::format("{} is not a positive multiple of the plan's {} microbatches", t.global_batch,
-                     job.plan.microbatches));
+         job.dp > 1 ? fmt::format("{} is not a positive multiple of --dp {} x the plan's {} "
+                                  "microbatches",
+                                  t.global_batch, job.dp, job.plan.microbatches)
+                    : fmt::format("{} is not a positive multiple of the plan's {} microbatches",
+                                  t.global_batch, job.plan.microbatches));
   if (!(t.lr > 0)) fail("--lr", "must be positive");
   if (t.clip < 0) fail("--clip", "must be at least 0 (0 = no clipping)");
   if (!(t.mtp_loss_weight >= 0)) fail("--mtp-loss-weight", "must be at least 0");
@@ -163,7 +168,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
   if (!(o.timeout_s > 0)) fail("--timeout", "must be positive");
   job.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
 
-  int local_ranks = o.reference ? 1 : job.plan.pp();
+  int local_ranks = o.reference ? 1 : job.topology().world();
   if (env && getenv("LOCAL_WORLD_SIZE"))
     local_ranks = std::max(1, std::atoi(getenv("LOCAL_WORLD_SIZE")));
   else if (env && env->launcher == "SLURM" && getenv("SLURM_NTASKS_PER_NODE"))
@@ -194,15 +199,21 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
 namespace {
 
 int run_worker(const Job& job, const LaunchEnv& env) {
-  if (env.world != job.plan.pp())
+  const Topology topo = job.topology();
+  if (env.world != topo.world())
     fail("environment",
-         fmt::format("the plan is for {} ranks (pp {}), but {} is {} (from {})", job.plan.pp(),
-                     job.plan.pp(), env.launcher == "SLURM" ? "SLURM_NTASKS" : "WORLD_SIZE",
-                     env.world, env.launcher));
+         fmt::format("the plan is for {} ranks (pp {}{}), but {} is {} (from {}){}", topo.world(),
+                     topo.pp, topo.dp > 1 ? fmt::format(" x dp {}", topo.dp) : "",
+                     env.launcher == "SLURM" ? "SLURM_NTASKS" : "WORLD_SIZE", env.world,
+                     env.launcher,
+                     env.world % topo.pp == 0 && env.world / topo.pp != topo.dp
+                         ? fmt::format("; for {} data-parallel replicas give --dp {}",
+                                       env.world / topo.pp, env.world / topo.pp)
+                         : ""));
   set_threads(job.threads);
   const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
   std::unique_ptr<Store> store;
-  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Transport> transport, pipeline, replicas;
   const bool hosts_store = env.rank == 0 && !env.external_store;
   try {
     StoreOptions so;
@@ -222,7 +233,20 @@ int run_worker(const Job& job, const LaunchEnv& env) {
       go.timeout = job.timeout;
       transport = make_gloo_transport(*store, env.rank, env.world, go);
     }
-    train_rank(job, env.rank, env.local_rank, transport.get(), *store, hosts_store);
+    RankGroups groups{transport.get(), transport.get(), nullptr};
+    if (topo.dp > 1) {  // every rank makes its pipeline's group, then its replicas' group
+      const int d = topo.replica(env.rank), p = topo.pipeline_rank(env.rank);
+      groups.pipeline = nullptr;
+      if (topo.pp > 1)
+        groups.pipeline =
+            (pipeline = transport->new_group(topo.pipeline(d), fmt::format("pipeline:{}", d)))
+                .get();
+      replicas = transport->new_group(topo.replicas(p), fmt::format("replicas:{}", p));
+      groups.replicas = replicas.get();
+    } else if (topo.pp == 1) {
+      groups.pipeline = nullptr;
+    }
+    train_rank(job, env.rank, env.local_rank, groups, *store, hosts_store);
   } catch (const RunFailure& e) {
     std::fprintf(stderr, "pprun: %s\n", e.what());
     if (hosts_store)
@@ -249,14 +273,14 @@ int spawn(const Job& job, const RunOptions& o) {
   so.host = "127.0.0.1";
   so.port = 0;
   so.is_server = true;
-  so.world_size = job.plan.pp();
+  so.world_size = job.topology().world();
   so.timeout = job.timeout;
   so.prefix = "pprun/0/";
   std::unique_ptr<Store> store = make_tcp_store(so);
   SpawnOptions sp;
   sp.exe = o.exe;
   sp.args = o.args;
-  sp.world = job.plan.pp();
+  sp.world = job.topology().world();
   sp.port = store_port(*store);
   if (o.progress == "auto")
     sp.env.emplace_back("PPRUN_PROGRESS", isatty(STDOUT_FILENO) ? "bar" : "lines");

@@ -28,6 +28,7 @@ struct RunOptions {
   int threads = 0;          // 0 = cores / ranks on this machine
   std::string fault_kill;   // "RANK:STEP[:save|commit]" (tests): that rank kills itself mid-step
   bool seed_given = false;  // --seed was on the command line
+  int dp = 1;               // --dp: data-parallel replicas
   int stop_after = 0;       // --stop-after
   std::string save_dir;     // --save
   int save_every = 0;       // --save-every

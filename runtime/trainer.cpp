@@ -23,6 +23,7 @@
 #include "runtime/data.h"
 #include "runtime/executor.h"
 #include "runtime/failure.h"
+#include "runtime/grad_reducer.h"
 #include "runtime/model.h"
 #include "runtime/output.h"
 #include "runtime/param_dump.h"
@@ -52,12 +53,14 @@ TokenSource make_data(const Job& job) {
   return open_training_data(job);
 }
 
-at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step,
-                        const at::Device& device) {
+// The rows of step `step`'s global batch that replica `replica` of `replicas` trains on.
+at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step, int replica,
+                        int replicas, const at::Device& device) {
   std::vector<int64_t> rows;
   const int len = job.model.seq_len + 1;
-  data.batch(step, job.train.global_batch, len, rows);
-  return at::from_blob(rows.data(), {job.train.global_batch, len}, at::kLong).clone().to(device);
+  const int share = job.train.global_batch / replicas;
+  data.batch(step, static_cast<int64_t>(replica) * share, share, len, rows);
+  return at::from_blob(rows.data(), {share, len}, at::kLong).clone().to(device);
 }
 
 int total_decoders(const ppc::Layout& layout) {
@@ -150,12 +153,14 @@ struct StepStats {
   std::vector<double> losses, mtp_losses;
 };
 
+// `count_norm`: this rank's gradients count in the norm (replica 0's: after data parallelism's
+// average every replica holds the same); the losses are averaged over the `replicas`.
 StepStats gather_stats(ParamStore& store, const Sharing* sharing, const StepReport* rep, int mbs,
                        Transport* transport, std::chrono::milliseconds timeout,
-                       const at::Device& device) {
+                       const at::Device& device, bool count_norm = true, int replicas = 1) {
   at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (NamedParam& p : store.params())
-    if (p.tensor.grad().defined() && !(sharing && sharing->not_counted.count(p.name)))
+    if (count_norm && p.tensor.grad().defined() && !(sharing && sharing->not_counted.count(p.name)))
       sq += p.tensor.grad().to(at::kDouble).pow(2).sum();
   std::vector<double> v(1 + 2 * static_cast<size_t>(mbs), 0.0);
   if (rep && rep->has_losses) {
@@ -171,6 +176,8 @@ StepStats gather_stats(ParamStore& store, const Sharing* sharing, const StepRepo
   out.grad_norm = std::sqrt(d[0]);
   out.losses.assign(d + 1, d + 1 + mbs);
   out.mtp_losses.assign(d + 1 + mbs, d + 1 + 2 * mbs);
+  for (double& x : out.losses) x /= replicas;
+  for (double& x : out.mtp_losses) x /= replicas;
   return out;
 }
 
@@ -221,22 +228,25 @@ void dump_params(const Job& job, int rank, const ParamStore& store) {
 
 std::string header(const Job& job, const TokenSource& data, const char* transport, int world) {
   const ppc::Plan& p = job.plan;
-  const int b = job.train.global_batch / p.microbatches;
+  const int replicas = world == 0 ? 1 : job.dp;
+  const int b = job.train.global_batch / replicas / p.microbatches;
   const std::string what =
-      world == 0 ? "reference (unpipelined, 1 process)"
-                 : fmt::format("{} on {} ranks (vpp {})", p.schedule, p.pp(), p.vpp());
+      world == 0   ? "reference (unpipelined, 1 process)"
+      : job.dp > 1 ? fmt::format("{} on {} ranks (vpp {}) x {} data-parallel replicas = {} ranks",
+                                 p.schedule, p.pp(), p.vpp(), job.dp, p.pp() * job.dp)
+                   : fmt::format("{} on {} ranks (vpp {})", p.schedule, p.pp(), p.vpp());
   const int depths = mtp_depths(p.layout);
   const std::string layers = depths ? fmt::format("{} layers + {} MTP depth{} (loss weight {:g})",
                                                   total_decoders(p.layout), depths,
                                                   depths == 1 ? "" : "s", job.train.mtp_loss_weight)
                                     : fmt::format("{} layers", total_decoders(p.layout));
   return fmt::format(
-      "pprun: {}, {} microbatches of {} sequences\n"
+      "pprun: {}, {} microbatches of {} sequences{}\n"
       "pprun: model {} = {}, {:.2f}M parameters ({}); data: {}; {}, {}, {} thread{} per "
       "rank\n",
-      what, p.microbatches, b, p.layout.source, layers, count_parameters(job.model, p.layout) / 1e6,
-      describe(job.model), data.describe(), transport, job.device, job.threads,
-      job.threads == 1 ? "" : "s");
+      what, p.microbatches, b, replicas > 1 ? " per replica" : "", p.layout.source, layers,
+      count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(), transport,
+      job.device, job.threads, job.threads == 1 ? "" : "s");
 }
 
 // The loss rank's per-step output: metrics file and progress.
@@ -307,26 +317,30 @@ class StepLog {
   double first_loss_ = 0, last_loss_ = 0;
 };
 
-void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transport, Store& store,
-                     FailureWatch& watch) {
+void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups& groups,
+                     Store& store, FailureWatch& watch) {
   const ppc::Plan& plan = job.plan;
+  const Topology topo = job.topology();
+  const int prank = topo.pipeline_rank(rank), replica = topo.replica(rank);
+  Transport* transport = groups.pipeline;
   const at::Device device = device_for(job, local_rank);
-  const bool reporter = rank == loss_rank(plan);
+  const bool reporter = rank == topo.global(loss_rank(plan), 0);
   const TokenSource data = make_data(job);
   if (reporter) {
-    std::fputs(header(job, data, transport ? transport->name() : "no transport", plan.pp()).c_str(),
-               stdout);
+    std::fputs(
+        header(job, data, groups.world ? groups.world->name() : "no transport", plan.pp()).c_str(),
+        stdout);
     std::fflush(stdout);
   }
   const auto specs = stage_specs(plan.layout, job.train.mtp_loss_weight);
   LocalModel model(job.train.seed, device);
-  for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)])
+  for (int s : plan.placement.rank_stages[static_cast<size_t>(prank)])
     model.add(job.model, specs[static_cast<size_t>(plan.layout_stage(s))], device);
   Sharing sharing;
-  if (transport) sharing = make_sharing(plan, job.model, rank, model.store, transport);
+  if (transport) sharing = make_sharing(plan, job.model, prank, model.store, transport);
   auto opt = make_optimizer(model.store, job.train);
   RankReport report;
-  report.rank = rank;
+  report.rank = prank;
   if (!job.resume_path.empty()) {
     const auto l0 = Clock::now();
     report.load_bytes = load_checkpoint(Checkpoint(job.resume_path), model.store, *opt);
@@ -336,10 +350,10 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
                     &model.store,
                     opt.get(),
                     &data,
-                    transport,
+                    groups.world,
                     rank,
-                    true,
-                    rank,
+                    replica == 0,
+                    prank,
                     plan.pp(),
                     &sharing.not_counted,
                     rank == 0 && !job.save_dir.empty() ? plan_json(plan, true) : ""};
@@ -347,9 +361,15 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
   eo.timeout = job.timeout;
   if (rank == job.kill_rank && job.kill_at == Job::KillAt::Step) {
     eo.kill_step = job.kill_step;
-    eo.kill_action = plan.order()[static_cast<size_t>(rank)].size() / 2;
+    eo.kill_action = plan.order()[static_cast<size_t>(prank)].size() / 2;
   }
-  Executor exec(plan, rank, model.stages, job.model, transport, device, eo);
+  std::unique_ptr<GradReducer> reducer;
+  if (groups.replicas) {
+    reducer = std::make_unique<GradReducer>(plan, prank, job.model, model.store, *groups.replicas,
+                                            job.timeout);
+    eo.after_compute = [r = reducer.get()](size_t i) { r->action_done(i); };
+  }
+  Executor exec(plan, prank, model.stages, job.model, transport, device, eo);
   StepLog log(job, reporter, &watch);
   const bool trace = !job.out.trace_path.empty();
   constexpr int kAnalysedSteps = 20;
@@ -357,12 +377,16 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
   for (int step = first; step < job.last_step(); ++step) {
     const auto t0 = Clock::now();
     zero_grads(model.store);
-    const at::Tensor tokens = batch_tensor(data, job, step, device);
+    const at::Tensor tokens = batch_tensor(data, job, step, replica, job.dp, device);
     StepReport rep = exec.run_step(tokens, step);
     const auto t1 = Clock::now();
+    if (reducer) {
+      const ReduceStats r = reducer->finish();
+      if (step > first || first + 1 == job.last_step()) report.dp.add(r);
+    }
     sum_shared_grads(sharing, job.timeout);
-    const StepStats stats = gather_stats(model.store, &sharing, &rep, plan.microbatches, transport,
-                                         job.timeout, device);
+    const StepStats stats = gather_stats(model.store, &sharing, &rep, plan.microbatches,
+                                         groups.world, job.timeout, device, replica == 0, job.dp);
     clip_gradients(model.store, job.train, stats.grad_norm);
     optimizer_step(*opt, job.train, step);
     const double step_s = seconds_since(t0);
@@ -389,19 +413,20 @@ void train_rank_impl(const Job& job, int rank, int local_rank, Transport* transp
   dump_params(job, rank, model.store);
   store.set(fmt::format("report/{}", rank), to_json(report));
   if (reporter) {
-    std::vector<RankReport> all;
+    std::vector<RankReport> all;  // replica 0's ranks, by pipeline rank
     for (int r = 0; r < plan.pp(); ++r)
-      all.push_back(rank_report_from_json(store.get(fmt::format("report/{}", r))));
+      all.push_back(rank_report_from_json(store.get(fmt::format("report/{}", topo.global(r, 0)))));
     log.finish();
     TimingSummary summary = analyse(plan, all);
     summarise_saves(all, summary);
+    summarise_dp(all, job.dp, summary);
     std::istringstream lines(summary_text(summary));
     for (std::string line; std::getline(lines, line);) std::printf("pprun: %s\n", line.c_str());
     if (trace) write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
     std::fflush(stdout);
   }
   watch.stop();  // after the barrier the store's host may be gone
-  if (transport && transport->size() > 1) transport->barrier(job.timeout);
+  if (groups.world && groups.world->size() > 1) groups.world->barrier(job.timeout);
 }
 
 }  // namespace
@@ -436,17 +461,18 @@ void set_threads(int threads) {
   }
 }
 
-void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store,
+void train_rank(const Job& job, int rank, int local_rank, const RankGroups& groups, Store& store,
                 bool hosts_store) {
   const std::chrono::milliseconds grace = std::min(job.timeout, std::chrono::milliseconds(3000));
-  FailureWatch watch(&store, rank, job.plan.pp(), grace, hosts_store);
+  const int world = job.topology().world();
+  FailureWatch watch(&store, rank, world, grace, hosts_store);
   auto lost = [&](const std::string& what) {
     watch.main_failing();
-    const std::string cause = diagnose_lost_rank(&store, rank, job.plan.pp(), what, grace);
+    const std::string cause = diagnose_lost_rank(&store, rank, world, what, grace);
     return RunFailure(fmt::format("rank {}: {}; it stopped at {}", rank, cause, what));
   };
   try {
-    train_rank_impl(job, rank, local_rank, transport, store, watch);
+    train_rank_impl(job, rank, local_rank, groups, store, watch);
   } catch (const CommFailure& e) {
     throw lost(e.what());
   } catch (const TransportError& e) {
@@ -497,7 +523,7 @@ void train_reference(const Job& job) {
   for (int step = static_cast<int>(job.start_step); step < job.last_step(); ++step) {
     const auto t0 = Clock::now();
     zero_grads(model.store);
-    const at::Tensor tokens = batch_tensor(data, job, step, device);
+    const at::Tensor tokens = batch_tensor(data, job, step, 0, 1, device);
     StepReport rep;  // the losses, as a rank holding every L reports them
     rep.has_losses = true;
     for (int mb = 0; mb < mbs; ++mb) {

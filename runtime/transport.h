@@ -47,6 +47,8 @@ class Work {
   // Blocks until the operation is done; throws TransportError if it failed or did not finish
   // within `timeout`.
   virtual void wait(std::chrono::milliseconds timeout) = 0;
+  // Whether it has finished (without waiting; a failure shows in wait()).
+  virtual bool done() = 0;
 };
 
 struct P2POp {

@@ -93,6 +93,7 @@ class GlooWork final : public Work {
       throw TransportError(fmt::format("{} failed: {}", what_, TcpStore::first_line(e.what())));
     }
   }
+  bool done() override { return w_->isCompleted(); }
 
  private:
   c10::intrusive_ptr<c10d::Work> w_;

@@ -174,6 +174,7 @@ class NcclWork final : public Work {
   void wait(std::chrono::milliseconds timeout) override {
     comm_.wait_event(ev_->ev, what_, timeout);
   }
+  bool done() override { return cudaEventQuery(ev_->ev) == cudaSuccess; }
 
  private:
   Comm& comm_;

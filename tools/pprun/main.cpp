@@ -99,6 +99,10 @@ int main(int argc, char** argv) {
       ->type_name("DIR OUT");
 
   auto* exec = app.add_option_group("execution");
+  exec->add_option("--dp", o.dp,
+                   "Data-parallel replicas of the plan's pipeline: pp x N ranks in all "
+                   "(docs/pprun.md: rank order)")
+      ->capture_default_str();
   exec->add_option("--device", o.device, "cpu (Gloo) or cuda (NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

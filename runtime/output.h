@@ -37,10 +37,10 @@ void write_file_atomically(const std::string& path, const std::string& text,
 struct StepMetrics {
   int step = 0;                            // 1-based
   double loss = 0, lr = 0, grad_norm = 0;  // loss: the main next-token cross-entropy
-  std::optional<double> mtp_loss;          // with m layers: the mean over MTP depths of CE_k
-  double step_time_s = 0;   // wall time of the step on the loss rank (replay + optimizer)
-  double tokens_per_s = 0;  // global_batch * seq_len / step_time
-  double elapsed_s = 0;     // since the first step began
+  double step_time_s = 0;          // wall time of the step on the loss rank (replay + optimizer)
+  double tokens_per_s = 0;         // global_batch * seq_len / step_time
+  double elapsed_s = 0;            // since the first step began
+  std::optional<double> mtp_loss;  // with m layers: the mean over MTP depths of CE_k
 };
 
 std::string metrics_json(const StepMetrics& m);

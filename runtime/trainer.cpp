@@ -377,6 +377,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   for (int step = first; step < job.last_step(); ++step) {
     const auto t0 = Clock::now();
     zero_grads(model.store);
+    data.check_unchanged();  // a data file replaced or modified mid-run stops the job
     const at::Tensor tokens = batch_tensor(data, job, step, replica, job.dp, device);
     StepReport rep = exec.run_step(tokens, step);
     const auto t1 = Clock::now();
@@ -523,6 +524,7 @@ void train_reference(const Job& job) {
   for (int step = static_cast<int>(job.start_step); step < job.last_step(); ++step) {
     const auto t0 = Clock::now();
     zero_grads(model.store);
+    data.check_unchanged();
     const at::Tensor tokens = batch_tensor(data, job, step, 0, 1, device);
     StepReport rep;  // the losses, as a rank holding every L reports them
     rep.has_losses = true;

@@ -24,6 +24,7 @@ class Engine {
         costs_(costs),
         record_(record),
         timed_(costs != nullptr || record),
+        observe_(costs != nullptr && costs->on_compute != nullptr),
         max_errors_(max_errors),
         out_(out),
         ev_(plan.num_stages(), plan.microbatches),
@@ -39,6 +40,7 @@ class Engine {
     // (a batch ends at a compute action or at the end); slack is never written nor read.
     base_.assign(static_cast<size_t>(pp), 0);
     std::vector<int32_t> count(static_cast<size_t>(pp), 0);
+    std::vector<size_t> sends(static_cast<size_t>(pp), 0);
     size_t bound = 0;
     for (int r = 0; r < pp; ++r) {
       base_[static_cast<size_t>(r)] = static_cast<int32_t>(bound);
@@ -54,12 +56,14 @@ class Engine {
       const auto& acts = order[static_cast<size_t>(r)];
       Batch* batches = batches_.data() + base_[static_cast<size_t>(r)];
       int32_t n = 0;
+      size_t sent = 0;
       bool in_batch = false;
       for (size_t i = 0; i < acts.size(); ++i) {
         if (!is_comm(acts[i].kind)) {
           in_batch = false;
           continue;
         }
+        sent += is_send(acts[i].kind);
         if (!in_batch) batches[n++] = Batch(static_cast<int32_t>(i), static_cast<int32_t>(i), r, 0);
         in_batch = true;
         batches[n - 1].end = static_cast<int32_t>(i + 1);
@@ -68,6 +72,7 @@ class Engine {
         batch_of_.at(event_of(acts[i].kind), acts[i].stage, acts[i].microbatch) = n - 1;
       }
       count[static_cast<size_t>(r)] = n;
+      sends[static_cast<size_t>(r)] = sent;
     });
     parallel_for(pp, threads, [&](int r) {
       const auto& acts = order[static_cast<size_t>(r)];
@@ -83,6 +88,7 @@ class Engine {
     size_t num_batches = 0;
     for (int32_t c : count) num_batches += static_cast<size_t>(c);
     out_.batches = num_batches;
+    for (size_t c : sends) out_.sends += c;
     if (timed_) {
       entry_.assign(bound, 0.0);
       done_.assign(bound, 0.0);
@@ -106,6 +112,7 @@ class Engine {
       advance(r, work);
     }
     if (!out_.errors.empty()) return;
+    if (costs_) out_.end = now_;
     for (int r = 0; r < pp; ++r)
       if (head_[static_cast<size_t>(r)] < order[static_cast<size_t>(r)].size())
         out_.stuck.push_back(describe_batch_wait(r));
@@ -180,6 +187,7 @@ class Engine {
           const double start = now_[ru];
           now_[ru] = start + compute_cost(a, r);
           if (record_) out_.times[ru][h] = {start, now_[ru]};
+          if (observe_) costs_->on_compute(r, a, start, now_[ru]);
         }
         ++h;
         continue;
@@ -302,7 +310,8 @@ class Engine {
   const Plan& plan_;
   const ExecCosts* costs_;
   bool record_;
-  bool timed_;  // keep times (costs given, or times recorded)
+  bool timed_;    // keep times (costs given, or times recorded)
+  bool observe_;  // costs->on_compute is set
   size_t max_errors_;
   Execution& out_;
   EventFlags ev_;

@@ -402,6 +402,10 @@ Plan lower_send_recv(Plan&& plan, const LoweringCosts& costs) {
   return std::move(plan);
 }
 
+void check_compute_order_runs(const Plan& plan) {
+  Lowerer(plan, LoweringCosts{}, false, nullptr).run(nullptr);
+}
+
 std::vector<std::vector<int32_t>> compute_steps(const Plan& plan) {
   LoweringCosts unit;
   unit.compute = [](const Action&, int) { return 1.0; };

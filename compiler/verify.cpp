@@ -19,8 +19,12 @@ constexpr int kNumKinds = 8;  // the plain kinds F..RecvB, indexing count tables
 
 class Verifier {
  public:
-  Verifier(const Plan& plan, VerifyReport& rep, size_t max_errors)
-      : plan_(plan), rep_(rep), max_errors_(max_errors) {}
+  Verifier(const Plan& plan, VerifyReport& rep, const VerifyOptions& opts)
+      : plan_(plan),
+        rep_(rep),
+        opts_(opts),
+        max_errors_(std::max<size_t>(opts.max_errors, 1)),
+        lowered_(plan.is_lowered() && !opts.compute_only) {}
 
   void run() {
     if (!check_shape()) return;
@@ -30,7 +34,7 @@ class Verifier {
     // its own result and the counts of the stages it holds.
     std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
     size_t total = 0;
-    for (const auto& r : plan_.order()) total += r.size();
+    for (const auto& r : order()) total += r.size();
     parallel_for(plan_.pp(), worth_threads(total),
                  [&](int r) { scan_rank(r, scans[static_cast<size_t>(r)]); });
     for (auto& sc : scans) {
@@ -42,11 +46,11 @@ class Verifier {
     if (!rep_.ok()) return;
     check_counts();
     if (!rep_.ok()) return;
-    if (plan_.is_lowered()) {
+    if (lowered_) {
       run_deadlock_model();
-    } else {
+    } else if (opts_.check_runs) {
       try {
-        (void)lower_send_recv(plan_);
+        check_compute_order_runs(plan_);
       } catch (const UserError& e) {
         error(e.message());
       }
@@ -59,6 +63,9 @@ class Verifier {
       rep_.errors.push_back(std::move(msg));
     else
       rep_.truncated = true;
+  }
+  const std::vector<std::vector<Action>>& order() const {
+    return lowered_ ? plan_.lowered : plan_.compute;
   }
   std::string where(int rank, size_t i, const Action& a) const {
     return fmt::format("rank {}, action {} ({})", rank, i, to_string(a));
@@ -81,7 +88,7 @@ class Verifier {
                         plan_.compute.size(), pp));
       return false;
     }
-    if (plan_.is_lowered() && static_cast<int>(plan_.lowered.size()) != pp) {
+    if (lowered_ && static_cast<int>(plan_.lowered.size()) != pp) {
       error(fmt::format("plan has lowered orders for {} ranks, expected pp = {}",
                         plan_.lowered.size(), pp));
       return false;
@@ -180,7 +187,7 @@ class Verifier {
   void scan_rank(int r, ScanResult& out) {
     auto error = [&](std::string msg) { out.error(std::move(msg), max_errors_); };
     const auto& comp = plan_.compute[static_cast<size_t>(r)];
-    if (!plan_.is_lowered()) {
+    if (!lowered_) {
       for (size_t i = 0; i < comp.size(); ++i) check_action(r, i, comp[i], out);
       return;
     }
@@ -230,7 +237,7 @@ class Verifier {
               "rank {}: stage {} microbatch {} has {} B, {} I and {} W; expected one B, or one I "
               "and one W",
               r, s, mb, b, i, w));
-        if (!plan_.is_lowered()) continue;
+        if (!lowered_) continue;
         if (forward_crosses_ranks(plan_, s)) {
           const int nx = plan_.next_stage(s);
           const int sf = n(ActionKind::SendF, s, mb), rf = n(ActionKind::RecvF, nx, mb);
@@ -256,15 +263,18 @@ class Verifier {
 
   void run_deadlock_model() {
     rep_.checked_lowered = true;
-    Execution ex = execute(plan_, nullptr, false, max_errors_);
+    Execution ex = execute(plan_, opts_.costs, opts_.record_times, max_errors_);
     rep_.batches = ex.batches;
-    for (auto& e : ex.errors) error(std::move(e));
+    for (const auto& e : ex.errors) error(e);
     if (!ex.stuck.empty()) error("deadlock: " + explain_stuck(ex.stuck));
+    if (opts_.execution) *opts_.execution = std::move(ex);
   }
 
   const Plan& plan_;
   VerifyReport& rep_;
+  const VerifyOptions& opts_;
   size_t max_errors_;
+  bool lowered_;                // verify the lowered order (else the compute order)
   std::vector<uint8_t> count_;  // per (kind, stage, microbatch), saturating
 };
 
@@ -292,9 +302,15 @@ std::vector<int> peak_inflight(const Plan& plan) {
 }
 
 VerifyReport verify(const Plan& plan, size_t max_errors) {
+  VerifyOptions opts;
+  opts.max_errors = max_errors;
+  return verify(plan, opts);
+}
+
+VerifyReport verify(const Plan& plan, const VerifyOptions& opts) {
   VerifyReport rep;
   if (plan.num_stages() >= 1 && plan.microbatches >= 1) {
-    Verifier v(plan, rep, std::max<size_t>(max_errors, 1));
+    Verifier v(plan, rep, opts);
     v.run();
   } else {
     rep.errors.push_back(

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <utility>
 
+#include "compiler/check.h"
 #include "compiler/compare.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
@@ -262,16 +263,16 @@ int run(const Options& o) {
   if (o.compare) return run_compare(o);
   const ppc::CostModel cost = cost_model(o);
   const std::optional<double> limit = memory_limit(o);
-  ppc::Plan plan = build_plan(o);
   const bool imported = !o.from_csv.empty() || !o.from_json.empty();
-  // Verify the compute order first: lowering assumes a well-formed one.
-  ppc::Plan compute_only = plan;
-  compute_only.lowered.clear();
-  ppc::VerifyReport report = ppc::verify(compute_only);
-  if (report.ok()) {
-    if (!plan.is_lowered()) plan = ppc::lower_for_model(plan, cost);
-    report = ppc::verify(plan);
-  }
+  // Verify the compute order (lowering assumes a well-formed one), lower, verify the lowered plan;
+  // the simulation the output needs rides on the verifier's run.
+  const bool timeline = (o.emit == "svg" && o.engine == "timeline") || o.emit == "trace";
+  ppc::CheckedPlan checked = ppc::check_and_lower(build_plan(o), cost,
+                                                  o.emit == "stats" ? ppc::SimulationNeed::Summary
+                                                  : timeline        ? ppc::SimulationNeed::Timeline
+                                                                    : ppc::SimulationNeed::None);
+  const ppc::Plan& plan = checked.plan;
+  const ppc::VerifyReport& report = checked.report;
   if (!report.ok()) {
     std::string msg =
         imported ? "the plan is not valid:" : "internal error: the generated plan is not valid:";
@@ -292,13 +293,12 @@ int run(const Options& o) {
   } else if (o.emit == "json") {
     ppc::emit_json(plan, report, out);
   } else if (o.emit == "stats") {
-    const ppc::Simulation sim = ppc::simulate(plan, cost);
-    ppc::emit_stats(plan, report, sim, out);
-    if (limit) out << ppc::memory_check(sim, *limit, cost.memory_in_bytes) << "\n";
+    ppc::emit_stats(plan, report, *checked.sim, out);
+    if (limit) out << ppc::memory_check(*checked.sim, *limit, cost.memory_in_bytes) << "\n";
   } else if (o.emit == "layout") {
     ppc::emit_layout(plan, out);
   } else if (o.emit == "svg" && o.engine == "timeline") {
-    ppc::emit_svg(plan, ppc::simulate(plan, cost), out, timeline_options(o, cost));
+    ppc::emit_svg(plan, *checked.sim, out, timeline_options(o, cost));
   } else if (o.emit == "svg" || o.emit == "png") {
     if (o.emit == "png" && o.output.empty() && isatty(fileno(stdout)))
       throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png",
@@ -309,8 +309,7 @@ int run(const Options& o) {
   } else if (o.emit == "dot") {
     ppc::emit_dot(plan, out);
   } else if (o.emit == "trace") {
-    ppc::emit_trace(plan, ppc::simulate(plan, cost), out,
-                    ppc::TraceOptions{1000, cost.memory_in_bytes});
+    ppc::emit_trace(plan, *checked.sim, out, ppc::TraceOptions{1000, cost.memory_in_bytes});
   } else if (o.emit == "html") {
     emit_single_html(plan, report, cost, timeline_options(o, cost), out);
   }

@@ -23,6 +23,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/output_buffer.h"
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
@@ -135,10 +136,15 @@ ppc::Plan build_plan(const Options& o) {
   return ppc::compile(co);
 }
 
-// Writes `text` to `path` atomically (temp file + rename), or to stdout when path is empty.
-void write_output(const std::string& path, const std::string& text) {
+// Writes the output to `path` atomically (temp file + rename), or to stdout when path is empty.
+void write_output(const std::string& path, const ppc::OutputBuffer& text) {
+  auto write_to = [&](std::ostream& os) {
+    text.for_each_chunk(
+        [&](const char* data, size_t n) { os.write(data, static_cast<std::streamsize>(n)); });
+  };
   if (path.empty()) {
-    std::cout << text << std::flush;
+    write_to(std::cout);
+    std::cout << std::flush;
     return;
   }
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
@@ -147,7 +153,7 @@ void write_output(const std::string& path, const std::string& text) {
     if (!out)
       throw ppc::UserError(fmt::format("cannot open '{}' for writing", path),
                            ppc::SourceLocation{"-o", 0, 0, ""});
-    out << text;
+    write_to(out);
     out.close();
     if (!out) {
       std::remove(tmp.c_str());
@@ -244,20 +250,22 @@ int run_compare(const Options& o) {
         fmt::format("no schedule can run this configuration ({}: {}; and {} more skipped)",
                     first.schedule, first.reason, cmp.skipped.size() - 1));
   }
-  std::ostringstream out;
+  ppc::OutputBuffer text;
+  std::ostream out(&text);
   if (o.emit == "html")
     ppc::emit_html(cmp, co, out, timeline_options(o, co.cost));
   else
     ppc::emit_compare_table(cmp, co, out);
-  write_output(o.output, out.str());
+  write_output(o.output, text);
   return 0;
 }
 
 int run(const Options& o) {
   if (o.list_schedules) {
-    std::ostringstream ss;
-    list_schedules(ss);
-    write_output(o.output, ss.str());
+    ppc::OutputBuffer text;
+    std::ostream out(&text);
+    list_schedules(out);
+    write_output(o.output, text);
     return 0;
   }
   if (o.compare) return run_compare(o);
@@ -284,7 +292,8 @@ int run(const Options& o) {
     throw ppc::InternalError(msg);
   }
 
-  std::ostringstream out;
+  ppc::OutputBuffer text;  // written once complete
+  std::ostream out(&text);
   if (o.emit == "table") {
     ppc::emit_table(plan, report, out,
                     ppc::TableOptions{use_color(o), o.compact, terminal_columns(o)});
@@ -313,7 +322,7 @@ int run(const Options& o) {
   } else if (o.emit == "html") {
     emit_single_html(plan, report, cost, timeline_options(o, cost), out);
   }
-  write_output(o.output, out.str());
+  write_output(o.output, text);
   return 0;
 }
 

@@ -210,10 +210,12 @@ class Engine {
       }
       const size_t end = static_cast<size_t>(batch_end_[ru]);
       if (unmatched_[ru] > 0) {
-        // Blocked until a peer arrives; fetch what this rank reads next meanwhile.
-        if (end + 2 < acts.size()) {
-          __builtin_prefetch(&acts[end + 2]);
-          __builtin_prefetch(&partner[end + 4]);
+        // Blocked until a peer arrives. The ranks run by turns, so by the time this one goes on,
+        // its next actions have left the cache and, with one stream per rank, no hardware
+        // prefetcher follows them: fetch the next few lines meanwhile.
+        for (size_t k = end; k < end + 12 && k < acts.size(); k += 3) {
+          __builtin_prefetch(&acts[k]);
+          __builtin_prefetch(&partner[k]);
         }
         return;
       }

@@ -173,7 +173,7 @@ class Engine {
         bool ok = true;
         for_each_part(a, [&](const Action& p) {
           if (!ok || !(ok = check_needs(r, h, a, p))) return;
-          ev_.at(event_of(p.kind), p.stage, p.microbatch) = 1;
+          ev_.set(event_of(p.kind), p.stage, p.microbatch);
         });
         if (!ok) return fail(r);
         if (timed_) {
@@ -221,7 +221,7 @@ class Engine {
       }
       for (size_t j = h; j < end; ++j)
         if (is_recv(acts[j].kind))
-          ev_.at(event_of(acts[j].kind), acts[j].stage, acts[j].microbatch) = 1;
+          ev_.set(event_of(acts[j].kind), acts[j].stage, acts[j].microbatch);
       in_batch_[ru] = 0;
       if (timed_) now_[ru] = done_[ru];
       h = end;
@@ -308,10 +308,10 @@ class Engine {
   // Per rank: the next action; the batch it is in (if in_batch_): its range [begin, end), its
   // ops not matched yet, when it was entered and when its transfers are done.
   std::vector<size_t> head_;
-  std::vector<uint8_t> in_batch_;
+  std::vector<int32_t> in_batch_;  // not bytes: see EventFlags
   std::vector<int32_t> batch_begin_, batch_end_, unmatched_;
   std::vector<double> entry_, done_;
-  std::vector<uint8_t> failed_;
+  std::vector<int32_t> failed_;
   std::vector<double> now_;
 };
 

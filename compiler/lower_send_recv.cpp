@@ -273,7 +273,7 @@ class Lowerer {
     append(r, a);
     if (starts_) (*starts_)[static_cast<size_t>(r)].push_back(now);
     const double end = now + duration(a, r);
-    for_each_part(a, [&](const Action& p) { ev_.at(event_of(p.kind), p.stage, p.microbatch) = 1; });
+    for_each_part(a, [&](const Action& p) { ev_.set(event_of(p.kind), p.stage, p.microbatch); });
     st.computing = true;
     st.busy_until = end;
     st.batch_done = end;
@@ -369,14 +369,14 @@ class Lowerer {
         return;
       }
       append(r, t.send);
-      ev_.at(event_of(t.recv.kind), t.recv.stage, t.recv.microbatch) =
-          1;  // posted; usable after its batch
+      ev_.set(event_of(t.recv.kind), t.recv.stage,
+              t.recv.microbatch);  // posted; usable after its batch
       peer.pending.push_back({t.recv, r});
       ++st.unmatched;
       return;
     }
     append(r, t.send);
-    ev_.at(event_of(t.recv.kind), t.recv.stage, t.recv.microbatch) = 1;
+    ev_.set(event_of(t.recv.kind), t.recv.stage, t.recv.microbatch);
     append(t.peer, t.recv);
     const double done = now + transfer(t.send);
     st.batch_done = std::max(st.batch_done, done);

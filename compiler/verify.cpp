@@ -166,10 +166,12 @@ class Verifier {
 
   // check_action for a run of actions: the ones that pass are counted here, the others (and every
   // OverlapFB) go through check_action.
-  void check_actions(const Fast& f, int rank, const std::vector<Action>& acts, ScanResult& out) {
+  void check_actions(const Fast f, int rank, const std::vector<Action>& acts, ScanResult& out) {
     size_t compute = 0, comm = 0;
-    for (size_t i = 0; i < acts.size(); ++i) {
-      const Action& a = acts[i];
+    const Action* const data = acts.data();  // locals: the count stores cannot change them
+    const size_t n = acts.size();
+    for (size_t i = 0; i < n; ++i) {
+      const Action& a = data[i];
       if (a.kind == ActionKind::OverlapFB || !passes(f, rank, a)) {
         check_action(rank, i, a, out);
         continue;

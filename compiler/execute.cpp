@@ -126,6 +126,14 @@ class Engine {
     return op.peer >= 0 ? op.peer : comm_match(plan_, op).rank;
   }
 
+  // Has everything `part` needs happened? (check_needs, without the words.)
+  bool needs_met(const Action& part) const {
+    bool met = true;
+    for_each_need(plan_, part, [&](const Need& n) { met = met && ev_.happened(n); });
+    return met;
+  }
+
+  // Reports the first need of `part` that has not happened; false if there is one.
   bool check_needs(int r, size_t i, const Action& whole, const Action& part) {
     bool ok = true;
     for_each_need(plan_, part, [&](const Need& n) {
@@ -172,7 +180,7 @@ class Engine {
         // Parts in order: an OverlapFB's backward part may use what its forward part produced.
         bool ok = true;
         for_each_part(a, [&](const Action& p) {
-          if (!ok || !(ok = check_needs(r, h, a, p))) return;
+          if (!ok || !(ok = needs_met(p) || check_needs(r, h, a, p))) return;
           ev_.set(event_of(p.kind), p.stage, p.microbatch);
         });
         if (!ok) return fail(r);
@@ -199,7 +207,7 @@ class Engine {
         done_[ru] = now_[ru];
         for (size_t j = h; j < end; ++j) {
           const Action& op = acts[j];
-          if (is_send(op.kind) && !check_needs(r, j, op, op)) return fail(r);
+          if (is_send(op.kind) && !needs_met(op) && !check_needs(r, j, op, op)) return fail(r);
           const int32_t p = partner[j].position;
           const int q = peer_of(op);
           if (!in_current_batch(q, p)) continue;

@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -23,10 +21,10 @@
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
-#include "compiler/output_buffer.h"
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
+#include "tools/ppcompile/output.h"
 
 namespace {
 
@@ -136,40 +134,6 @@ ppc::Plan build_plan(const Options& o) {
   return ppc::compile(co);
 }
 
-// Writes the output to `path` atomically (temp file + rename), or to stdout when path is empty.
-void write_output(const std::string& path, const ppc::OutputBuffer& text) {
-  auto write_to = [&](std::ostream& os) {
-    text.for_each_chunk(
-        [&](const char* data, size_t n) { os.write(data, static_cast<std::streamsize>(n)); });
-  };
-  if (path.empty()) {
-    write_to(std::cout);
-    std::cout << std::flush;
-    return;
-  }
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out)
-      throw ppc::UserError(fmt::format("cannot open '{}' for writing", path),
-                           ppc::SourceLocation{"-o", 0, 0, ""});
-    write_to(out);
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw ppc::UserError(fmt::format("error writing '{}'", path),
-                           ppc::SourceLocation{"-o", 0, 0, ""});
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw ppc::UserError(fmt::format("cannot write '{}': {}", path, ec.message()),
-                         ppc::SourceLocation{"-o", 0, 0, ""});
-  }
-}
-
 ppc::TimelineOptions timeline_options(const Options& o, const ppc::CostModel& cost) {
   ppc::TimelineOptions t;
   t.arrows = o.arrows == "on"    ? ppc::Arrows::On
@@ -250,22 +214,20 @@ int run_compare(const Options& o) {
         fmt::format("no schedule can run this configuration ({}: {}; and {} more skipped)",
                     first.schedule, first.reason, cmp.skipped.size() - 1));
   }
-  ppc::OutputBuffer text;
-  std::ostream out(&text);
+  Output output(o.output);
   if (o.emit == "html")
-    ppc::emit_html(cmp, co, out, timeline_options(o, co.cost));
+    ppc::emit_html(cmp, co, output.stream(), timeline_options(o, co.cost));
   else
-    ppc::emit_compare_table(cmp, co, out);
-  write_output(o.output, text);
+    ppc::emit_compare_table(cmp, co, output.stream());
+  output.commit();
   return 0;
 }
 
 int run(const Options& o) {
   if (o.list_schedules) {
-    ppc::OutputBuffer text;
-    std::ostream out(&text);
-    list_schedules(out);
-    write_output(o.output, text);
+    Output output(o.output);
+    list_schedules(output.stream());
+    output.commit();
     return 0;
   }
   if (o.compare) return run_compare(o);
@@ -292,8 +254,8 @@ int run(const Options& o) {
     throw ppc::InternalError(msg);
   }
 
-  ppc::OutputBuffer text;  // written once complete
-  std::ostream out(&text);
+  Output output(o.output);  // the plan is valid: write it as it is emitted
+  std::ostream& out = output.stream();
   if (o.emit == "table") {
     ppc::emit_table(plan, report, out,
                     ppc::TableOptions{use_color(o), o.compact, terminal_columns(o)});
@@ -322,7 +284,7 @@ int run(const Options& o) {
   } else if (o.emit == "html") {
     emit_single_html(plan, report, cost, timeline_options(o, cost), out);
   }
-  write_output(o.output, text);
+  output.commit();
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <ostream>
 
+#include "compiler/check.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
@@ -165,9 +166,11 @@ Comparison compare_schedules(const CompareOptions& opts) {
       cmp.skipped.push_back({info.name, reason});
       continue;
     }
-    plan = lower_for_model(plan, config->cost);
+    // Verified, lowered, verified again and simulated, with each replay run once (check.h).
+    CheckedPlan checked = check_and_lower(std::move(plan), config->cost, SimulationNeed::Timeline);
+    plan = std::move(checked.plan);
     CompareRow row;
-    row.report = verify(plan);
+    row.report = std::move(checked.report);
     if (!row.report.ok())
       throw InternalError(fmt::format("internal error: the generated {} plan is not valid: {}",
                                       info.name, row.report.errors.front()));
@@ -175,7 +178,7 @@ Comparison compare_schedules(const CompareOptions& opts) {
     row.vpp = plan.vpp();
     row.placement = plan.placement.style;
     row.layout_note = config->note;
-    row.sim = simulate(plan, config->cost);
+    row.sim = std::move(*checked.sim);
     for (int r = 0; r < plan.pp(); ++r) {
       const size_t ru = static_cast<size_t>(r);
       if (row.sim.peak_memory[ru] > row.peak_memory) {

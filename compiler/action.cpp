@@ -47,6 +47,17 @@ char* put_int(char* out, int v) {
   return std::to_chars(out, out + 16, v).ptr;
 }
 
+size_t int_size(int v) {
+  if (v >= 0 && v < 10) return 1;
+  if (v >= 10 && v < 100000) return v < 100 ? 2 : v < 1000 ? 3 : v < 10000 ? 4 : 5;
+  char buf[16];
+  return static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf);
+}
+
+size_t simple_size(ActionKind k, int stage, int mb) {
+  return int_size(stage) + kKindText[static_cast<int>(k)].size + int_size(mb);
+}
+
 char* put_simple(char* out, ActionKind k, int stage, int mb) {
   out = put_int(out, stage);
   const KindName& name = kKindText[static_cast<int>(k)];
@@ -122,6 +133,12 @@ char* format_action(const Action& a, char* out) {
   *out++ = ')';
   std::memcpy(out, "OVERLAP_F_B", 11);
   return out + 11;
+}
+
+size_t action_text_size(const Action& a) {
+  if (a.kind != ActionKind::OverlapFB) return simple_size(a.kind, a.stage, a.microbatch);
+  return 3 + simple_size(ActionKind::F, a.stage, a.microbatch) +
+         simple_size(a.sub_kind, a.stage2, a.microbatch2) + 11;  // "(" ";" ")" "OVERLAP_F_B"
 }
 
 void append_to(std::string& out, const Action& a) {

@@ -96,6 +96,8 @@ inline constexpr size_t kMaxActionText = 64;
 // Writes the notation of `a` at `out`, which has room for kMaxActionText characters, and returns
 // the end. For emitters that write millions of actions without a string each.
 char* format_action(const Action& a, char* out);
+// The length of the notation of `a` (what format_action writes), without writing it.
+size_t action_text_size(const Action& a);
 
 // Parses PyTorch notation. Returns nullopt and sets `error` (a message without location) on
 // malformed text. The peer of a communication action is left at -1: resolve it with a placement.

@@ -93,14 +93,19 @@ Grid make_grid(const Plan& plan) {
   return g;
 }
 
+// The length of cell_text(plan, a, compact, ...).
+size_t cell_size(const Plan& plan, const Action& a, bool compact) {
+  if (!compact) return action_text_size(a);
+  return plan.vpp() == 1 ? 1 : 2;
+}
+
 std::vector<size_t> column_widths(const Plan& plan, bool compact) {
   std::vector<size_t> width(static_cast<size_t>(plan.pp()));
-  char text[kMaxActionText];
   for (int r = 0; r < plan.pp(); ++r) {
     size_t& w = width[static_cast<size_t>(r)];
     w = compact ? fmt::formatted_size("{}", r) : fmt::formatted_size("Rank {}", r);
     for (const Action& a : plan.compute[static_cast<size_t>(r)])
-      w = std::max(w, cell_text(plan, a, compact, text));
+      w = std::max(w, cell_size(plan, a, compact));
   }
   return width;
 }

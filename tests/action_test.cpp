@@ -42,6 +42,10 @@ TEST(Action, FormatsEveryNumberAsFmtDoes) {
         EXPECT_EQ(to_string(Action::comm(k, s, mb, 0)), fmt::format("{}{}{}", s, kind_name(k), mb));
       EXPECT_EQ(to_string(Action::overlap(s, mb, ActionKind::I, mb, s)),
                 fmt::format("({}F{};{}I{})OVERLAP_F_B", s, mb, mb, s));
+      for (const Action& a :
+           {Action::comm(ActionKind::RecvB, s, mb, 0), Action::compute(ActionKind::F, mb, s),
+            Action::overlap(s, mb, ActionKind::B, mb, s)})
+        EXPECT_EQ(action_text_size(a), to_string(a).size());
       std::string appended = "x";
       append_to(appended, Action::compute(ActionKind::W, s, mb));
       EXPECT_EQ(appended, fmt::format("x{}W{}", s, mb));

@@ -11,8 +11,11 @@ constexpr const char* kKindNames[kNumActionKinds] = {
     "F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OVERLAP_F_B",
 };
 
+// Kind names padded to 16 bytes, so that writing one is a fixed-size copy (the bytes past the
+// name are overwritten or lie past the end format_action returns; its callers' buffers have
+// kMaxActionText characters, and the last name starts at most 36 characters in).
 struct KindName {
-  const char* text;
+  char text[16];
   size_t size;
 };
 constexpr KindName kKindText[kNumActionKinds] = {
@@ -61,7 +64,7 @@ size_t simple_size(ActionKind k, int stage, int mb) {
 char* put_simple(char* out, ActionKind k, int stage, int mb) {
   out = put_int(out, stage);
   const KindName& name = kKindText[static_cast<int>(k)];
-  std::memcpy(out, name.text, name.size);
+  std::memcpy(out, name.text, sizeof name.text);
   return put_int(out + name.size, mb);
 }
 

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <ostream>
 
+#include "compiler/check.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
@@ -133,16 +134,18 @@ std::optional<Config> configure(const ScheduleInfo& info, const CompareOptions& 
 }  // namespace
 
 CompareRow measure_plan(Plan plan, const CostModel& cost, std::optional<double> memory_limit) {
-  plan = lower_for_model(plan, cost);
+  // Verified, lowered, verified again and simulated, with each replay run once (check.h).
+  CheckedPlan checked = check_and_lower(std::move(plan), cost, SimulationNeed::Timeline);
+  plan = std::move(checked.plan);
   CompareRow row;
-  row.report = verify(plan);
+  row.report = std::move(checked.report);
   if (!row.report.ok())
     throw InternalError(fmt::format("internal error: the generated {} plan is not valid: {}",
                                     plan.schedule, row.report.errors.front()));
   row.schedule = plan.schedule;
   row.vpp = plan.vpp();
   row.placement = plan.placement.style;
-  row.sim = simulate(plan, cost);
+  row.sim = std::move(*checked.sim);
   for (int r = 0; r < plan.pp(); ++r) {
     const size_t ru = static_cast<size_t>(r);
     if (row.sim.peak_memory[ru] > row.peak_memory) {

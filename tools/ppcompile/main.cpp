@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -18,6 +16,7 @@
 
 #include "compiler/autotune.h"
 #include "compiler/balance.h"
+#include "compiler/check.h"
 #include "compiler/compare.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
@@ -28,6 +27,7 @@
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
 #include "tools/ppcompile/progress.h"
+#include "tools/ppcompile/output.h"
 
 namespace {
 
@@ -143,35 +143,6 @@ ppc::Plan build_plan(const Options& o) {
   return ppc::compile(co);
 }
 
-// Writes `text` to `path` atomically (temp file + rename), or to stdout when path is empty.
-void write_output(const std::string& path, const std::string& text) {
-  if (path.empty()) {
-    std::cout << text << std::flush;
-    return;
-  }
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out)
-      throw ppc::UserError(fmt::format("cannot open '{}' for writing", path),
-                           ppc::SourceLocation{"-o", 0, 0, ""});
-    out << text;
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw ppc::UserError(fmt::format("error writing '{}'", path),
-                           ppc::SourceLocation{"-o", 0, 0, ""});
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw ppc::UserError(fmt::format("cannot write '{}': {}", path, ec.message()),
-                         ppc::SourceLocation{"-o", 0, 0, ""});
-  }
-}
-
 ppc::TimelineOptions timeline_options(const Options& o, const ppc::CostModel& cost) {
   ppc::TimelineOptions t;
   t.arrows = o.arrows == "on"    ? ppc::Arrows::On
@@ -254,12 +225,12 @@ int run_compare(const Options& o) {
         fmt::format("no schedule can run this configuration ({}: {}; and {} more skipped)",
                     first.schedule, first.reason, cmp.skipped.size() - 1));
   }
-  std::ostringstream out;
+  Output output(o.output);
   if (o.emit == "html")
-    ppc::emit_html(cmp, co, out, timeline_options(o, co.cost));
+    ppc::emit_html(cmp, co, output.stream(), timeline_options(o, co.cost));
   else
-    ppc::emit_compare_table(cmp, co, out);
-  write_output(o.output, out.str());
+    ppc::emit_compare_table(cmp, co, output.stream());
+  output.commit();
   return 0;
 }
 
@@ -337,9 +308,9 @@ int run_autotune(const Options& o) {
     throw ppc::UserError(fmt::format("no configuration can run this model at --pp {} ({}: {})",
                                      o.pp, at.skipped.front().schedule, at.skipped.front().reason));
   if (o.emit == "table") {
-    std::ostringstream out;
-    ppc::emit_autotune_table(at, ao, o.top, out);
-    write_output(o.output, out.str());
+    Output output(o.output);
+    ppc::emit_autotune_table(at, ao, o.top, output.stream());
+    output.commit();
     return 0;
   }
   // Any other output: the winner, compiled, verified and emitted like any plan.
@@ -358,9 +329,9 @@ int run_autotune(const Options& o) {
 int run(const Options& o_given) {
   Options o = o_given;
   if (o.list_schedules) {
-    std::ostringstream ss;
-    list_schedules(ss);
-    write_output(o.output, ss.str());
+    Output output(o.output);
+    list_schedules(output.stream());
+    output.commit();
     return 0;
   }
   if (o.autotune) return run_autotune(o);
@@ -371,16 +342,16 @@ int run(const Options& o_given) {
   const std::optional<double> limit = memory_limit(o);
   std::optional<ppc::BalanceResult> balanced;
   if (o.balance) balanced = run_balance(o, cost, limit);
-  ppc::Plan plan = build_plan(o);
   const bool imported = !o.from_csv.empty() || !o.from_json.empty();
-  // Verify the compute order first: lowering assumes a well-formed one.
-  ppc::Plan compute_only = plan;
-  compute_only.lowered.clear();
-  ppc::VerifyReport report = ppc::verify(compute_only);
-  if (report.ok()) {
-    if (!plan.is_lowered()) plan = ppc::lower_for_model(plan, cost);
-    report = ppc::verify(plan);
-  }
+  // Verify the compute order (lowering assumes a well-formed one), lower, verify the lowered plan;
+  // the simulation the output needs rides on the verifier's run.
+  const bool timeline = (o.emit == "svg" && o.engine == "timeline") || o.emit == "trace";
+  ppc::CheckedPlan checked = ppc::check_and_lower(build_plan(o), cost,
+                                                  o.emit == "stats" ? ppc::SimulationNeed::Summary
+                                                  : timeline        ? ppc::SimulationNeed::Timeline
+                                                                    : ppc::SimulationNeed::None);
+  const ppc::Plan& plan = checked.plan;
+  const ppc::VerifyReport& report = checked.report;
   if (!report.ok()) {
     std::string msg =
         imported ? "the plan is not valid:" : "internal error: the generated plan is not valid:";
@@ -392,7 +363,8 @@ int run(const Options& o_given) {
     throw ppc::InternalError(msg);
   }
 
-  std::ostringstream out;
+  Output output(o.output);  // the plan is valid: write it as it is emitted
+  std::ostream& out = output.stream();
   if (o.emit == "table") {
     ppc::emit_table(plan, report, out,
                     ppc::TableOptions{use_color(o), o.compact, terminal_columns(o)});
@@ -401,16 +373,15 @@ int run(const Options& o_given) {
   } else if (o.emit == "json") {
     ppc::emit_json(plan, report, out);
   } else if (o.emit == "stats") {
-    const ppc::Simulation sim = ppc::simulate(plan, cost);
-    ppc::emit_stats(plan, report, sim, out);
-    if (limit) out << ppc::memory_check(sim, *limit, cost.memory_in_bytes) << "\n";
+    ppc::emit_stats(plan, report, *checked.sim, out);
+    if (limit) out << ppc::memory_check(*checked.sim, *limit, cost.memory_in_bytes) << "\n";
     if (balanced) out << ppc::describe_balance(*balanced);
   } else if (o.emit == "layout") {
     ppc::emit_layout(plan, out);
   } else if (o.emit == "layout-string") {
     ppc::emit_layout_string(plan, out);
   } else if (o.emit == "svg" && o.engine == "timeline") {
-    ppc::emit_svg(plan, ppc::simulate(plan, cost), out, timeline_options(o, cost));
+    ppc::emit_svg(plan, *checked.sim, out, timeline_options(o, cost));
   } else if (o.emit == "svg" || o.emit == "png") {
     if (o.emit == "png" && o.output.empty() && isatty(fileno(stdout)))
       throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png",
@@ -421,12 +392,11 @@ int run(const Options& o_given) {
   } else if (o.emit == "dot") {
     ppc::emit_dot(plan, out);
   } else if (o.emit == "trace") {
-    ppc::emit_trace(plan, ppc::simulate(plan, cost), out,
-                    ppc::TraceOptions{1000, cost.memory_in_bytes});
+    ppc::emit_trace(plan, *checked.sim, out, ppc::TraceOptions{1000, cost.memory_in_bytes});
   } else if (o.emit == "html") {
     emit_single_html(plan, report, cost, timeline_options(o, cost), out);
   }
-  write_output(o.output, out.str());
+  output.commit();
   return 0;
 }
 

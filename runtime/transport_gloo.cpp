@@ -7,6 +7,8 @@
 
 #include <ATen/ATen.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "runtime/transport.h"
@@ -38,6 +40,7 @@ class TcpStore final : public Store {
                                        first_line(e.what())));
     }
     port_ = store_->getPort();
+    if (!o.is_server) probe(o);
   }
 
   void set(const std::string& key, const std::string& value) override {
@@ -74,6 +77,23 @@ class TcpStore final : public Store {
     } catch (const std::exception& e) {
       throw TransportError(
           fmt::format("rendezvous store {} '{}' failed: {}", op, key, first_line(e.what())));
+    }
+  }
+
+  // A client checks that what it connected to answers as a store: a port held by another
+  // program (the store's host could not bind it) must not hang every rank until the timeout.
+  // A store answers a wait for a key just set at once.
+  void probe(const StoreOptions& o) {
+    const auto wait = std::min(o.timeout, std::chrono::milliseconds(5000));
+    const std::string key = fmt::format("{}probe/{}", prefix_, ::getpid());
+    try {
+      store_->set(key, bytes("1"));
+      store_->wait({key}, wait);
+    } catch (const std::exception& e) {
+      throw TransportError(fmt::format(
+          "the rendezvous store at {}:{} does not answer within {:g} s ({}): another program may "
+          "hold the port, or the store's host (rank 0 or the launcher) is not running",
+          o.host, o.port, wait.count() / 1000.0, first_line(e.what())));
     }
   }
 

@@ -1,4 +1,4 @@
-// The model's modules, written with ATen ops and three custom autograd functions whose weight
+// The model's modules, written with ATen ops and custom autograd functions whose weight
 // gradient can be deferred (see model.h). LibTorch 1.13 has no scaled_dot_product_attention:
 // attention is written out (matmul, causal mask, softmax).
 #include "runtime/model.h"
@@ -75,26 +75,103 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
   }
 };
 
-// y = x * g (per channel)
-struct ScaleFn : torch::autograd::Function<ScaleFn> {
+// [y_0, y_1, ...] = x @ [W_0; W_1; ...]^T: linear maps of one input as one matrix product (q, k
+// and v; gate and up), which the BLAS runs faster than two or three narrower ones. Its backward
+// is one product for the input's gradient and one for all the weights'.
+variable_list fused_linear_forward(AutogradContext* ctx, const at::Tensor& x,
+                                   const std::vector<at::Tensor>& ws, GradStash* stash,
+                                   const std::vector<at::Tensor*>& params) {
+  const at::Tensor w = at::cat(ws);
+  ctx->save_for_backward({x, w});
+  ctx->saved_data["stash"] = reinterpret_cast<int64_t>(stash);
+  std::vector<int64_t> ps, sizes;
+  for (at::Tensor* p : params) ps.push_back(reinterpret_cast<int64_t>(p));
+  for (const at::Tensor& wi : ws) sizes.push_back(wi.size(0));
+  ctx->saved_data["params"] = ps;
+  return x.matmul(w.t()).split_with_sizes(sizes, -1);
+}
+
+// The gradients of x and of each weight, then `extra` undefined ones (the non-tensor arguments).
+variable_list fused_linear_backward(AutogradContext* ctx, variable_list grads, size_t extra) {
+  const auto saved = ctx->get_saved_variables();
+  const at::Tensor& x = saved[0];
+  const at::Tensor& w = saved[1];
+  const auto params = ctx->saved_data["params"].toIntVector();
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const int64_t n = reinterpret_cast<at::Tensor*>(params[i])->size(0);
+    sizes.push_back(n);
+    if (!grads[i].defined()) {  // an output nobody used has no gradient: zeros
+      auto shape = x.sizes().vec();
+      shape.back() = n;
+      grads[i] = at::zeros(shape, x.options());
+    }
+  }
+  const at::Tensor gy = at::cat(grads, -1);
+  variable_list out(1 + grads.size() + extra);
+  out[0] = gy.matmul(w);
+  GradStash* stash = stash_of(ctx);
+  if (stash && stash->defer) {
+    int64_t offset = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      stash->push({GradStash::Op::Linear, reinterpret_cast<at::Tensor*>(params[i]), x,
+                   gy.narrow(-1, offset, sizes[i])});
+      offset += sizes[i];
+    }
+    return out;
+  }
+  const std::vector<at::Tensor> gw = linear_weight_grad(x, gy).split_with_sizes(sizes);
+  for (size_t i = 0; i < gw.size(); ++i) out[1 + i] = gw[i];
+  return out;
+}
+
+struct FusedLinear2Fn : torch::autograd::Function<FusedLinear2Fn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w0,
+                               const at::Tensor& w1, GradStash* stash, at::Tensor* p0,
+                               at::Tensor* p1) {
+    return fused_linear_forward(ctx, x, {w0, w1}, stash, {p0, p1});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return fused_linear_backward(ctx, std::move(grads), 3);
+  }
+};
+
+struct FusedLinear3Fn : torch::autograd::Function<FusedLinear3Fn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w0,
+                               const at::Tensor& w1, const at::Tensor& w2, GradStash* stash,
+                               at::Tensor* p0, at::Tensor* p1, at::Tensor* p2) {
+    return fused_linear_forward(ctx, x, {w0, w1, w2}, stash, {p0, p1, p2});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return fused_linear_backward(ctx, std::move(grads), 4);
+  }
+};
+
+// y = g * x / sqrt(mean(x^2) + eps): RMSNorm as one function, whose backward is written out
+// (d/dx = rstd * (gy*g - xn * mean(gy*g * xn))) rather than recorded op by op.
+struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& g,
-                            GradStash* stash, at::Tensor* param) {
-    ctx->save_for_backward({x, g});
+                            double eps, GradStash* stash, at::Tensor* param) {
+    const at::Tensor rstd = (x.square().mean({-1}, true) + eps).rsqrt();
+    const at::Tensor xn = x * rstd;
+    ctx->save_for_backward({xn, rstd, g});
     remember(ctx, stash, param);
-    return x * g;
+    return xn * g;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& g = saved[1];
+    const at::Tensor& xn = saved[0];
+    const at::Tensor& rstd = saved[1];
+    const at::Tensor& g = saved[2];
     const at::Tensor& gy = grads[0];
-    at::Tensor gx = gy * g;
+    const at::Tensor gxn = gy * g;
+    at::Tensor gx = (gxn - xn * (gxn * xn).mean({-1}, true)) * rstd;
     GradStash* stash = stash_of(ctx);
     if (stash && stash->defer) {
-      stash->push({GradStash::Op::Scale, param_of(ctx), x, gy});
-      return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
+      stash->push({GradStash::Op::Scale, param_of(ctx), xn, gy});
+      return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
-    return {gx, scale_weight_grad(x, gy), at::Tensor(), at::Tensor()};
+    return {gx, scale_weight_grad(xn, gy), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -208,7 +285,9 @@ struct Stage::Impl {
   ModelConfig cfg;
   StageSpec spec;
   std::vector<Layer> layers;
-  at::Tensor cos, sin, mask;  // rotary tables [T, head_dim] and causal mask [T, T]
+  // Rotary tables [T, head_dim]; the causal mask [T, T] stacked once per query head of a
+  // key/value head's group: [heads / kv_heads * T, T].
+  at::Tensor cos, sin, mask;
   at::Device device;
 
   Impl(const ModelConfig& c, StageSpec s, const at::Device& d)
@@ -218,8 +297,7 @@ struct Stage::Impl {
     return LinearFn::apply(x, *w, s, w);
   }
   at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, GradStash* s) {
-    at::Tensor xn = x * at::rsqrt(x.pow(2).mean({-1}, true) + cfg.norm_eps);
-    return ScaleFn::apply(xn, *g, s, g);
+    return RmsNormFn::apply(x, *g, cfg.norm_eps, s, g);
   }
   at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, GradStash* s) {
     return EmbeddingFn::apply(*w, ids, s, w);
@@ -233,24 +311,27 @@ struct Stage::Impl {
   at::Tensor decoder(const at::Tensor& x, const Decoder& d, GradStash* s) {
     const int64_t b = x.size(0), T = x.size(1), hd = cfg.head_dim();
     at::Tensor h = rms_norm(x, d.attn_norm, s);
-    at::Tensor q = linear(h, d.wq, s).view({b, T, cfg.heads, hd}).transpose(1, 2);
-    at::Tensor k = linear(h, d.wk, s).view({b, T, cfg.kv_heads, hd}).transpose(1, 2);
-    at::Tensor v = linear(h, d.wv, s).view({b, T, cfg.kv_heads, hd}).transpose(1, 2);
-    q = rope(q);
-    k = rope(k);
-    if (cfg.kv_heads != cfg.heads) {
-      const int64_t rep = cfg.heads / cfg.kv_heads;
-      k = k.repeat_interleave(rep, 1);
-      v = v.repeat_interleave(rep, 1);
-    }
+    const auto qkv = FusedLinear3Fn::apply(h, *d.wq, *d.wk, *d.wv, s, d.wq, d.wk, d.wv);
+    const int64_t kv = cfg.kv_heads, group = cfg.heads / cfg.kv_heads;
+    // Query head j*group + r reads key/value head j (as repeat_interleave would give): the group's
+    // queries are stacked along the sequence, [b*kv, group*T, hd], so that each key/value head is
+    // multiplied once, by one larger product, and never copied. The scale and the causal mask
+    // (stacked likewise) go into that product (baddbmm).
+    at::Tensor q =
+        rope(qkv[0].view({b, T, cfg.heads, hd}).transpose(1, 2)).reshape({b * kv, group * T, hd});
+    at::Tensor k = rope(qkv[1].view({b, T, kv, hd}).transpose(1, 2)).reshape({b * kv, T, hd});
+    at::Tensor v = qkv[2].view({b, T, kv, hd}).transpose(1, 2).reshape({b * kv, T, hd});
     at::Tensor scores =
-        q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd))) + mask;
-    at::Tensor o = at::softmax(scores, -1).matmul(v).transpose(1, 2).reshape({b, T, cfg.hidden});
+        at::baddbmm(mask, q, k.transpose(1, 2), 1.0, 1.0 / std::sqrt(static_cast<double>(hd)));
+    at::Tensor o = at::softmax(scores, -1)
+                       .bmm(v)
+                       .view({b, cfg.heads, T, hd})
+                       .transpose(1, 2)
+                       .reshape({b, T, cfg.hidden});
     at::Tensor x1 = x + linear(o, d.wo, s);
     at::Tensor h2 = rms_norm(x1, d.mlp_norm, s);
-    at::Tensor gate = linear(h2, d.w1, s);
-    at::Tensor up = linear(h2, d.w3, s);
-    return x1 + linear(at::silu(gate) * up, d.w2, s);
+    const auto gate_up = FusedLinear2Fn::apply(h2, *d.w1, *d.w3, s, d.w1, d.w3);
+    return x1 + linear(at::silu(gate_up[0]) * gate_up[1], d.w2, s);
   }
 
   // MTP depth k: the embedding of the tokens k places ahead (token i+k at position i; positions
@@ -336,7 +417,10 @@ Stage::Stage(const ModelConfig& cfg, StageSpec spec, ParamStore& store, const at
   ang = at::cat({ang, ang}, -1);
   m.cos = ang.cos().to(at::kFloat).to(device);
   m.sin = ang.sin().to(at::kFloat).to(device);
-  m.mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat).triu(1).to(device);
+  m.mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat)
+               .triu(1)
+               .repeat({cfg.heads / cfg.kv_heads, 1})
+               .to(device);
 }
 
 Stage::~Stage() = default;

@@ -211,6 +211,7 @@ int run_worker(const Job& job, const LaunchEnv& env) {
                                        env.world / topo.pp, env.world / topo.pp)
                          : ""));
   set_threads(job.threads);
+  keep_freed_memory();
   const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
   std::unique_ptr<Store> store;
   std::unique_ptr<Transport> transport, pipeline, replicas;
@@ -312,6 +313,7 @@ int run(const RunOptions& o, const GetEnv& getenv) {
   }
   if (o.reference) {
     set_threads(job.threads);
+    keep_freed_memory();
     train_reference(job);
     return 0;
   }

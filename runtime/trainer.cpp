@@ -9,6 +9,9 @@
 #include <torch/optim/adamw.h>
 #include <torch/version.h>
 
+#include <dlfcn.h>
+#include <malloc.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -243,10 +246,10 @@ std::string header(const Job& job, const TokenSource& data, const char* transpor
   return fmt::format(
       "pprun: {}, {} microbatches of {} sequences{}\n"
       "pprun: model {} = {}, {:.2f}M parameters ({}); data: {}; {}, {}, {} thread{} per "
-      "rank\n",
+      "rank ({})\n",
       what, p.microbatches, b, replicas > 1 ? " per replica" : "", p.layout.source, layers,
       count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(), transport,
-      job.device, job.threads, job.threads == 1 ? "" : "s");
+      job.device, job.threads, job.threads == 1 ? "" : "s", thread_pools());
 }
 
 // The loss rank's per-step output: metrics file and progress.
@@ -454,8 +457,36 @@ void check_device(const std::string& device) {
                          ppc::SourceLocation{"--device", 0, 0, ""});
 }
 
+int blas_threads() {
+  using Get = int (*)();
+  const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get ? get() : -1;
+}
+
+void keep_freed_memory() {
+  // glibc returns a freed block of 128 KiB or more (the size of most activations) to the kernel,
+  // and the next step's tensor of the same size faults its pages in again, zeroed: about 10,000
+  // page faults per microbatch on a small model. Keep freed memory in the heap for reuse instead.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+std::string thread_pools() {
+  const int blas = blas_threads();
+  return fmt::format("OpenMP {}{}", at::get_num_threads(),
+                     blas < 0 ? "" : fmt::format(", OpenBLAS {}", blas));
+}
+
 void set_threads(int threads) {
-  at::set_num_threads(std::max(1, threads));
+  threads = std::max(1, threads);
+  at::set_num_threads(threads);
+  // LibTorch limits its OpenMP pool, but Debian's LibTorch calls OpenBLAS (pthreads build), which
+  // keeps its own pool sized by the cores of the machine: with several ranks per machine that
+  // oversubscribes the cores (2 ranks x 2 BLAS threads on 2 cores). Limit it too, found at run
+  // time so that a LibTorch on MKL or another BLAS needs nothing.
+  using Set = void (*)(int);
+  if (const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set(threads);
   try {
     at::set_num_interop_threads(1);
   } catch (const std::exception&) {  // already set (several ranks in one process)

@@ -8,10 +8,12 @@
 //  - Launchers: pprun alone, torchrun, SLURM's environment.
 //  - Faults: bad input stops before any compute with exit code 2; a rank killed mid-step stops
 //    every other rank, each naming the lost rank, and pprun exits non-zero.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <regex>
+#include <thread>
 
 #include "e2e_util.h"
 #include "runtime/param_dump.h"
@@ -113,6 +115,26 @@ TEST(LossParity, EveryScheduleOfPpcompileIsCovered) {
     EXPECT_TRUE(covered.count(s)) << s << " has no loss-parity test";
 }
 
+// pprun's default threads per rank: the cores of this machine over its ranks.
+int default_threads(int ranks) {
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
+}
+
+// The banner names each thread pool of the rank and its size: every one must be `threads`.
+// Debian's LibTorch calls OpenBLAS, whose own pool ignores at::set_num_threads (issue 11).
+void expect_thread_pools(const std::string& out, int threads) {
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((\d+) threads? per rank \(([^)]*)\))")))
+      << out;
+  EXPECT_EQ(m[1], std::to_string(threads)) << m[0];
+  std::string pools = m[2];
+  EXPECT_EQ(pools.find("OpenMP " + std::to_string(threads)), 0u) << m[0];
+  if (fs::exists("/usr/lib/x86_64-linux-gnu/libopenblas.so.0") ||
+      pools.find("OpenBLAS") != std::string::npos) {
+    EXPECT_NE(pools.find("OpenBLAS " + std::to_string(threads)), std::string::npos) << m[0];
+  }
+}
+
 // --- launchers
 // ------------------------------------------------------------------------------------
 
@@ -130,6 +152,21 @@ TEST(Launch, PprunAloneSpawnsOneProcessPerRankWithPrefixedOutput) {
                        "predicts 4 3 2 1)"),
             std::string::npos);
   EXPECT_EQ(losses(d.file("m.jsonl")).size(), 3u);
+  expect_thread_pools(p.out, default_threads(4));
+}
+
+TEST(Launch, EveryThreadPoolFollowsTheThreadsFlag) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);
+  for (const int threads : {1, 3}) {
+    const auto flags = concat(kSize, {"--steps", "1", "--threads", std::to_string(threads)});
+    const Proc p = pprun(concat(flags, {"--plan", plan}));
+    ASSERT_EQ(p.exit_code(), 0) << p.out;
+    expect_thread_pools(p.out, threads);
+    const Proc r = pprun(concat(flags, {"--plan", plan, "--reference"}));
+    ASSERT_EQ(r.exit_code(), 0) << r.out;
+    expect_thread_pools(r.out, threads);
+  }
 }
 
 TEST(Launch, TorchrunGivesTheSameRun) {
@@ -150,6 +187,9 @@ TEST(Launch, TorchrunGivesTheSameRun) {
                  concat(args, {"--metrics", d.file("torchrun.jsonl")})));
   ASSERT_EQ(tr.exit_code(), 0) << tr.out;
   EXPECT_NE(tr.out.find("Interleaved1F1B on 2 ranks"), std::string::npos) << tr.out;
+  // torchrun exports OMP_NUM_THREADS=1; pprun's default (cores / ranks) still decides.
+  expect_thread_pools(tr.out, default_threads(2));
+  expect_thread_pools(alone.out, default_threads(2));
   const auto a = losses(d.file("alone.jsonl")), b = losses(d.file("torchrun.jsonl"));
   ASSERT_EQ(b.size(), 3u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_DOUBLE_EQ(a[i], b[i]);

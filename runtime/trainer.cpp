@@ -1,16 +1,11 @@
 #include "runtime/trainer.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/optim/adamw.h>
-#include <torch/version.h>
-
-#include <dlfcn.h>
-#include <malloc.h>
 
 #include <cmath>
 #include <cstdio>
@@ -434,64 +429,6 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
 }
 
 }  // namespace
-
-void check_device(const std::string& device) {
-  if (device == "cpu") return;
-  if (device != "cuda")
-    throw ppc::UserError(fmt::format("unknown device '{}' (expected cpu or cuda)", device),
-                         ppc::SourceLocation{"--device", 0, 0, ""});
-  if (!at::hasCUDA())
-    throw ppc::UserError(
-        fmt::format(
-            "cuda: this LibTorch ({}) was built without CUDA; use a CUDA build of LibTorch, "
-            "or --device cpu",
-            TORCH_VERSION),
-        ppc::SourceLocation{"--device", 0, 0, ""});
-  if (!nccl_available())
-    throw ppc::UserError(
-        "cuda: this pprun was built without the NCCL transport (CMake found no CUDA toolkit or "
-        "NCCL)",
-        ppc::SourceLocation{"--device", 0, 0, ""});
-  if (at::detail::getCUDAHooks().getNumGPUs() < 1)
-    throw ppc::UserError("cuda: no CUDA device is visible",
-                         ppc::SourceLocation{"--device", 0, 0, ""});
-}
-
-int blas_threads() {
-  using Get = int (*)();
-  const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  return get ? get() : -1;
-}
-
-void keep_freed_memory() {
-  // glibc returns a freed block of 128 KiB or more (the size of most activations) to the kernel,
-  // and the next step's tensor of the same size faults its pages in again, zeroed: about 10,000
-  // page faults per microbatch on a small model. Keep freed memory in the heap for reuse instead.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-}
-
-std::string thread_pools() {
-  const int blas = blas_threads();
-  return fmt::format("OpenMP {}{}", at::get_num_threads(),
-                     blas < 0 ? "" : fmt::format(", OpenBLAS {}", blas));
-}
-
-void set_threads(int threads) {
-  threads = std::max(1, threads);
-  at::set_num_threads(threads);
-  // LibTorch limits its OpenMP pool, but Debian's LibTorch calls OpenBLAS (pthreads build), which
-  // keeps its own pool sized by the cores of the machine: with several ranks per machine that
-  // oversubscribes the cores (2 ranks x 2 BLAS threads on 2 cores). Limit it too, found at run
-  // time so that a LibTorch on MKL or another BLAS needs nothing.
-  using Set = void (*)(int);
-  if (const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    set(threads);
-  try {
-    at::set_num_interop_threads(1);
-  } catch (const std::exception&) {  // already set (several ranks in one process)
-  }
-}
 
 void train_rank(const Job& job, int rank, int local_rank, const RankGroups& groups, Store& store,
                 bool hosts_store) {

@@ -8,13 +8,10 @@
 #include <string>
 
 #include "runtime/job.h"
+#include "runtime/process_setup.h"
 #include "runtime/transport.h"
 
 namespace pprt {
-
-// Throws ppc::UserError if `device` cannot be used by this build: "cuda" with a LibTorch built
-// without CUDA, without the NCCL transport, or with no visible GPU.
-void check_device(const std::string& device);
 
 // The process groups of a rank (job.h: Topology).
 struct RankGroups {
@@ -32,19 +29,5 @@ void train_rank(const Job& job, int rank, int local_rank, const RankGroups& grou
 
 // The unpipelined reference of `job` (its plan gives the layout and the microbatches).
 void train_reference(const Job& job);
-
-// Sets this process's intra-op threads: LibTorch's OpenMP pool and, when LibTorch calls OpenBLAS,
-// OpenBLAS's own pool (and one inter-op thread).
-void set_threads(int threads);
-
-// Keeps memory freed by LibTorch in this process's heap for reuse (rather than unmapped and
-// faulted in again at the next step).
-void keep_freed_memory();
-
-// OpenBLAS's thread count in this process, or -1 when OpenBLAS is not loaded.
-int blas_threads();
-
-// This process's thread pools and their sizes, e.g. "OpenMP 1, OpenBLAS 1".
-std::string thread_pools();
 
 }  // namespace pprt

@@ -1,0 +1,27 @@
+// What a pprun process sets up before it trains: the device check, its thread pools and its heap.
+// The interface has no LibTorch type.
+#pragma once
+
+#include <string>
+
+namespace pprt {
+
+// Throws ppc::UserError if `device` cannot be used by this build: "cuda" with a LibTorch built
+// without CUDA, without the NCCL transport, or with no visible GPU.
+void check_device(const std::string& device);
+
+// Sets this process's intra-op threads: LibTorch's OpenMP pool and, when LibTorch calls OpenBLAS,
+// OpenBLAS's own pool (and one inter-op thread).
+void set_threads(int threads);
+
+// Keeps memory freed by LibTorch in this process's heap for reuse (rather than unmapped and
+// faulted in again at the next step).
+void keep_freed_memory();
+
+// OpenBLAS's thread count in this process, or -1 when OpenBLAS is not loaded.
+int blas_threads();
+
+// This process's thread pools and their sizes, e.g. "OpenMP 1, OpenBLAS 1".
+std::string thread_pools();
+
+}  // namespace pprt

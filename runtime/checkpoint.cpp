@@ -356,6 +356,13 @@ void Checkpoint::read(const std::string& name, bool optimizer, std::span<const i
   files_[it->second.file].read(name, TensorDtype::F32, shape, dst, bytes);
 }
 
+std::pair<size_t, uint64_t> Checkpoint::position(const std::string& name, bool optimizer) const {
+  const auto& map = optimizer ? optimizer_ : model_;
+  auto it = map.find(name);
+  if (it == map.end()) fail(dir_, fmt::format("tensor '{}' is not in the checkpoint", name));
+  return {it->second.file, it->second.info->begin};
+}
+
 std::string prepare_checkpoint(const std::string& dir, int64_t step) {
   std::error_code ec;
   fs::create_directories(dir, ec);

@@ -84,6 +84,10 @@ class Checkpoint {
   // `shape` into `dst` (F32, `bytes` of room).
   void read(const std::string& name, bool optimizer, std::span<const int64_t> shape, void* dst,
             size_t bytes) const;
+  // Where that tensor lies: reads made in the order of this key go through each file from start
+  // to end, as the kernel's read-ahead expects (names in model order jump back and forth).
+  // Throws ppc::UserError naming the tensor if it is not in the checkpoint.
+  std::pair<size_t, uint64_t> position(const std::string& name, bool optimizer) const;
 
  private:
   struct Where {

@@ -5,9 +5,12 @@
 #include <fmt/format.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <tuple>
+#include <vector>
 
 #include "compiler/diagnostic.h"
 #include "runtime/transport.h"
@@ -123,24 +126,33 @@ SaveResult save_checkpoint(const SaveContext& ctx, int64_t step) {
 
 uint64_t load_checkpoint(const Checkpoint& ckpt, ParamStore& store, torch::optim::AdamW& opt) {
   at::NoGradGuard no_grad;
-  uint64_t bytes = 0;
-  auto read_into = [&](const std::string& name, bool optimizer, at::Tensor& dst) {
-    at::Tensor cpu = dst.device().is_cpu() ? dst : at::empty(dst.sizes(), at::kFloat);
-    ckpt.read(name, optimizer, dst.sizes().vec(), cpu.data_ptr(),
-              static_cast<size_t>(cpu.numel()) * sizeof(float));
-    if (!dst.device().is_cpu()) dst.copy_(cpu);
-    bytes += static_cast<uint64_t>(cpu.numel()) * sizeof(float);
+  struct Read {
+    std::pair<size_t, uint64_t> at;  // file, offset
+    std::string name;
+    bool optimizer;
+    at::Tensor dst;
   };
+  std::vector<Read> reads;
   for (NamedParam& p : store.params()) {
-    read_into(p.name, false, p.tensor);
     auto st = std::make_unique<torch::optim::AdamWParamState>();
     st->step(ckpt.state().step);
     at::Tensor m = at::empty_like(p.tensor), v = at::empty_like(p.tensor);
-    read_into(p.name + ".exp_avg", true, m);
-    read_into(p.name + ".exp_avg_sq", true, v);
     st->exp_avg(m);
     st->exp_avg_sq(v);
     opt.state()[state_key(p.tensor)] = std::move(st);
+    for (auto [name, optimizer, dst] :
+         {std::tuple{p.name, false, p.tensor}, std::tuple{p.name + ".exp_avg", true, m},
+          std::tuple{p.name + ".exp_avg_sq", true, v}})
+      reads.push_back(Read{ckpt.position(name, optimizer), name, optimizer, dst});
+  }
+  std::sort(reads.begin(), reads.end(), [](const Read& a, const Read& b) { return a.at < b.at; });
+  uint64_t bytes = 0;
+  for (Read& r : reads) {
+    at::Tensor cpu = r.dst.device().is_cpu() ? r.dst : at::empty(r.dst.sizes(), at::kFloat);
+    ckpt.read(r.name, r.optimizer, r.dst.sizes().vec(), cpu.data_ptr(),
+              static_cast<size_t>(cpu.numel()) * sizeof(float));
+    if (!r.dst.device().is_cpu()) r.dst.copy_(cpu);
+    bytes += static_cast<uint64_t>(cpu.numel()) * sizeof(float);
   }
   set_rng_state_hex(ckpt.state().rng_state, ckpt.dir() + "/trainer_state.json");
   return bytes;

@@ -541,9 +541,13 @@ Layout parse_layout_file(const std::string& path) {
           input_location(path));
   }
   if (in.bad()) throw UserError("cannot read layout file: read error", input_location(path));
+  return parse_layout_file_text(text, path);
+}
+
+Layout parse_layout_file_text(std::string_view text, const std::string& input_name) {
   // A UTF-8 byte order mark is not part of the layout.
-  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
-  return parse_text(text, path, /*is_file=*/true);
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  return parse_text(text, input_name, /*is_file=*/true);
 }
 
 }  // namespace ppc

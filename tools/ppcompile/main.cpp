@@ -22,6 +22,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/prepare.h"
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
@@ -262,26 +263,8 @@ int run(const Options& o) {
   if (o.compare) return run_compare(o);
   const ppc::CostModel cost = cost_model(o);
   const std::optional<double> limit = memory_limit(o);
-  ppc::Plan plan = build_plan(o);
-  const bool imported = !o.from_csv.empty() || !o.from_json.empty();
-  // Verify the compute order first: lowering assumes a well-formed one.
-  ppc::Plan compute_only = plan;
-  compute_only.lowered.clear();
-  ppc::VerifyReport report = ppc::verify(compute_only);
-  if (report.ok()) {
-    if (!plan.is_lowered()) plan = ppc::lower_for_model(plan, cost);
-    report = ppc::verify(plan);
-  }
-  if (!report.ok()) {
-    std::string msg =
-        imported ? "the plan is not valid:" : "internal error: the generated plan is not valid:";
-    for (const auto& e : report.errors) msg += "\n  " + e;
-    if (report.truncated) msg += "\n  (more errors not shown)";
-    if (imported)
-      throw ppc::UserError(
-          msg, ppc::SourceLocation{o.from_csv.empty() ? o.from_json : o.from_csv, 0, 0, ""});
-    throw ppc::InternalError(msg);
-  }
+  const std::string imported_from = !o.from_csv.empty() ? o.from_csv : o.from_json;
+  auto [plan, report] = ppc::prepare_plan(build_plan(o), cost, imported_from);
 
   std::ostringstream out;
   if (o.emit == "table") {

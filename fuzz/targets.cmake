@@ -5,6 +5,7 @@
 # To add a target: write fuzz/<name>_fuzz.cpp (PP_FUZZ_TARGET(<name>) { ... }), add <name> here
 # (and PP_FUZZ_SOURCES_<name> if it needs sources beyond libppc), commit seeds in
 # fuzz/corpus/<name>/. scripts/fuzz.sh and the tests pick it up.
+# (One line: scripts/fuzz.sh reads it.)
 set(PP_FUZZ_TARGETS layout csv_import json_plan pprun_plan cost_model model_config)
 
 # Sources beyond libppc, relative to the repository root (plain C++: no LibTorch).

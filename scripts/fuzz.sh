@@ -99,7 +99,9 @@ for t in "${TARGETS[@]}"; do
   if [ -f "$ROOT/fuzz/$t.dict" ]; then opts+=(-dict="$ROOT/fuzz/$t.dict"); fi
   echo "fuzz.sh: $t for ${SECONDS_EACH}s (log: $dir/log)"
   status=0
+  start=$(date +%s)
   "$bin" "${opts[@]}" "$dir/corpus" "${seeds[@]}" >"$dir/log" 2>&1 || status=$?
+  took=$(($(date +%s) - start))
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$dir/log" | tail -1)
   last=$(grep -E '^#[0-9]+.*cov: ' "$dir/log" | tail -1 || true)
@@ -114,7 +116,7 @@ for t in "${TARGETS[@]}"; do
     echo "fuzz.sh: $t FOUND SOMETHING (exit $status); the end of its log:"
     grep -E "fuzz contract violated|ERROR: |SUMMARY: |Test unit written|Base64: " "$dir/log" | head -20 || tail -30 "$dir/log"
   fi
-  summary+=("$(printf '%-12s %8s %12s %8s %7s %8s %7s %9s' "$t" "$SECONDS_EACH" "${execs:-?}" "${rate:-?}" \
+  summary+=("$(printf '%-12s %8s %12s %8s %7s %8s %7s %9s' "$t" "$took" "${execs:-?}" "${rate:-?}" \
     "${cov:-?}" "${ft:-?}" "${corp:-?}" "$findings")")
 done
 

@@ -5,9 +5,12 @@
 #   csv_import  the CSV plans of tests/golden (pp <= 4, up to 4 microbatches), some with a layout
 #   json_plan   ppcompile --emit json over a grid (every schedule, pp 1-4, 1-4 microbatches, with a
 #   pprun_plan  model and with --stages), each also without its lowered "actions"
+#               and, for all three, broken plans from the verifier's mutation corpus
+#               (tests/verify_mutation_test.cpp): plans that get as far as the deadlock model
 #   cost_model  examples/cost-*.json and the example of docs/cost-model.md
 #   model_config  examples/*-model.json
-# Needs the normal build's ppcompile (build/) and the fuzz build (scripts/fuzz.sh builds it).
+# Needs the normal build's ppcompile and ppc_tests (build/) and the fuzz build (scripts/fuzz.sh
+# builds it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PPC=${PPCOMPILE:-build/tools/ppcompile/ppcompile}
@@ -101,6 +104,13 @@ for r in plan["ranks"]:
 json.dump(plan, open(sys.argv[2], "w"))
 PY
 done
+
+# --- broken plans: two mutants per mutation and outcome (deadlocks, data and count errors...) ---
+mkdir -p "$RAW/mutants"
+PP_MUTANT_EXPORT="$RAW/mutants" "${PPC_TESTS:-build/tests/ppc_tests}" \
+  --gtest_filter='VerifyMutants.AgreeWithAnExhaustiveSearch' >/dev/null
+cp "$RAW"/mutants/*.json "$RAW/json/"
+cp "$RAW"/mutants/*.csv "$RAW/csv_import/"
 
 # --- cost models and model configs ---
 cp examples/cost-*.json "$RAW/cost_model/"

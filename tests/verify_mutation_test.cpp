@@ -11,16 +11,21 @@
 // verifier must agree, and when it rejects, its first message must name the rank and the action.
 //
 // The corpus is deterministic (a fixed seed). PP_MUTANTS=N makes N mutants per operator and base
-// plan instead of the default (the larger run: scripts/verify-mutants.sh).
+// plan instead of the default (the larger run: scripts/verify-mutants.sh). PP_MUTANT_EXPORT=DIR
+// also writes two mutants of each mutation and outcome as DIR/<name>.json and .csv, which
+// fuzz/make-seeds.sh adds to the fuzzers' seeds (plans that get as far as the deadlock model).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <regex>
 
 #include "compiler/compile.h"
 #include "compiler/diagnostic.h"
+#include "compiler/emit.h"
 #include "compiler/layout.h"
 #include "compiler/schedule.h"
 #include "compiler/verify.h"
@@ -76,6 +81,19 @@ std::vector<Base> base_plans(const Scale& sc) {
   return out;
 }
 
+// Writes `m` as JSON and CSV files named after its mutation and outcome (PP_MUTANT_EXPORT).
+void export_mutant(const std::string& dir, const Mutant& m, const ppc::VerifyReport& rep,
+                   refmodel::Outcome outcome, int n) {
+  std::string name = fmt::format("{}-{}-{}", m.op, refmodel::outcome_name(outcome), n);
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+  name.erase(0, name.find_first_not_of('-'));
+  std::ofstream json(dir + "/" + name + ".json");
+  ppc::emit_json(m.plan, rep, json);
+  std::ofstream csv(dir + "/" + name + ".csv");
+  ppc::emit_csv(m.plan, csv, /*compute_only=*/false);
+}
+
 // "rank 1, action 4 (...)", "rank 0 waits at its action 3", "rank 1 action 2": the message names
 // a rank and a position in its order.
 bool located(const std::string& msg) {
@@ -129,6 +147,7 @@ TEST(VerifyMutants, AgreeWithAnExhaustiveSearch) {
   };
   std::map<std::string, Tally> by_op;
   Tally all;
+  std::map<std::pair<std::string, Outcome>, int> exported;
   int disagreements = 0, unlocated = 0, full_searches = 0;
   size_t max_states = 0;
   for (const Mutant& m : corpus) {
@@ -143,6 +162,10 @@ TEST(VerifyMutants, AgreeWithAnExhaustiveSearch) {
     EXPECT_FALSE(truth.completion_reachable && truth.deadlock_reachable) << m.base << ", " << m.op;
     max_states = std::max(max_states, truth.states);
     const ppc::VerifyReport rep = ppc::verify(m.plan);
+    if (const char* dir = std::getenv("PP_MUTANT_EXPORT")) {
+      const int n = exported[{m.op, truth.outcome}]++;
+      if (n < 2) export_mutant(dir, m, rep, truth.outcome, n);
+    }
     for (Tally* t : {&by_op[m.op], &all}) {
       ++t->total;
       ++t->by[truth.outcome];

@@ -41,17 +41,18 @@ void BM_SplitBackward(benchmark::State& state) {
   c.ffn = c.hidden * 8 / 3 / 16 * 16;
   c.seq_len = 128;
   const int b = 4;
-  std::vector<pprt::LayerSpec> layers{{ppc::LayerKind::Decoder, 0}, {ppc::LayerKind::Decoder, 1}};
-  pprt::Stage stage(c, layers, 1, 2, at::Device(at::kCPU));
-  const at::Tensor x = at::randn({b, c.seq_len, c.hidden});
-  const at::Tensor g = at::randn({b, c.seq_len, c.hidden}) * 1e-3;
+  pprt::ParamStore store(1, at::Device(at::kCPU));
+  pprt::Stage stage(c, pprt::stage_specs(ppc::parse_layout("E|tt|L"), 0.1)[1], store,
+                    at::Device(at::kCPU));
+  const at::Tensor x = at::randn({1, b, c.seq_len, c.hidden});
+  const at::Tensor g = at::randn({1, b, c.seq_len, c.hidden}) * 1e-3;
   double tb = 0, ti = 0, tw = 0;
   int64_t n = 0;
   for (auto _ : state) {
     for (bool split : {false, true}) {
       pprt::GradStash stash;
       const at::Tensor in = x.detach().requires_grad_(true);
-      const at::Tensor out = stage.forward(in, at::Tensor(), &stash);
+      const at::Tensor out = stage.forward(in, at::Tensor(), &stash, nullptr);
       stash.defer = split;
       auto t0 = Clock::now();
       torch::autograd::backward({out}, {g});
@@ -80,7 +81,7 @@ std::vector<pprt::StepReport> replay(const ppc::Plan& plan, const pprt::ModelCon
   std::vector<int64_t> rows;
   pprt::TokenSource::synthetic(c.vocab, 1).batch(0, 16, c.seq_len + 1, rows);
   const at::Tensor tokens = at::from_blob(rows.data(), {16, c.seq_len + 1}, at::kLong).clone();
-  const auto specs = pprt::number_layers(plan.layout);
+  const auto specs = pprt::stage_specs(plan.layout, 0.1);
   std::unique_ptr<pprt::Store> server;
   int port = 0;
   if (plan.pp() > 1) {
@@ -103,18 +104,18 @@ std::vector<pprt::StepReport> replay(const ppc::Plan& plan, const pprt::ModelCon
       go.hostname = "127.0.0.1";
       transport = pprt::make_gloo_transport(*store, rank, plan.pp(), go);
     }
+    pprt::ParamStore params(1, at::Device(at::kCPU));
     std::vector<std::unique_ptr<pprt::Stage>> owned;
     std::vector<pprt::Stage*> stages;
     for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)]) {
-      owned.push_back(std::make_unique<pprt::Stage>(c, specs[static_cast<size_t>(s)], 1, 2,
+      owned.push_back(std::make_unique<pprt::Stage>(c, specs[static_cast<size_t>(s)], params,
                                                     at::Device(at::kCPU)));
       stages.push_back(owned.back().get());
     }
     pprt::Executor exec(plan, rank, stages, c, transport.get(), at::Device(at::kCPU), {});
     std::vector<pprt::StepReport> mine;
     for (int s = 0; s < steps; ++s) {
-      for (auto* st : stages)
-        for (auto& p : st->params()) p.tensor.mutable_grad() = at::Tensor();
+      for (auto& p : params.params()) p.tensor.mutable_grad() = at::Tensor();
       mine.push_back(exec.run_step(tokens, s));
     }
     if (transport) transport->barrier(std::chrono::seconds(60));

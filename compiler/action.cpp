@@ -1,6 +1,7 @@
 #include "compiler/action.h"
 
 #include <charconv>
+#include <cstring>
 
 namespace ppc {
 
@@ -10,16 +11,61 @@ constexpr const char* kKindNames[kNumActionKinds] = {
     "F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OVERLAP_F_B",
 };
 
-void append_int(std::string& out, int v) {
-  char buf[16];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, end);
+// Kind names padded to 16 bytes, so that writing one is a fixed-size copy (the bytes past the
+// name are overwritten or lie past the end format_action returns; its callers' buffers have
+// kMaxActionText characters, and the last name starts at most 36 characters in).
+struct KindName {
+  char text[16];
+  size_t size;
+};
+constexpr KindName kKindText[kNumActionKinds] = {
+    {"F", 1},      {"B", 1},      {"I", 1},
+    {"W", 1},      {"SEND_F", 6}, {"RECV_F", 6},
+    {"SEND_B", 6}, {"RECV_B", 6}, {"OVERLAP_F_B", 11},
+};
+
+// Decimal digits of v at out; returns the end.
+char* put_int(char* out, int v) {
+  if (v >= 0 && v < 10) {
+    *out = static_cast<char>('0' + v);
+    return out + 1;
+  }
+  if (v >= 10 && v < 100000) {  // the usual stages and microbatches: two digits at a time
+    static constexpr char kPairs[] =
+        "0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243"
+        "4445464748495051525354555657585960616263646566676869707172737475767778798081828384858687"
+        "888990919293949596979899";
+    const int n = v < 100 ? 2 : v < 1000 ? 3 : v < 10000 ? 4 : 5;
+    char* end = out + n;
+    char* p = end;
+    unsigned u = static_cast<unsigned>(v);
+    while (u >= 10) {
+      p -= 2;
+      std::memcpy(p, kPairs + 2 * (u % 100), 2);
+      u /= 100;
+    }
+    if (p > out) *--p = static_cast<char>('0' + u);
+    return end;
+  }
+  return std::to_chars(out, out + 16, v).ptr;
 }
 
-void append_simple(std::string& out, ActionKind k, int stage, int mb) {
-  append_int(out, stage);
-  out += kKindNames[static_cast<int>(k)];
-  append_int(out, mb);
+size_t int_size(int v) {
+  if (v >= 0 && v < 10) return 1;
+  if (v >= 10 && v < 100000) return v < 100 ? 2 : v < 1000 ? 3 : v < 10000 ? 4 : 5;
+  char buf[16];
+  return static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf);
+}
+
+size_t simple_size(ActionKind k, int stage, int mb) {
+  return int_size(stage) + kKindText[static_cast<int>(k)].size + int_size(mb);
+}
+
+char* put_simple(char* out, ActionKind k, int stage, int mb) {
+  out = put_int(out, stage);
+  const KindName& name = kKindText[static_cast<int>(k)];
+  std::memcpy(out, name.text, sizeof name.text);
+  return put_int(out + name.size, mb);
 }
 
 // Parses "<digits>" at text[pos...]; returns false if there is none or it overflows.
@@ -81,22 +127,31 @@ const char* kind_name(ActionKind k) {
   return kKindNames[static_cast<int>(k)];
 }
 
+char* format_action(const Action& a, char* out) {
+  if (a.kind != ActionKind::OverlapFB) return put_simple(out, a.kind, a.stage, a.microbatch);
+  *out++ = '(';
+  out = put_simple(out, ActionKind::F, a.stage, a.microbatch);
+  *out++ = ';';
+  out = put_simple(out, a.sub_kind, a.stage2, a.microbatch2);
+  *out++ = ')';
+  std::memcpy(out, "OVERLAP_F_B", 11);
+  return out + 11;
+}
+
+size_t action_text_size(const Action& a) {
+  if (a.kind != ActionKind::OverlapFB) return simple_size(a.kind, a.stage, a.microbatch);
+  return 3 + simple_size(ActionKind::F, a.stage, a.microbatch) +
+         simple_size(a.sub_kind, a.stage2, a.microbatch2) + 11;  // "(" ";" ")" "OVERLAP_F_B"
+}
+
 void append_to(std::string& out, const Action& a) {
-  if (a.kind == ActionKind::OverlapFB) {
-    out += '(';
-    append_simple(out, ActionKind::F, a.stage, a.microbatch);
-    out += ';';
-    append_simple(out, a.sub_kind, a.stage2, a.microbatch2);
-    out += ")OVERLAP_F_B";
-    return;
-  }
-  append_simple(out, a.kind, a.stage, a.microbatch);
+  char buf[kMaxActionText];
+  out.append(buf, format_action(a, buf));
 }
 
 std::string to_string(const Action& a) {
-  std::string s;
-  append_to(s, a);
-  return s;
+  char buf[kMaxActionText];
+  return std::string(buf, format_action(a, buf));
 }
 
 std::optional<Action> parse_action(std::string_view text, std::string* error) {

@@ -91,6 +91,14 @@ void for_each_part(const Action& a, Fn&& fn) {
 std::string to_string(const Action& a);
 void append_to(std::string& out, const Action& a);
 
+// The longest notation of an action: "(<int>F<int>;<int>B<int>)OVERLAP_F_B" with 11-character ints.
+inline constexpr size_t kMaxActionText = 64;
+// Writes the notation of `a` at `out`, which has room for kMaxActionText characters, and returns
+// the end. For emitters that write millions of actions without a string each.
+char* format_action(const Action& a, char* out);
+// The length of the notation of `a` (what format_action writes), without writing it.
+size_t action_text_size(const Action& a);
+
 // Parses PyTorch notation. Returns nullopt and sets `error` (a message without location) on
 // malformed text. The peer of a communication action is left at -1: resolve it with a placement.
 std::optional<Action> parse_action(std::string_view text, std::string* error);

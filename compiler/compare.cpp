@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <ostream>
 
+#include "compiler/check.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
@@ -132,6 +133,38 @@ std::optional<Config> configure(const ScheduleInfo& info, const CompareOptions& 
 
 }  // namespace
 
+CompareRow measure_plan(Plan plan, const CostModel& cost, std::optional<double> memory_limit) {
+  // Verified, lowered, verified again and simulated, with each replay run once (check.h).
+  CheckedPlan checked = check_and_lower(std::move(plan), cost, SimulationNeed::Timeline);
+  plan = std::move(checked.plan);
+  CompareRow row;
+  row.report = std::move(checked.report);
+  if (!row.report.ok())
+    throw InternalError(fmt::format("internal error: the generated {} plan is not valid: {}",
+                                    plan.schedule, row.report.errors.front()));
+  row.schedule = plan.schedule;
+  row.vpp = plan.vpp();
+  row.placement = plan.placement.style;
+  row.sim = std::move(*checked.sim);
+  for (int r = 0; r < plan.pp(); ++r) {
+    const size_t ru = static_cast<size_t>(r);
+    if (row.sim.peak_memory[ru] > row.peak_memory) {
+      row.peak_memory = row.sim.peak_memory[ru];
+      row.peak_rank = r;
+    }
+    const double total = row.sim.peak_memory[ru] + row.sim.param_memory[ru];
+    if (total > row.peak_total) {
+      row.peak_total = total;
+      row.peak_total_rank = r;
+    }
+  }
+  row.comm_bytes = row.sim.comm_bytes;
+  row.messages = row.sim.messages;
+  row.fits = !memory_limit || row.peak_total <= *memory_limit;
+  row.plan = std::move(plan);
+  return row;
+}
+
 Comparison compare_schedules(const CompareOptions& opts) {
   if (opts.pp < 1 || opts.pp > kMaxPp)
     throw UserError(fmt::format("--pp must be between 1 and {}, got {}", kMaxPp, opts.pp));
@@ -165,33 +198,8 @@ Comparison compare_schedules(const CompareOptions& opts) {
       cmp.skipped.push_back({info.name, reason});
       continue;
     }
-    plan = lower_for_model(plan, config->cost);
-    CompareRow row;
-    row.report = verify(plan);
-    if (!row.report.ok())
-      throw InternalError(fmt::format("internal error: the generated {} plan is not valid: {}",
-                                      info.name, row.report.errors.front()));
-    row.schedule = info.name;
-    row.vpp = plan.vpp();
-    row.placement = plan.placement.style;
+    CompareRow row = measure_plan(std::move(plan), config->cost, opts.memory_limit);
     row.layout_note = config->note;
-    row.sim = simulate(plan, config->cost);
-    for (int r = 0; r < plan.pp(); ++r) {
-      const size_t ru = static_cast<size_t>(r);
-      if (row.sim.peak_memory[ru] > row.peak_memory) {
-        row.peak_memory = row.sim.peak_memory[ru];
-        row.peak_rank = r;
-      }
-      const double total = row.sim.peak_memory[ru] + row.sim.param_memory[ru];
-      if (total > row.peak_total) {
-        row.peak_total = total;
-        row.peak_total_rank = r;
-      }
-    }
-    row.comm_bytes = row.sim.comm_bytes;
-    row.messages = row.sim.messages;
-    row.fits = !opts.memory_limit || row.peak_total <= *opts.memory_limit;
-    row.plan = std::move(plan);
     cmp.rows.push_back(std::move(row));
   }
   std::stable_sort(cmp.rows.begin(), cmp.rows.end(), [](const CompareRow& a, const CompareRow& b) {

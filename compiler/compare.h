@@ -53,6 +53,11 @@ struct Comparison {
 
 Comparison compare_schedules(const CompareOptions& opts);
 
+// One row of a comparison for a compiled (compute-only) plan: lowered for the cost model,
+// verified (InternalError if not valid: plans here are generated), simulated, with its peaks and
+// whether it fits `memory_limit`. Used by compare_schedules and by --autotune.
+CompareRow measure_plan(Plan plan, const CostModel& cost, std::optional<double> memory_limit);
+
 // The comparison as a terminal table (one row per schedule, then the skipped configurations).
 void emit_compare_table(const Comparison& cmp, const CompareOptions& opts, std::ostream& os);
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <ostream>
 
+#include "compiler/block_writer.h"
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
@@ -13,15 +14,13 @@ namespace ppc {
 
 void emit_csv(const Plan& plan, std::ostream& os, bool compute_only) {
   const auto& orders = compute_only ? plan.compute : plan.order();
-  std::string line;
+  BlockWriter out(os);
   for (const auto& rank : orders) {
-    line.clear();
     for (size_t i = 0; i < rank.size(); ++i) {
-      if (i) line += ',';
-      append_to(line, rank[i]);
+      if (i) out.put(',');
+      out.put(rank[i]);
     }
-    line += '\n';
-    os << line;
+    out.put('\n');
   }
 }
 

@@ -171,8 +171,31 @@ class EventTableOf {
 
 // Times (or positions) of every event.
 using EventTable = EventTableOf<int32_t>;
-// Whether each event happened: kNever = no, anything else = yes.
-using EventFlags = EventTableOf<uint8_t>;
+// Whether each event happened. One byte each, but not a uint8_t: a store through a character
+// type may alias any object, so after every flag set the compiler would reload whatever the
+// passes that set millions of them keep in registers.
+class EventFlags {
+ public:
+  EventFlags(int num_stages, int microbatches)
+      : stages_(num_stages),
+        mbs_(microbatches),
+        flags_(static_cast<size_t>(kNumEvents) * num_stages * microbatches, Flag::No) {}
+
+  bool happened(Event e, int stage, int mb) const {
+    return flags_[index(e, stage, mb)] == Flag::Yes;
+  }
+  bool happened(const Need& n) const { return happened(n.event, n.stage, n.microbatch); }
+  void set(Event e, int stage, int mb) { flags_[index(e, stage, mb)] = Flag::Yes; }
+
+ private:
+  enum class Flag : uint8_t { No, Yes };
+  size_t index(Event e, int stage, int mb) const {
+    return (static_cast<size_t>(e) * stages_ + static_cast<size_t>(stage)) * mbs_ +
+           static_cast<size_t>(mb);
+  }
+  int stages_, mbs_;
+  std::vector<Flag> flags_;
+};
 // Positions of the communication events only (RecvF, RecvB, SendF, SendB).
 using CommPositions = EventTableOf<int32_t, static_cast<int>(Event::RecvF), 4>;
 

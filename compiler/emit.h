@@ -51,6 +51,11 @@ void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& 
                 std::ostream& os);
 // One line per stage: "stage S rank R chunk C: <symbols separated by spaces, or (empty)>".
 void emit_layout(const Plan& plan, std::ostream& os);
+// The layout on one line in Megatron-LM's layout syntax, compressed with "X*N" and groups
+// "(...)*N" (never nested): parse_layout() reads it back to exactly the same stages
+// (emit_layout_string.cpp). emit_layout_string adds a newline; UserError for generic stages.
+std::string layout_string(const Layout& layout);
+void emit_layout_string(const Plan& plan, std::ostream& os);
 
 // --- pictures (docs/visualization.md) -----------------------------------------------------------
 enum class Arrows : uint8_t { Auto, On, Off };

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <ostream>
 
 #include "compiler/emit.h"
@@ -60,32 +61,42 @@ char chunk_char(int c) {
   return '+';
 }
 
-std::string cell_text(const Plan& plan, const Action& a, bool compact) {
-  if (!compact) return to_string(a);
-  std::string s(1, compact_letter(a.kind));
-  if (plan.vpp() > 1) s += chunk_char(plan.placement.stage_chunk[static_cast<size_t>(a.stage)]);
-  return s;
+// The text of a cell at `out` (room for kMaxActionText characters); returns its length.
+size_t cell_text(const Plan& plan, const Action& a, bool compact, char* out) {
+  if (!compact) return static_cast<size_t>(format_action(a, out) - out);
+  out[0] = compact_letter(a.kind);
+  if (plan.vpp() == 1) return 1;
+  out[1] = chunk_char(plan.placement.stage_chunk[static_cast<size_t>(a.stage)]);
+  return 2;
 }
 
 struct Grid {
   int32_t num_steps = 0;
-  std::vector<std::vector<int32_t>> cells;  // cells[t][r] = index into plan.compute[r], or -1
+  int pp = 0;
+  std::vector<int32_t> cells;  // cells[t * pp + r] = index into plan.compute[r], or -1
+  int32_t at(int32_t t, int r) const { return cells[static_cast<size_t>(t) * pp + r]; }
 };
 
 Grid make_grid(const Plan& plan) {
   const int pp = plan.pp();
   const auto steps = compute_steps(plan);
   Grid g;
+  g.pp = pp;
   for (const auto& r : steps)
     if (!r.empty()) g.num_steps = std::max(g.num_steps, r.back() + 1);
-  g.cells.assign(static_cast<size_t>(g.num_steps),
-                 std::vector<int32_t>(static_cast<size_t>(pp), -1));
+  g.cells.assign(static_cast<size_t>(g.num_steps) * static_cast<size_t>(pp), -1);
   for (int r = 0; r < pp; ++r) {
     const auto& st = steps[static_cast<size_t>(r)];
     for (size_t i = 0; i < st.size(); ++i)
-      g.cells[static_cast<size_t>(st[i])][static_cast<size_t>(r)] = static_cast<int32_t>(i);
+      g.cells[static_cast<size_t>(st[i]) * pp + static_cast<size_t>(r)] = static_cast<int32_t>(i);
   }
   return g;
+}
+
+// The length of cell_text(plan, a, compact, ...).
+size_t cell_size(const Plan& plan, const Action& a, bool compact) {
+  if (!compact) return action_text_size(a);
+  return plan.vpp() == 1 ? 1 : 2;
 }
 
 std::vector<size_t> column_widths(const Plan& plan, bool compact) {
@@ -94,7 +105,7 @@ std::vector<size_t> column_widths(const Plan& plan, bool compact) {
     size_t& w = width[static_cast<size_t>(r)];
     w = compact ? fmt::formatted_size("{}", r) : fmt::formatted_size("Rank {}", r);
     for (const Action& a : plan.compute[static_cast<size_t>(r)])
-      w = std::max(w, cell_text(plan, a, compact).size());
+      w = std::max(w, cell_size(plan, a, compact));
   }
   return width;
 }
@@ -130,34 +141,42 @@ void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os,
   os << line << '\n';
   const int digits = static_cast<int>(fmt::formatted_size("{}", std::max(0, num_steps - 1)));
   std::array<bool, kNumActionKinds> seen{};
+  char text[kMaxActionText];
   for (int32_t t = 0; t < num_steps; ++t) {
-    line = fmt::format("Step {:0{}}: ", t, digits);
-    std::string trailing;  // padding is only written before a later non-empty cell
+    line.clear();
+    fmt::format_to(std::back_inserter(line), "Step {:0{}}: ", t, digits);
+    size_t trailing = 0;  // spaces of padding, only written before a later non-empty cell
     for (int r = 0; r < pp; ++r) {
-      if (r) trailing += sep;
-      const int32_t i = grid.cells[static_cast<size_t>(t)][static_cast<size_t>(r)];
+      if (r) trailing += sep.size();
+      const int32_t i = grid.at(t, r);
       const size_t w = width[static_cast<size_t>(r)];
       if (i < 0) {
         if (opts.color) {  // idle: a dim dot, so that gaps read as gaps
-          line += trailing + kDim + "·" + kReset;
-          trailing.assign(w - 1, ' ');
+          line.append(trailing, ' ');
+          line += kDim;
+          line += "·";
+          line += kReset;
+          trailing = w - 1;
         } else {
-          trailing += std::string(w, ' ');
+          trailing += w;
         }
         continue;
       }
       const Action& a = plan.compute[static_cast<size_t>(r)][static_cast<size_t>(i)];
       seen[static_cast<size_t>(a.kind)] = true;
-      const std::string text = cell_text(plan, a, compact);
-      line += trailing;
-      trailing.clear();
-      if (opts.color)
-        line += std::string(color_of(a.kind)) + text + kReset;
-      else
-        line += text;
-      trailing += std::string(w - text.size(), ' ');
+      const size_t n = cell_text(plan, a, compact, text);
+      line.append(trailing, ' ');
+      if (opts.color) {
+        line += color_of(a.kind);
+        line.append(text, n);
+        line += kReset;
+      } else {
+        line.append(text, n);
+      }
+      trailing = w - n;
     }
-    os << line << '\n';
+    line += '\n';
+    os.write(line.data(), static_cast<std::streamsize>(line.size()));
   }
 
   if (compact || opts.color) {  // a legend: what the letters / colors mean

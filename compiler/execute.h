@@ -25,6 +25,9 @@ struct ExecCosts {
   std::function<double(const Action&, int rank)> compute;
   // Duration of the transfer of a SEND (from the match to done). Null = 0.
   std::function<double(const Action& send)> transfer;
+  // Called for every compute action as it runs, in each rank's order: its start and end. Lets a
+  // caller follow the run (the simulator's totals) without recording every action's times.
+  std::function<void(int rank, const Action&, double start, double end)> on_compute;
 };
 
 struct Interval {
@@ -35,9 +38,13 @@ struct Execution {
   std::vector<std::string> errors;  // dependency errors (an action ran before its input existed)
   std::vector<StuckRank> stuck;     // ranks that could not finish (deadlock), if no errors
   size_t batches = 0;
+  size_t sends = 0;  // SEND actions (messages)
   // times[r][i]: when rank r's action i ran (compute) or its batch was entered / the op was done
   // (comm). Filled only when record_times is set.
   std::vector<std::vector<Interval>> times;
+  // end[r]: when rank r finished its last action (its last compute, or its last batch's transfers),
+  // the latest end of any of its actions. Filled when costs are given and there are no errors.
+  std::vector<double> end;
 
   bool finished() const { return errors.empty() && stuck.empty(); }
   // "deadlock: rank 0 waits at ..." or the first error; empty if finished.

@@ -39,25 +39,38 @@ struct Transfer {
   int peer;
 };
 
-// The transfer a plain compute part's output needs, if its consumer is on another rank.
-std::optional<Transfer> transfer_of(const Plan& plan, int rank, const Action& part) {
-  const int s = part.stage, mb = part.microbatch;
-  Transfer t;
-  if (part.kind == ActionKind::F && forward_crosses_ranks(plan, s)) {
-    const int n = plan.next_stage(s);
-    t.peer = plan.rank_of(n);
-    t.send = Action::comm(ActionKind::SendF, s, mb, t.peer);
-    t.recv = Action::comm(ActionKind::RecvF, n, mb, rank);
-  } else if (is_backward_input(part.kind) && backward_crosses_ranks(plan, s)) {
-    const int p = plan.prev_stage(s);
-    t.peer = plan.rank_of(p);
-    t.send = Action::comm(ActionKind::SendB, s, mb, t.peer);
-    t.recv = Action::comm(ActionKind::RecvB, p, mb, rank);
-  } else {
-    return std::nullopt;
+// Per stage, the rank its output goes to when that is another rank: forward[s] for F(s)'s
+// activation (to the next stage), backward[s] for B/I(s)'s gradient (to the previous stage);
+// -1 when the output stays on the rank or there is no such stage.
+struct CrossRank {
+  std::vector<int> forward, backward;
+  explicit CrossRank(const Plan& plan)
+      : forward(static_cast<size_t>(plan.num_stages()), -1),
+        backward(static_cast<size_t>(plan.num_stages()), -1) {
+    for (int s = 0; s < plan.num_stages(); ++s) {
+      if (forward_crosses_ranks(plan, s)) forward[static_cast<size_t>(s)] = plan.rank_of(s + 1);
+      if (backward_crosses_ranks(plan, s)) backward[static_cast<size_t>(s)] = plan.rank_of(s - 1);
+    }
   }
-  return t;
-}
+  // The rank a plain compute part's output goes to, or -1.
+  int peer(const Action& part) const {
+    const size_t s = static_cast<size_t>(part.stage);
+    if (part.kind == ActionKind::F) return forward[s];
+    return is_backward_input(part.kind) ? backward[s] : -1;
+  }
+  // The transfer a plain compute part of `rank` needs, if its output goes to another rank (the
+  // next stage is s + 1 and the previous s - 1 whenever they exist).
+  std::optional<Transfer> transfer(int rank, const Action& part) const {
+    const int q = peer(part);
+    if (q < 0) return std::nullopt;
+    const int s = part.stage, mb = part.microbatch;
+    if (part.kind == ActionKind::F)
+      return Transfer{Action::comm(ActionKind::SendF, s, mb, q),
+                      Action::comm(ActionKind::RecvF, s + 1, mb, rank), q};
+    return Transfer{Action::comm(ActionKind::SendB, s, mb, q),
+                    Action::comm(ActionKind::RecvB, s - 1, mb, rank), q};
+  }
+};
 
 struct RankState {
   size_t pos = 0;  // next compute action
@@ -77,6 +90,7 @@ class Lowerer {
         costs_(costs),
         emit_(emit),
         starts_(starts),
+        cross_(plan),
         ev_(plan.num_stages(), plan.microbatches),
         ranks_(static_cast<size_t>(plan.pp())),
         events_(!costs.compute && !costs.transfer ? 3 : costs.max_integral_duration) {}
@@ -93,9 +107,9 @@ class Lowerer {
         size[static_cast<size_t>(r)] += order.size();
         for (const Action& a : order)
           for_each_part(a, [&](const Action& p) {
-            if (auto t = transfer_of(plan_, r, p)) {
+            if (const int q = cross_.peer(p); q >= 0) {
               ++size[static_cast<size_t>(r)];
-              ++size[static_cast<size_t>(t->peer)];
+              ++size[static_cast<size_t>(q)];
             }
           });
       }
@@ -163,21 +177,21 @@ class Lowerer {
         heap_.push(e);
         return;
       }
-      if (e.time < static_cast<double>(cur_time_) && e.time == std::floor(e.time) &&
-          e.time > static_cast<double>(cur_time_) - static_cast<double>(ring_.size())) {
+      const long long t = static_cast<long long>(e.time);
+      const long long window = static_cast<long long>(ring_.size());
+      PPC_INTERNAL_ASSERT(
+          static_cast<double>(t) == e.time && t > cur_time_ - window && t < cur_time_ + window,
+          "event time outside the integral queue's window");
+      if (t < cur_time_) {
         // next_time() looked past empty buckets to the next pending event (at most a duration
         // ahead), and a compute started now ends before it: step back. The buckets in between are
         // empty and every pending event is within a duration of now, so the window still holds
         // them.
-        cur_time_ = static_cast<long long>(e.time);
-        cur_ = static_cast<size_t>(cur_time_) % ring_.size();
+        cur_time_ = t;
+        cur_ = static_cast<size_t>(t) % ring_.size();
         head_pos_ = 0;
       }
-      PPC_INTERNAL_ASSERT(
-          e.time == std::floor(e.time) && e.time >= static_cast<double>(cur_time_) &&
-              e.time < static_cast<double>(cur_time_) + static_cast<double>(ring_.size()),
-          "event time outside the integral queue's window");
-      ring_[static_cast<size_t>(e.time) % ring_.size()].push_back(e);
+      ring_[static_cast<size_t>(t) % ring_.size()].push_back(e);
     }
     double next_time() {
       if (ring_.empty()) return heap_.top().time;
@@ -259,7 +273,7 @@ class Lowerer {
     append(r, a);
     if (starts_) (*starts_)[static_cast<size_t>(r)].push_back(now);
     const double end = now + duration(a, r);
-    for_each_part(a, [&](const Action& p) { ev_.at(event_of(p.kind), p.stage, p.microbatch) = 1; });
+    for_each_part(a, [&](const Action& p) { ev_.set(event_of(p.kind), p.stage, p.microbatch); });
     st.computing = true;
     st.busy_until = end;
     st.batch_done = end;
@@ -338,7 +352,7 @@ class Lowerer {
       for (const Transfer& t : held) post(r, t, now, true);
     }
     for_each_part(plan_.compute[static_cast<size_t>(r)][st.pos - 1], [&](const Action& part) {
-      if (auto t = transfer_of(plan_, r, part)) post(r, *t, now, costs_.defer_sends);
+      if (auto t = cross_.transfer(r, part)) post(r, *t, now, costs_.defer_sends);
     });
   }
 
@@ -355,14 +369,14 @@ class Lowerer {
         return;
       }
       append(r, t.send);
-      ev_.at(event_of(t.recv.kind), t.recv.stage, t.recv.microbatch) =
-          1;  // posted; usable after its batch
+      ev_.set(event_of(t.recv.kind), t.recv.stage,
+              t.recv.microbatch);  // posted; usable after its batch
       peer.pending.push_back({t.recv, r});
       ++st.unmatched;
       return;
     }
     append(r, t.send);
-    ev_.at(event_of(t.recv.kind), t.recv.stage, t.recv.microbatch) = 1;
+    ev_.set(event_of(t.recv.kind), t.recv.stage, t.recv.microbatch);
     append(t.peer, t.recv);
     const double done = now + transfer(t.send);
     st.batch_done = std::max(st.batch_done, done);
@@ -375,6 +389,7 @@ class Lowerer {
   bool emit_;
   std::vector<std::vector<double>>* starts_;
   Plan* out_ = nullptr;
+  CrossRank cross_;
   EventFlags ev_;  // produced locally or RECV posted
   std::vector<RankState> ranks_;
   EventQueue events_;
@@ -400,6 +415,10 @@ Plan lower_send_recv(Plan&& plan, const LoweringCosts& costs) {
   }
   plan.lowered = std::move(lowered);
   return std::move(plan);
+}
+
+void check_compute_order_runs(const Plan& plan) {
+  Lowerer(plan, LoweringCosts{}, false, nullptr).run(nullptr);
 }
 
 std::vector<std::vector<int32_t>> compute_steps(const Plan& plan) {

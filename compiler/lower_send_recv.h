@@ -46,6 +46,10 @@ struct LoweringCosts {
 Plan lower_send_recv(const Plan& plan, const LoweringCosts& costs = {});
 Plan lower_send_recv(Plan&& plan, const LoweringCosts& costs = {});
 
+// Runs the compute order as lower_send_recv(plan) does, without building the lowered order:
+// throws the UserError lowering would throw. The verifier's check that a compute order can run.
+void check_compute_order_runs(const Plan& plan);
+
 // The time steps of the compute orders when every action takes one step (as in PyTorch's
 // _format_pipeline_order): steps[r][i] is when rank r runs its i-th compute action. Used by the
 // terminal table. Throws like lowering.

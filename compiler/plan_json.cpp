@@ -6,6 +6,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "compiler/block_writer.h"
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
@@ -17,15 +18,16 @@ namespace {
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-json actions_json(const std::vector<Action>& actions) {
-  json arr = json::array();
-  std::string buf;
-  for (const Action& a : actions) {
-    buf.clear();
-    append_to(buf, a);
-    arr.push_back(buf);
+// Actions as a JSON array of strings, byte for byte as nlohmann's dump() writes it
+// (["0F0","0SEND_F0"]): action text needs no escaping.
+void write_actions(BlockWriter& out, const std::vector<Action>& actions) {
+  out.put('[');
+  for (size_t i = 0; i < actions.size(); ++i) {
+    out.put(i ? std::string_view(",\"") : std::string_view("\""));
+    out.put(actions[i]);
+    out.put('"');
   }
-  return arr;
+  out.put(']');
 }
 
 // Field access with messages naming the field path.
@@ -127,9 +129,14 @@ void emit_json(const Plan& plan, const VerifyReport& report, std::ostream& os) {
   for (int r = 0; r < plan.pp(); ++r) {
     os << "    {\"rank\": " << r
        << ", \"stages\": " << ojson(plan.placement.rank_stages[static_cast<size_t>(r)]).dump();
-    os << ",\n     \"compute\": " << actions_json(plan.compute[static_cast<size_t>(r)]).dump();
-    if (plan.is_lowered())
-      os << ",\n     \"actions\": " << actions_json(plan.lowered[static_cast<size_t>(r)]).dump();
+    BlockWriter out(os);
+    out.put(",\n     \"compute\": ");
+    write_actions(out, plan.compute[static_cast<size_t>(r)]);
+    if (plan.is_lowered()) {
+      out.put(",\n     \"actions\": ");
+      write_actions(out, plan.lowered[static_cast<size_t>(r)]);
+    }
+    out.flush();
     os << "}" << (r + 1 < plan.pp() ? "," : "") << "\n";
   }
   os << "  ],\n";

@@ -6,15 +6,10 @@
 
 namespace ppc {
 
-PreparedPlan prepare_plan(Plan plan, const CostModel& cost, const std::string& imported_from) {
-  // The compute order first: lowering assumes a well-formed one.
-  Plan compute_only = plan;
-  compute_only.lowered.clear();
-  VerifyReport report = verify(compute_only);
-  if (report.ok()) {
-    if (!plan.is_lowered()) plan = lower_for_model(plan, cost);
-    report = verify(plan);
-  }
+CheckedPlan prepare_plan(Plan plan, const CostModel& cost, const std::string& imported_from,
+                         SimulationNeed need) {
+  CheckedPlan checked = check_and_lower(std::move(plan), cost, need);
+  const VerifyReport& report = checked.report;
   if (!report.ok()) {
     const bool imported = !imported_from.empty();
     std::string msg =
@@ -24,7 +19,7 @@ PreparedPlan prepare_plan(Plan plan, const CostModel& cost, const std::string& i
     if (imported) throw UserError(msg, input_location(imported_from));
     throw InternalError(msg);
   }
-  return PreparedPlan{std::move(plan), std::move(report)};
+  return checked;
 }
 
 }  // namespace ppc

@@ -1,24 +1,20 @@
 // What ppcompile does with every plan before it emits it, generated or imported (CSV, JSON):
-// verify the compute order, lower it if the plan holds no lowered order, verify the lowered order.
+// check_and_lower (verify the compute order, lower it if the plan holds no lowered order, verify
+// the lowered order, simulate it if asked), and the error when the plan fails.
 #pragma once
 
 #include <string>
 
+#include "compiler/check.h"
 #include "compiler/plan.h"
 #include "compiler/simulate.h"
-#include "compiler/verify.h"
 
 namespace ppc {
 
-struct PreparedPlan {
-  Plan plan;  // lowered
-  VerifyReport report;
-};
-
-// Verifies `plan`'s compute order, lowers it with lower_for_model(plan, cost) unless it is lowered
-// already, and verifies the lowered order. A plan that fails is a UserError naming `imported_from`
+// check_and_lower(plan, cost, need), and a plan that fails is a UserError naming `imported_from`
 // (the file it was read from) with one verifier message per line, or, when `imported_from` is
-// empty (the plan was generated), an InternalError.
-PreparedPlan prepare_plan(Plan plan, const CostModel& cost, const std::string& imported_from);
+// empty (the plan was generated), an InternalError. The result's plan is lowered and valid.
+CheckedPlan prepare_plan(Plan plan, const CostModel& cost, const std::string& imported_from,
+                         SimulationNeed need = SimulationNeed::None);
 
 }  // namespace ppc

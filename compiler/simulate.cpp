@@ -92,90 +92,101 @@ Plan lower_for_model(const Plan& plan, const CostModel& model) {
 
 Simulation simulate(const Plan& plan, const CostModel& model) {
   PPC_INTERNAL_ASSERT(plan.is_lowered(), "simulate needs a lowered plan");
-  const auto costs = stage_costs(plan, model);
-  ExecCosts ec;
-  ec.compute = [&](const Action& a, int) { return action_cost(a, costs, model); };
-  const double per_message = message_time(model);
-  ec.transfer = [&](const Action&) { return per_message; };
-  Execution ex = execute(plan, &ec, true);
+  SimulationRun run(plan, model, true);
+  Execution ex = execute(plan, &run.costs(), true);
   if (!ex.finished()) throw UserError("the plan does not run to completion: " + ex.failure());
+  return run.finish(std::move(ex));
+}
 
-  Simulation sim;
-  sim.unit = model.unit;
-  const int pp = plan.pp();
-  sim.busy.assign(static_cast<size_t>(pp), 0.0);
-  sim.peak_memory.assign(static_cast<size_t>(pp), 0.0);
-  sim.memory.assign(static_cast<size_t>(pp), {});
-  for (int r = 0; r < pp; ++r) {
-    const auto& acts = plan.lowered[static_cast<size_t>(r)];
-    const auto& times = ex.times[static_cast<size_t>(r)];
-    double mem = 0;
-    auto& points = sim.memory[static_cast<size_t>(r)];
-    points.reserve(2 * plan.compute[static_cast<size_t>(r)].size() +
-                   1);  // at most a rise and a fall each
-    points.push_back({0, 0});
-    auto change = [&](double t, double delta) {
-      mem += delta;
-      if (mem < 1e-12 && mem > -1e-12) mem = 0;
+SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool timeline)
+    : plan_(plan), model_(model), timeline_(timeline), costs_(stage_costs(plan, model)) {
+  const size_t pp = static_cast<size_t>(plan.pp());
+  exec_.compute = [this](const Action& a, int) { return action_cost(a, costs_, model_); };
+  const double per_message = message_time(model);
+  exec_.transfer = [per_message](const Action&) { return per_message; };
+  exec_.on_compute = [this](int r, const Action& a, double start, double end) {
+    on_compute(r, a, start, end);
+  };
+  sim_.unit = model.unit;
+  sim_.busy.assign(pp, 0.0);
+  sim_.peak_memory.assign(pp, 0.0);
+  sim_.first_start.assign(pp, 0.0);
+  sim_.last_end.assign(pp, 0.0);
+  mem_.assign(pp, 0.0);
+  began_.assign(pp, 0);
+  if (timeline) {
+    sim_.memory.assign(pp, {});
+    for (size_t r = 0; r < pp; ++r) {
+      auto& points = sim_.memory[r];
+      points.reserve(2 * plan.compute[r].size() + 1);  // at most a rise and a fall each
+      points.push_back({0, 0});
+    }
+  }
+}
+
+// Each rank's compute actions arrive in its order: the totals, and the memory changes (a rise at
+// a forward's start, a fall at a backward's end) in the order the rank makes them.
+void SimulationRun::on_compute(int r, const Action& a, double start, double end) {
+  const size_t ru = static_cast<size_t>(r);
+  double& mem = mem_[ru];
+  double& peak = sim_.peak_memory[ru];
+  auto change = [&](double t, double delta) {
+    mem += delta;
+    if (mem < 1e-12 && mem > -1e-12) mem = 0;
+    if (timeline_) {
+      auto& points = sim_.memory[ru];
       if (!points.empty() && points.back().time == t)
         points.back().value = mem;
       else
         points.push_back({t, mem});
-      sim.peak_memory[static_cast<size_t>(r)] =
-          std::max(sim.peak_memory[static_cast<size_t>(r)], mem);
-    };
-    auto apply = [&](const Action& p, const Interval& iv) {
-      const double act = costs[static_cast<size_t>(p.stage)].activation;
-      const double keep = act * model.weight_grad_memory;
-      switch (p.kind) {
-        case ActionKind::F:
-          change(iv.start, act);
-          break;
-        case ActionKind::B:
-          change(iv.end, -act);
-          break;
-        case ActionKind::I:
-          change(iv.end, -(act - keep));
-          break;
-        case ActionKind::W:
-          if (keep != 0) change(iv.end, -keep);
-          break;
-        default:
-          break;
-      }
-    };
-    for (size_t i = 0; i < acts.size(); ++i) {
-      const Action& a = acts[i];
-      const Interval& iv = times[i];
-      sim.makespan = std::max(sim.makespan, iv.end);
-      if (is_comm(a.kind)) {
-        if (is_send(a.kind)) {
-          ++sim.messages;
-          sim.comm_bytes += model.message_bytes;
-        }
-        continue;
-      }
-      sim.busy[static_cast<size_t>(r)] += iv.end - iv.start;
-      for_each_part(a, [&](const Action& p) { apply(p, iv); });
     }
+    peak = std::max(peak, mem);
+  };
+  auto apply = [&](const Action& p) {
+    const double act = costs_[static_cast<size_t>(p.stage)].activation;
+    const double keep = act * model_.weight_grad_memory;
+    switch (p.kind) {
+      case ActionKind::F:
+        change(start, act);
+        break;
+      case ActionKind::B:
+        change(end, -act);
+        break;
+      case ActionKind::I:
+        change(end, -(act - keep));
+        break;
+      case ActionKind::W:
+        if (keep != 0) change(end, -keep);
+        break;
+      default:
+        break;
+    }
+  };
+  sim_.busy[ru] += end - start;
+  for_each_part(a, apply);
+  if (!began_[ru]) {
+    began_[ru] = 1;
+    sim_.first_start[ru] = start;
   }
-  sim.first_start.assign(static_cast<size_t>(pp), 0.0);
-  sim.last_end.assign(static_cast<size_t>(pp), 0.0);
+  sim_.last_end[ru] = end;
+}
+
+Simulation SimulationRun::finish(Execution&& ex) {
+  PPC_INTERNAL_ASSERT(ex.finished() && ex.end.size() == static_cast<size_t>(plan_.pp()),
+                      "SimulationRun::finish needs a finished run with costs");
+  Simulation sim = std::move(sim_);
+  const int pp = plan_.pp();
+  // Every action of a rank ends by the time the rank has finished: the makespan is the latest.
+  for (double e : ex.end) sim.makespan = std::max(sim.makespan, e);
+  sim.messages = ex.sends;
+  for (size_t i = 0; i < ex.sends; ++i) sim.comm_bytes += model_.message_bytes;
   sim.param_memory.assign(static_cast<size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     const size_t ru = static_cast<size_t>(r);
-    const auto& acts = plan.lowered[ru];
-    const auto& times = ex.times[ru];
-    size_t first = 0, last = acts.size();
-    while (first < acts.size() && is_comm(acts[first].kind)) ++first;
-    while (last > first && is_comm(acts[last - 1].kind)) --last;
-    if (first < last) {
-      sim.first_start[ru] = times[first].start;
-      sim.last_end[ru] = times[last - 1].end;
+    if (began_[ru])
       sim.steady_period = std::max(sim.steady_period, sim.last_end[ru] - sim.first_start[ru]);
-    }
-    for (int s : plan.placement.rank_stages[ru])
-      sim.param_memory[ru] += costs[static_cast<size_t>(s)].params;
+    for (int s : plan_.placement.rank_stages[ru])
+      sim.param_memory[ru] += costs_[static_cast<size_t>(s)].params;
   }
   sim.rank_bubble.assign(static_cast<size_t>(pp), 0.0);
   double total_busy = 0;
@@ -186,7 +197,7 @@ Simulation simulate(const Plan& plan, const CostModel& model) {
   }
   sim.bubble = sim.makespan > 0 ? 1.0 - total_busy / (pp * sim.makespan) : 0.0;
   sim.steady_bubble = sim.steady_period > 0 ? 1.0 - total_busy / (pp * sim.steady_period) : 0.0;
-  sim.times = std::move(ex.times);
+  if (timeline_) sim.times = std::move(ex.times);
   return sim;
 }
 

@@ -97,4 +97,32 @@ struct Simulation {
 // `plan` must be lowered and verified. Throws UserError if it does not run to completion.
 Simulation simulate(const Plan& plan, const CostModel& model);
 
+// The simulator in two steps, so that another run of the deadlock model can serve it (the
+// verifier's, in check_and_lower): run `plan` under execute() with costs() (recording times when
+// timeline()), then finish() the run. The result equals simulate(plan, model)'s, except that
+// without a timeline `times` and `memory` are left empty (what --emit stats needs).
+class SimulationRun {
+ public:
+  SimulationRun(const Plan& plan, const CostModel& model, bool timeline);
+  SimulationRun(const SimulationRun&) = delete;
+  SimulationRun& operator=(const SimulationRun&) = delete;
+
+  const ExecCosts& costs() const { return exec_; }
+  bool timeline() const { return timeline_; }
+  // `ex` must have finished.
+  Simulation finish(Execution&& ex);
+
+ private:
+  void on_compute(int rank, const Action& a, double start, double end);
+
+  const Plan& plan_;
+  const CostModel& model_;
+  bool timeline_;
+  std::vector<StageCost> costs_;
+  ExecCosts exec_;
+  Simulation sim_;
+  std::vector<double> mem_;     // per rank: activation memory now
+  std::vector<uint8_t> began_;  // per rank: a compute action has run
+};
+
 }  // namespace ppc

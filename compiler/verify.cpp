@@ -21,18 +21,29 @@ constexpr int kNumKinds = 8;  // the plain kinds F..RecvB, indexing count tables
 
 class Verifier {
  public:
-  Verifier(const Plan& plan, VerifyReport& rep, size_t max_errors)
-      : plan_(plan), rep_(rep), max_errors_(max_errors) {}
+  Verifier(const Plan& plan, VerifyReport& rep, const VerifyOptions& opts)
+      : plan_(plan),
+        rep_(rep),
+        opts_(opts),
+        max_errors_(std::max<size_t>(opts.max_errors, 1)),
+        lowered_(plan.is_lowered() && !opts.compute_only) {}
 
   void run() {
     if (!check_shape() || !check_enough_actions()) return;
+    const int S = plan_.num_stages();
+    next_rank_.assign(static_cast<size_t>(S), -1);
+    prev_rank_.assign(static_cast<size_t>(S), -1);
+    for (int st = 0; st < S; ++st) {
+      if (const int n = plan_.next_stage(st); n >= 0) next_rank_[st] = plan_.rank_of(n);
+      if (const int p = plan_.prev_stage(st); p >= 0) prev_rank_[st] = plan_.rank_of(p);
+    }
     count_.assign(static_cast<size_t>(kNumKinds) * plan_.num_stages() * plan_.microbatches, 0);
     // One pass over every rank's order: ranges and ownership, counts, and (for a lowered plan)
     // that its compute actions are the compute order. Ranks are independent: each writes only
     // its own result and the counts of the stages it holds.
     std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
     size_t total = 0;
-    for (const auto& r : plan_.order()) total += r.size();
+    for (const auto& r : order()) total += r.size();
     parallel_for(plan_.pp(), worth_threads(total),
                  [&](int r) { scan_rank(r, scans[static_cast<size_t>(r)]); });
     for (auto& sc : scans) {
@@ -44,11 +55,11 @@ class Verifier {
     if (!rep_.ok()) return;
     check_counts();
     if (!rep_.ok()) return;
-    if (plan_.is_lowered()) {
+    if (lowered_) {
       run_deadlock_model();
-    } else {
+    } else if (opts_.check_runs) {
       try {
-        (void)lower_send_recv(plan_);
+        check_compute_order_runs(plan_);
       } catch (const UserError& e) {
         error(e.message());
       }
@@ -61,6 +72,9 @@ class Verifier {
       rep_.errors.push_back(std::move(msg));
     else
       rep_.truncated = true;
+  }
+  const std::vector<std::vector<Action>>& order() const {
+    return lowered_ ? plan_.lowered : plan_.compute;
   }
   std::string where(int rank, size_t i, const Action& a) const {
     return fmt::format("rank {}, action {} ({})", rank, i, to_string(a));
@@ -83,7 +97,7 @@ class Verifier {
                         plan_.compute.size(), pp));
       return false;
     }
-    if (plan_.is_lowered() && static_cast<int>(plan_.lowered.size()) != pp) {
+    if (lowered_ && static_cast<int>(plan_.lowered.size()) != pp) {
       error(fmt::format("plan has lowered orders for {} ranks, expected pp = {}",
                         plan_.lowered.size(), pp));
       return false;
@@ -136,6 +150,65 @@ class Verifier {
     if (!part_ok(rank, i, whole, a, out)) return;
     uint8_t& c = count_[cindex(a.kind, a.stage, a.microbatch)];
     if (c < 255) ++c;
+  }
+
+  // The checks of part_ok without a word, with what they read held in locals (the counts are
+  // bytes, which may alias anything: the compiler would reload every field after each count).
+  struct Fast {
+    unsigned stages, microbatches;
+    const int* stage_rank;
+    const int* next_rank;
+    const int* prev_rank;
+    bool one_copy;
+    uint8_t* count;
+  };
+  Fast fast() {
+    return Fast{static_cast<unsigned>(plan_.num_stages()),
+                static_cast<unsigned>(plan_.microbatches),
+                plan_.placement.stage_rank.data(),
+                next_rank_.data(),
+                prev_rank_.data(),
+                plan_.copies == 1,
+                count_.data()};
+  }
+
+  // True when plain action `a` passes every check of part_ok; otherwise part_ok looks again and
+  // says what is wrong (millions of actions pass; few, if any, do not).
+  bool passes(const Fast& f, int rank, const Action& a) const {
+    const unsigned s = static_cast<unsigned>(a.stage), mb = static_cast<unsigned>(a.microbatch);
+    if (s >= f.stages || mb >= f.microbatches || f.stage_rank[s] != rank) return false;
+    if (!f.one_copy && !plan_.runs(a.stage, a.microbatch)) return false;
+    if (!is_comm(a.kind)) return true;
+    // comm_match: SEND_F and RECV_B exchange with the next stage, RECV_F and SEND_B the previous.
+    const int peer = a.kind == ActionKind::SendF || a.kind == ActionKind::RecvB ? f.next_rank[s]
+                                                                                : f.prev_rank[s];
+    return peer >= 0 && peer != rank && (a.peer < 0 || a.peer == peer);
+  }
+
+  // check_action for a run of actions: the ones that pass are counted here, the others (and every
+  // OverlapFB) go through check_action.
+  void check_actions(const Fast f, int rank, const std::vector<Action>& acts, ScanResult& out) {
+    size_t compute = 0, comm = 0;
+    const Action* const data = acts.data();  // locals: the count stores cannot change them
+    const size_t n = acts.size();
+    for (size_t i = 0; i < n; ++i) {
+      const Action& a = data[i];
+      if (a.kind == ActionKind::OverlapFB || !passes(f, rank, a)) {
+        check_action(rank, i, a, out);
+        continue;
+      }
+      uint8_t& c =
+          f.count[(static_cast<size_t>(a.kind) * f.stages + static_cast<unsigned>(a.stage)) *
+                      f.microbatches +
+                  static_cast<unsigned>(a.microbatch)];
+      c = static_cast<uint8_t>(c + (c < 255));
+      if (is_comm(a.kind))
+        ++comm;
+      else
+        ++compute;
+    }
+    out.compute_actions += compute;
+    out.comm_actions += comm;
   }
 
   bool part_ok(int rank, size_t i, const Action& whole, const Action& a, ScanResult& out) {
@@ -201,15 +274,16 @@ class Verifier {
   void scan_rank(int r, ScanResult& out) {
     auto error = [&](std::string msg) { out.error(std::move(msg), max_errors_); };
     const auto& comp = plan_.compute[static_cast<size_t>(r)];
-    if (!plan_.is_lowered()) {
-      for (size_t i = 0; i < comp.size(); ++i) check_action(r, i, comp[i], out);
+    const Fast f = fast();
+    if (!lowered_) {
+      check_actions(f, r, comp, out);
       return;
     }
     const auto& low = plan_.lowered[static_cast<size_t>(r)];
+    check_actions(f, r, low, out);
     size_t k = 0;
     bool same = true;
     for (size_t i = 0; i < low.size(); ++i) {
-      check_action(r, i, low[i], out);
       if (is_comm(low[i].kind) || !same) continue;
       if (k >= comp.size() || !(comp[k] == low[i])) {
         error(fmt::format(
@@ -239,15 +313,15 @@ class Verifier {
     for (const auto& w : what) {
       const int rank = std::get<0>(w), stage = std::get<2>(w);
       const ActionKind kind = std::get<1>(w);
-      const auto& order = plan_.order()[static_cast<size_t>(rank)];
-      for (size_t i = 0; i < order.size(); ++i) {
+      const auto& ops = order()[static_cast<size_t>(rank)];
+      for (size_t i = 0; i < ops.size(); ++i) {
         bool hit = false;
-        for_each_part(order[i], [&](const Action& p) {
+        for_each_part(ops[i], [&](const Action& p) {
           hit = hit || (p.kind == kind && p.stage == stage && p.microbatch == mb);
         });
         if (!hit) continue;
         if (shown++ == 4) return out + ", ...";
-        out += (out.empty() ? "; see " : ", ") + where(rank, i, order[i]);
+        out += (out.empty() ? "; see " : ", ") + where(rank, i, ops[i]);
       }
     }
     return out;
@@ -255,64 +329,90 @@ class Verifier {
 
   void check_counts() {
     const int S = plan_.num_stages(), M = plan_.microbatches;
-    auto n = [&](ActionKind k, int s, int mb) {
-      return static_cast<int>(count_[cindex(k, s, mb)]);
-    };
-    using K = ActionKind;
+    const size_t plane = static_cast<size_t>(S) * static_cast<size_t>(M);
     for (int s = 0; s < S; ++s) {
+      // The counts of stage s (and of the ops its neighbours exchange with it) per microbatch.
+      auto row = [&](ActionKind k, int stage) {
+        return count_.data() + cindex(k, stage < 0 ? s : stage, 0);
+      };
+      const uint8_t* f = row(ActionKind::F, s);
+      const uint8_t* b = f + plane;  // the kinds are consecutive planes: F, B, I, W, ...
+      const uint8_t* i = b + plane;
+      const uint8_t* w = i + plane;
+      const bool fwd = lowered_ && forward_crosses_ranks(plan_, s);
+      const bool bwd = lowered_ && backward_crosses_ranks(plan_, s);
+      const uint8_t* sf = row(ActionKind::SendF, s);
+      const uint8_t* rf = row(ActionKind::RecvF, fwd ? plan_.next_stage(s) : -1);
+      const uint8_t* sb = row(ActionKind::SendB, s);
+      const uint8_t* rb = row(ActionKind::RecvB, bwd ? plan_.prev_stage(s) : -1);
       for (int mb = 0; mb < M; ++mb) {
-        if (!plan_.runs(s, mb)) continue;
-        const int f = n(K::F, s, mb), b = n(K::B, s, mb), i = n(K::I, s, mb), w = n(K::W, s, mb);
-        const int r = plan_.rank_of(s);
-        if (f != 1)
-          error(fmt::format(
-              "rank {}: stage {} microbatch {} has {} forwards (F), expected exactly 1{}", r, s, mb,
-              f,
-              f > 0 ? see({{r, K::F, s}}, mb)
-                    : see({{r, K::B, s}, {r, K::I, s}, {r, K::W, s}}, mb)));
-        if (!((b == 1 && i == 0 && w == 0) || (b == 0 && i == 1 && w == 1)))
-          error(fmt::format(
-              "rank {}: stage {} microbatch {} has {} B, {} I and {} W; expected one B, or one I "
-              "and one W{}",
-              r, s, mb, b, i, w,
-              b + i + w > 0 ? see({{r, K::B, s}, {r, K::I, s}, {r, K::W, s}}, mb)
-                            : see({{r, K::F, s}}, mb)));
-        if (!plan_.is_lowered()) continue;
-        if (forward_crosses_ranks(plan_, s)) {
-          const int nx = plan_.next_stage(s), q = plan_.rank_of(nx);
-          const int sf = n(K::SendF, s, mb), rf = n(K::RecvF, nx, mb);
-          if (sf != 1 || rf != 1)
-            error(fmt::format(
-                "activation of stage {} microbatch {} (rank {} -> rank {}): {} SEND_F and {} "
-                "RECV_F, expected one of each{}",
-                s, mb, r, q, sf, rf, see({{r, K::SendF, s}, {q, K::RecvF, nx}}, mb)));
-        }
-        if (backward_crosses_ranks(plan_, s)) {
-          const int pv = plan_.prev_stage(s), q = plan_.rank_of(pv);
-          const int sb = n(K::SendB, s, mb), rb = n(K::RecvB, pv, mb);
-          if (sb != 1 || rb != 1)
-            error(fmt::format(
-                "gradient of stage {} microbatch {} (rank {} -> rank {}): {} SEND_B and {} "
-                "RECV_B, expected one of each{}",
-                s, mb, r, q, sb, rb, see({{r, K::SendB, s}, {q, K::RecvB, pv}}, mb)));
-        }
+        const size_t m = static_cast<size_t>(mb);
+        const bool right = f[m] == 1 && (b[m] + i[m] == 1) && i[m] == w[m] &&
+                           (!fwd || (sf[m] == 1 && rf[m] == 1)) &&
+                           (!bwd || (sb[m] == 1 && rb[m] == 1));
+        if (!right && plan_.runs(s, mb)) explain_counts(s, mb);
       }
       if (rep_.truncated) return;
     }
   }
 
+  // The errors check_counts finds at (s, mb).
+  void explain_counts(int s, int mb) {
+    auto n = [&](ActionKind k, int stage, int m) {
+      return static_cast<int>(count_[cindex(k, stage, m)]);
+    };
+    using K = ActionKind;
+    const int f = n(K::F, s, mb), b = n(K::B, s, mb), i = n(K::I, s, mb), w = n(K::W, s, mb);
+    const int r = plan_.rank_of(s);
+    if (f != 1)
+      error(fmt::format(
+          "rank {}: stage {} microbatch {} has {} forwards (F), expected exactly 1{}", r, s, mb, f,
+          f > 0 ? see({{r, K::F, s}}, mb) : see({{r, K::B, s}, {r, K::I, s}, {r, K::W, s}}, mb)));
+    if (!((b == 1 && i == 0 && w == 0) || (b == 0 && i == 1 && w == 1)))
+      error(fmt::format(
+          "rank {}: stage {} microbatch {} has {} B, {} I and {} W; expected one B, or one I "
+          "and one W{}",
+          r, s, mb, b, i, w,
+          b + i + w > 0 ? see({{r, K::B, s}, {r, K::I, s}, {r, K::W, s}}, mb)
+                        : see({{r, K::F, s}}, mb)));
+    if (!lowered_) return;
+    if (forward_crosses_ranks(plan_, s)) {
+      const int nx = plan_.next_stage(s), q = plan_.rank_of(nx);
+      const int sf = n(K::SendF, s, mb), rf = n(K::RecvF, nx, mb);
+      if (sf != 1 || rf != 1)
+        error(fmt::format(
+            "activation of stage {} microbatch {} (rank {} -> rank {}): {} SEND_F and {} "
+            "RECV_F, expected one of each{}",
+            s, mb, r, q, sf, rf, see({{r, K::SendF, s}, {q, K::RecvF, nx}}, mb)));
+    }
+    if (backward_crosses_ranks(plan_, s)) {
+      const int pv = plan_.prev_stage(s), q = plan_.rank_of(pv);
+      const int sb = n(K::SendB, s, mb), rb = n(K::RecvB, pv, mb);
+      if (sb != 1 || rb != 1)
+        error(
+            fmt::format("gradient of stage {} microbatch {} (rank {} -> rank {}): {} SEND_B and {} "
+                        "RECV_B, expected one of each{}",
+                        s, mb, r, q, sb, rb, see({{r, K::SendB, s}, {q, K::RecvB, pv}}, mb)));
+    }
+  }
+
   void run_deadlock_model() {
     rep_.checked_lowered = true;
-    Execution ex = execute(plan_, nullptr, false, max_errors_);
+    Execution ex = execute(plan_, opts_.costs, opts_.record_times, max_errors_);
     rep_.batches = ex.batches;
-    for (auto& e : ex.errors) error(std::move(e));
+    for (const auto& e : ex.errors) error(e);
     if (!ex.stuck.empty()) error("deadlock: " + explain_stuck(ex.stuck));
+    if (opts_.execution) *opts_.execution = std::move(ex);
   }
 
   const Plan& plan_;
   VerifyReport& rep_;
+  const VerifyOptions& opts_;
   size_t max_errors_;
+  bool lowered_;                // verify the lowered order (else the compute order)
   std::vector<uint8_t> count_;  // per (kind, stage, microbatch), saturating
+  std::vector<int> next_rank_,
+      prev_rank_;  // per stage: the rank of its next / previous stage, or -1
 };
 
 }  // namespace
@@ -339,9 +439,15 @@ std::vector<int> peak_inflight(const Plan& plan) {
 }
 
 VerifyReport verify(const Plan& plan, size_t max_errors) {
+  VerifyOptions opts;
+  opts.max_errors = max_errors;
+  return verify(plan, opts);
+}
+
+VerifyReport verify(const Plan& plan, const VerifyOptions& opts) {
   VerifyReport rep;
   if (plan.num_stages() >= 1 && plan.microbatches >= 1) {
-    Verifier v(plan, rep, std::max<size_t>(max_errors, 1));
+    Verifier v(plan, rep, opts);
     v.run();
   } else {
     rep.errors.push_back(

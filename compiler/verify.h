@@ -39,6 +39,27 @@ struct VerifyReport {
 
 VerifyReport verify(const Plan& plan, size_t max_errors = 20);
 
+struct ExecCosts;
+struct Execution;
+
+// verify() with the knobs the compile pipeline (check.h) uses to run every replay of a plan once.
+struct VerifyOptions {
+  size_t max_errors = 20;
+  // Verify the compute order only, as if plan.lowered were empty (without copying the plan).
+  bool compute_only = false;
+  // Compute-only: check 3, running the compute order as lowering does. Off only for a caller that
+  // lowers the plan with lower_send_recv (unit costs) right after: lowering runs the same replay
+  // and throws the same UserError, which the caller adds to the report's errors.
+  bool check_runs = true;
+  // Lowered: run the deadlock model with these costs (SimulationRun::costs(): the same run then
+  // simulates the plan), recording every action's times if asked, and hand the run back in
+  // `execution` when it is set. Costs and times do not change what the model decides.
+  const ExecCosts* costs = nullptr;
+  bool record_times = false;
+  Execution* execution = nullptr;
+};
+VerifyReport verify(const Plan& plan, const VerifyOptions& opts);
+
 // Peak in-flight activations per rank of a compute order (no checks).
 std::vector<int> peak_inflight(const Plan& plan);
 

@@ -2,6 +2,7 @@
 #include "compiler/layout.h"
 #include "fuzz/fuzz_target.h"
 #include "runtime/model_config.h"
+#include "runtime/model_spec.h"
 
 PP_FUZZ_TARGET(model_config) {
   auto config =

@@ -10,4 +10,4 @@ set(PP_FUZZ_TARGETS layout csv_import json_plan pprun_plan cost_model model_conf
 
 # Sources beyond libppc, relative to the repository root (plain C++: no LibTorch).
 set(PP_FUZZ_SOURCES_pprun_plan runtime/plan_load.cpp)
-set(PP_FUZZ_SOURCES_model_config runtime/model_config.cpp)
+set(PP_FUZZ_SOURCES_model_config runtime/model_config.cpp runtime/model_spec.cpp)

@@ -2,9 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-
 #include "compiler/diagnostic.h"
+#include "runtime/job.h"
 
 namespace pprt {
 
@@ -48,30 +47,25 @@ TokenSource TokenSource::synthetic(int vocab, uint64_t seed) {
   return s;
 }
 
-TokenSource TokenSource::from_file(const std::string& path, int vocab, int seq_len, uint64_t seed) {
-  if (vocab < 256)
-    throw ppc::UserError(fmt::format("byte-level data needs vocab >= 256, the model has {}", vocab),
-                         ppc::SourceLocation{"--data", 0, 0, ""});
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw ppc::UserError(fmt::format("cannot open data file '{}'", path),
-                         ppc::SourceLocation{"--data", 0, 0, ""});
-  auto bytes = std::make_shared<std::vector<uint8_t>>(std::istreambuf_iterator<char>(in),
-                                                      std::istreambuf_iterator<char>());
-  if (in.bad())
-    throw ppc::UserError(fmt::format("error reading data file '{}'", path),
-                         ppc::SourceLocation{"--data", 0, 0, ""});
-  if (bytes->size() < static_cast<size_t>(seq_len) + 1)
-    throw ppc::UserError(
-        fmt::format("data file '{}' has {} bytes; one sequence needs seq_len + 1 = {}", path,
-                    bytes->size(), seq_len + 1),
-        ppc::SourceLocation{"--data", 0, 0, ""});
+TokenSource TokenSource::from_file(const std::string& path, int vocab, int seq_len, uint64_t seed,
+                                   DataFormat format) {
   TokenSource s;
-  s.path_ = path;
-  s.bytes_ = std::move(bytes);
+  s.file_ = TokenFile::open(path, format, vocab, seq_len);
   s.vocab_ = vocab;
   s.seed_ = seed;
   return s;
+}
+
+TokenSource open_training_data(const Job& job) {
+  const TrainOptions& t = job.train;
+  if (t.data_path.empty()) {
+    if (t.data_format != DataFormat::Auto)
+      throw ppc::UserError(fmt::format("{} needs --data FILE", data_format_name(t.data_format)),
+                           ppc::input_location("--data-format"));
+    return TokenSource::synthetic(job.model.vocab, t.seed);
+  }
+  return TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed,
+                                t.data_format);
 }
 
 void TokenSource::synthetic_row(uint64_t key, int len, int64_t* out) const {
@@ -89,24 +83,39 @@ void TokenSource::synthetic_row(uint64_t key, int len, int64_t* out) const {
   for (int i = fresh; i < len; ++i) out[i] = out[i - fresh];
 }
 
-void TokenSource::batch(int64_t step, int rows, int len, std::vector<int64_t>& out) const {
+void TokenSource::batch(int64_t step, int64_t first_row, int rows, int len,
+                        std::vector<int64_t>& out) const {
+  PPC_INTERNAL_ASSERT(first_row >= 0 && rows >= 0 && len >= 0, "negative batch slice");
+  PPC_INTERNAL_ASSERT(!file_ || static_cast<uint64_t>(len) <= file_->size(),
+                      "sequences longer than the data");
   out.resize(static_cast<size_t>(rows) * static_cast<size_t>(len));
+  const uint64_t step_key = mix64(seed_, static_cast<uint64_t>(step));
   for (int r = 0; r < rows; ++r) {
-    const uint64_t key = mix64(mix64(seed_, static_cast<uint64_t>(step)), static_cast<uint64_t>(r));
+    const uint64_t key = mix64(step_key, static_cast<uint64_t>(first_row + r));
     int64_t* row = out.data() + static_cast<size_t>(r) * static_cast<size_t>(len);
-    if (!bytes_) {
+    if (!file_) {
       synthetic_row(key, len, row);
       continue;
     }
-    const uint64_t span = bytes_->size() - static_cast<uint64_t>(len) + 1;
-    const uint64_t off = mix64(key) % span;
-    for (int i = 0; i < len; ++i) row[i] = (*bytes_)[off + static_cast<uint64_t>(i)];
+    const uint64_t span = file_->size() - static_cast<uint64_t>(len) + 1;
+    file_->copy(mix64(key) % span, static_cast<size_t>(len), row);
   }
 }
 
 std::string TokenSource::describe() const {
-  if (bytes_) return fmt::format("bytes of {} ({} bytes)", path_, bytes_->size());
+  if (file_) return file_->describe();
   return fmt::format("synthetic language (vocab {})", vocab_);
+}
+
+DataIdentity TokenSource::identity() const {
+  if (file_) return file_->identity();
+  DataIdentity id;
+  id.format = "synthetic";
+  return id;
+}
+
+void TokenSource::check_unchanged() const {
+  if (file_) file_->check_unchanged();
 }
 
 }  // namespace pprt

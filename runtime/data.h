@@ -5,8 +5,12 @@
 //   successors with fixed probabilities (a sparse bigram chain, entropy about 1.1 nats), and in
 //   half of the sequences the second half repeats the first (learnable through attention only).
 //   A model starts at ln(vocab) and goes well below 2 nats within a few hundred steps.
-// - a text file (--data FILE): byte-level tokens (vocab >= 256); each sequence is a window at an
-//   offset drawn from (seed, step, row).
+// - a data file (--data FILE, --data-format): byte-level text, flat uint16/uint32 token ids, or a
+//   Megatron indexed dataset (runtime/token_file.h), memory-mapped and validated when opened.
+//   Each sequence is a window at an offset drawn from (seed, step, row).
+// Row j of step s depends on (seed, s, j) alone, so that any rank can draw any slice of a step's
+// global batch without communication (data parallelism: replica r takes rows [r G/dp,
+// (r+1) G/dp)).
 // No LibTorch: rows are plain int64 vectors.
 #pragma once
 
@@ -15,30 +19,50 @@
 #include <string>
 #include <vector>
 
+#include "runtime/token_file.h"
+
 namespace pprt {
+
+struct Job;
 
 class TokenSource {
  public:
-  // Throws ppc::UserError if the file cannot be read, is shorter than one sequence, or if
-  // vocab < 256.
-  static TokenSource from_file(const std::string& path, int vocab, int seq_len, uint64_t seed);
+  // Opens a data file (TokenFile::open): throws ppc::UserError naming the file if it cannot be
+  // read, is malformed, holds a token id >= vocab or is shorter than one sequence, or, for text,
+  // if vocab < 256.
+  static TokenSource from_file(const std::string& path, int vocab, int seq_len, uint64_t seed,
+                               DataFormat format = DataFormat::Auto);
   static TokenSource synthetic(int vocab, uint64_t seed);
 
-  // `rows` sequences of `len` tokens for `step`, row-major, into `out` (resized).
-  void batch(int64_t step, int rows, int len, std::vector<int64_t>& out) const;
+  // Rows [first_row, first_row + rows) of step `step`'s global batch, `len` tokens each,
+  // row-major, into `out` (resized). Global row j is drawn from (seed, step, j) alone.
+  void batch(int64_t step, int64_t first_row, int rows, int len, std::vector<int64_t>& out) const;
+  // The first `rows` rows.
+  void batch(int64_t step, int rows, int len, std::vector<int64_t>& out) const {
+    batch(step, 0, rows, len, out);
+  }
 
-  std::string describe() const;  // "synthetic language (vocab 256)", "bytes of FILE (12345 bytes)"
+  // "synthetic language (vocab 256)", "bytes of FILE (12345 bytes)", "uint16 tokens of FILE (N
+  // tokens)", "Megatron dataset PREFIX (...)"
+  std::string describe() const;
+  // What the data is (for a checkpoint; format "synthetic" without a file).
+  DataIdentity identity() const;
+  // Throws ppc::UserError if the data file was replaced or modified since it was opened (one
+  // stat per file; nothing for the synthetic language).
+  void check_unchanged() const;
 
  private:
   TokenSource() = default;
   void synthetic_row(uint64_t key, int len, int64_t* out) const;
 
-  std::string path_;
-  std::shared_ptr<const std::vector<uint8_t>> bytes_;  // file data, shared by copies
+  std::shared_ptr<const TokenFile> file_;  // mapped data, shared by copies
   int vocab_ = 0;
   uint64_t seed_ = 0;
   std::vector<int32_t> successors_;  // synthetic: 4 per token
 };
+
+// The data a job trains on: --data with --data-format, or the synthetic language.
+TokenSource open_training_data(const Job& job);
 
 // Counter-based random numbers (splitmix64): the same on every rank and platform.
 uint64_t mix64(uint64_t x);

@@ -24,8 +24,8 @@ int64_t now_ns() {
 // What a (stage, microbatch) holds between its actions within a step.
 struct Slot {
   at::Tensor input;       // F's input leaf (hidden states); its .grad() is the input gradient
-  at::Tensor output;      // F's output (hidden states, or the scaled loss)
-  at::Tensor loss;        // loss stage: the microbatch's loss
+  at::Tensor output;      // F's output (the stage's out boundary, or the scaled loss)
+  StageLosses losses;     // the stage holding L: the microbatch's losses
   at::Tensor grad_input;  // from B/I, until it is sent or used by the previous local stage
   at::Tensor recv_act, recv_grad;
   std::unique_ptr<Work> recv_act_work, recv_grad_work;
@@ -58,7 +58,7 @@ struct Executor::Impl {
   // Per step.
   std::vector<Slot> slots;  // [local stage][microbatch]
   std::vector<PendingSend> sends;
-  at::Tensor ids, targets;
+  at::Tensor tokens;
   StepReport* rep = nullptr;
   int inflight = 0;
   int64_t waited = 0;  // within the current compute action
@@ -124,9 +124,9 @@ struct Executor::Impl {
     return t1 - t0;
   }
 
-  at::Tensor activation_buffer() const {
-    return at::empty({b, cfg.seq_len, cfg.hidden},
-                     at::TensorOptions().dtype(at::kFloat).device(device));
+  // A receive buffer for the state crossing `boundary`.
+  at::Tensor buffer(const Boundary& boundary) const {
+    return at::empty(boundary.shape(b, cfg), at::TensorOptions().dtype(at::kFloat).device(device));
   }
 
   void post_batch(size_t begin, size_t end) {
@@ -148,13 +148,13 @@ struct Executor::Impl {
                               &sends.back().tensor});
           break;
         case ActionKind::RecvF:
-          sl.recv_act = activation_buffer();
+          sl.recv_act = buffer(stage_of(a.stage).spec().in);
           sl.recv_act_index = j;
           ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
                               tag(plan.prev_stage(a.stage), a.microbatch, false), &sl.recv_act});
           break;
         case ActionKind::RecvB:
-          sl.recv_grad = activation_buffer();
+          sl.recv_grad = buffer(stage_of(a.stage).spec().out);
           sl.recv_grad_index = j;
           ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
                               tag(plan.next_stage(a.stage), a.microbatch, true), &sl.recv_grad});
@@ -186,22 +186,17 @@ struct Executor::Impl {
     Slot& sl = slot(s, mb);
     Stage& st = stage_of(s);
     const int p = plan.prev_stage(s);
-    at::Tensor input;
+    at::Tensor input;  // undefined for the first stage of a model copy: it starts from the tokens
     if (p < 0) {
-      input = ids.narrow(0, static_cast<int64_t>(mb) * b, b);
     } else if (is_local(p)) {
       input = slot(p, mb).output.detach().requires_grad_(true);
     } else {
       waited += wait(sl.recv_act_work, sl.recv_act_index);
       input = std::move(sl.recv_act).requires_grad_(true);
     }
-    at::Tensor tg =
-        st.has_loss() ? targets.narrow(0, static_cast<int64_t>(mb) * b, b) : at::Tensor();
-    at::Tensor out = st.forward(input, tg, &sl.stash);
-    if (st.has_loss()) {
-      sl.loss = out.detach();
-      out = out * inv_mbs;
-    }
+    const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
+    at::Tensor out = st.forward(input, rows, &sl.stash, &sl.losses);
+    if (st.has_loss()) out = out * inv_mbs;
     if (p >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
     rep->peak_inflight = std::max(rep->peak_inflight, ++inflight);
@@ -222,7 +217,8 @@ struct Executor::Impl {
       torch::autograd::backward({sl.output}, {grad_out});
     else
       torch::autograd::backward({sl.output});
-    if (sl.input.defined()) sl.grad_input = sl.input.grad();
+    if (sl.input.defined())  // a stage that starts with E ignores its input: a zero gradient
+      sl.grad_input = sl.input.grad().defined() ? sl.input.grad() : at::zeros_like(sl.input);
     sl.input = at::Tensor();
     sl.output = at::Tensor();
     --inflight;
@@ -274,8 +270,7 @@ struct Executor::Impl {
     r.actions = actions.size();
     PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "global batch divisible by microbatches");
     b = static_cast<int>(tokens.size(0) / mbs);
-    ids = tokens.narrow(1, 0, cfg.seq_len).contiguous();
-    targets = tokens.narrow(1, 1, cfg.seq_len).contiguous();
+    this->tokens = tokens;
     inflight = 0;
     sends.clear();
     sends.reserve(actions.size());
@@ -293,6 +288,7 @@ struct Executor::Impl {
         continue;
       }
       compute(a, i);
+      if (opts.after_compute) opts.after_compute(i);
       ++i;
     }
     for (PendingSend& s : sends) {
@@ -300,13 +296,18 @@ struct Executor::Impl {
       s.tensor = at::Tensor();
     }
     sends.clear();
-    for (const Stage* st : stages)
-      if (st->has_loss()) r.losses.assign(static_cast<size_t>(mbs), 0.0);
+    r.losses.assign(static_cast<size_t>(mbs), 0.0);
+    r.mtp_losses.assign(static_cast<size_t>(mbs), 0.0);
     for (int s = 0; s < plan.num_stages(); ++s) {
       if (!is_local(s)) continue;
       for (int mb = 0; mb < mbs; ++mb) {
         Slot& sl = slot(s, mb);
-        if (sl.loss.defined()) r.losses[static_cast<size_t>(mb)] = sl.loss.item<double>();
+        if (sl.losses.main.defined()) {
+          r.losses[static_cast<size_t>(mb)] = sl.losses.main.item<double>();
+          r.has_losses = true;
+        }
+        if (sl.losses.mtp.defined())
+          r.mtp_losses[static_cast<size_t>(mb)] = sl.losses.mtp.mean().item<double>();
         PPC_INTERNAL_ASSERT(
             sl.stash.empty() && !sl.output.defined() && !sl.recv_act_work && !sl.recv_grad_work,
             fmt::format("rank {}: stage {} microbatch {} has work left at the end of the step",

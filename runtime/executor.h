@@ -6,9 +6,11 @@
 //  - A maximal run of consecutive SEND/RECV actions is posted as one batch (Transport::post).
 //    A receive is waited for just before the compute that needs it; sends are waited for at the
 //    end of the step. Stages on the same rank pass tensors locally.
-//  - The first stage of the model gets token ids, the others activations [b, seq, hidden]; the
-//    loss stage's output is its microbatch loss divided by the number of microbatches, so the
-//    accumulated gradients are those of the mean loss.
+//  - Every stage gets the microbatch's token rows; the first stage of each model copy starts from
+//    them, the others from the state of their boundary (model_spec.h: the hidden states stacked
+//    [streams, b, seq, hidden], a placeholder before E, the loss after L). The stage holding L
+//    outputs its microbatch loss divided by the number of microbatches, so the accumulated
+//    gradients are those of the mean loss.
 //  - It counts in-flight activations (F done, B or I not yet), whose peak must equal the
 //    compiler's prediction (ppc::peak_inflight).
 // Included only by LibTorch translation units.
@@ -18,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -42,6 +45,9 @@ class CommFailure : public std::runtime_error {
 
 struct ExecutorOptions {
   std::chrono::milliseconds timeout{300'000};
+  // Called after each compute action with its index in the rank's order (data parallelism starts
+  // its gradient reductions from here: grad_reducer.h).
+  std::function<void(size_t)> after_compute;
   int64_t kill_step = -1;  // fault injection for tests: raise SIGKILL at this step ...
   size_t kill_action = 0;  // ... before this action
 };
@@ -53,7 +59,10 @@ struct StepReport {
   int64_t compute_ns = 0, wait_ns = 0, post_ns = 0;
   size_t actions = 0;
   std::vector<ActionSpan> spans;  // per lowered action
-  std::vector<double> losses;     // loss stage: per microbatch (un-scaled mean cross-entropy)
+  // Per microbatch, the losses this rank computed (0 for microbatches whose L is elsewhere): the
+  // main cross-entropy and the mean of the MTP depths' cross-entropies (0 without m).
+  std::vector<double> losses, mtp_losses;
+  bool has_losses = false;  // this rank holds an L stage
   int peak_inflight = 0;
 };
 

@@ -15,6 +15,18 @@ double learning_rate(const TrainOptions& o, int step) {
   return min_lr + 0.5 * (o.lr - min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
+std::vector<int> Topology::pipeline(int replica) const {
+  std::vector<int> out;
+  for (int r = 0; r < pp; ++r) out.push_back(global(r, replica));
+  return out;
+}
+
+std::vector<int> Topology::replicas(int pipeline_rank) const {
+  std::vector<int> out;
+  for (int d = 0; d < dp; ++d) out.push_back(global(pipeline_rank, d));
+  return out;
+}
+
 int loss_rank(const ppc::Plan& plan) {
   return plan.rank_of(plan.stages_per_copy() - 1);
 }

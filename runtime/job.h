@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "compiler/plan.h"
 #include "runtime/model_config.h"
+#include "runtime/token_file.h"
 
 namespace pprt {
 
@@ -19,9 +21,11 @@ struct TrainOptions {
   int warmup = -1;            // linear warm-up steps; -1 = steps / 10
   double weight_decay = 0.1;  // AdamW, on matrices only
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double clip = 1.0;      // max global gradient norm; 0 = no clipping
-  uint64_t seed = 1234;   // initialisation and data
-  std::string data_path;  // empty = synthetic language
+  double clip = 1.0;             // max global gradient norm; 0 = no clipping
+  double mtp_loss_weight = 0.1;  // lambda: the loss is CE_main + lambda / D * sum_k CE_k
+  uint64_t seed = 1234;          // initialisation and data
+  std::string data_path;         // empty = synthetic language
+  DataFormat data_format = DataFormat::Auto;
 
   int warmup_steps() const { return warmup >= 0 ? warmup : steps / 10; }
 };
@@ -40,8 +44,25 @@ struct OutputOptions {
   int log_every = 0;  // Lines: every N steps; 0 = about 20 lines per run
 };
 
+// Where the ranks of a job sit: pp pipeline ranks (the plan's) times dp data-parallel replicas.
+// Ranks are numbered as Megatron-LM numbers them (its default order nests data parallelism inside
+// pipeline parallelism): global rank g runs pipeline rank g / dp of replica g % dp, so the ranks
+// of one pipeline stage across replicas are neighbours (often one machine) and a pipeline spans
+// the machines.
+struct Topology {
+  int pp = 1, dp = 1;
+  int world() const { return pp * dp; }
+  int pipeline_rank(int g) const { return g / dp; }
+  int replica(int g) const { return g % dp; }
+  int global(int pipeline_rank, int replica) const { return pipeline_rank * dp + replica; }
+  std::vector<int> pipeline(int replica) const;        // a replica's ranks, pipeline order
+  std::vector<int> replicas(int pipeline_rank) const;  // a pipeline rank in every replica
+};
+
 struct Job {
   ppc::Plan plan;  // verified and lowered; for --reference, the layout and microbatches it gives
+  int dp = 1;      // data-parallel replicas of the plan's pipeline
+  Topology topology() const { return Topology{plan.pp(), dp}; }
   ModelConfig model;
   TrainOptions train;
   OutputOptions out;
@@ -49,7 +70,22 @@ struct Job {
   std::chrono::milliseconds timeout{300'000};
   int threads = 1;         // intra-op threads per rank
   int kill_rank = -1;      // fault injection (tests): this rank raises SIGKILL ...
-  int64_t kill_step = -1;  // ... in the middle of this step
+  int64_t kill_step = -1;  // ... in the middle of this step (0-based) or of the save after it
+  enum class KillAt : uint8_t {
+    Step,    // in the middle of the step's actions
+    Save,    // during the save after it: its model shard written, its optimizer shard not
+    Commit,  // rank 0, committing that save: everything written, before the rename
+  } kill_at = KillAt::Step;
+
+  // Checkpoints (docs/checkpoints.md).
+  int stop_after = 0;  // --stop-after: stop once this many steps are done (0: --steps);
+                       // --steps still sets the learning-rate schedule
+  int last_step() const { return stop_after > 0 ? std::min(stop_after, train.steps) : train.steps; }
+  std::string save_dir;     // --save DIR: at the end and every save_every steps
+  int save_every = 0;       // 0: only at the end
+  int keep = 0;             // the newest checkpoints kept; 0: all
+  std::string resume_path;  // --resume: the step directory to start from (resolved)
+  int64_t start_step = 0;   // steps the checkpoint had completed
 };
 
 // The rank that holds the loss (the last stage of the model): it prints progress and writes the

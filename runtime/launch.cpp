@@ -100,6 +100,8 @@ struct Child {
   Stream out, err;
   bool running = true;
   int status = 0;
+  int stopped_by = 0;  // the signal that stopped it (SIGSTOP, ...) while it is stopped
+  bool killed_stopped = false;
 };
 
 void write_all(int fd, const std::string& s) {
@@ -163,7 +165,11 @@ class Relay {
   bool bar_shown_ = false;
 };
 
-std::string describe_status(int status) {
+std::string describe_status(const Child& c) {
+  const int status = c.status;
+  if (c.killed_stopped)
+    return fmt::format("was stopped by signal {} ({}) and killed", c.stopped_by,
+                       strsignal(c.stopped_by));
   if (WIFSIGNALED(status))
     return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
                        strsignal(WTERMSIG(status)));
@@ -306,7 +312,11 @@ int spawn_ranks(const SpawnOptions& o) {
     for (Child& c : kids) {
       if (!c.running) continue;
       int status = 0;
-      if (waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      if (waitpid(c.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) != c.pid) continue;
+      if (WIFSTOPPED(status) || WIFCONTINUED(status)) {
+        c.stopped_by = WIFSTOPPED(status) ? WSTOPSIG(status) : 0;
+        continue;
+      }
       c.running = false;
       c.status = status;
       --running;
@@ -329,6 +339,24 @@ int spawn_ranks(const SpawnOptions& o) {
         stop_at = Clock::now() + o.grace;
       }
     }
+    // A rank stopped by a signal (SIGSTOP) cannot notice a failure, nor exit: once another rank
+    // has failed (its peers time out waiting for it), it is the cause. Record it for the ranks'
+    // diagnosis and end it now rather than after the grace period.
+    if (first_failure >= 0 && !interrupted)
+      for (Child& c : kids)
+        if (c.running && c.stopped_by && !c.killed_stopped) {
+          c.killed_stopped = true;
+          if (o.store) {
+            try {
+              o.store->set(fmt::format("lost/{}", c.rank),
+                           fmt::format("stopped by signal {}", c.stopped_by));
+            } catch (const TransportError&) {
+            }
+          }
+          kill(c.pid, SIGKILL);
+          relay.message(fmt::format("pprun: rank {} is stopped ({}): killing it\n", c.rank,
+                                    strsignal(c.stopped_by)));
+        }
     const auto t = Clock::now();
     if (stop_at && t >= *stop_at && running > 0) {
       relay.message(fmt::format(
@@ -349,12 +377,15 @@ int spawn_ranks(const SpawnOptions& o) {
 
   if (interrupted) return 128 + interrupted;
   if (first_failure < 0) return 0;
+  // A rank that was stopped is the cause, whichever rank exited first.
+  for (const Child& c : kids)
+    if (c.killed_stopped) first_failure = c.rank;
   const Child& f = kids[static_cast<size_t>(first_failure)];
   std::string others;
   for (const Child& c : kids)
     if (c.rank != f.rank && failed(c.status))
-      others += fmt::format(" rank {} {};", c.rank, describe_status(c.status));
-  relay.message(fmt::format("pprun: rank {} {}{}{}\n", f.rank, describe_status(f.status),
+      others += fmt::format(" rank {} {};", c.rank, describe_status(c));
+  relay.message(fmt::format("pprun: rank {} {}{}{}\n", f.rank, describe_status(f),
                             others.empty() ? "" : "; then",
                             others.empty() ? "" : others.substr(0, others.size() - 1)));
   return WIFEXITED(f.status) ? WEXITSTATUS(f.status) : 1;

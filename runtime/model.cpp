@@ -6,26 +6,18 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <numbers>
 
+#include "compiler/diagnostic.h"
 #include "runtime/data.h"
 
 namespace pprt {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-std::vector<std::vector<LayerSpec>> number_layers(const ppc::Layout& layout) {
-  std::vector<std::vector<LayerSpec>> out;
-  int decoder = 0;
-  for (const auto& stage : layout.stages) {
-    auto& specs = out.emplace_back();
-    for (ppc::LayerKind k : stage)
-      specs.push_back(LayerSpec{k, k == ppc::LayerKind::Decoder ? decoder++ : 0});
-  }
-  return out;
-}
 
 namespace {
 
@@ -177,36 +169,60 @@ at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape
   return t;
 }
 
+ParamStore::ParamStore(uint64_t seed, const at::Device& device) : seed_(seed), device_(device) {}
+
+at::Tensor* ParamStore::use(const ParamSpec& spec) {
+  if (NamedParam* p = find(spec.name)) {
+    PPC_INTERNAL_ASSERT(p->tensor.sizes().vec() == spec.shape,
+                        fmt::format("parameter '{}' used with two shapes", spec.name));
+    return &p->tensor;
+  }
+  at::Tensor t = init_param(spec.name, spec.shape, spec.init_std, seed_).to(device_);
+  t.set_requires_grad(true);
+  index_.emplace(spec.name, params_.size());
+  params_.push_back(NamedParam{spec.name, t, spec.decay});
+  return &params_.back().tensor;
+}
+
+NamedParam* ParamStore::find(const std::string& name) {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &params_[it->second];
+}
+
 struct Stage::Impl {
   struct Decoder {
-    int attn_norm, wq, wk, wv, wo, mlp_norm, w1, w2, w3;  // indices into params
+    at::Tensor *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w1, *w2, *w3;
+  };
+  struct Mtp {
+    int depth;  // k, from 1
+    at::Tensor *embed, *enorm, *hnorm, *eh_proj, *final_norm;
+    Decoder layer;
   };
   struct Layer {
     ppc::LayerKind kind;
     Decoder d{};
-    int a = -1, b = -1;  // E: weight; L: norm, out
+    Mtp m{};
+    at::Tensor *a = nullptr, *b = nullptr;  // E: weight; L: norm, head
   };
 
   ModelConfig cfg;
+  StageSpec spec;
   std::vector<Layer> layers;
-  std::vector<NamedParam> params;
   at::Tensor cos, sin, mask;  // rotary tables [T, head_dim] and causal mask [T, T]
+  at::Device device;
 
-  int add(const std::string& name, std::vector<int64_t> shape, double std, uint64_t seed,
-          const at::Device& device) {
-    at::Tensor t = init_param(name, shape, std, seed).to(device);
-    t.set_requires_grad(true);
-    params.push_back(NamedParam{name, t, shape.size() >= 2});
-    return static_cast<int>(params.size() - 1);
-  }
-  at::Tensor* p(int i) { return &params[static_cast<size_t>(i)].tensor; }
+  Impl(const ModelConfig& c, StageSpec s, const at::Device& d)
+      : cfg(c), spec(std::move(s)), device(d) {}
 
-  at::Tensor linear(const at::Tensor& x, int w, GradStash* s) {
-    return LinearFn::apply(x, *p(w), s, p(w));
+  at::Tensor linear(const at::Tensor& x, at::Tensor* w, GradStash* s) {
+    return LinearFn::apply(x, *w, s, w);
   }
-  at::Tensor rms_norm(const at::Tensor& x, int g, GradStash* s) {
+  at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, GradStash* s) {
     at::Tensor xn = x * at::rsqrt(x.pow(2).mean({-1}, true) + cfg.norm_eps);
-    return ScaleFn::apply(xn, *p(g), s, p(g));
+    return ScaleFn::apply(xn, *g, s, g);
+  }
+  at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, GradStash* s) {
+    return EmbeddingFn::apply(*w, ids, s, w);
   }
   at::Tensor rope(const at::Tensor& x) const {  // x: [b, heads, T, head_dim]
     const int64_t half = x.size(-1) / 2;
@@ -236,45 +252,84 @@ struct Stage::Impl {
     at::Tensor up = linear(h2, d.w3, s);
     return x1 + linear(at::silu(gate) * up, d.w2, s);
   }
+
+  // MTP depth k: the embedding of the tokens k places ahead (token i+k at position i; positions
+  // past the sequence read id 0: only positions whose target is masked see them) and h^{k-1}.
+  at::Tensor mtp(const at::Tensor& h_prev, const at::Tensor& rows, const Mtp& m, GradStash* s) {
+    const int64_t b = rows.size(0), T = cfg.seq_len, k = m.depth;
+    at::Tensor ids = rows.narrow(1, k, T + 1 - k);
+    if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
+    at::Tensor e = rms_norm(embedding(m.embed, ids.contiguous(), s), m.enorm, s);
+    at::Tensor x = linear(at::cat({e, rms_norm(h_prev, m.hnorm, s)}, -1), m.eh_proj, s);
+    return rms_norm(decoder(x, m.layer, s), m.final_norm, s);
+  }
+
+  // The loss of L: CE_main + (lambda / D) sum_k CE_k over the valid positions of each depth.
+  at::Tensor loss(const std::vector<at::Tensor>& hs, const at::Tensor& rows, const Layer& l,
+                  GradStash* s, StageLosses* out) {
+    const int64_t T = cfg.seq_len;
+    auto ce = [&](const at::Tensor& h, int64_t k) {  // h already normalised; depth k from 0
+      const int64_t valid = T - k;
+      at::Tensor logits = linear(h.narrow(1, 0, valid), l.b, s);
+      return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                                    rows.narrow(1, 1 + k, valid).reshape({-1}));
+    };
+    at::Tensor main = ce(rms_norm(hs[0], l.a, s), 0);
+    at::Tensor total = main;
+    std::vector<at::Tensor> depths;
+    for (size_t k = 1; k < hs.size(); ++k) depths.push_back(ce(hs[k], static_cast<int64_t>(k)));
+    if (!depths.empty()) {
+      at::Tensor mtp = at::stack(depths);
+      total = main + mtp.sum() * (spec.mtp_loss_weight / static_cast<double>(depths.size()));
+      if (out) out->mtp = mtp.detach();
+    }
+    if (out) out->main = main.detach();
+    return total;
+  }
+
+  Decoder decoder_params(const std::vector<ParamSpec>& ps, size_t& i, ParamStore& store) {
+    Decoder d{};
+    at::Tensor** slots[] = {&d.attn_norm, &d.wq, &d.wk, &d.wv, &d.wo,
+                            &d.mlp_norm,  &d.w1, &d.w3, &d.w2};
+    for (at::Tensor** slot : slots) *slot = store.use(ps[i++]);
+    return d;
+  }
 };
 
-Stage::Stage(const ModelConfig& cfg, std::vector<LayerSpec> specs, uint64_t seed,
-             int total_decoders, const at::Device& device)
-    : impl_(std::make_unique<Impl>()) {
+Stage::Stage(const ModelConfig& cfg, StageSpec spec, ParamStore& store, const at::Device& device)
+    : impl_(std::make_unique<Impl>(cfg, std::move(spec), device)) {
   Impl& m = *impl_;
-  m.cfg = cfg;
-  const int64_t H = cfg.hidden, hd = cfg.head_dim(), F = cfg.ffn, V = cfg.vocab;
-  const double std = 0.02, out_std = 0.02 / std::sqrt(2.0 * std::max(1, total_decoders));
-  for (const LayerSpec& spec : specs) {
-    Impl::Layer l{spec.kind};
-    switch (spec.kind) {
+  for (const LayerSpec& spec_l : m.spec.layers) {
+    // The layer's parameters in the order model_spec lists them (shared ones included).
+    const std::vector<ParamSpec> ps = params_of(cfg, {spec_l}, m.spec.total_decoders);
+    size_t i = 0;
+    Impl::Layer l{spec_l.kind};
+    switch (spec_l.kind) {
       case ppc::LayerKind::Embedding:
-        l.a = m.add("embed.weight", {V, H}, std, seed, device);
+        l.a = store.use(ps[i++]);
         break;
-      case ppc::LayerKind::Decoder: {
-        const std::string pre = "layers." + std::to_string(spec.index) + ".";
-        l.d.attn_norm = m.add(pre + "attn_norm.weight", {H}, 0, seed, device);
-        l.d.wq = m.add(pre + "attn.wq.weight", {cfg.heads * hd, H}, std, seed, device);
-        l.d.wk = m.add(pre + "attn.wk.weight", {cfg.kv_heads * hd, H}, std, seed, device);
-        l.d.wv = m.add(pre + "attn.wv.weight", {cfg.kv_heads * hd, H}, std, seed, device);
-        l.d.wo = m.add(pre + "attn.wo.weight", {H, cfg.heads * hd}, out_std, seed, device);
-        l.d.mlp_norm = m.add(pre + "mlp_norm.weight", {H}, 0, seed, device);
-        l.d.w1 = m.add(pre + "mlp.w1.weight", {F, H}, std, seed, device);
-        l.d.w3 = m.add(pre + "mlp.w3.weight", {F, H}, std, seed, device);
-        l.d.w2 = m.add(pre + "mlp.w2.weight", {H, F}, out_std, seed, device);
-        break;
-      }
-      case ppc::LayerKind::Loss:
-        l.a = m.add("head.norm.weight", {H}, 0, seed, device);
-        l.b = m.add("head.out.weight", {V, H}, std, seed, device);
+      case ppc::LayerKind::Decoder:
+        l.d = m.decoder_params(ps, i, store);
         break;
       case ppc::LayerKind::Mtp:
-        throw std::logic_error("multi-token prediction (m) layers are not supported yet");
+        l.m.depth = spec_l.index + 1;
+        l.m.embed = store.use(ps[i++]);
+        l.m.enorm = store.use(ps[i++]);
+        l.m.hnorm = store.use(ps[i++]);
+        l.m.eh_proj = store.use(ps[i++]);
+        l.m.layer = m.decoder_params(ps, i, store);
+        l.m.final_norm = store.use(ps[i++]);
+        break;
+      case ppc::LayerKind::Loss:
+        l.a = store.use(ps[i++]);
+        l.b = store.use(ps[i++]);
+        break;
     }
+    PPC_INTERNAL_ASSERT(i == ps.size(), "every parameter of a layer is used");
     m.layers.push_back(l);
   }
   // Rotary tables and the causal mask, computed in double for exactness.
-  const int64_t T = cfg.seq_len;
+  const int64_t T = cfg.seq_len, hd = cfg.head_dim();
   at::Tensor inv =
       at::pow(cfg.rope_theta, -at::arange(0, hd, 2, at::kDouble) / static_cast<double>(hd));
   at::Tensor ang = at::outer(at::arange(T, at::kDouble), inv);
@@ -288,44 +343,46 @@ Stage::~Stage() = default;
 Stage::Stage(Stage&&) noexcept = default;
 Stage& Stage::operator=(Stage&&) noexcept = default;
 
-bool Stage::takes_tokens() const {
-  return !impl_->layers.empty() && impl_->layers.front().kind == ppc::LayerKind::Embedding;
-}
-bool Stage::has_loss() const {
-  return !impl_->layers.empty() && impl_->layers.back().kind == ppc::LayerKind::Loss;
-}
-bool Stage::empty() const {
-  return impl_->layers.empty();
-}
-std::vector<NamedParam>& Stage::params() {
-  return impl_->params;
-}
-const std::vector<NamedParam>& Stage::params() const {
-  return impl_->params;
+const StageSpec& Stage::spec() const {
+  return impl_->spec;
 }
 
-at::Tensor Stage::forward(const at::Tensor& input, const at::Tensor& targets, GradStash* stash) {
+bool Stage::has_loss() const {
+  for (const Impl::Layer& l : impl_->layers)
+    if (l.kind == ppc::LayerKind::Loss) return true;
+  return false;
+}
+
+at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, GradStash* stash,
+                          StageLosses* losses) {
   Impl& m = *impl_;
-  if (m.layers.empty()) return input.view_as(input);  // an empty stage passes its input on
-  at::Tensor x = input;
+  if (m.layers.empty()) {  // an empty stage passes its input on
+    if (state.defined()) return state.view_as(state);
+    // The model's first stage, empty, before E: a placeholder for the next stage.
+    return at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(m.device))
+        .requires_grad_(true);
+  }
+  std::vector<at::Tensor> hs;  // h^0, h^1, ...
+  if (m.spec.in.kind == Boundary::Kind::Hidden) hs = state.unbind(0);
+  at::Tensor loss;
   for (const Impl::Layer& l : m.layers) {
     switch (l.kind) {
       case ppc::LayerKind::Embedding:
-        x = EmbeddingFn::apply(*m.p(l.a), x, stash, m.p(l.a));
+        hs = {m.embedding(l.a, rows.narrow(1, 0, m.cfg.seq_len).contiguous(), stash)};
         break;
       case ppc::LayerKind::Decoder:
-        x = m.decoder(x, l.d, stash);
+        hs[0] = m.decoder(hs[0], l.d, stash);
         break;
-      case ppc::LayerKind::Loss: {
-        at::Tensor logits = m.linear(m.rms_norm(x, l.a, stash), l.b, stash);
-        x = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
-        break;
-      }
       case ppc::LayerKind::Mtp:
+        hs.push_back(m.mtp(hs.back(), rows, l.m, stash));
+        break;
+      case ppc::LayerKind::Loss:
+        loss = m.loss(hs, rows, l, stash, losses);
         break;
     }
   }
-  return x;
+  if (loss.defined()) return loss;
+  return hs.size() == 1 ? hs[0].unsqueeze(0) : at::stack(hs);
 }
 
 }  // namespace pprt

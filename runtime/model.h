@@ -1,10 +1,16 @@
-// The model, built from the layout: each symbol is a module (E token embedding, t Llama-style
-// decoder layer, L final norm + output head + cross-entropy). A Stage is the layers of one
-// layout stage; a rank builds only the stages it holds.
+// The model's modules on LibTorch, built from the layout (model_spec.h says which layers and
+// parameters there are). A rank owns its parameters in a ParamStore, one tensor per global name,
+// however many of its stages use it; a Stage runs the layers of one layout stage.
 //
-// Parameters have global names ("embed.weight", "layers.3.attn.wq.weight", "head.out.weight")
-// and are initialised from (seed, name) alone, so every layout, pp and vpp gives exactly the
-// weights of the unpipelined model.
+// Layers: E token embedding; t Llama-style decoder layer (RMSNorm, rotary embedding, grouped-query
+// causal attention, SwiGLU); m multi-token prediction depth k (DeepSeek-V3 section 2.2):
+// h^k = FinalNorm(Decoder(W_k [RMSNorm(Emb(t_{i+k})) ; RMSNorm(h^{k-1}_i)])), h^0 the main
+// model's last decoder output; L: the output head on FinalNorm(h^0) and on every h^k, and the loss
+// CE_main + (lambda / D) sum_k CE_k, where depth k predicts token i+1+k and positions whose target
+// lies past the sequence are masked.
+//
+// Parameters are initialised from (seed, name) alone, so every layout, pp and vpp gives exactly
+// the weights of the unpipelined model, and the copies of a shared parameter start identical.
 //
 // Every parameter is used through one of three operations (a matmul with a weight, a per-channel
 // scale, an embedding lookup) whose backward either computes the weight gradient at once (B) or,
@@ -17,27 +23,38 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
-#include "compiler/layout.h"
 #include "runtime/model_config.h"
+#include "runtime/model_spec.h"
 
 namespace pprt {
-
-struct LayerSpec {
-  ppc::LayerKind kind;
-  int index = 0;  // decoder layers: the global layer number (0-based); else 0
-};
-
-// The layers of every layout stage, decoder layers numbered globally in model order.
-std::vector<std::vector<LayerSpec>> number_layers(const ppc::Layout& layout);
 
 struct NamedParam {
   std::string name;
   at::Tensor tensor;  // a leaf that requires grad
   bool decay = true;  // AdamW weight decay applies (matrices); not to norm scales
+};
+
+// A rank's parameters, by global name, created on first use. Addresses are stable.
+class ParamStore {
+ public:
+  ParamStore(uint64_t seed, const at::Device& device);
+  // The parameter `spec` names, created (deterministically initialised) if it does not exist yet.
+  at::Tensor* use(const ParamSpec& spec);
+  NamedParam* find(const std::string& name);
+  std::deque<NamedParam>& params() { return params_; }
+  const std::deque<NamedParam>& params() const { return params_; }
+
+ private:
+  uint64_t seed_;
+  at::Device device_;
+  std::deque<NamedParam> params_;
+  std::unordered_map<std::string, size_t> index_;
 };
 
 // What one microbatch's backward leaves for its weight-gradient step.
@@ -46,7 +63,7 @@ class GradStash {
   enum class Op : uint8_t { Linear, Scale, Embedding };
   struct Item {
     Op op;
-    at::Tensor* param;  // the parameter (owned by its Stage)
+    at::Tensor* param;  // the parameter (owned by a ParamStore)
     at::Tensor input;   // the operation's input (token ids for Embedding)
     at::Tensor grad;    // the gradient of its output
   };
@@ -64,26 +81,30 @@ class GradStash {
   std::vector<Item> items_;
 };
 
+// The losses a stage holding L computed for a microbatch (detached).
+struct StageLosses {
+  at::Tensor main;  // scalar: the main next-token cross-entropy
+  at::Tensor mtp;   // [depths]: CE_k of each MTP depth (undefined without m)
+};
+
 class Stage {
  public:
-  // `total_decoders`: decoder layers in the whole model (scales the residual projections' init).
-  Stage(const ModelConfig& config, std::vector<LayerSpec> layers, uint64_t seed, int total_decoders,
-        const at::Device& device);
+  // The stage's parameters come from (and are created in) `store`, which must outlive it.
+  Stage(const ModelConfig& config, StageSpec spec, ParamStore& store, const at::Device& device);
   ~Stage();
   Stage(Stage&&) noexcept;
   Stage& operator=(Stage&&) noexcept;
 
-  bool takes_tokens() const;  // the first layer is E: input is token ids [b, T]
-  bool has_loss() const;      // the last layer is L: output is the mean cross-entropy
-  bool empty() const;
+  const StageSpec& spec() const;
+  bool has_loss() const;  // holds L: fills `losses` in forward()
 
-  // One microbatch. input: token ids [b, T] (int64) or hidden states [b, T, hidden]; targets:
-  // [b, T] token ids when has_loss(). Returns hidden states [b, T, hidden], or the loss (scalar).
-  // The backward of what it returns records into `stash` (which must outlive the graph).
-  at::Tensor forward(const at::Tensor& input, const at::Tensor& targets, GradStash* stash);
-
-  std::vector<NamedParam>& params();
-  const std::vector<NamedParam>& params() const;
+  // One microbatch. `state`: the tensor of spec().in (undefined for the model's first stage);
+  // `rows`: the microbatch's token rows [b, seq_len + 1] (int64): ids are rows[:, :T], the main
+  // targets rows[:, 1:], MTP depth k reads them shifted by k. Returns the tensor of spec().out
+  // (the loss, a scalar, after L). The backward of what it returns records into `stash` (which
+  // must outlive the graph).
+  at::Tensor forward(const at::Tensor& state, const at::Tensor& rows, GradStash* stash,
+                     StageLosses* losses);
 
  private:
   struct Impl;
@@ -91,7 +112,7 @@ class Stage {
 };
 
 // The deterministic initial value of a parameter (CPU, float32): normal(0, std) from (seed, name),
-// or ones for norm scales. Exposed for tests.
+// or ones for norm scales (std 0). Exposed for tests.
 at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std,
                       uint64_t seed);
 

@@ -56,18 +56,23 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
       number(c.rope_theta);
     else if (key == "norm_eps")
       number(c.norm_eps);
-    else
+    else if (key == "tie_embeddings") {
+      if (!v.is_boolean())
+        fail(input, fmt::format("{}: expected true or false, got {}", key, v.dump()));
+      c.tie_embeddings = v.get<bool>();
+    } else
       fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, "
                               "seq_len, rope_theta, "
-                              "norm_eps)",
+                              "norm_eps, tie_embeddings)",
                               key));
   }
   check_model_config(c, input);
   return c;
 }
 
-ModelConfig resolve_model_config(const std::string& path, const ModelOverrides& o) {
-  ModelConfig c;
+ModelConfig resolve_model_config(const std::string& path, const ModelOverrides& o,
+                                 ModelConfig base) {
+  ModelConfig c = base;
   if (!path.empty()) c = parse_model_config(ppc::read_file(path), path, c);
   if (o.hidden) c.hidden = *o.hidden;
   if (o.heads) c.heads = *o.heads;
@@ -75,6 +80,7 @@ ModelConfig resolve_model_config(const std::string& path, const ModelOverrides& 
   if (o.ffn) c.ffn = *o.ffn;
   if (o.vocab) c.vocab = *o.vocab;
   if (o.seq_len) c.seq_len = *o.seq_len;
+  if (o.tie_embeddings) c.tie_embeddings = true;
   check_model_config(c, path.empty() ? "model" : path + " and flags");
   return c;
 }
@@ -99,31 +105,9 @@ void check_model_config(const ModelConfig& c, const std::string& where) {
 }
 
 std::string describe(const ModelConfig& c) {
-  return fmt::format("hidden {}, heads {} (kv {}), ffn {}, vocab {}, seq {}", c.hidden, c.heads,
-                     c.kv_heads, c.ffn, c.vocab, c.seq_len);
-}
-
-}  // namespace pprt
-
-#include "compiler/layout.h"
-
-namespace pprt {
-
-int64_t count_parameters(const ModelConfig& c, const ppc::Layout& layout) {
-  const int64_t H = c.hidden, hd = c.head_dim(), F = c.ffn, V = c.vocab;
-  const int64_t decoder =
-      2 * H + (c.heads + 2 * c.kv_heads) * hd * H + H * c.heads * hd + 3 * F * H;
-  int64_t n = 0;
-  for (const auto& stage : layout.stages)
-    for (ppc::LayerKind k : stage) {
-      if (k == ppc::LayerKind::Embedding)
-        n += V * H;
-      else if (k == ppc::LayerKind::Decoder)
-        n += decoder;
-      else if (k == ppc::LayerKind::Loss)
-        n += H + V * H;
-    }
-  return n;
+  return fmt::format("hidden {}, heads {} (kv {}), ffn {}, vocab {}, seq {}{}", c.hidden, c.heads,
+                     c.kv_heads, c.ffn, c.vocab, c.seq_len,
+                     c.tie_embeddings ? ", tied embeddings" : "");
 }
 
 }  // namespace pprt

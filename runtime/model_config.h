@@ -18,6 +18,7 @@ struct ModelConfig {
   int seq_len = 64;  // tokens per sequence
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
+  bool tie_embeddings = false;  // the output head uses the token embedding's weight
 
   int head_dim() const { return hidden / heads; }
   bool operator==(const ModelConfig&) const = default;
@@ -26,31 +27,25 @@ struct ModelConfig {
 // Values given on the command line; each overrides the config file.
 struct ModelOverrides {
   std::optional<int> hidden, heads, kv_heads, ffn, vocab, seq_len;
+  bool tie_embeddings = false;  // --tie-embeddings (a flag can only turn it on)
 };
 
 // Parses a JSON object holding any of "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",
-// "rope_theta", "norm_eps" over `base`. Throws ppc::UserError naming the input and the field
-// (unknown fields are errors: a typo must not silently train another model).
+// "rope_theta", "norm_eps", "tie_embeddings" over `base`. Throws ppc::UserError naming the input
+// and the field (unknown fields are errors: a typo must not silently train another model).
 ModelConfig parse_model_config(std::string_view json_text, const std::string& input_name,
                                ModelConfig base = {});
 
-// Defaults, then the file (if any), then the overrides; then checks the result.
-ModelConfig resolve_model_config(const std::string& config_path, const ModelOverrides& overrides);
+// `base` (the defaults, or a checkpoint's model), then the file (if any), then the overrides;
+// then checks the result.
+ModelConfig resolve_model_config(const std::string& config_path, const ModelOverrides& overrides,
+                                 ModelConfig base = {});
 
 // Throws ppc::UserError (naming the field, as `where`) if the sizes do not fit together: all
 // positive, heads divides hidden with an even head size, kv_heads divides heads, limits.
 void check_model_config(const ModelConfig& c, const std::string& where);
 
-// "hidden 64, heads 4 (kv 2), ffn 176, vocab 256, seq 64"
+// "hidden 64, heads 4 (kv 2), ffn 176, vocab 256, seq 64" (+ ", tied embeddings")
 std::string describe(const ModelConfig& c);
 
-}  // namespace pprt
-
-namespace ppc {
-struct Layout;
-}
-
-namespace pprt {
-// Parameters of the model a layout describes (E, t, L layers) at this size.
-int64_t count_parameters(const ModelConfig& c, const ppc::Layout& layout);
 }  // namespace pprt

@@ -35,11 +35,12 @@ void write_file_atomically(const std::string& path, const std::string& text,
                            const std::string& flag);
 
 struct StepMetrics {
-  int step = 0;  // 1-based
-  double loss = 0, lr = 0, grad_norm = 0;
-  double step_time_s = 0;   // wall time of the step on the loss rank (replay + optimizer)
-  double tokens_per_s = 0;  // global_batch * seq_len / step_time
-  double elapsed_s = 0;     // since the first step began
+  int step = 0;                            // 1-based
+  double loss = 0, lr = 0, grad_norm = 0;  // loss: the main next-token cross-entropy
+  double step_time_s = 0;          // wall time of the step on the loss rank (replay + optimizer)
+  double tokens_per_s = 0;         // global_batch * seq_len / step_time
+  double elapsed_s = 0;            // since the first step began
+  std::optional<double> mtp_loss;  // with m layers: the mean over MTP depths of CE_k
 };
 
 std::string metrics_json(const StepMetrics& m);
@@ -48,13 +49,14 @@ std::string metrics_json(const StepMetrics& m);
 // lines otherwise.
 class Progress {
  public:
-  Progress(ProgressMode mode, int steps, int log_every, std::FILE* out);
+  // `steps`: the last step; `done_before`: steps a resumed run had completed already.
+  Progress(ProgressMode mode, int steps, int log_every, std::FILE* out, int done_before = 0);
   void update(const StepMetrics& m);
   void finish();  // ends the bar's line
 
  private:
   ProgressMode mode_;
-  int steps_, every_;
+  int steps_, every_, done_before_;
   std::FILE* out_;
   bool drawn_ = false;
 };

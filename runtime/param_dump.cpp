@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -26,9 +27,9 @@ std::string param_dump_line(const std::string& name, const std::vector<int64_t>&
   return out;
 }
 
-std::map<std::string, DumpedParam> read_param_dump(const std::string& dir) {
+std::map<int, std::map<std::string, DumpedParam>> read_param_dump_by_rank(const std::string& dir) {
   namespace fs = std::filesystem;
-  std::map<std::string, DumpedParam> out;
+  std::map<int, std::map<std::string, DumpedParam>> by_rank;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw ppc::UserError(fmt::format("'{}' is not a directory of parameter dumps", dir),
@@ -36,6 +37,11 @@ std::map<std::string, DumpedParam> read_param_dump(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string file = entry.path().filename().string();
     if (file.rfind("params.rank", 0) != 0 || entry.path().extension() != ".jsonl") continue;
+    const std::string number = file.substr(11, file.size() - 11 - 6);
+    if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos ||
+        number.size() > 6)
+      continue;
+    std::map<std::string, DumpedParam>& out = by_rank[std::stoi(number)];
     std::ifstream in(entry.path());
     std::string line;
     int lineno = 0;
@@ -59,6 +65,30 @@ std::map<std::string, DumpedParam> read_param_dump(const std::string& dir) {
       }
     }
   }
+  return by_rank;
+}
+
+std::map<std::string, DumpedParam> read_param_dump(const std::string& dir) {
+  std::map<std::string, DumpedParam> out;
+  std::map<std::string, int> first_rank;
+  for (auto& [rank, params] : read_param_dump_by_rank(dir))
+    for (auto& [name, p] : params) {
+      auto [it, fresh] = out.emplace(name, p);
+      if (fresh) {
+        first_rank[name] = rank;
+        continue;
+      }
+      const DumpedParam& q = it->second;
+      const bool same =
+          p.shape == q.shape && p.data.size() == q.data.size() &&
+          std::memcmp(p.data.data(), q.data.data(), p.data.size() * sizeof(float)) == 0;
+      if (!same)
+        throw ppc::UserError(
+            fmt::format("the copies of shared parameter '{}' differ between params.rank{}.jsonl "
+                        "and params.rank{}.jsonl",
+                        name, first_rank[name], rank),
+            ppc::SourceLocation{dir, 0, 0, ""});
+    }
   return out;
 }
 

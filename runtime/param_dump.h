@@ -19,8 +19,12 @@ struct DumpedParam {
 std::string param_dump_line(const std::string& name, const std::vector<int64_t>& shape,
                             const float* data, size_t n);
 
-// Reads and merges every params.rank*.jsonl of `dir`. Throws ppc::UserError naming the file on
-// malformed input or a name found twice.
+// Reads every params.rank<R>.jsonl of `dir`, by rank. Throws ppc::UserError naming the file on
+// malformed input or a name found twice in one file.
+std::map<int, std::map<std::string, DumpedParam>> read_param_dump_by_rank(const std::string& dir);
+
+// Reads and merges the ranks' dumps. A parameter held by several ranks (a shared weight) must be
+// identical, bit for bit, in each of them; else ppc::UserError names it and the two files.
 std::map<std::string, DumpedParam> read_param_dump(const std::string& dir);
 
 struct DumpComparison {

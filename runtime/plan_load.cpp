@@ -52,19 +52,6 @@ void check_runnable(const ppc::Plan& plan, const std::string& input) {
          "layout: the plan describes no model (it was compiled with --stages N); compile it with "
          "--layout or "
          "--layout-file");
-  for (size_t s = 0; s < plan.layout.stages.size(); ++s)
-    for (ppc::LayerKind k : plan.layout.stages[s])
-      if (k == ppc::LayerKind::Mtp)
-        fail(input,
-             fmt::format(
-                 "layout.stages[{}]: pprun does not support multi-token prediction layers (m) yet; "
-                 "remove m from the layout",
-                 s));
-  if (plan.copies != 1)
-    fail(input, fmt::format("copies: {} runs {} copies of the model with duplicated parameters, "
-                            "which pprun does not "
-                            "support yet (DualPipeV, with one copy, runs)",
-                            plan.schedule, plan.copies));
   try {
     ppc::check_model(plan.layout);
   } catch (const ppc::UserError& e) {

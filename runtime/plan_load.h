@@ -16,9 +16,8 @@ ppc::Plan load_plan(const std::string& path);
 // The same for a plan's text; `input` names it in messages.
 ppc::Plan load_plan_text(std::string_view text, const std::string& input);
 
-// A verified plan pprun can run: it describes a model (not --stages), whose layout follows the
-// model rules (E first, L last), has no multi-token-prediction layer (m) and one model copy
-// (DualPipe's duplicated parameters come later). `input` names the plan in messages.
+// A verified plan pprun can run: it describes a model (not --stages) whose layout follows the
+// model rules (one E first, one L last, no t after an m). `input` names the plan in messages.
 void check_runnable(const ppc::Plan& plan, const std::string& input);
 
 // Transports without tags (NCCL) match the k-th send from rank a to rank b with the k-th

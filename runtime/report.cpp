@@ -31,7 +31,14 @@ std::string to_json(const RankReport& r) {
                      {"actions", s.actions},
                      {"spans", std::move(spans)}});
   }
-  return json{{"rank", r.rank}, {"peak_inflight", r.peak_inflight}, {"steps", std::move(steps)}}
+  return json{{"rank", r.rank},
+              {"peak_inflight", r.peak_inflight},
+              {"steps", std::move(steps)},
+              {"save_seconds", r.save_seconds},
+              {"save_bytes", r.save_bytes},
+              {"load_seconds", r.load_seconds},
+              {"load_bytes", r.load_bytes},
+              {"dp", {r.dp.steps, r.dp.bytes, r.dp.buckets, r.dp.span_ns, r.dp.exposed_ns}}}
       .dump();
 }
 
@@ -40,6 +47,15 @@ RankReport rank_report_from_json(const std::string& text) {
   RankReport r;
   r.rank = j.at("rank").get<int>();
   r.peak_inflight = j.at("peak_inflight").get<int>();
+  r.save_seconds = j.value("save_seconds", std::vector<double>{});
+  r.save_bytes = j.value("save_bytes", std::vector<uint64_t>{});
+  r.load_seconds = j.value("load_seconds", 0.0);
+  r.load_bytes = j.value("load_bytes", uint64_t{0});
+  if (j.contains("dp")) {
+    const auto& d = j.at("dp");
+    r.dp = DpReport{d.at(0).get<int>(), d.at(1).get<uint64_t>(), d.at(2).get<int>(),
+                    d.at(3).get<int64_t>(), d.at(4).get<int64_t>()};
+  }
   for (const json& s : j.at("steps")) {
     StepTiming t;
     t.step = s.at("step").get<int>();
@@ -344,7 +360,76 @@ std::string summary_text(const TimingSummary& s) {
       kinds += fmt::format("{}{} {:.3f} ms", kinds.empty() ? "" : ", ", k, ms);
     out += "mean compute time per action: " + kinds + "\n";
   }
+  return out + saves_text(s);
+}
+
+void summarise_dp(const std::vector<RankReport>& ranks, int replicas, TimingSummary& s) {
+  s.replicas = replicas;
+  int64_t span = 0, exposed = 0;
+  int counted = 0;
+  for (const RankReport& r : ranks) {
+    if (r.dp.steps == 0) continue;
+    s.dp_bytes += r.dp.bytes;
+    s.dp_buckets += r.dp.buckets;
+    span += r.dp.span_ns / r.dp.steps;
+    exposed += r.dp.exposed_ns / r.dp.steps;
+    ++counted;
+  }
+  if (counted == 0) return;
+  s.dp_span_ms = span / 1e6 / counted;
+  s.dp_exposed_ms = exposed / 1e6 / counted;
+  s.dp_hidden = span > 0 ? std::max(0.0, 1.0 - static_cast<double>(exposed) / span) : 1.0;
+}
+
+std::string saves_text(const TimingSummary& s) {
+  std::string out;
+  if (s.replicas > 1 && s.dp_buckets > 0)
+    out += fmt::format(
+        "data parallelism: {} replicas; per step a pipeline's ranks all-reduce {:.2f} MB of "
+        "gradients in {} buckets, {:.2f} ms per rank from the first bucket's start to the last "
+        "one's end, {:.2f} ms of it waited for after the pipeline: {:.0f} % hidden\n",
+        s.replicas, s.dp_bytes / 1e6, s.dp_buckets, s.dp_span_ms, s.dp_exposed_ms,
+        100 * s.dp_hidden);
+  if (s.load_bytes > 0)
+    out += fmt::format(
+        "resumed: read {:.1f} MB of checkpoint in {:.3f} s (slowest rank): {:.0f} MB/s\n",
+        s.load_bytes / 1e6, s.load_s, s.load_mb_per_s);
+  if (s.saves > 0)
+    out += fmt::format(
+        "checkpoints: {} saved, {:.1f} MB each; training paused {:.3f} s per save (median, "
+        "slowest rank): {:.0f} MB/s\n",
+        s.saves, s.save_bytes / 1e6, s.save_pause_s, s.save_mb_per_s);
   return out;
+}
+
+void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
+  for (const RankReport& r : ranks) {
+    s.load_s = std::max(s.load_s, r.load_seconds);
+    s.load_bytes += r.load_bytes;
+  }
+  if (s.load_s > 0) s.load_mb_per_s = s.load_bytes / 1e6 / s.load_s;
+  size_t saves = 0;
+  for (const RankReport& r : ranks) saves = std::max(saves, r.save_seconds.size());
+  std::vector<double> pauses, rates;
+  for (size_t i = 0; i < saves; ++i) {
+    double pause = 0;
+    uint64_t bytes = 0;
+    for (const RankReport& r : ranks) {
+      if (i < r.save_seconds.size()) pause = std::max(pause, r.save_seconds[i]);
+      if (i < r.save_bytes.size()) bytes += r.save_bytes[i];
+    }
+    pauses.push_back(pause);
+    rates.push_back(pause > 0 ? bytes / 1e6 / pause : 0);
+    s.save_bytes = bytes;
+  }
+  if (saves == 0) return;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  s.saves = static_cast<int>(saves);
+  s.save_pause_s = median(pauses);
+  s.save_mb_per_s = median(rates);
 }
 
 }  // namespace pprt

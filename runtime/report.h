@@ -31,10 +31,40 @@ struct StepTiming {
   std::vector<ActionSpan> spans;  // per lowered action (empty if not kept)
 };
 
+// One step's data-parallel gradient reduction on one rank (grad_reducer.h).
+struct ReduceStats {
+  uint64_t bytes = 0;  // gradient bytes this rank all-reduced
+  int buckets = 0;
+  int64_t span_ns = 0;     // from the first bucket's start to the last one seen finished
+  int64_t exposed_ns = 0;  // the step's wait at its end for reductions still running
+};
+
+// A rank's reductions over the steps it measured.
+struct DpReport {
+  int steps = 0;
+  uint64_t bytes = 0;  // per step
+  int buckets = 0;
+  int64_t span_ns = 0, exposed_ns = 0;  // summed over the steps
+  void add(const ReduceStats& r) {
+    ++steps;
+    bytes = r.bytes;
+    buckets = r.buckets;
+    span_ns += r.span_ns;
+    exposed_ns += r.exposed_ns;
+  }
+};
+
 struct RankReport {
   int rank = 0;
   int peak_inflight = 0;
   std::vector<StepTiming> steps;  // the steps kept for analysis and the trace
+  // Checkpoints saved: per save, the seconds this rank spent in it (training paused) and the
+  // tensor bytes it wrote.
+  std::vector<double> save_seconds;
+  std::vector<uint64_t> save_bytes;
+  double load_seconds = 0;  // --resume: reading its parameters and AdamW state
+  uint64_t load_bytes = 0;
+  DpReport dp;  // data parallelism (steps 0 without)
 };
 
 std::string to_json(const RankReport& r);
@@ -51,7 +81,29 @@ struct TimingSummary {
   int analysed_steps = 0;
   std::vector<std::pair<std::string, double>>
       mean_ms;  // per compute kind ("F", "B", "I", ...): mean duration
+  // Checkpoints: how many were saved, the bytes of one (all ranks), and over the saves the median
+  // of the slowest rank's pause and the write rate that gives.
+  int saves = 0;
+  uint64_t save_bytes = 0;
+  double save_pause_s = 0;
+  double save_mb_per_s = 0;
+  double load_s = 0;  // --resume: the slowest rank's load, and the read rate over all ranks
+  uint64_t load_bytes = 0;
+  double load_mb_per_s = 0;
+  // Data parallelism (replicas > 1): per step, the gradient bytes all-reduced by a pipeline's
+  // ranks together, the buckets, the mean over ranks of the reduction's span and of the part of
+  // it the step waited for at its end, and the fraction hidden behind the pipeline.
+  int replicas = 1;
+  uint64_t dp_bytes = 0;
+  int dp_buckets = 0;
+  double dp_span_ms = 0, dp_exposed_ms = 0, dp_hidden = 0;
 };
+
+// The data-parallel part of a summary from the ranks' reports (one replica's ranks).
+void summarise_dp(const std::vector<RankReport>& ranks, int replicas, TimingSummary& s);
+
+// The checkpoint part of a summary from the ranks' save records.
+void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s);
 
 // Analyses the steps with spans (skipping the first step of the run when others exist).
 TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
@@ -62,7 +114,9 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
 // Times: measured microseconds since the first rank began the step.
 std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
 
-// The summary lines the loss rank prints at the end.
+// The summary lines the loss rank prints at the end (ending with saves_text).
 std::string summary_text(const TimingSummary& s);
+// The checkpoint line, if any checkpoint was saved.
+std::string saves_text(const TimingSummary& s);
 
 }  // namespace pprt

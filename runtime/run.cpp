@@ -9,8 +9,10 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
+#include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/failure.h"
+#include "runtime/model_spec.h"
 #include "runtime/output.h"
 #include "runtime/plan_load.h"
 #include "runtime/trainer.h"
@@ -34,6 +36,7 @@ ppc::Plan reference_plan(const RunOptions& o) {
   plan.microbatches = *o.microbatches;
   plan.schedule = "reference";
   plan.placement = ppc::make_placement(1, 1, ppc::PlacementStyle::Loop);
+  plan.compute.assign(1, {});  // one rank, whose order gradient accumulation replaces
   check_runnable(plan, "--layout");
   return plan;
 }
@@ -44,13 +47,49 @@ void check_writable(const std::string& path, const std::string& flag) {
   AtomicFile probe(path, flag);  // throws naming the flag; leaves nothing behind
 }
 
-std::pair<int, int64_t> parse_fault(const std::string& text) {
+void parse_fault(const std::string& text, Job& job) {
   int rank = -1;
   long long step = -1;
-  char extra = 0;
-  if (std::sscanf(text.c_str(), "%d:%lld%c", &rank, &step, &extra) != 2 || rank < 0 || step < 1)
-    fail("--fault-kill", fmt::format("expected RANK:STEP (STEP from 1), got '{}'", text));
-  return {rank, step - 1};
+  char where[8] = {0};
+  const int n = std::sscanf(text.c_str(), "%d:%lld:%7s", &rank, &step, where);
+  const std::string at = where;
+  if (n < 2 || rank < 0 || step < 1 || (n == 3 && at != "save" && at != "commit"))
+    fail("--fault-kill",
+         fmt::format("expected RANK:STEP[:save|commit] (STEP from 1), got '{}'", text));
+  job.kill_rank = rank;
+  job.kill_step = step - 1;
+  job.kill_at = at == "save"     ? Job::KillAt::Save
+                : at == "commit" ? Job::KillAt::Commit
+                                 : Job::KillAt::Step;
+}
+
+// --resume: the checkpoint's model (the file and flags given may change it, as long as it stays
+// the same model: Checkpoint::check_params), seed and step.
+void resume_from(const RunOptions& o, Job& job) {
+  const Checkpoint ckpt(o.resume_dir);
+  const CheckpointState& st = ckpt.state();
+  job.model = resolve_model_config(o.config_path, o.model, st.model);
+  if (o.seed_given && o.train.seed != st.train.seed)
+    fail("--seed", fmt::format("is {}, but the checkpoint {} was trained with seed {} (which also "
+                               "orders the data): leave --seed out to resume",
+                               o.train.seed, ckpt.dir(), st.train.seed));
+  job.train.seed = st.train.seed;
+  ckpt.check_params(model_params(job.model, job.plan.layout), job.model, job.plan.layout);
+  job.resume_path = ckpt.dir();
+  job.start_step = st.step;
+}
+
+// The data must be the data the checkpoint was trained on (its position is the step).
+void check_same_data(const Job& job, const TokenSource& data) {
+  const CheckpointState st = Checkpoint(job.resume_path).state();
+  const DataIdentity now = data.identity();
+  if (now.format != st.data.format || now.fingerprint != st.data.fingerprint ||
+      now.tokens != st.data.tokens)
+    fail("--data", fmt::format("the checkpoint {} was trained on {} data{}, this run's is {}{}: "
+                               "resume on the same data",
+                               job.resume_path, st.data.format,
+                               st.data.path.empty() ? "" : " from " + st.data.path, now.format,
+                               now.path.empty() ? "" : " from " + now.path));
 }
 
 }  // namespace
@@ -70,18 +109,40 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
                                        *o.microbatches, o.plan_path, job.plan.microbatches));
   if (job.plan.microbatches < 1) fail("--microbatches", "must be at least 1");
 
-  job.model = resolve_model_config(o.config_path, o.model);
   job.train = o.train;
+  if (!o.resume_dir.empty())
+    resume_from(o, job);
+  else
+    job.model = resolve_model_config(o.config_path, o.model);
   const TrainOptions& t = job.train;
   if (t.steps < 1) fail("--steps", fmt::format("must be at least 1, got {}", t.steps));
-  if (t.global_batch < 1 || t.global_batch % job.plan.microbatches != 0)
+  if (o.dp < 1) fail("--dp", fmt::format("must be at least 1, got {}", o.dp));
+  job.dp = o.reference ? 1 : o.dp;  // the reference trains on the same global batch alone
+  if (t.global_batch < 1 || t.global_batch % (job.dp * job.plan.microbatches) != 0)
     fail("--global-batch",
-         fmt::format("{} is not a positive multiple of the plan's {} microbatches", t.global_batch,
-                     job.plan.microbatches));
+         job.dp > 1 ? fmt::format("{} is not a positive multiple of --dp {} x the plan's {} "
+                                  "microbatches",
+                                  t.global_batch, job.dp, job.plan.microbatches)
+                    : fmt::format("{} is not a positive multiple of the plan's {} microbatches",
+                                  t.global_batch, job.plan.microbatches));
   if (!(t.lr > 0)) fail("--lr", "must be positive");
   if (t.clip < 0) fail("--clip", "must be at least 0 (0 = no clipping)");
-  if (!t.data_path.empty())
-    (void)TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed);
+  if (!(t.mtp_loss_weight >= 0)) fail("--mtp-loss-weight", "must be at least 0");
+  if (const int depths = mtp_depths(job.plan.layout); depths >= job.model.seq_len)
+    fail("--seq-len",
+         fmt::format("is {}, but the layout's {} MTP depths need at least {} tokens per sequence",
+                     job.model.seq_len, depths, depths + 1));
+  const TokenSource data = open_training_data(job);  // opens and validates the data file
+  if (!job.resume_path.empty()) check_same_data(job, data);
+  if (o.save_every < 0) fail("--save-every", "must be at least 0 (0: only at the end)");
+  if (o.keep < 0) fail("--keep", "must be at least 0 (0: keep every checkpoint)");
+  if ((o.save_every > 0 || o.keep > 0) && o.save_dir.empty())
+    fail(o.save_every > 0 ? "--save-every" : "--keep", "needs --save DIR");
+  if (o.stop_after < 0) fail("--stop-after", "must be at least 0 (0: train to --steps)");
+  job.stop_after = o.stop_after;
+  job.save_dir = o.save_dir;
+  job.save_every = o.save_every;
+  job.keep = o.keep;
 
   job.out = o.out;
   std::string progress = o.progress;
@@ -107,17 +168,24 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
   if (!(o.timeout_s > 0)) fail("--timeout", "must be positive");
   job.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
 
-  int local_ranks = o.reference ? 1 : job.plan.pp();
+  int local_ranks = o.reference ? 1 : job.topology().world();
   if (env && getenv("LOCAL_WORLD_SIZE"))
     local_ranks = std::max(1, std::atoi(getenv("LOCAL_WORLD_SIZE")));
   else if (env && env->launcher == "SLURM" && getenv("SLURM_NTASKS_PER_NODE"))
     local_ranks = std::max(1, std::atoi(getenv("SLURM_NTASKS_PER_NODE")));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   job.threads = o.threads > 0 ? o.threads : std::max(1, cores / local_ranks);
-  if (!o.fault_kill.empty()) std::tie(job.kill_rank, job.kill_step) = parse_fault(o.fault_kill);
+  if (!o.fault_kill.empty()) parse_fault(o.fault_kill, job);
   // Outputs last: nothing is created if anything above is wrong.
   check_writable(job.out.metrics_path, "--metrics");
   check_writable(job.out.trace_path, "--trace");
+  if (!job.save_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(job.save_dir, ec);
+    if (ec || access(job.save_dir.c_str(), W_OK) != 0)
+      fail("--save", fmt::format("cannot write to directory '{}'{}", job.save_dir,
+                                 ec ? ": " + ec.message() : ""));
+  }
   if (!job.out.dump_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(job.out.dump_dir, ec);
@@ -131,15 +199,21 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
 namespace {
 
 int run_worker(const Job& job, const LaunchEnv& env) {
-  if (env.world != job.plan.pp())
+  const Topology topo = job.topology();
+  if (env.world != topo.world())
     fail("environment",
-         fmt::format("the plan is for {} ranks (pp {}), but {} is {} (from {})", job.plan.pp(),
-                     job.plan.pp(), env.launcher == "SLURM" ? "SLURM_NTASKS" : "WORLD_SIZE",
-                     env.world, env.launcher));
+         fmt::format("the plan is for {} ranks (pp {}{}), but {} is {} (from {}){}", topo.world(),
+                     topo.pp, topo.dp > 1 ? fmt::format(" x dp {}", topo.dp) : "",
+                     env.launcher == "SLURM" ? "SLURM_NTASKS" : "WORLD_SIZE", env.world,
+                     env.launcher,
+                     env.world % topo.pp == 0 && env.world / topo.pp != topo.dp
+                         ? fmt::format("; for {} data-parallel replicas give --dp {}",
+                                       env.world / topo.pp, env.world / topo.pp)
+                         : ""));
   set_threads(job.threads);
   const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
   std::unique_ptr<Store> store;
-  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Transport> transport, pipeline, replicas;
   const bool hosts_store = env.rank == 0 && !env.external_store;
   try {
     StoreOptions so;
@@ -159,7 +233,20 @@ int run_worker(const Job& job, const LaunchEnv& env) {
       go.timeout = job.timeout;
       transport = make_gloo_transport(*store, env.rank, env.world, go);
     }
-    train_rank(job, env.rank, env.local_rank, transport.get(), *store, hosts_store);
+    RankGroups groups{transport.get(), transport.get(), nullptr};
+    if (topo.dp > 1) {  // every rank makes its pipeline's group, then its replicas' group
+      const int d = topo.replica(env.rank), p = topo.pipeline_rank(env.rank);
+      groups.pipeline = nullptr;
+      if (topo.pp > 1)
+        groups.pipeline =
+            (pipeline = transport->new_group(topo.pipeline(d), fmt::format("pipeline:{}", d)))
+                .get();
+      replicas = transport->new_group(topo.replicas(p), fmt::format("replicas:{}", p));
+      groups.replicas = replicas.get();
+    } else if (topo.pp == 1) {
+      groups.pipeline = nullptr;
+    }
+    train_rank(job, env.rank, env.local_rank, groups, *store, hosts_store);
   } catch (const RunFailure& e) {
     std::fprintf(stderr, "pprun: %s\n", e.what());
     if (hosts_store)
@@ -186,14 +273,14 @@ int spawn(const Job& job, const RunOptions& o) {
   so.host = "127.0.0.1";
   so.port = 0;
   so.is_server = true;
-  so.world_size = job.plan.pp();
+  so.world_size = job.topology().world();
   so.timeout = job.timeout;
   so.prefix = "pprun/0/";
   std::unique_ptr<Store> store = make_tcp_store(so);
   SpawnOptions sp;
   sp.exe = o.exe;
   sp.args = o.args;
-  sp.world = job.plan.pp();
+  sp.world = job.topology().world();
   sp.port = store_port(*store);
   if (o.progress == "auto")
     sp.env.emplace_back("PPRUN_PROGRESS", isatty(STDOUT_FILENO) ? "bar" : "lines");
@@ -208,8 +295,21 @@ int spawn(const Job& job, const RunOptions& o) {
 }  // namespace
 
 int run(const RunOptions& o, const GetEnv& getenv) {
+  if (!o.export_args.empty()) {
+    const size_t n = export_checkpoint(o.export_args.at(0), o.export_args.at(1));
+    std::printf("pprun: wrote the %zu model tensors of %s to %s\n", n,
+                find_checkpoint(o.export_args.at(0)).c_str(), o.export_args.at(1).c_str());
+    return 0;
+  }
   const std::optional<LaunchEnv> env = o.reference ? std::nullopt : launch_env(getenv);
   const Job job = make_job(o, env, getenv);
+  if (job.start_step >= job.last_step()) {
+    if (!env || env->rank == 0)
+      std::printf("pprun: the checkpoint %s has completed %lld steps%s: nothing to train\n",
+                  job.resume_path.c_str(), static_cast<long long>(job.start_step),
+                  job.stop_after > 0 ? " (--stop-after)" : " (--steps)");
+    return 0;
+  }
   if (o.reference) {
     set_threads(job.threads);
     train_reference(job);

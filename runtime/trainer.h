@@ -16,11 +16,18 @@ namespace pprt {
 // without CUDA, without the NCCL transport, or with no visible GPU.
 void check_device(const std::string& device);
 
-// Runs rank `rank` of `job` over `transport` (null only for pp 1); `store` is the rendezvous
-// store (gathering reports, diagnosing a lost rank). Throws RunFailure (failure.h) when the run
+// The process groups of a rank (job.h: Topology).
+struct RankGroups {
+  Transport* world = nullptr;     // every rank (null: a job of one rank)
+  Transport* pipeline = nullptr;  // this replica's pipeline, ranked by pipeline rank (null: pp 1)
+  Transport* replicas = nullptr;  // this pipeline rank in every replica (null: dp 1)
+};
+
+// Runs global rank `rank` of `job` over `groups`; `store` is the rendezvous store (gathering
+// reports, diagnosing a lost rank). Throws RunFailure (failure.h) when the run
 // fails, ppc::UserError for bad input found late (an output file that cannot be written).
 // `hosts_store`: this process serves the store (it lingers after a failure, see failure.h).
-void train_rank(const Job& job, int rank, int local_rank, Transport* transport, Store& store,
+void train_rank(const Job& job, int rank, int local_rank, const RankGroups& groups, Store& store,
                 bool hosts_store);
 
 // The unpipelined reference of `job` (its plan gives the layout and the microbatches).

@@ -11,8 +11,12 @@
 //    receive on b from a. check_fifo_order() (plan_load.h) checks that a plan keeps this.
 //  - A tensor given to post() must stay alive and unchanged (send) or untouched (receive) until
 //    its Work has been waited for.
-//  - allreduce_sum() and barrier() are collective: every rank calls them in the same order, and
-//    only when none of its point-to-point Works is pending.
+//  - allreduce_sum(), allreduce_async() and barrier() are collective: every rank of the group
+//    calls them in the same order, and only when none of its point-to-point Works is pending.
+//  - new_group() makes a process group over a subset of the ranks for collectives among them
+//    (shared weights, data parallelism). Only its members call it, all with the same ranks and
+//    key; a rank in several groups must create them and run their collectives in one order that
+//    every rank agrees on (e.g. sorted), or else wait for them together.
 //  - Every wait has a timeout. A failure (a lost peer, a timeout) throws TransportError; after
 //    one, the transport is unusable and the process should exit.
 #pragma once
@@ -43,6 +47,8 @@ class Work {
   // Blocks until the operation is done; throws TransportError if it failed or did not finish
   // within `timeout`.
   virtual void wait(std::chrono::milliseconds timeout) = 0;
+  // Whether it has finished (without waiting; a failure shows in wait()).
+  virtual bool done() = 0;
 };
 
 struct P2POp {
@@ -63,7 +69,13 @@ class Transport {
   virtual std::vector<std::unique_ptr<Work>> post(const std::vector<P2POp>& ops) = 0;
   // In-place sum over all ranks; blocking.
   virtual void allreduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) = 0;
+  // Starts an in-place sum over all ranks; `tensor` must stay alive until the Work is waited for.
+  virtual std::unique_ptr<Work> allreduce_async(at::Tensor& tensor) = 0;
   virtual void barrier(std::chrono::milliseconds timeout) = 0;
+  // A process group over `ranks` (sorted, distinct, this rank among them); its rank() is this
+  // rank's position in `ranks`. `key` names the group in the rendezvous store: unique per group.
+  virtual std::unique_ptr<Transport> new_group(const std::vector<int>& ranks,
+                                               const std::string& key) = 0;
 };
 
 // A key-value store shared by all ranks (the rendezvous store): used to set up transports, to

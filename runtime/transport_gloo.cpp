@@ -7,6 +7,10 @@
 
 #include <ATen/ATen.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+
 #include "runtime/transport.h"
 
 namespace pprt {
@@ -36,6 +40,7 @@ class TcpStore final : public Store {
                                        first_line(e.what())));
     }
     port_ = store_->getPort();
+    if (!o.is_server) probe(o);
   }
 
   void set(const std::string& key, const std::string& value) override {
@@ -75,6 +80,23 @@ class TcpStore final : public Store {
     }
   }
 
+  // A client checks that what it connected to answers as a store: a port held by another
+  // program (the store's host could not bind it) must not hang every rank until the timeout.
+  // A store answers a wait for a key just set at once.
+  void probe(const StoreOptions& o) {
+    const auto wait = std::min(o.timeout, std::chrono::milliseconds(5000));
+    const std::string key = fmt::format("{}probe/{}", prefix_, ::getpid());
+    try {
+      store_->set(key, bytes("1"));
+      store_->wait({key}, wait);
+    } catch (const std::exception& e) {
+      throw TransportError(fmt::format(
+          "the rendezvous store at {}:{} does not answer within {:g} s ({}): another program may "
+          "hold the port, or the store's host (rank 0 or the launcher) is not running",
+          o.host, o.port, wait.count() / 1000.0, first_line(e.what())));
+    }
+  }
+
   std::string prefix_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
   int port_;
@@ -91,6 +113,7 @@ class GlooWork final : public Work {
       throw TransportError(fmt::format("{} failed: {}", what_, TcpStore::first_line(e.what())));
     }
   }
+  bool done() override { return w_->isCompleted(); }
 
  private:
   c10::intrusive_ptr<c10d::Work> w_;
@@ -99,8 +122,10 @@ class GlooWork final : public Work {
 
 class GlooTransport final : public Transport {
  public:
-  GlooTransport(TcpStore& store, int rank, int size, const GlooOptions& o)
-      : rank_(rank), size_(size) {
+  // `key`: the group's name under the store's "gloo" prefix (empty for the world).
+  GlooTransport(TcpStore& store, int rank, int size, const GlooOptions& o,
+                const std::string& key = "")
+      : store_(store), options_(o), key_(key), rank_(rank), size_(size) {
     auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
     try {
       if (!o.interface.empty())
@@ -111,10 +136,11 @@ class GlooTransport final : public Transport {
         opts->devices = {c10d::ProcessGroupGloo::createDefaultDevice()};
       opts->threads = 1;
       auto prefixed =
-          c10::make_intrusive<c10d::PrefixStore>(store.prefix() + "gloo", store.c10d_store());
+          c10::make_intrusive<c10d::PrefixStore>(store.prefix() + "gloo" + key, store.c10d_store());
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
     } catch (const std::exception& e) {
-      throw TransportError(fmt::format("cannot connect the {} ranks with Gloo: {}", size,
+      throw TransportError(fmt::format("cannot connect the {} ranks{} with Gloo: {}", size,
+                                       key.empty() ? "" : " of group " + key,
                                        TcpStore::first_line(e.what())));
     }
   }
@@ -147,6 +173,24 @@ class GlooTransport final : public Transport {
     std::vector<at::Tensor> t{tensor};
     run_collective("all-reduce", timeout, [&] { return pg_->allreduce(t); });
   }
+  std::unique_ptr<Work> allreduce_async(at::Tensor& tensor) override {
+    std::vector<at::Tensor> t{tensor};
+    try {
+      return std::make_unique<GlooWork>(pg_->allreduce(t), "all-reduce");
+    } catch (const std::exception& e) {
+      throw TransportError(
+          fmt::format("starting an all-reduce failed: {}", TcpStore::first_line(e.what())));
+    }
+  }
+  std::unique_ptr<Transport> new_group(const std::vector<int>& ranks,
+                                       const std::string& key) override {
+    const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end())
+      throw TransportError(fmt::format("rank {} is not in group {}", rank_, key));
+    return std::make_unique<GlooTransport>(store_, static_cast<int>(it - ranks.begin()),
+                                           static_cast<int>(ranks.size()), options_,
+                                           key_ + "/group/" + key);
+  }
   void barrier(std::chrono::milliseconds timeout) override {
     run_collective("barrier", timeout, [&] { return pg_->barrier(); });
   }
@@ -161,6 +205,9 @@ class GlooTransport final : public Transport {
     }
   }
 
+  TcpStore& store_;
+  GlooOptions options_;
+  std::string key_;  // nested groups' keys extend it: unique wherever the group is made from
   int rank_, size_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };

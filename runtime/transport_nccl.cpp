@@ -16,6 +16,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -57,7 +58,9 @@ ncclDataType_t nccl_type(const at::Tensor& t) {
 
 class Comm {
  public:
-  Comm(Store& store, int rank, int size, int device, std::chrono::milliseconds timeout)
+  // `key`: the communicator's name in the store ("" for the world, else a group's key).
+  Comm(Store& store, int rank, int size, int device, std::chrono::milliseconds timeout,
+       const std::string& key)
       : rank_(rank), size_(size), timeout_(timeout) {
     int count = 0;
     check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
@@ -67,9 +70,9 @@ class Comm {
     ncclUniqueId id;
     if (rank == 0) {
       check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-      store.set("nccl/id", std::string(reinterpret_cast<const char*>(&id), sizeof id));
+      store.set("nccl/" + key + "id", std::string(reinterpret_cast<const char*>(&id), sizeof id));
     } else {
-      const std::string b = store.get("nccl/id");
+      const std::string b = store.get("nccl/" + key + "id");
       if (b.size() != sizeof id)
         throw TransportError("malformed NCCL unique id in the rendezvous store");
       std::memcpy(&id, b.data(), sizeof id);
@@ -171,6 +174,7 @@ class NcclWork final : public Work {
   void wait(std::chrono::milliseconds timeout) override {
     comm_.wait_event(ev_->ev, what_, timeout);
   }
+  bool done() override { return cudaEventQuery(ev_->ev) == cudaSuccess; }
 
  private:
   Comm& comm_;
@@ -180,8 +184,9 @@ class NcclWork final : public Work {
 
 class NcclTransport final : public Transport {
  public:
-  NcclTransport(Store& store, int rank, int size, int device, std::chrono::milliseconds timeout)
-      : comm_(store, rank, size, device, timeout) {
+  NcclTransport(Store& store, int rank, int size, int device, std::chrono::milliseconds timeout,
+                const std::string& key = "")
+      : store_(store), device_(device), key_(key), comm_(store, rank, size, device, timeout, key) {
     check_cuda(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc");
   }
   ~NcclTransport() override { cudaFree(scratch_); }
@@ -228,6 +233,27 @@ class NcclTransport final : public Transport {
     comm_.wait_event(ev.ev, "all-reduce", timeout);
   }
 
+  std::unique_ptr<Work> allreduce_async(at::Tensor& t) override {
+    if (!t.is_cuda()) throw TransportError("the NCCL transport needs CUDA tensors");
+    auto ev = std::make_shared<Event>();
+    comm_.check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                              nccl_type(t), ncclSum, comm_.comm(), comm_.stream()),
+                "ncclAllReduce");
+    comm_.settle("all-reduce", Clock::now() + comm_.timeout());
+    check_cuda(cudaEventRecord(ev->ev, comm_.stream()), "cudaEventRecord");
+    return std::make_unique<NcclWork>(comm_, ev, "all-reduce");
+  }
+
+  std::unique_ptr<Transport> new_group(const std::vector<int>& ranks,
+                                       const std::string& key) override {
+    const auto it = std::find(ranks.begin(), ranks.end(), comm_.rank());
+    if (it == ranks.end())
+      throw TransportError(fmt::format("rank {} is not in group {}", comm_.rank(), key));
+    return std::make_unique<NcclTransport>(store_, static_cast<int>(it - ranks.begin()),
+                                           static_cast<int>(ranks.size()), device_, comm_.timeout(),
+                                           key_ + "group/" + key + "/");
+  }
+
   void barrier(std::chrono::milliseconds timeout) override {
     Event ev;
     comm_.check(
@@ -239,6 +265,9 @@ class NcclTransport final : public Transport {
   }
 
  private:
+  Store& store_;
+  int device_;
+  std::string key_;  // nested groups' keys extend it
   Comm comm_;
   void* scratch_ = nullptr;
 };

@@ -11,6 +11,7 @@ PKGS=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   graphviz librsvg2-bin python3 libexpat1-dev
+  hyperfine time
   clang-14 libclang-rt-14-dev
 )
 missing=()

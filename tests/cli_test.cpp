@@ -94,6 +94,28 @@ TEST(Cli, NothingWrittenOnFailure) {
             1);  // no temp file left
 }
 
+// Output is written as it is emitted (a large plan is megabytes): -o FILE gets exactly what
+// stdout gets, and no temporary file is left.
+TEST(Cli, LargeOutputToAFileEqualsStdout) {
+  pptest::TempDir dir;
+  for (const char* emit : {"json", "csv", "table", "stats"}) {
+    const std::string file = dir.file(std::string("plan.") + emit);
+    const std::vector<std::string> args = {
+        "--stages",       "64",  "--pp",   "16", "--schedule", "Interleaved1F1B",
+        "--microbatches", "128", "--emit", emit};
+    auto to_stdout = run_ppcompile(args);
+    ASSERT_EQ(to_stdout.exit_code, 0) << to_stdout.err;
+    auto with_file = args;
+    with_file.insert(with_file.end(), {"-o", file});
+    auto to_file = run_ppcompile(with_file);
+    ASSERT_EQ(to_file.exit_code, 0) << to_file.err;
+    EXPECT_EQ(to_file.out, "");
+    EXPECT_EQ(pptest::slurp(file), to_stdout.out) << emit;
+  }
+  EXPECT_GT(std::filesystem::file_size(dir.file("plan.json")), 500000u);  // many writes
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 4);
+}
+
 TEST(Cli, ImportsADeadlockingCsvAndExplainsIt) {
   pptest::TempDir dir;
   const std::string csv = dir.write("bad.csv",

@@ -1,7 +1,9 @@
 // The executor on real ranks (one thread each, real c10d Gloo): for compiled plans of every kind
 // of schedule, and for plans transformed by hand (B split into I and W, F and B fused into
 // OVERLAP_F_B, V placement), one step gives the gradients and the losses of the unpipelined
-// model, and each rank's peak of in-flight activations is the compiler's prediction.
+// model, and each rank's peak of in-flight activations is the compiler's prediction. Models with
+// multi-token prediction, tied embeddings, DualPipe's two copies and empty end stages included:
+// the gradients of a parameter held by several ranks add up to the unpipelined model's.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -61,66 +63,82 @@ ppc::Plan relower(ppc::Plan plan) {
 }
 
 struct Result {
-  std::map<std::string, at::Tensor> grads;
+  std::map<std::string, at::Tensor> grads;  // summed over the ranks holding a copy
   std::vector<int> peak;
-  std::vector<double> losses;
+  std::vector<double> losses, mtp_losses;
+};
+
+// The stages rank `rank` of `plan` runs, over one parameter store.
+struct RankModel {
+  pprt::ParamStore store{11, at::Device(at::kCPU)};
+  std::vector<std::unique_ptr<Stage>> owned;
+  std::vector<Stage*> stages;
+  RankModel(const ppc::Plan& plan, int rank, const ModelConfig& c) {
+    const auto specs = pprt::stage_specs(plan.layout, 0.1);
+    for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)]) {
+      owned.push_back(std::make_unique<Stage>(c, specs[static_cast<size_t>(plan.layout_stage(s))],
+                                              store, at::Device(at::kCPU)));
+      stages.push_back(owned.back().get());
+    }
+  }
 };
 
 Result run_pipelined(const ppc::Plan& plan, const ModelConfig& c) {
   Result res;
   res.peak.assign(static_cast<size_t>(plan.pp()), -1);
+  res.losses.assign(static_cast<size_t>(plan.microbatches), 0.0);
+  res.mtp_losses = res.losses;
   std::mutex m;
   const at::Tensor tk = tokens(c);
-  const auto specs = pprt::number_layers(plan.layout);
   pprt_test::run_ranks(plan.pp(), [&](int rank, pprt::Transport& t, pprt::Store&) {
-    std::vector<std::unique_ptr<Stage>> owned;
-    std::vector<Stage*> stages;
-    for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)]) {
-      owned.push_back(std::make_unique<Stage>(c, specs[static_cast<size_t>(plan.layout_stage(s))],
-                                              11, plan.layout.count(ppc::LayerKind::Decoder),
-                                              at::Device(at::kCPU)));
-      stages.push_back(owned.back().get());
-    }
+    RankModel model(plan, rank, c);
     pprt::ExecutorOptions eo;
     eo.timeout = std::chrono::seconds(30);
-    pprt::Executor exec(plan, rank, stages, c, &t, at::Device(at::kCPU), eo);
+    pprt::Executor exec(plan, rank, model.stages, c, &t, at::Device(at::kCPU), eo);
     const pprt::StepReport rep = exec.run_step(tk, 0);
     std::lock_guard<std::mutex> lock(m);
     res.peak[static_cast<size_t>(rank)] = rep.peak_inflight;
-    if (!rep.losses.empty()) res.losses = rep.losses;
-    for (Stage* s : stages)
-      for (auto& p : s->params()) res.grads[p.name] = p.tensor.grad().clone();
+    for (size_t mb = 0; mb < rep.losses.size(); ++mb) {  // each microbatch's L is on one rank
+      res.losses[mb] += rep.losses[mb];
+      res.mtp_losses[mb] += rep.mtp_losses[mb];
+    }
+    for (auto& p : model.store.params()) {
+      auto [it, fresh] = res.grads.emplace(p.name, p.tensor.grad().clone());
+      if (!fresh) it->second += p.tensor.grad();
+    }
   });
   return res;
 }
 
 Result run_reference(const ppc::Layout& layout, int mbs, const ModelConfig& c) {
-  std::vector<pprt::LayerSpec> all;
-  for (const auto& s : pprt::number_layers(layout)) all.insert(all.end(), s.begin(), s.end());
-  Stage whole(c, all, 11, layout.count(ppc::LayerKind::Decoder), at::Device(at::kCPU));
+  pprt::ParamStore store(11, at::Device(at::kCPU));
+  Stage whole(c, pprt::whole_model_spec(layout, 0.1), store, at::Device(at::kCPU));
   const at::Tensor tk = tokens(c);
   const int b = kRows / mbs;
   Result res;
   for (int mb = 0; mb < mbs; ++mb) {
     const at::Tensor rows = tk.narrow(0, mb * b, b);
-    at::Tensor loss = whole.forward(rows.narrow(1, 0, c.seq_len).contiguous(),
-                                    rows.narrow(1, 1, c.seq_len).contiguous(), nullptr);
-    res.losses.push_back(loss.item<double>());
+    pprt::StageLosses parts;
+    at::Tensor loss = whole.forward(at::Tensor(), rows, nullptr, &parts);
+    res.losses.push_back(parts.main.item<double>());
+    res.mtp_losses.push_back(parts.mtp.defined() ? parts.mtp.mean().item<double>() : 0.0);
     torch::autograd::backward({loss * (1.0 / mbs)});
   }
-  for (auto& p : whole.params()) res.grads[p.name] = p.tensor.grad().clone();
+  for (auto& p : store.params()) res.grads[p.name] = p.tensor.grad().clone();
   return res;
 }
 
-void expect_matches_reference(const ppc::Plan& plan) {
-  const ModelConfig c = small_config();
+void expect_matches_reference(const ppc::Plan& plan, ModelConfig c = small_config()) {
   const Result got = run_pipelined(plan, c);
   const Result ref = run_reference(plan.layout, plan.microbatches, c);
   EXPECT_EQ(got.peak, ppc::peak_inflight(plan))
       << "measured peak in-flight activations differ from the plan's";
   ASSERT_EQ(got.losses.size(), ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i)
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
     EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-6 * ref.losses[i]) << "microbatch " << i;
+    EXPECT_NEAR(got.mtp_losses[i], ref.mtp_losses[i], 1e-6 * ref.mtp_losses[i])
+        << "microbatch " << i;
+  }
   ASSERT_EQ(got.grads.size(), ref.grads.size());
   for (const auto& [name, g] : ref.grads) {
     ASSERT_TRUE(got.grads.count(name)) << name;
@@ -217,18 +235,39 @@ TEST(Executor, HandWrittenVPlacement) {
   expect_matches_reference(relower(plan));
 }
 
+TEST(Executor, MultiTokenPredictionOnItsOwnStage) {
+  expect_matches_reference(compile("Et|tt|t,m|L", 2, "Interleaved1F1B", 4));
+}
+
+TEST(Executor, MultiTokenPredictionWithTheLossAndTwoDepthsWithZeroBubble) {
+  expect_matches_reference(compile("Ettt|tmmL", 2, "ZB-H1", 4));
+}
+
+TEST(Executor, MultiTokenPredictionInAVPlacement) {
+  expect_matches_reference(compile("Et|tt|tm|mL", 2, "DualPipeV", 4));
+}
+
+TEST(Executor, TiedEmbeddingsAcrossRanks) {
+  ModelConfig c = small_config();
+  c.tie_embeddings = true;
+  expect_matches_reference(compile("Ett|tt|tt,m|L", 4, "1F1B", 4), c);
+}
+
+TEST(Executor, DualPipesTwoModelCopies) {
+  const ppc::Plan plan = compile("Et|tt|tt|tL", 4, "DualPipe", 8);
+  ASSERT_EQ(plan.copies, 2);
+  expect_matches_reference(plan);
+}
+
+TEST(Executor, EmptyStagesAtBothEnds) {
+  expect_matches_reference(compile("|Ett|tt|tL|", 5, "1F1B", 4));
+}
+
 TEST(Executor, RunsAPlanWithoutTransportOnOneRank) {
   const ppc::Plan plan = compile("Ett|ttL", 1, "Interleaved1F1B", 2);
   const ModelConfig c = small_config();
-  const auto specs = pprt::number_layers(plan.layout);
-  std::vector<std::unique_ptr<Stage>> owned;
-  std::vector<Stage*> stages;
-  for (int s : plan.placement.rank_stages[0]) {
-    owned.push_back(
-        std::make_unique<Stage>(c, specs[static_cast<size_t>(s)], 11, 4, at::Device(at::kCPU)));
-    stages.push_back(owned.back().get());
-  }
-  pprt::Executor exec(plan, 0, stages, c, nullptr, at::Device(at::kCPU), {});
+  RankModel model(plan, 0, c);
+  pprt::Executor exec(plan, 0, model.stages, c, nullptr, at::Device(at::kCPU), {});
   const pprt::StepReport rep = exec.run_step(tokens(c), 0);
   const Result ref = run_reference(plan.layout, 2, c);
   ASSERT_EQ(rep.losses.size(), 2u);

@@ -39,6 +39,42 @@ TEST(GlooTransport, AllReduceSumsOverRanks) {
   });
 }
 
+// Process groups over subsets of the ranks (shared weights, data parallelism): each sums over its
+// own members only, a rank may be in several, and an all-reduce can run in the background.
+TEST(GlooTransport, GroupsSumOverTheirMembersOnly) {
+  pprt_test::run_ranks(4, [](int rank, pprt::Transport& t, pprt::Store&) {
+    // Pairs {0,3} and {1,2} (DualPipe's copies), then {0,1,2} (a tied embedding).
+    const std::vector<int> pair =
+        rank == 0 || rank == 3 ? std::vector<int>{0, 3} : std::vector<int>{1, 2};
+    auto g = t.new_group(pair, rank == 0 || rank == 3 ? "pair:0,3" : "pair:1,2");
+    EXPECT_EQ(g->size(), 2);
+    EXPECT_EQ(g->rank(), rank == 0 || rank == 1 ? 0 : 1);
+    at::Tensor x = at::full({5}, static_cast<float>(1 << rank));
+    g->allreduce_sum(x, 10s);
+    EXPECT_TRUE(at::equal(x, at::full({5}, rank == 0 || rank == 3 ? 9.0f : 6.0f)));
+    if (rank != 3) {
+      auto tri = t.new_group({0, 1, 2}, "tri");
+      EXPECT_EQ(tri->size(), 3);
+      at::Tensor y = at::full({1000}, static_cast<float>(rank + 1));
+      auto w = tri->allreduce_async(y);
+      w->wait(10s);
+      EXPECT_TRUE(at::equal(y, at::full({1000}, 6.0f)));
+    }
+    // Groups made from groups: two pipelines {0,1} and {2,3}, each making a group of its two
+    // ranks under the same name (as every data-parallel replica makes its own sharing groups).
+    auto pipe = t.new_group(rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3},
+                            rank < 2 ? "pipe:0" : "pipe:1");
+    auto inner = pipe->new_group({0, 1}, "shared");
+    at::Tensor z = at::full({3}, static_cast<float>(rank));
+    inner->allreduce_sum(z, 10s);
+    EXPECT_TRUE(at::equal(z, at::full({3}, rank < 2 ? 1.0f : 5.0f))) << "rank " << rank;
+    if (rank == 0 || rank == 3) {  // not a member
+      EXPECT_THROW(t.new_group({1, 2}, "not-mine"), pprt::TransportError) << "rank " << rank;
+    }
+    t.barrier(10s);
+  });
+}
+
 TEST(GlooTransport, AWaitThatTimesOutNamesThePeer) {
   std::string message;
   EXPECT_THROW(pprt_test::run_ranks(

@@ -20,6 +20,7 @@
 #include "runtime/job.h"
 #include "runtime/launch.h"
 #include "runtime/model_config.h"
+#include "runtime/model_spec.h"
 #include "runtime/output.h"
 #include "runtime/param_dump.h"
 #include "runtime/plan_load.h"
@@ -89,9 +90,12 @@ TEST(ModelConfig, ReadsFieldsOverDefaults) {
 TEST(ModelConfig, ErrorsNameTheFileAndField) {
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"hiden": 64})", "m.json"); }),
             "m.json: hiden: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
-            "rope_theta, norm_eps)");
+            "rope_theta, norm_eps, tie_embeddings)");
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"heads": -1})", "m.json"); }),
             "m.json: heads: expected a positive integer, got -1");
+  EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"tie_embeddings": 1})", "m.json"); }),
+            "m.json: tie_embeddings: expected true or false, got 1");
+  EXPECT_TRUE(pprt::parse_model_config(R"({"tie_embeddings": true})", "m.json").tie_embeddings);
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"hidden": 60, "heads": 8})", "m.json"); }),
             "m.json: hidden 60 is not a multiple of heads 8");
   EXPECT_EQ(
@@ -206,11 +210,12 @@ TEST(PlanLoad, RejectsWhatItCannotRun) {
                 ": the plan is not valid: rank 1, action 0 (1F0): needs the activation of stage 0 "
                 "microbatch 0 from "
                 "rank 0, but rank 1 receives it only later, at its action 1");
-  const std::string mtp = d.write("mtp.json", plan_json(compile("Ett|tmL", 2, "1F1B", 2)));
-  EXPECT_EQ(user_error([&] { pprt::load_plan(mtp); }),
-            mtp +
-                ": layout.stages[1]: pprun does not support multi-token prediction layers (m) yet; "
-                "remove m from the layout");
+  // A layout that breaks the model rules (edited by hand: no E).
+  j = nlohmann::json::parse(good);
+  j["layout"]["stages"][0] = "t t";
+  const std::string no_e = d.write("no-e.json", j.dump());
+  EXPECT_EQ(user_error([&] { pprt::load_plan(no_e); }).rfind(no_e + ": layout: ", 0), 0u)
+      << user_error([&] { pprt::load_plan(no_e); });
   ppc::CompileOptions o;
   o.layout = ppc::generic_layout(2);
   o.pp = 2;
@@ -222,12 +227,88 @@ TEST(PlanLoad, RejectsWhatItCannotRun) {
                 ": layout: the plan describes no model (it was compiled with --stages N); compile "
                 "it with --layout or "
                 "--layout-file");
+}
+
+// Every plan ppcompile emits for a model runs: multi-token prediction, DualPipe's two copies.
+TEST(PlanLoad, AcceptsMtpAndDualPipePlans) {
+  TempDir d;
+  const std::string mtp = d.write("mtp.json", plan_json(compile("Ett|tmL", 2, "1F1B", 2)));
+  EXPECT_EQ(pprt::load_plan(mtp).layout.count(ppc::LayerKind::Mtp), 1);
   const std::string dual = d.write("dual.json", plan_json(compile("Ett|ttL", 2, "DualPipe", 4)));
-  EXPECT_EQ(user_error([&] { pprt::load_plan(dual); }),
-            dual +
-                ": copies: DualPipe runs 2 copies of the model with duplicated parameters, which "
-                "pprun does not support "
-                "yet (DualPipeV, with one copy, runs)");
+  EXPECT_EQ(pprt::load_plan(dual).copies, 2);
+}
+
+// --- model spec: parameters, boundaries, sharing ---------------------------------------------
+
+std::vector<std::string> names(const std::vector<pprt::ParamSpec>& ps) {
+  std::vector<std::string> out;
+  for (const auto& p : ps) out.push_back(p.name);
+  return out;
+}
+
+TEST(ModelSpec, ParametersOfMtpAndTiedEmbeddings) {
+  pprt::ModelConfig c;
+  const auto base = pprt::count_parameters(c, ppc::parse_layout("EtL"));
+  const int64_t H = c.hidden, V = c.vocab;
+  const int64_t decoder = 2 * H + (4 + 2 + 2) * 16 * H + H * 4 * 16 + 3 * c.ffn * H;
+  // An MTP depth: two norms, the 2H -> H projection, a decoder layer, a final norm; it uses the
+  // embedding of E (one parameter, not two).
+  EXPECT_EQ(pprt::count_parameters(c, ppc::parse_layout("EtmL")) - base,
+            3 * H + 2 * H * H + decoder);
+  c.tie_embeddings = true;
+  EXPECT_EQ(pprt::count_parameters(c, ppc::parse_layout("EtL")), base - V * H);
+  const auto mtp = names(pprt::params_of(c, pprt::number_layers(ppc::parse_layout("EtmL"))[0], 1));
+  EXPECT_EQ(std::count(mtp.begin(), mtp.end(), "embed.weight"), 1);
+  EXPECT_EQ(std::count(mtp.begin(), mtp.end(), "head.out.weight"), 0);
+  EXPECT_EQ(std::count(mtp.begin(), mtp.end(), "mtp.0.eh_proj.weight"), 1);
+  EXPECT_EQ(std::count(mtp.begin(), mtp.end(), "mtp.0.layer.attn.wq.weight"), 1);
+}
+
+TEST(ModelSpec, WhatCrossesEachBoundary) {
+  using K = pprt::Boundary::Kind;
+  const auto specs = pprt::stage_specs(ppc::parse_layout("|Et|tm|m|L|"), 0.1);
+  ASSERT_EQ(specs.size(), 6u);
+  std::vector<std::pair<K, int>> in;
+  for (const auto& s : specs) in.push_back({s.in.kind, s.in.streams});
+  EXPECT_EQ(in, (std::vector<std::pair<K, int>>{{K::Tokens, 0},
+                                                {K::Tokens, 0},
+                                                {K::Hidden, 1},
+                                                {K::Hidden, 2},
+                                                {K::Hidden, 3},
+                                                {K::Loss, 0}}));
+  EXPECT_EQ(specs[4].out.kind, K::Loss);
+  pprt::ModelConfig c;
+  EXPECT_EQ(specs[3].in.shape(4, c), (std::vector<int64_t>{2, 4, c.seq_len, c.hidden}));
+  EXPECT_EQ(specs[0].in.shape(4, c), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(specs[5].in.shape(4, c).empty());
+  EXPECT_EQ(specs[0].mtp_depths, 2);
+}
+
+TEST(ModelSpec, SharedGroupsOfMtpTiedEmbeddingsAndDualPipe) {
+  pprt::ModelConfig c;
+  // DeepSeek-V3's layout at pp 16, vpp 2: E on rank 0, m (stage 30) on rank 14, L on rank 15.
+  const ppc::Plan v3 = compile("Et*3|(tt|)*29,m|L", 16, "Interleaved1F1B", 16);
+  auto groups = pprt::shared_groups(v3, c);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].ranks, (std::vector<int>{0, 14}));
+  EXPECT_EQ(groups[0].names, (std::vector<std::string>{"embed.weight"}));
+  c.tie_embeddings = true;
+  groups = pprt::shared_groups(v3, c);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].ranks, (std::vector<int>{0, 14, 15}));
+  // m and E on one rank: nothing to share until the head is tied.
+  c.tie_embeddings = false;
+  EXPECT_TRUE(pprt::shared_groups(compile("Et|tt|t,m|L", 2, "Interleaved1F1B", 4), c).empty());
+  // DualPipe: layout stage k runs on ranks k and pp-1-k; every parameter has two copies.
+  const ppc::Plan dual = compile("Et|tt|tt|tL", 4, "DualPipe", 8);
+  groups = pprt::shared_groups(dual, c);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].ranks, (std::vector<int>{0, 3}));
+  EXPECT_EQ(groups[1].ranks, (std::vector<int>{1, 2}));
+  size_t shared = 0;
+  for (const auto& g : groups) shared += g.names.size();
+  EXPECT_EQ(shared, pprt::model_params(c, dual.layout).size());
+  EXPECT_TRUE(std::is_sorted(groups[0].names.begin(), groups[0].names.end()));
 }
 
 TEST(PlanLoad, FifoOrderCheckFindsCrossedMessages) {
@@ -446,6 +527,27 @@ TEST(ParamDump, RoundTripsFloatsExactlyAndCompares) {
   EXPECT_NEAR(c.max_abs_diff, 1e-5, 1e-7);
 }
 
+// A shared parameter appears in the dump of every rank holding a copy: the merged view accepts it
+// only if the copies are identical.
+TEST(ParamDump, SharedCopiesMustBeIdentical) {
+  TempDir d;
+  fs::create_directories(d.file("same"));
+  fs::create_directories(d.file("differ"));
+  const std::vector<float> x{0.5f, 0.25f}, y{0.5f, 0.2500001f};
+  d.write("same/params.rank0.jsonl", pprt::param_dump_line("embed.weight", {2}, x.data(), 2));
+  d.write("same/params.rank14.jsonl", pprt::param_dump_line("embed.weight", {2}, x.data(), 2));
+  const auto by_rank = pprt::read_param_dump_by_rank(d.file("same"));
+  ASSERT_EQ(by_rank.size(), 2u);
+  EXPECT_TRUE(by_rank.count(14) && by_rank.at(14).count("embed.weight"));
+  EXPECT_EQ(pprt::read_param_dump(d.file("same")).at("embed.weight").data, x);
+  d.write("differ/params.rank0.jsonl", pprt::param_dump_line("embed.weight", {2}, x.data(), 2));
+  d.write("differ/params.rank3.jsonl", pprt::param_dump_line("embed.weight", {2}, y.data(), 2));
+  EXPECT_EQ(user_error([&] { pprt::read_param_dump(d.file("differ")); }),
+            d.file("differ") +
+                ": the copies of shared parameter 'embed.weight' differ between params.rank0.jsonl "
+                "and params.rank3.jsonl");
+}
+
 TEST(AtomicFile, LeavesNothingUnlessCommitted) {
   TempDir d;
   {
@@ -467,7 +569,7 @@ TEST(AtomicFile, LeavesNothingUnlessCommitted) {
 }
 
 TEST(Output, MetricsLineAndProgressLines) {
-  pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5};
+  pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5, {}};
   EXPECT_EQ(
       pprt::metrics_json(m),
       R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
@@ -475,7 +577,8 @@ TEST(Output, MetricsLineAndProgressLines) {
   size_t len = 0;
   std::FILE* f = open_memstream(&buf, &len);
   pprt::Progress p(pprt::ProgressMode::Lines, 4, 2, f);
-  for (int s = 1; s <= 4; ++s) p.update(pprt::StepMetrics{s, 5.0 - s, 1e-3, 1, 0.5, 2048, 0.5 * s});
+  for (int s = 1; s <= 4; ++s)
+    p.update(pprt::StepMetrics{s, 5.0 - s, 1e-3, 1, 0.5, 2048, 0.5 * s, {}});
   p.finish();
   std::fclose(f);
   const std::string out(buf, len);
@@ -484,6 +587,19 @@ TEST(Output, MetricsLineAndProgressLines) {
             "step 1/4 loss 4.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:02\n"
             "step 2/4 loss 3.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:01\n"
             "step 4/4 loss 1.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:00\n");
+  // With multi-token prediction: its loss beside the main one, in the file and on the line.
+  m.mtp_loss = 2.75;
+  m.step = 4;
+  EXPECT_EQ(
+      pprt::metrics_json(m),
+      R"({"step":4,"loss":2.5,"mtp_loss":2.75,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
+  f = open_memstream(&buf, &len);
+  pprt::Progress q(pprt::ProgressMode::Lines, 4, 2, f);
+  q.update(m);
+  std::fclose(f);
+  EXPECT_EQ(std::string(buf, len),
+            "step 4/4 loss 2.5000 mtp-loss 2.7500 lr 0.001 grad-norm 0.750 tok/s 2.0k eta 0:00\n");
+  std::free(buf);
 }
 
 }  // namespace

@@ -8,14 +8,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
 #include <tuple>
 #include <utility>
 
+#include "compiler/autotune.h"
+#include "compiler/balance.h"
+#include "compiler/check.h"
 #include "compiler/compare.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
@@ -26,6 +27,8 @@
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
+#include "tools/ppcompile/progress.h"
+#include "tools/ppcompile/output.h"
 
 namespace {
 
@@ -51,6 +54,12 @@ struct Options {
   std::string engine = "timeline";
   std::string arrows = "auto";
   double width = 1800;
+  std::string microbatches_text;  // --microbatches as given: a list or range with --autotune
+  bool balance = false;           // --balance
+  bool autotune = false;          // --autotune
+  long long balance_budget = 0;   // --balance-budget (0 = automatic)
+  size_t top = 15;                // --top
+  bool layer_unit_costs = false;  // unit costs per layer (--balance, --autotune), not per stage
 };
 
 void list_schedules(std::ostream& os) {
@@ -135,35 +144,6 @@ ppc::Plan build_plan(const Options& o) {
   return ppc::compile(co);
 }
 
-// Writes `text` to `path` atomically (temp file + rename), or to stdout when path is empty.
-void write_output(const std::string& path, const std::string& text) {
-  if (path.empty()) {
-    std::cout << text << std::flush;
-    return;
-  }
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out)
-      throw ppc::UserError(fmt::format("cannot open '{}' for writing", path),
-                           ppc::SourceLocation{"-o", 0, 0, ""});
-    out << text;
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw ppc::UserError(fmt::format("error writing '{}'", path),
-                           ppc::SourceLocation{"-o", 0, 0, ""});
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw ppc::UserError(fmt::format("cannot write '{}': {}", path, ec.message()),
-                         ppc::SourceLocation{"-o", 0, 0, ""});
-  }
-}
-
 ppc::TimelineOptions timeline_options(const Options& o, const ppc::CostModel& cost) {
   ppc::TimelineOptions t;
   t.arrows = o.arrows == "on"    ? ppc::Arrows::On
@@ -202,10 +182,12 @@ void emit_single_html(const ppc::Plan& plan, const ppc::VerifyReport& report,
   ppc::emit_html(cmp, co, out, timeline);
 }
 
-// The cost model of --cost FILE or the --cost-* flags; unit costs when neither is given.
+// The cost model of --cost FILE or the --cost-* flags; unit costs when neither is given (per
+// layer when balancing: per stage, every split would cost the same).
 ppc::CostModel cost_model(const Options& o) {
   if (!o.cost_file.empty()) return ppc::read_cost_model(o.cost_file);
   if (o.cost_flags.any()) return ppc::cost_model_from_flags(o.cost_flags);
+  if (o.balance || o.autotune || o.layer_unit_costs) return ppc::unit_layer_costs();
   return ppc::CostModel{};
 }
 
@@ -244,29 +226,136 @@ int run_compare(const Options& o) {
         fmt::format("no schedule can run this configuration ({}: {}; and {} more skipped)",
                     first.schedule, first.reason, cmp.skipped.size() - 1));
   }
-  std::ostringstream out;
+  Output output(o.output);
   if (o.emit == "html")
-    ppc::emit_html(cmp, co, out, timeline_options(o, co.cost));
+    ppc::emit_html(cmp, co, output.stream(), timeline_options(o, co.cost));
   else
-    ppc::emit_compare_table(cmp, co, out);
-  write_output(o.output, out.str());
+    ppc::emit_compare_table(cmp, co, output.stream());
+  output.commit();
   return 0;
 }
 
-int run(const Options& o) {
-  if (o.list_schedules) {
-    std::ostringstream ss;
-    list_schedules(ss);
-    write_output(o.output, ss.str());
+// --balance: the model's layers re-split for the schedule (balance.h); `o` then compiles it.
+ppc::BalanceResult run_balance(Options& o, const ppc::CostModel& cost,
+                               std::optional<double> limit) {
+  if (!o.from_csv.empty() || !o.from_json.empty() || o.stages != -1)
+    throw ppc::UserError(
+        "--balance re-splits a model's layers: give --layout or --layout-file (not --stages, "
+        "--from-csv or --from-json)",
+        ppc::SourceLocation{"--balance", 0, 0, ""});
+  if (o.compare)
+    throw ppc::UserError("--compare takes the layout as given; --autotune balances every schedule",
+                         ppc::SourceLocation{"--balance", 0, 0, ""});
+  ppc::BalanceOptions bo;
+  bo.layout = load_model(o, "").first;
+  if (o.pp == -1) throw ppc::UserError("--pp is required");
+  if (o.schedule.empty()) throw ppc::UserError("--schedule is required (see --list-schedules)");
+  if (o.microbatches == -1) throw ppc::UserError("--microbatches is required");
+  bo.pp = o.pp;
+  if (o.vpp != -1) bo.vpp = o.vpp;
+  bo.schedule = o.schedule;
+  bo.microbatches = o.microbatches;
+  bo.cost = cost;
+  bo.memory_limit = limit;
+  bo.budget = o.balance_budget;
+  ppcompile::Progress progress("balance");
+  bo.progress = [&](double f) { progress(fmt::format("{:.0f}% of the search budget", 100 * f)); };
+  ppc::BalanceResult res = ppc::balance_layout(bo);
+  if (!res.fits)
+    std::cerr << fmt::format(
+        "ppcompile: note: no split found fits --memory-limit {}; this one peaks at {}\n",
+        o.memory_limit, ppc::format_memory(res.peak_total, cost.memory_in_bytes));
+  o.layout = res.layout.source;
+  o.layout_file.clear();
+  o.vpp = res.vpp;
+  o.balance = false;
+  o.layer_unit_costs = true;
+  return res;
+}
+
+int run(const Options& o);
+
+// --autotune: the table of the best configurations, or the winner compiled like any plan.
+int run_autotune(const Options& o) {
+  if (!o.from_csv.empty() || !o.from_json.empty() || o.stages != -1)
+    throw ppc::UserError(
+        "--autotune balances a model's layers: give --layout or --layout-file (not --stages, "
+        "--from-csv or --from-json)",
+        ppc::SourceLocation{"--autotune", 0, 0, ""});
+  if (o.compare || o.balance)
+    throw ppc::UserError(fmt::format("--autotune already compares and balances; drop {}",
+                                     o.compare ? "--compare" : "--balance"),
+                         ppc::SourceLocation{"--autotune", 0, 0, ""});
+  if (o.vpp != -1)
+    throw ppc::UserError("--autotune searches the stages per rank; drop --vpp",
+                         ppc::SourceLocation{"--vpp", 0, 0, ""});
+  ppc::AutotuneOptions ao;
+  ao.layout = load_model(o, "").first;
+  if (o.pp == -1) throw ppc::UserError("--pp is required");
+  if (o.microbatches_text.empty()) throw ppc::UserError("--microbatches is required");
+  ao.pp = o.pp;
+  ao.microbatches = ppc::parse_microbatch_counts(o.microbatches_text, o.pp);
+  // Unit costs stay marked as such (the table says so); autotune takes them per layer.
+  ao.cost = o.cost_file.empty() && !o.cost_flags.any() ? ppc::CostModel{} : cost_model(o);
+  ao.memory_limit = memory_limit(o);
+  if (!o.schedule.empty()) ao.schedules = {o.schedule};
+  ao.budget = o.balance_budget;
+  ppcompile::Progress progress("autotune");
+  ao.progress = [&](int done, int total, const std::string& what) {
+    progress(fmt::format("{}/{} configurations ({})", done, total, what));
+  };
+  const ppc::Autotune at = ppc::autotune(ao);
+  if (at.rows.empty())
+    throw ppc::UserError(fmt::format("no configuration can run this model at --pp {} ({}: {})",
+                                     o.pp, at.skipped.front().schedule, at.skipped.front().reason));
+  if (o.emit == "table") {
+    Output output(o.output);
+    ppc::emit_autotune_table(at, ao, o.top, output.stream());
+    output.commit();
     return 0;
   }
-  if (o.compare) return run_compare(o);
+  // Any other output: the winner, compiled, verified and emitted like any plan.
+  const ppc::AutotuneRow& best = at.rows.front();
+  Options w = o;
+  w.autotune = false;
+  w.layer_unit_costs = true;
+  w.layout = best.layout;
+  w.layout_file.clear();
+  w.schedule = best.row.schedule;
+  w.microbatches = best.microbatches;
+  w.microbatches_text.clear();
+  return run(w);
+}
+
+int run(const Options& o_given) {
+  Options o = o_given;
+  if (o.list_schedules) {
+    Output output(o.output);
+    list_schedules(output.stream());
+    output.commit();
+    return 0;
+  }
+  if (o.autotune) return run_autotune(o);
+  if (!o.microbatches_text.empty())
+    o.microbatches = ppc::parse_microbatch_count(o.microbatches_text);
+  if (o.compare && !o.balance) return run_compare(o);
   const ppc::CostModel cost = cost_model(o);
   const std::optional<double> limit = memory_limit(o);
+  std::optional<ppc::BalanceResult> balanced;
+  if (o.balance) balanced = run_balance(o, cost, limit);
   const std::string imported_from = !o.from_csv.empty() ? o.from_csv : o.from_json;
-  auto [plan, report] = ppc::prepare_plan(build_plan(o), cost, imported_from);
+  // Verify the compute order (lowering assumes a well-formed one), lower, verify the lowered plan
+  // (prepare.h); the simulation the output needs rides on the verifier's run.
+  const bool timeline = (o.emit == "svg" && o.engine == "timeline") || o.emit == "trace";
+  ppc::CheckedPlan checked = ppc::prepare_plan(build_plan(o), cost, imported_from,
+                                               o.emit == "stats" ? ppc::SimulationNeed::Summary
+                                               : timeline        ? ppc::SimulationNeed::Timeline
+                                                                 : ppc::SimulationNeed::None);
+  const ppc::Plan& plan = checked.plan;
+  const ppc::VerifyReport& report = checked.report;
 
-  std::ostringstream out;
+  Output output(o.output);  // the plan is valid: write it as it is emitted
+  std::ostream& out = output.stream();
   if (o.emit == "table") {
     ppc::emit_table(plan, report, out,
                     ppc::TableOptions{use_color(o), o.compact, terminal_columns(o)});
@@ -275,13 +364,15 @@ int run(const Options& o) {
   } else if (o.emit == "json") {
     ppc::emit_json(plan, report, out);
   } else if (o.emit == "stats") {
-    const ppc::Simulation sim = ppc::simulate(plan, cost);
-    ppc::emit_stats(plan, report, sim, out);
-    if (limit) out << ppc::memory_check(sim, *limit, cost.memory_in_bytes) << "\n";
+    ppc::emit_stats(plan, report, *checked.sim, out);
+    if (limit) out << ppc::memory_check(*checked.sim, *limit, cost.memory_in_bytes) << "\n";
+    if (balanced) out << ppc::describe_balance(*balanced);
   } else if (o.emit == "layout") {
     ppc::emit_layout(plan, out);
+  } else if (o.emit == "layout-string") {
+    ppc::emit_layout_string(plan, out);
   } else if (o.emit == "svg" && o.engine == "timeline") {
-    ppc::emit_svg(plan, ppc::simulate(plan, cost), out, timeline_options(o, cost));
+    ppc::emit_svg(plan, *checked.sim, out, timeline_options(o, cost));
   } else if (o.emit == "svg" || o.emit == "png") {
     if (o.emit == "png" && o.output.empty() && isatty(fileno(stdout)))
       throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png",
@@ -292,12 +383,11 @@ int run(const Options& o) {
   } else if (o.emit == "dot") {
     ppc::emit_dot(plan, out);
   } else if (o.emit == "trace") {
-    ppc::emit_trace(plan, ppc::simulate(plan, cost), out,
-                    ppc::TraceOptions{1000, cost.memory_in_bytes});
+    ppc::emit_trace(plan, *checked.sim, out, ppc::TraceOptions{1000, cost.memory_in_bytes});
   } else if (o.emit == "html") {
     emit_single_html(plan, report, cost, timeline_options(o, cost), out);
   }
-  write_output(o.output, out.str());
+  output.commit();
   return 0;
 }
 
@@ -329,13 +419,15 @@ int main(int argc, char** argv) {
   app.add_option("--vpp", o.vpp, "Stages per rank (inferred from the layout; must agree if given)");
   app.add_option("--schedule", o.schedule,
                  "Schedule name, case-insensitive (see --list-schedules)");
-  app.add_option("--microbatches", o.microbatches, "Microbatches per step");
+  app.add_option("--microbatches", o.microbatches_text,
+                 "Microbatches per step (--autotune: also a list 8,16,32 or a range 8-64)");
   app.add_option("--num-layers", o.num_layers,
                  "Check that the layout has this many decoder layers (t)");
   app.add_option("--emit", o.emit,
-                 "Output: table, csv, json, stats, layout, svg, dot, png, trace or html")
-      ->check(CLI::IsMember(
-          {"table", "csv", "json", "stats", "layout", "svg", "dot", "png", "trace", "html"}))
+                 "Output: table, csv, json, stats, layout, layout-string, svg, dot, png, trace or "
+                 "html")
+      ->check(CLI::IsMember({"table", "csv", "json", "stats", "layout", "layout-string", "svg",
+                             "dot", "png", "trace", "html"}))
       ->capture_default_str();
   app.add_option("--engine", o.engine,
                  "SVG: timeline (simulated lanes) or dot (dependency graph via Graphviz)")
@@ -380,6 +472,18 @@ int main(int argc, char** argv) {
            "Bytes per activation or gradient message (default 0)");
   add_cost("--cost-overlap", cf.overlap,
            "OVERLAP_F_B hides this fraction of the shorter part (0..1)");
+  app.add_flag("--balance", o.balance,
+               "Re-split the layout's layers into pp x vpp stages for the shortest simulated "
+               "makespan (docs/balance.md)");
+  app.add_flag("--autotune", o.autotune,
+               "Search schedule x vpp x placement x balanced layout (x microbatches): a table of "
+               "the best, or the winner with --emit");
+  app.add_option("--balance-budget", o.balance_budget,
+                 "Most splits --balance simulates per configuration (default: automatic)")
+      ->check(CLI::Range(1LL, 1000000000LL));
+  app.add_option("--top", o.top, "--autotune: how many configurations the table shows")
+      ->check(CLI::Range(static_cast<size_t>(1), static_cast<size_t>(1000000)))
+      ->capture_default_str();
   app.add_option("--memory-limit", o.memory_limit,
                  "Memory per rank (bytes, or 80GiB, 80GB...; activation units under unit costs)");
   compare->excludes(csv)->excludes(js);

@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   model->add_option("--ffn", o.model.ffn, "SwiGLU width (default 176)");
   model->add_option("--vocab", o.model.vocab, "Vocabulary (default 256)");
   model->add_option("--seq-len", o.model.seq_len, "Tokens per sequence (default 64)");
+  model->add_flag("--tie-embeddings", o.model.tie_embeddings,
+                  "The output head uses the token embedding's weight (copies kept in sync)");
 
   auto* train = app.add_option_group("training");
   train->add_option("--steps", o.train.steps, "Optimizer steps")->capture_default_str();
@@ -51,9 +53,22 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--clip", o.train.clip, "Clip the global gradient norm to this (0 = off)")
       ->capture_default_str();
-  train->add_option("--seed", o.train.seed, "Initialisation and data seed")->capture_default_str();
+  train
+      ->add_option("--mtp-loss-weight", o.train.mtp_loss_weight,
+                   "Weight lambda of the multi-token-prediction loss: CE + lambda/D * sum CE_k")
+      ->capture_default_str();
+  auto* seed = train->add_option("--seed", o.train.seed, "Initialisation and data seed")
+                   ->capture_default_str();
   train->add_option("--data", o.train.data_path,
-                    "Train on a text file (byte-level tokens) instead of the synthetic language");
+                    "Train on a data file instead of the synthetic language (see --data-format)");
+  std::string data_format = "auto";
+  train
+      ->add_option("--data-format", data_format,
+                   "auto, text (bytes), uint16, uint32 (flat token ids) or megatron (PREFIX.bin + "
+                   "PREFIX.idx); auto: a .bin with its .idx is megatron, another .bin uint16, "
+                   "anything else text")
+      ->check(CLI::IsMember({"auto", "text", "uint16", "uint32", "megatron"}))
+      ->capture_default_str();
 
   auto* out = app.add_option_group("output");
   out->add_option("--metrics", o.out.metrics_path, "Write JSON lines per step to FILE");
@@ -65,7 +80,29 @@ int main(int argc, char** argv) {
   out->add_option("--log-every", o.out.log_every,
                   "Log a line every N steps (default: about 20 lines)");
 
+  auto* ckpt = app.add_option_group("checkpoints", "Checkpoints (docs/checkpoints.md)");
+  ckpt->add_option("--save", o.save_dir,
+                   "Write a checkpoint to DIR at the end (and every --save-every steps)");
+  ckpt->add_option("--save-every", o.save_every,
+                   "Also save every N steps (default: only at the end)");
+  train->add_option("--stop-after", o.stop_after,
+                    "Stop once N steps are done, as an interrupted job would (--steps still sets "
+                    "the learning-rate schedule); resume later with --resume");
+  ckpt->add_option("--keep", o.keep, "Keep the newest K checkpoints in DIR (default: all)");
+  ckpt->add_option("--resume", o.resume_dir,
+                   "Start from the latest complete checkpoint in DIR (any plan of the same model) "
+                   "and train on to --steps in all");
+  ckpt->add_option("--export", o.export_args,
+                   "Write the model weights of checkpoint DIR into one safetensors file OUT, and "
+                   "exit")
+      ->expected(2)
+      ->type_name("DIR OUT");
+
   auto* exec = app.add_option_group("execution");
+  exec->add_option("--dp", o.dp,
+                   "Data-parallel replicas of the plan's pipeline: pp x N ranks in all "
+                   "(docs/pprun.md: rank order)")
+      ->capture_default_str();
   exec->add_option("--device", o.device, "cpu (Gloo) or cuda (NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -74,7 +111,8 @@ int main(int argc, char** argv) {
   exec->add_option("--threads", o.threads,
                    "Intra-op threads per rank (default: cores / ranks on this machine)");
   app.add_option("--fault-kill", o.fault_kill,
-                 "Testing: rank R kills itself (SIGKILL) in the middle of step S")
+                 "Testing: rank R kills itself (SIGKILL) in the middle of step S (R:S), or "
+                 "during the save after it (R:S:save, R:S:commit)")
       ->group("");  // hidden
 
   try {
@@ -84,6 +122,8 @@ int main(int argc, char** argv) {
     std::cerr << "pprun: error: " << e.what() << "\n(run pprun --help for usage)\n";
     return 2;
   }
+  o.train.data_format = *pprt::parse_data_format(data_format);  // checked above
+  o.seed_given = seed->count() > 0;
   std::error_code ec;
   o.exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (ec) o.exe = argv[0];

@@ -1,0 +1,51 @@
+#include "compiler/check.h"
+
+#include <utility>
+
+#include "compiler/diagnostic.h"
+#include "compiler/execute.h"
+#include "compiler/lower_send_recv.h"
+
+namespace ppc {
+
+CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need) {
+  CheckedPlan out;
+  // Lowering under unit costs (lower_for_model's, and the verifier's own check of the compute
+  // order) is one and the same run: do it once, below.
+  const bool lower_here = !plan.is_lowered() && cost.unit;
+  VerifyOptions compute;
+  compute.compute_only = true;
+  compute.check_runs = !lower_here;
+  out.report = verify(plan, compute);
+  if (!out.report.ok()) {
+    out.plan = std::move(plan);
+    return out;
+  }
+  if (lower_here) {
+    try {
+      plan = lower_send_recv(std::move(plan));
+    } catch (const UserError& e) {
+      out.report.errors.push_back(e.message());  // as the verifier reports it
+      out.plan = std::move(plan);
+      return out;
+    }
+  } else if (!plan.is_lowered()) {
+    plan = lower_for_model(plan, cost);
+  }
+  out.plan = std::move(plan);
+
+  std::optional<SimulationRun> run;
+  if (need != SimulationNeed::None) run.emplace(out.plan, cost, need == SimulationNeed::Timeline);
+  Execution ex;
+  VerifyOptions lowered;
+  if (run) {
+    lowered.costs = &run->costs();
+    lowered.record_times = run->timeline();
+    lowered.execution = &ex;
+  }
+  out.report = verify(out.plan, lowered);
+  if (out.report.ok() && run) out.sim = run->finish(std::move(ex));
+  return out;
+}
+
+}  // namespace ppc

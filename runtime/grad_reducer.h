@@ -1,0 +1,66 @@
+// Data parallelism's gradient average: after a step every replica must hold the same gradients,
+// the mean of the replicas'. A rank's gradients are summed with those of the same pipeline rank in
+// every other replica (one process group per pipeline rank) and divided by the replica count.
+//
+// Like DDP's and Megatron's overlapped gradient reduction, the parameters are grouped in buckets
+// by the moment their gradients are final in the step: the last backward of the rank's plan that
+// adds to them (a B, or the W of a split backward; an I adds nothing, its weight gradients wait
+// for their W). Each bucket's all-reduce starts, asynchronously, right after that action, so the
+// reductions overlap the rest of the pipeline (its cool-down), and the step waits at its end only
+// for what is still running. Buckets hold at most `bucket_bytes` of gradients (parameters of one
+// readiness moment share buckets). Every replica starts them in the same order.
+// Included only by LibTorch translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "compiler/plan.h"
+#include "runtime/model.h"
+#include "runtime/report.h"
+#include "runtime/transport.h"
+
+namespace pprt {
+
+class GradReducer {
+ public:
+  // `pipeline_rank`'s parameters in `store` (built from `plan`), reduced over `group` (the
+  // replicas of this pipeline rank).
+  GradReducer(const ppc::Plan& plan, int pipeline_rank, const ModelConfig& config,
+              ParamStore& store, Transport& group, std::chrono::milliseconds timeout,
+              size_t bucket_bytes = size_t{25} << 20);
+  ~GradReducer();
+
+  // The executor's hook after each compute action of the step (its index in the rank's order):
+  // starts the buckets that became ready, notes the ones that finished.
+  void action_done(size_t index);
+  // After the step's actions: starts any bucket not started, waits for all, and replaces each
+  // gradient by the replicas' mean. Throws TransportError on a failure.
+  ReduceStats finish();
+
+  int buckets() const { return static_cast<int>(buckets_.size()); }
+
+ private:
+  struct Bucket {
+    std::vector<at::Tensor*> params;
+    size_t ready_at = 0;  // index of the action after which its gradients are final
+    int64_t elements = 0;
+    at::Tensor flat;
+    std::unique_ptr<Work> work;
+    int64_t started = 0, finished = 0;  // steady clock, ns
+  };
+  void start(Bucket& b);
+  void poll();
+
+  Transport& group_;
+  std::chrono::milliseconds timeout_;
+  double scale_;
+  std::vector<Bucket> buckets_;  // in the order they start
+  size_t next_ = 0;              // the first bucket not started
+};
+
+}  // namespace pprt

@@ -1,0 +1,180 @@
+// check_and_lower runs each replay of a plan once; its results must equal the passes run one by
+// one, as ppcompile ran them before: verify the compute order, lower_for_model, verify, simulate.
+#include <gtest/gtest.h>
+
+#include "compiler/check.h"
+#include "compiler/compile.h"
+#include "compiler/cost_model.h"
+#include "compiler/diagnostic.h"
+#include "compiler/lower_send_recv.h"
+#include "tests/plan_text.h"
+
+namespace ppc {
+namespace {
+
+struct Separate {
+  Plan plan;
+  VerifyReport report;
+  std::optional<Simulation> sim;
+};
+
+// The passes one by one.
+Separate separate(const Plan& built, const CostModel& cost) {
+  Separate s;
+  s.plan = built;
+  Plan compute_only = built;
+  compute_only.lowered.clear();
+  s.report = verify(compute_only);
+  if (!s.report.ok()) return s;
+  if (!s.plan.is_lowered()) s.plan = lower_for_model(s.plan, cost);
+  s.report = verify(s.plan);
+  if (s.report.ok()) s.sim = simulate(s.plan, cost);
+  return s;
+}
+
+void expect_same_report(const VerifyReport& a, const VerifyReport& b) {
+  EXPECT_EQ(a.errors, b.errors);
+  EXPECT_EQ(a.truncated, b.truncated);
+  EXPECT_EQ(a.checked_lowered, b.checked_lowered);
+  EXPECT_EQ(a.peak_inflight, b.peak_inflight);
+  EXPECT_EQ(a.compute_actions, b.compute_actions);
+  EXPECT_EQ(a.comm_actions, b.comm_actions);
+  EXPECT_EQ(a.batches, b.batches);
+}
+
+// Bit-for-bit equal simulations (no tolerance: the same additions in the same order).
+void expect_same_sim(const Simulation& a, const Simulation& b, bool timeline) {
+  EXPECT_EQ(a.makespan, b.makespan);
+  EXPECT_EQ(a.busy, b.busy);
+  EXPECT_EQ(a.rank_bubble, b.rank_bubble);
+  EXPECT_EQ(a.bubble, b.bubble);
+  EXPECT_EQ(a.peak_memory, b.peak_memory);
+  EXPECT_EQ(a.comm_bytes, b.comm_bytes);
+  EXPECT_EQ(a.messages, b.messages);
+  EXPECT_EQ(a.unit, b.unit);
+  EXPECT_EQ(a.first_start, b.first_start);
+  EXPECT_EQ(a.last_end, b.last_end);
+  EXPECT_EQ(a.steady_period, b.steady_period);
+  EXPECT_EQ(a.steady_bubble, b.steady_bubble);
+  EXPECT_EQ(a.param_memory, b.param_memory);
+  if (!timeline) {
+    EXPECT_TRUE(a.times.empty());
+    EXPECT_TRUE(a.memory.empty());
+    return;
+  }
+  ASSERT_EQ(a.times.size(), b.times.size());
+  for (size_t r = 0; r < a.times.size(); ++r) {
+    ASSERT_EQ(a.times[r].size(), b.times[r].size());
+    for (size_t i = 0; i < a.times[r].size(); ++i) {
+      EXPECT_EQ(a.times[r][i].start, b.times[r][i].start);
+      EXPECT_EQ(a.times[r][i].end, b.times[r][i].end);
+    }
+  }
+  ASSERT_EQ(a.memory.size(), b.memory.size());
+  for (size_t r = 0; r < a.memory.size(); ++r) {
+    ASSERT_EQ(a.memory[r].size(), b.memory[r].size());
+    for (size_t i = 0; i < a.memory[r].size(); ++i) {
+      EXPECT_EQ(a.memory[r][i].time, b.memory[r][i].time);
+      EXPECT_EQ(a.memory[r][i].value, b.memory[r][i].value);
+    }
+  }
+}
+
+void expect_same(const Plan& built, const CostModel& cost) {
+  const Separate want = separate(built, cost);
+  for (SimulationNeed need :
+       {SimulationNeed::None, SimulationNeed::Summary, SimulationNeed::Timeline}) {
+    const CheckedPlan got = check_and_lower(built, cost, need);
+    expect_same_report(got.report, want.report);
+    if (!want.report.ok()) {
+      EXPECT_FALSE(got.sim.has_value());
+      continue;
+    }
+    EXPECT_EQ(got.plan, want.plan);
+    ASSERT_EQ(got.sim.has_value(), need != SimulationNeed::None);
+    if (got.sim) expect_same_sim(*got.sim, *want.sim, need == SimulationNeed::Timeline);
+  }
+}
+
+CostModel some_costs() {
+  CostFlags f;
+  f.f = 1;
+  f.b = 2.3;
+  f.w = 0.9;
+  f.activation = 3;
+  f.params = 5;
+  f.latency = 0.07;
+  f.bandwidth = 30;
+  f.message_bytes = 100;
+  f.overlap = 0.3;
+  return cost_model_from_flags(f);
+}
+
+Plan generated(const std::string& schedule, int pp, int vpp, int m) {
+  CompileOptions o;
+  o.layout = generic_layout(pp * vpp);
+  o.pp = pp;
+  o.schedule = schedule;
+  o.microbatches = m;
+  o.lower = false;
+  return compile(o);
+}
+
+TEST(CheckAndLower, EqualsThePassesOneByOneForEverySchedule) {
+  struct Case {
+    const char* schedule;
+    int pp, vpp, m;
+  };
+  for (const Case& c :
+       {Case{"GPipe", 4, 1, 6}, Case{"1F1B", 4, 1, 9}, Case{"ZB-H1", 3, 1, 7},
+        Case{"ZB-H2", 4, 1, 8}, Case{"Interleaved1F1B", 4, 3, 8}, Case{"LoopedBFS", 2, 2, 5},
+        Case{"InterleavedZeroBubble", 4, 2, 8}, Case{"ZBVZeroBubble", 4, 2, 8},
+        Case{"DualPipeV", 4, 2, 10}, Case{"DualPipe", 4, 1, 10}}) {
+    SCOPED_TRACE(c.schedule);
+    const Plan built = generated(c.schedule, c.pp, c.vpp, c.m);
+    expect_same(built, CostModel{});
+    expect_same(built, some_costs());
+  }
+}
+
+TEST(CheckAndLower, ImportedLoweredPlansAreVerifiedAsTheyAre) {
+  Plan p = lower_send_recv(generated("Interleaved1F1B", 2, 2, 4));
+  expect_same(p, CostModel{});
+  expect_same(p, some_costs());
+}
+
+TEST(CheckAndLower, AComputeOrderThatCannotRunFailsWithTheVerifiersMessage) {
+  // Rank 1 starts with the backward of a microbatch whose forward comes later.
+  const Plan p = pptest::text_plan(
+      2, 2, 4, {"0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", "1B3 1F0 1B0 1F1 1B1 1F2 1B2 1F3"}, false);
+  const CheckedPlan got = check_and_lower(p, CostModel{}, SimulationNeed::Summary);
+  ASSERT_EQ(got.report.errors.size(), 1u);
+  EXPECT_EQ(got.report.errors[0].rfind("the compute order cannot run: rank 0 waits at", 0), 0u)
+      << got.report.errors[0];
+  expect_same(p, CostModel{});
+  expect_same(p, some_costs());
+}
+
+TEST(CheckAndLower, ABadComputeOrderIsNotLowered) {
+  // Microbatch 1's forward appears twice and its backward never.
+  const Plan p = pptest::text_plan(2, 2, 2, {"0F0 0F1 0F1 0B0", "1F0 1B0 1F1 1B1"}, false);
+  const CheckedPlan got = check_and_lower(p, CostModel{}, SimulationNeed::None);
+  EXPECT_FALSE(got.report.ok());
+  EXPECT_FALSE(got.plan.is_lowered());
+  expect_same(p, CostModel{});
+}
+
+TEST(CheckAndLower, ADeadlockedLoweredPlanIsReportedAndNotSimulated) {
+  const Plan p = pptest::text_plan(2, 2, 2,
+                                   {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+                                    "1RECV_F1 1F1 1B1 1SEND_B1 1RECV_F0 1F0 1B0 1SEND_B0"},
+                                   true);
+  const CheckedPlan got = check_and_lower(p, some_costs(), SimulationNeed::Timeline);
+  ASSERT_FALSE(got.report.ok());
+  EXPECT_EQ(got.report.errors[0].rfind("deadlock: ", 0), 0u);
+  EXPECT_FALSE(got.sim.has_value());
+  expect_same(p, some_costs());
+}
+
+}  // namespace
+}  // namespace ppc

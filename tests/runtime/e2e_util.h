@@ -1,0 +1,176 @@
+// Helpers of the end-to-end tests: the real ppcompile and pprun binaries in real processes, their
+// output collected, with a time limit.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace pprun_e2e {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "pprun-e2e-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct Proc {
+  pid_t pid = -1;
+  int fd = -1;  // stdout and stderr together
+  std::string out;
+  int status = -1;
+  double seconds = 0;
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+};
+
+// Starts `argv` with `env` added to this process's environment, in its own process group.
+inline Proc start(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) envs.push_back(*e);
+  envs.insert(envs.end(), env.begin(), env.end());
+  std::vector<char*> a, e;
+  std::vector<std::string> args = argv;
+  for (auto& s : args) a.push_back(s.data());
+  a.push_back(nullptr);
+  for (auto& s : envs) e.push_back(s.data());
+  e.push_back(nullptr);
+  int p[2];
+  EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+  Proc proc;
+  proc.pid = fork();
+  if (proc.pid == 0) {
+    setpgid(0, 0);
+    dup2(p[1], 1);
+    dup2(p[1], 2);
+    const int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    execve(a[0], a.data(), e.data());
+    _exit(127);
+  }
+  close(p[1]);
+  proc.fd = p[0];
+  return proc;
+}
+
+// Waits for `p` (reading its output) at most `timeout`; then kills its process group.
+inline void finish(Proc& p, std::chrono::seconds timeout, Clock::time_point started) {
+  char buf[4096];
+  const auto deadline = started + timeout;
+  for (;;) {
+    const int ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (ms <= 0) {
+      kill(-p.pid, SIGKILL);
+      p.out += "\n[test: killed after the timeout]\n";
+      break;
+    }
+    pollfd pfd{p.fd, POLLIN, 0};
+    if (poll(&pfd, 1, ms) <= 0) continue;
+    const ssize_t n = read(p.fd, buf, sizeof buf);
+    if (n <= 0) break;
+    p.out.append(buf, static_cast<size_t>(n));
+  }
+  close(p.fd);
+  waitpid(p.pid, &p.status, 0);
+  p.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+}
+
+inline Proc run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+                std::chrono::seconds timeout = std::chrono::seconds(150)) {
+  const auto t0 = Clock::now();
+  Proc p = start(argv, env);
+  finish(p, timeout, t0);
+  return p;
+}
+
+inline std::vector<std::string> concat(std::vector<std::string> a,
+                                       const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// A small model so that the whole suite stays quick on two cores.
+const std::vector<std::string> kSize = {"--hidden",   "32", "--heads",        "4",
+                                        "--kv-heads", "2",  "--ffn",          "64",
+                                        "--seq-len",  "16", "--global-batch", "16"};
+const std::vector<std::string> kModel = concat(kSize, {"--progress", "none"});
+
+inline Proc ppcompile(const std::vector<std::string>& args) {
+  return run(concat({PPCOMPILE_BIN}, args));
+}
+inline Proc pprun(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  return run(concat({PPRUN_BIN}, args), env);
+}
+
+inline std::string compile(const TempDir& d, const std::string& layout, int pp,
+                           const std::string& schedule, int mbs,
+                           const std::string& name = "plan.json") {
+  const std::string path = d.file(name);
+  const Proc p = ppcompile({"--layout", layout, "--pp", std::to_string(pp), "--schedule", schedule,
+                            "--microbatches", std::to_string(mbs), "--emit", "json", "-o", path});
+  EXPECT_EQ(p.exit_code(), 0) << p.out;
+  return path;
+}
+
+inline std::vector<double> losses(const std::string& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line))
+    out.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  return out;
+}
+
+inline std::set<std::string> schedules_of_ppcompile() {
+  const Proc p = ppcompile({"--list-schedules"});
+  std::set<std::string> out;
+  std::istringstream in(p.out);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line))
+    if (!line.empty()) out.insert(line.substr(0, line.find(' ')));
+  return out;
+}
+
+inline int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace pprun_e2e

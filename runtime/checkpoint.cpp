@@ -341,11 +341,13 @@ void Checkpoint::check_params(const std::vector<ParamSpec>& params, const ModelC
     }
   }
   if (model_.size() != params.size())
-    for (const auto& [name, w] : model_)
+    for (const auto& entry : model_) {  // (clang 14 cannot capture a structured binding)
+      const std::string& name = entry.first;
       if (std::none_of(params.begin(), params.end(),
                        [&](const ParamSpec& p) { return p.name == name; }))
-        fail(files_[w.file].path(),
+        fail(files_[entry.second.file].path(),
              fmt::format("tensor '{}' is not a parameter of this model", name));
+    }
 }
 
 void Checkpoint::read(const std::string& name, bool optimizer, std::span<const int64_t> shape,

@@ -8,7 +8,13 @@
 #include <filesystem>
 #include <sstream>
 
+#include "compiler/layout.h"
+#include "fuzz/fuzz_files.h"
 #include "fuzz/fuzz_target.h"
+#include "runtime/checkpoint.h"
+#include "runtime/model_spec.h"
+#include "runtime/safetensors.h"
+#include "runtime/token_file.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -68,5 +74,83 @@ TEST_P(FuzzCorpus, EveryInputKeepsTheContract) {
 
 INSTANTIATE_TEST_SUITE_P(Targets, FuzzCorpus, testing::ValuesIn(target_names()),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// --- The archive of the file-reading targets (fuzz/fuzz_files.h) ---------------------------------
+
+TEST(FuzzFiles, AnArchiveSplitsIntoNamedFiles) {
+  const auto files = ppfuzz::split_files("=== a\nxy\n\n=== d/b.bin\n\n=== e\n== not a separator");
+  ASSERT_TRUE(files);
+  ASSERT_EQ(files->size(), 3u);
+  EXPECT_EQ((*files)[0].name, "a");
+  EXPECT_EQ((*files)[0].bytes, "xy\n");  // the last newline belongs to the separator
+  EXPECT_EQ((*files)[1].name, "d/b.bin");
+  EXPECT_EQ((*files)[1].bytes, "");
+  EXPECT_EQ((*files)[2].bytes, "== not a separator");
+}
+
+TEST(FuzzFiles, WhatIsNotAnArchiveIsIgnored) {
+  for (const char* bad : {"", "x=== a\n", "=== a", "=== ../a\n", "=== a/b/c\n", "=== /a\n",
+                          "=== a\n\n=== a\n", "=== a\n\n=== a/b\n", "=== .\n", "=== a b\n"})
+    EXPECT_FALSE(ppfuzz::split_files(bad)) << bad;
+  std::string many;
+  for (size_t i = 0; i <= ppfuzz::kMaxFiles; ++i) many += "=== f" + std::to_string(i) + "\n\n";
+  many.pop_back();
+  EXPECT_FALSE(ppfuzz::split_files(many));
+}
+
+// The seeds of the file-reading targets reach past the readers' checks: each seed that is meant
+// to be accepted is, so fuzzing starts from real checkpoints and token files.
+std::string unpack(const std::string& seed, const std::string& sub) {
+  const std::string archive = pptest::slurp(pptest::source_path(seed));
+  const auto files = ppfuzz::split_files(archive);  // views into `archive`
+  EXPECT_TRUE(files) << seed;
+  const std::string dir = ppfuzz::scratch_dir() + "/" + sub;
+  if (files) ppfuzz::write_files(dir, *files);
+  return dir;
+}
+
+TEST(FuzzSeeds, TheCheckpointSeedsResumeAndExport) {
+  for (const char* seed : {"pp2-1f1b", "pp1-tied-mtp-step-dir", "two-steps-no-latest"}) {
+    SCOPED_TRACE(seed);
+    const std::string dir = unpack(std::string("fuzz/corpus/checkpoint/") + seed, "ckpt");
+    const pprt::Checkpoint ckpt(dir);
+    const ppc::Layout layout = ppc::parse_layout(ckpt.state().layout);
+    const pprt::ModelConfig& model = ckpt.state().model;
+    EXPECT_NO_THROW(ckpt.check_params(pprt::model_params(model, layout), model, layout));
+    EXPECT_EQ(
+        pprt::export_checkpoint(dir, (fs::path(dir).parent_path() / "out.safetensors").string()),
+        ckpt.model_tensors().size());
+  }
+}
+
+TEST(FuzzSeeds, TheTokenFileSeedsOpen) {
+  for (const auto& f : inputs("fuzz/corpus/token_file")) {
+    SCOPED_TRACE(f);
+    const std::string archive = pptest::slurp(f);
+    const auto files = ppfuzz::split_files(archive);
+    ASSERT_TRUE(files);
+    std::istringstream args{std::string(files->front().bytes)};
+    std::string format, path;
+    int vocab = 0, seq_len = 0;
+    ASSERT_TRUE(args >> format >> vocab >> seq_len >> path);
+    const std::string dir = ppfuzz::scratch_dir() + "/data";
+    ppfuzz::write_files(dir, std::vector<ppfuzz::NamedFile>(files->begin() + 1, files->end()));
+    auto open = [&] {
+      return pprt::TokenFile::open(dir + "/" + path, *pprt::parse_data_format(format), vocab,
+                                   seq_len);
+    };
+    if (f.find("over-vocab") != std::string::npos)
+      EXPECT_THROW(open(), ppc::UserError);
+    else
+      EXPECT_GT(open()->size(), static_cast<uint64_t>(seq_len));
+  }
+}
+
+TEST(FuzzSeeds, TheSafetensorsSeedsOpen) {
+  for (const auto& f : inputs("fuzz/corpus/safetensors")) {
+    SCOPED_TRACE(f);
+    EXPECT_NO_THROW(pprt::SafetensorsFile{f});
+  }
+}
 
 }  // namespace

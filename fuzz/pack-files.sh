@@ -4,8 +4,23 @@
 #   fuzz/pack-files.sh DIR             every file under DIR (at most two levels), named relative
 #                                      to DIR: `latest` and other top-level files first
 #   fuzz/pack-files.sh NAME=FILE ...   the given files under the given names, in this order
+#   fuzz/pack-files.sh --unpack ARCHIVE DIR   the other way: writes the files of ARCHIVE (a seed,
+#                                      a finding) under DIR, to rerun them with the tool itself
 # Fails if a file holds the separator "\n=== " (it would split there).
 set -euo pipefail
+if [ "${1:-}" = "--unpack" ]; then
+  exec python3 - "${2:?usage: pack-files.sh --unpack ARCHIVE DIR}" "${3:?usage: pack-files.sh --unpack ARCHIVE DIR}" <<'PY'
+import os, sys
+data = open(sys.argv[1], "rb").read()
+if not data.startswith(b"=== "):
+    sys.exit("pack-files.sh: not an archive (no '=== NAME' line first)")
+for part in data[4:].split(b"\n=== "):
+    name, _, body = part.partition(b"\n")
+    path = os.path.join(sys.argv[2], name.decode())
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    open(path, "wb").write(body)
+PY
+fi
 entries=()
 if [ $# -eq 1 ] && [ -d "$1" ]; then
   dir=${1%/}

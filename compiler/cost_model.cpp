@@ -135,6 +135,8 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
     if (colon != std::string::npos) what = what.substr(colon + 2);
     const auto [line, col] = line_column(text, e.byte > 0 ? e.byte - 1 : 0);
     throw UserError("invalid JSON: " + what, SourceLocation{input_name, line, col, ""});
+  } catch (const json::exception& e) {  // a number too large to hold (out_of_range)
+    throw UserError(fmt::format("invalid JSON: {}", e.what()), input_location(input_name));
   }
   JsonReader rd(input_name);
   if (!j.is_object()) rd.fail("", "expected a JSON object (see docs/cost-model.md)");

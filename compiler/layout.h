@@ -71,6 +71,9 @@ inline constexpr int kMaxLayoutInputBytes = 256 * 1024;
 // strips them and keeps line/column information for errors.
 Layout parse_layout(std::string_view text, const std::string& input_name = "layout");
 Layout parse_layout_file(const std::string& path);
+// What parse_layout_file does with the file's contents (a leading UTF-8 byte order mark is
+// dropped); `input_name` names the file in messages.
+Layout parse_layout_file_text(std::string_view text, const std::string& input_name);
 
 // A layout of `n` stages with no model (for --stages N): every stage empty.
 Layout generic_layout(int n);

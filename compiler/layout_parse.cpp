@@ -416,17 +416,25 @@ class Expander {
   StageBuilder& builder_;
 };
 
-// The layout text of a file: each line without its comment, trimmed; blank lines dropped; the
-// rest joined by single spaces (which, like line breaks, only separate tokens).
+// The layout text of a file: each line without its comments, trimmed; blank lines dropped; the
+// rest joined by single spaces (which, like line breaks, only separate tokens). A comment ends
+// where the lexer ends it: at a '\n' or a '\r' (after a lone '\r' the line goes on).
 std::string strip_comments(std::string_view text) {
   std::string out;
+  std::string kept;
   size_t start = 0;
   while (start <= text.size()) {
     size_t nl = text.find('\n', start);
     if (nl == std::string_view::npos) nl = text.size();
-    std::string_view line = text.substr(start, nl - start);
-    if (const size_t hash = line.find('#'); hash != std::string_view::npos)
-      line = line.substr(0, hash);
+    const std::string_view raw = text.substr(start, nl - start);
+    kept.clear();
+    for (size_t i = 0; i < raw.size();) {
+      const size_t hash = raw.find('#', i);
+      kept.append(raw.substr(i, hash == std::string_view::npos ? raw.size() - i : hash - i));
+      if (hash == std::string_view::npos) break;
+      i = raw.find('\r', hash);
+    }
+    const std::string_view line = kept;
     const size_t first = line.find_first_not_of(" \t\r");
     if (first != std::string_view::npos) {
       const size_t last = line.find_last_not_of(" \t\r");
@@ -533,9 +541,13 @@ Layout parse_layout_file(const std::string& path) {
           input_location(path));
   }
   if (in.bad()) throw UserError("cannot read layout file: read error", input_location(path));
+  return parse_layout_file_text(text, path);
+}
+
+Layout parse_layout_file_text(std::string_view text, const std::string& input_name) {
   // A UTF-8 byte order mark is not part of the layout.
-  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
-  return parse_text(text, path, /*is_file=*/true);
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  return parse_text(text, input_name, /*is_file=*/true);
 }
 
 }  // namespace ppc

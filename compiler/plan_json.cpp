@@ -149,7 +149,7 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number too large (out_of_range)
     throw UserError(fmt::format("not valid JSON: {}", e.what()),
                     SourceLocation{input_name, 0, 0, ""});
   }

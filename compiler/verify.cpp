@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <tuple>
 
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
@@ -27,7 +29,7 @@ class Verifier {
         lowered_(plan.is_lowered() && !opts.compute_only) {}
 
   void run() {
-    if (!check_shape()) return;
+    if (!check_shape() || !check_enough_actions()) return;
     const int S = plan_.num_stages();
     next_rank_.assign(static_cast<size_t>(S), -1);
     prev_rank_.assign(static_cast<size_t>(S), -1);
@@ -108,6 +110,25 @@ class Verifier {
       }
     }
     return true;
+  }
+
+  // Every (stage, microbatch) a model copy runs needs an F and a B (or an F, an I and a W), and
+  // one compute action does at most two of these (an OVERLAP_F_B): a plan with fewer compute
+  // actions than (stage, microbatch) pairs is wrong. Saying so here, from the orders' sizes,
+  // keeps the tables below (an entry per stage and microbatch) in proportion to the plan's size,
+  // whatever stage and microbatch counts it claims.
+  bool check_enough_actions() {
+    size_t actions = 0;
+    for (const auto& r : plan_.compute) actions += r.size();
+    const size_t pairs = static_cast<size_t>(plan_.num_stages()) *
+                         static_cast<size_t>(plan_.microbatches) /
+                         static_cast<size_t>(plan_.copies);
+    if (actions >= pairs) return true;
+    error(fmt::format(
+        "the plan has {} compute actions, but its {} stages and {} microbatches need at least {} "
+        "(a forward and a backward for each stage and microbatch)",
+        actions, plan_.num_stages(), plan_.microbatches, pairs));
+    return false;
   }
 
   // What scanning one rank found.
@@ -284,6 +305,28 @@ class Verifier {
            static_cast<size_t>(mb);
   }
 
+  // "; see rank 0, action 3 (0F1), rank 0, action 9 (0F1)": the actions of rank `rank` of the
+  // given kinds for (stage, mb), to locate a count error (only run on the error path).
+  std::string see(std::initializer_list<std::tuple<int, ActionKind, int>> what, int mb) const {
+    std::string out;
+    int shown = 0;
+    for (const auto& w : what) {
+      const int rank = std::get<0>(w), stage = std::get<2>(w);
+      const ActionKind kind = std::get<1>(w);
+      const auto& ops = order()[static_cast<size_t>(rank)];
+      for (size_t i = 0; i < ops.size(); ++i) {
+        bool hit = false;
+        for_each_part(ops[i], [&](const Action& p) {
+          hit = hit || (p.kind == kind && p.stage == stage && p.microbatch == mb);
+        });
+        if (!hit) continue;
+        if (shown++ == 4) return out + ", ...";
+        out += (out.empty() ? "; see " : ", ") + where(rank, i, ops[i]);
+      }
+    }
+    return out;
+  }
+
   void check_counts() {
     const int S = plan_.num_stages(), M = plan_.microbatches;
     const size_t plane = static_cast<size_t>(S) * static_cast<size_t>(M);
@@ -318,35 +361,38 @@ class Verifier {
     auto n = [&](ActionKind k, int stage, int m) {
       return static_cast<int>(count_[cindex(k, stage, m)]);
     };
-    const int f = n(ActionKind::F, s, mb), b = n(ActionKind::B, s, mb), i = n(ActionKind::I, s, mb),
-              w = n(ActionKind::W, s, mb);
+    using K = ActionKind;
+    const int f = n(K::F, s, mb), b = n(K::B, s, mb), i = n(K::I, s, mb), w = n(K::W, s, mb);
     const int r = plan_.rank_of(s);
     if (f != 1)
-      error(fmt::format("rank {}: stage {} microbatch {} has {} forwards (F), expected exactly 1",
-                        r, s, mb, f));
+      error(fmt::format(
+          "rank {}: stage {} microbatch {} has {} forwards (F), expected exactly 1{}", r, s, mb, f,
+          f > 0 ? see({{r, K::F, s}}, mb) : see({{r, K::B, s}, {r, K::I, s}, {r, K::W, s}}, mb)));
     if (!((b == 1 && i == 0 && w == 0) || (b == 0 && i == 1 && w == 1)))
       error(fmt::format(
           "rank {}: stage {} microbatch {} has {} B, {} I and {} W; expected one B, or one I "
-          "and one W",
-          r, s, mb, b, i, w));
+          "and one W{}",
+          r, s, mb, b, i, w,
+          b + i + w > 0 ? see({{r, K::B, s}, {r, K::I, s}, {r, K::W, s}}, mb)
+                        : see({{r, K::F, s}}, mb)));
     if (!lowered_) return;
     if (forward_crosses_ranks(plan_, s)) {
-      const int nx = plan_.next_stage(s);
-      const int sf = n(ActionKind::SendF, s, mb), rf = n(ActionKind::RecvF, nx, mb);
+      const int nx = plan_.next_stage(s), q = plan_.rank_of(nx);
+      const int sf = n(K::SendF, s, mb), rf = n(K::RecvF, nx, mb);
       if (sf != 1 || rf != 1)
         error(fmt::format(
             "activation of stage {} microbatch {} (rank {} -> rank {}): {} SEND_F and {} "
-            "RECV_F, expected one of each",
-            s, mb, r, plan_.rank_of(nx), sf, rf));
+            "RECV_F, expected one of each{}",
+            s, mb, r, q, sf, rf, see({{r, K::SendF, s}, {q, K::RecvF, nx}}, mb)));
     }
     if (backward_crosses_ranks(plan_, s)) {
-      const int pv = plan_.prev_stage(s);
-      const int sb = n(ActionKind::SendB, s, mb), rb = n(ActionKind::RecvB, pv, mb);
+      const int pv = plan_.prev_stage(s), q = plan_.rank_of(pv);
+      const int sb = n(K::SendB, s, mb), rb = n(K::RecvB, pv, mb);
       if (sb != 1 || rb != 1)
         error(
             fmt::format("gradient of stage {} microbatch {} (rank {} -> rank {}): {} SEND_B and {} "
-                        "RECV_B, expected one of each",
-                        s, mb, r, plan_.rank_of(pv), sb, rb));
+                        "RECV_B, expected one of each{}",
+                        s, mb, r, q, sb, rb, see({{r, K::SendB, s}, {q, K::RecvB, pv}}, mb)));
     }
   }
 

@@ -104,7 +104,7 @@ std::map<std::string, std::string> parse_index(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_text(path));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax, or a number too large to hold
     fail(path, fmt::format("not valid JSON: {}", e.what()));
   }
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
@@ -161,11 +161,11 @@ CheckpointState parse_checkpoint_state(const std::string& text, const std::strin
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax, or a number too large to hold
     fail(file, fmt::format("not valid JSON: {}", e.what()));
   }
   if (!j.is_object()) fail(file, "expected a JSON object");
-  if (j.value("format", "") != kFormat)
+  if (!j.contains("format") || j["format"] != kFormat)  // (value() throws on another type)
     fail(file, fmt::format("format: expected \"{}\" (not a pprun checkpoint)", kFormat));
   if (!j.contains("version") || !j["version"].is_number_integer())
     fail(file, "version: missing or not an integer");
@@ -341,11 +341,20 @@ void Checkpoint::check_params(const std::vector<ParamSpec>& params, const ModelC
     }
   }
   if (model_.size() != params.size())
-    for (const auto& [name, w] : model_)
+    for (const auto& entry : model_) {  // (clang 14 cannot capture a structured binding)
+      const std::string& name = entry.first;
       if (std::none_of(params.begin(), params.end(),
                        [&](const ParamSpec& p) { return p.name == name; }))
-        fail(files_[w.file].path(),
+        fail(files_[entry.second.file].path(),
              fmt::format("tensor '{}' is not a parameter of this model", name));
+    }
+}
+
+const TensorInfo& Checkpoint::info(const std::string& name, bool optimizer) const {
+  const auto& map = optimizer ? optimizer_ : model_;
+  auto it = map.find(name);
+  if (it == map.end()) fail(dir_, fmt::format("tensor '{}' is not in the checkpoint", name));
+  return *it->second.info;
 }
 
 void Checkpoint::read(const std::string& name, bool optimizer, std::span<const int64_t> shape,
@@ -438,9 +447,14 @@ size_t export_checkpoint(const std::string& path, const std::string& out) {
     if (it == shapes.end())
       fail(ckpt.dir(),
            fmt::format("tensor '{}' is not a parameter of the checkpoint's model", name));
-    int64_t n = 1;
-    for (int64_t d : it->second) n *= d;
-    auto& buf = data.emplace_back(static_cast<size_t>(n));
+    // The shard's shape must be the model's before a buffer of the model's size is made: the
+    // state's model sizes come from a file too (a damaged one would ask for terabytes).
+    const TensorInfo& info = ckpt.info(name, false);
+    if (info.shape != it->second)
+      fail(ckpt.dir(), fmt::format("tensor '{}': shape {} in the checkpoint's shards, but its "
+                                   "model (trainer_state.json) has {}",
+                                   name, shape_string(info.shape), shape_string(it->second)));
+    auto& buf = data.emplace_back(static_cast<size_t>(info.numel()));
     ckpt.read(name, false, it->second, buf.data(), buf.size() * sizeof(float));
     writes.push_back(
         TensorWrite{name, TensorDtype::F32, it->second, buf.data(), buf.size() * sizeof(float)});

@@ -80,6 +80,10 @@ class Checkpoint {
   void check_params(const std::vector<ParamSpec>& params, const ModelConfig& model,
                     const ppc::Layout& layout) const;
 
+  // The header of a model tensor (or, with `optimizer`, an optimizer tensor); throws
+  // ppc::UserError naming the checkpoint if it has none of that name.
+  const TensorInfo& info(const std::string& name, bool optimizer) const;
+
   // Reads a model tensor (or, with `optimizer`, an optimizer tensor such as "w.exp_avg") of
   // `shape` into `dst` (F32, `bytes` of room).
   void read(const std::string& name, bool optimizer, std::span<const int64_t> shape, void* dst,

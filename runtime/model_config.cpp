@@ -21,11 +21,15 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax, or a number too large to hold
     fail(input, fmt::format("not valid JSON: {}", e.what()));
   }
   if (!j.is_object()) fail(input, "expected a JSON object such as {\"hidden\": 64, \"heads\": 4}");
-  for (const auto& [key, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Not a structured binding: the lambdas below capture these (clang 14, the fuzz build's
+    // compiler, cannot capture structured bindings).
+    const std::string& key = item.key();
+    const nlohmann::json& v = item.value();
     auto integer = [&](int& out) {
       if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 24))
         fail(input, fmt::format("{}: expected a positive integer, got {}", key, v.dump()));

@@ -31,14 +31,18 @@ void check_verified(const ppc::Plan& plan, const std::string& input) {
 }  // namespace
 
 ppc::Plan load_plan(const std::string& path) {
-  ppc::Plan plan = ppc::read_plan_json(ppc::read_file(path), path);
+  return load_plan_text(ppc::read_file(path), path);
+}
+
+ppc::Plan load_plan_text(std::string_view text, const std::string& input) {
+  ppc::Plan plan = ppc::read_plan_json(text, input);
   // The compute order first: lowering and the checks of a lowered plan assume a sound one.
   ppc::Plan compute_only = plan;
   compute_only.lowered.clear();
-  check_verified(compute_only, path);
+  check_verified(compute_only, input);
   if (!plan.is_lowered()) plan = ppc::lower_send_recv(plan);
-  check_verified(plan, path);
-  check_runnable(plan, path);
+  check_verified(plan, input);
+  check_runnable(plan, input);
   return plan;
 }
 

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "compiler/plan.h"
 
@@ -12,6 +13,8 @@ namespace pprt {
 // Reads a JSON plan (docs/plan-format.md), verifies it with the compiler's verifier (lowering
 // it first if it holds only compute orders) and checks that pprun can run it (check_runnable).
 ppc::Plan load_plan(const std::string& path);
+// The same for a plan's text; `input` names it in messages.
+ppc::Plan load_plan_text(std::string_view text, const std::string& input);
 
 // A verified plan pprun can run: it describes a model (not --stages) whose layout follows the
 // model rules (one E first, one L last, no t after an m). `input` names the plan in messages.

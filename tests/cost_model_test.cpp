@@ -99,6 +99,9 @@ TEST(CostModel, FileErrorsAreOneLocatedLine) {
             "message_bytes, "
             "overlap, weight_grad_memory)");
   EXPECT_EQ(parse_error("[1, 2]"), "cost.json: expected a JSON object (see docs/cost-model.md)");
+  EXPECT_EQ(parse_error(R"({"latency": 1e999})"),
+            "cost.json: invalid JSON: [json.exception.out_of_range.406] number overflow parsing "
+            "'1e999'");
   EXPECT_EQ(parse_error(""),
             "cost.json:1:1: invalid JSON: syntax error while parsing value - unexpected end of "
             "input; expected '[', '{', or a literal");

@@ -136,6 +136,11 @@ TEST(Json, ErrorsNameTheField) {
   EXPECT_EQ(
       error_of([&] { read_plan_json(good.substr(0, good.size() / 2), "plan.json"); }).substr(0, 30),
       "plan.json: not valid JSON: [js");
+  // A number too large for a double is nlohmann's out_of_range, not a parse_error: still a user
+  // error. Found by fuzzing.
+  EXPECT_EQ(error_of([&] { read_plan_json("275555E5555", "plan.json"); }),
+            "plan.json: not valid JSON: [json.exception.out_of_range.406] number overflow parsing "
+            "'275555E5555'");
 }
 
 }  // namespace

@@ -876,6 +876,16 @@ TEST(LayoutFile, ErrorOnTheSecondLine) {
   EXPECT_EQ(c.where().source_line, "t*3)");
 }
 
+TEST(LayoutFile, ACommentEndsAtALoneCarriageReturn) {
+  // The lexer ends a comment at '\r' as at '\n': what follows a lone '\r' is layout, and the
+  // layout's source (the text without comments) says so too. Found by fuzzing.
+  TempDir dir;
+  const std::string path = dir.write("cr.layout", "Et # one\rt|tL # two\n#\rm\n");
+  const Layout layout = parse_layout_file(path);
+  EXPECT_EQ(layout, parse_layout("Ett|tLm"));
+  EXPECT_EQ(parse_layout(layout.source), layout);
+}
+
 TEST(LayoutFile, CommentsOnlyMissingAndDirectory) {
   TempDir dir;
   const std::string empty = dir.write("empty.layout", "# nothing here\n\n   \n");

@@ -76,11 +76,16 @@ TEST(Verify, CountsEveryForwardAndBackward) {
   Plan p = text_plan(2, 2, 2, {"0F0 0F0 0B0 0B1", "1F0 1B0 1F1 1I1"}, false);
   VerifyReport r = verify(p);
   ASSERT_GE(r.errors.size(), 3u);
-  EXPECT_EQ(r.errors[0], "rank 0: stage 0 microbatch 0 has 2 forwards (F), expected exactly 1");
-  EXPECT_EQ(r.errors[1], "rank 0: stage 0 microbatch 1 has 0 forwards (F), expected exactly 1");
-  EXPECT_EQ(
-      r.errors[2],
-      "rank 1: stage 1 microbatch 1 has 0 B, 1 I and 0 W; expected one B, or one I and one W");
+  // Each names the actions involved (or, when they are missing, the actions that need them).
+  EXPECT_EQ(r.errors[0],
+            "rank 0: stage 0 microbatch 0 has 2 forwards (F), expected exactly 1; see rank 0, "
+            "action 0 (0F0), rank 0, action 1 (0F0)");
+  EXPECT_EQ(r.errors[1],
+            "rank 0: stage 0 microbatch 1 has 0 forwards (F), expected exactly 1; see rank 0, "
+            "action 3 (0B1)");
+  EXPECT_EQ(r.errors[2],
+            "rank 1: stage 1 microbatch 1 has 0 B, 1 I and 0 W; expected one B, or one I and one "
+            "W; see rank 1, action 3 (1I1)");
 }
 
 TEST(Verify, MissingReceive) {
@@ -89,7 +94,7 @@ TEST(Verify, MissingReceive) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.errors[0],
             "activation of stage 0 microbatch 0 (rank 0 -> rank 1): 1 SEND_F and 0 RECV_F, "
-            "expected one of each");
+            "expected one of each; see rank 0, action 1 (0SEND_F0)");
 }
 
 TEST(Verify, ActionsOnTheWrongRankOrOutOfRange) {
@@ -148,6 +153,17 @@ TEST(Verify, SelfDependencyIsReported) {
             "the compute order cannot run: rank 0 waits at its action 0 (0B0) for its own forward "
             "of stage 0 "
             "microbatch 0, which comes later in its order; cycle: rank 0 -> rank 0");
+}
+
+TEST(Verify, TooFewComputeActionsForTheClaimedSize) {
+  // A plan that claims a million microbatches but holds four actions is rejected from its size
+  // alone, before any table per stage and microbatch is built. (A CSV cell "1F09999999" made the
+  // verifier allocate and scan tens of millions of entries.) Found by fuzzing.
+  VerifyReport r = verify(text_plan(2, 2, 1 << 20, {"0F0 0B0", "1F0 1B0"}, false));
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0],
+            "the plan has 4 compute actions, but its 2 stages and 1048576 microbatches need at "
+            "least 2097152 (a forward and a backward for each stage and microbatch)");
 }
 
 TEST(Verify, ErrorListIsBounded) {

@@ -106,6 +106,9 @@ TEST(Checkpoint, StateRoundTripsAndRejectsWhatItDoesNotKnow) {
   j["format"] = "something-else";
   EXPECT_EQ(user_error([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
             "s.json: format: expected \"pprun-checkpoint\" (not a pprun checkpoint)");
+  j["format"] = 5;  // (a finding of the fuzz target: value() threw a type_error)
+  EXPECT_EQ(user_error([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
+            "s.json: format: expected \"pprun-checkpoint\" (not a pprun checkpoint)");
   j = nlohmann::json::parse(text);
   j["training"].erase("lr");
   EXPECT_EQ(user_error([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
@@ -254,6 +257,40 @@ TEST(Checkpoint, DamagedFilesAreRefusedNamingTheFileAndTensor) {
   pprt::write_safetensors(shard, model);
   EXPECT_EQ(user_error([&] { pprt::Checkpoint c(d.file("ck")); }),
             shard + ": tensor 'head.norm.weight': dtype F64, expected F32");
+}
+
+// Fuzzing findings (docs/reliability.md): a number too large for a double is nlohmann's
+// out_of_range, not a parse_error; it escaped both JSON readers of a checkpoint.
+TEST(Checkpoint, ANumberTooLargeToHoldIsAUserError) {
+  EXPECT_EQ(user_error([&] {
+              pprt::parse_checkpoint_state("{\"step\": 32e290000}", "s.json");
+            }).rfind("s.json: not valid JSON: ", 0),
+            0u);
+  TempDir d;
+  write_checkpoint(d.file("ck"), 3, 1, 1.0f);
+  const std::string index = d.file("ck/step-00000003/model.safetensors.index.json");
+  d.write("ck/step-00000003/model.safetensors.index.json",
+          R"({"metadata": {"total_size": 1e400}, "weight_map": {}})");
+  const std::string msg = user_error([&] { pprt::Checkpoint c(d.file("ck")); });
+  EXPECT_EQ(msg.rfind(index + ": not valid JSON: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("number overflow"), std::string::npos) << msg;
+}
+
+// Fuzzing finding: --export made a buffer of the size trainer_state.json's model gives each
+// tensor before it read the shard's header, so a damaged state asked for a terabyte.
+TEST(Checkpoint, ExportChecksTheShapesBeforeItAllocates) {
+  TempDir d;
+  write_checkpoint(d.file("ck"), 3, 1, 1.0f);
+  const std::string state_file = d.file("ck/step-00000003/trainer_state.json");
+  nlohmann::json j = nlohmann::json::parse(filetest::read_file(state_file));
+  j["model"]["hidden"] = 65536;
+  j["model"]["vocab"] = 4194304;
+  d.write("ck/step-00000003/trainer_state.json", j.dump());
+  EXPECT_EQ(user_error([&] { pprt::export_checkpoint(d.file("ck"), d.file("out.safetensors")); }),
+            d.file("ck/step-00000003") +
+                ": tensor 'embed.weight': shape [16, 8] in the checkpoint's shards, but its model "
+                "(trainer_state.json) has [4194304, 65536]");
+  EXPECT_FALSE(fs::exists(d.file("out.safetensors")));
 }
 
 }  // namespace

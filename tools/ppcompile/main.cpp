@@ -23,6 +23,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/prepare.h"
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
@@ -342,26 +343,16 @@ int run(const Options& o_given) {
   const std::optional<double> limit = memory_limit(o);
   std::optional<ppc::BalanceResult> balanced;
   if (o.balance) balanced = run_balance(o, cost, limit);
-  const bool imported = !o.from_csv.empty() || !o.from_json.empty();
-  // Verify the compute order (lowering assumes a well-formed one), lower, verify the lowered plan;
-  // the simulation the output needs rides on the verifier's run.
+  const std::string imported_from = !o.from_csv.empty() ? o.from_csv : o.from_json;
+  // Verify the compute order (lowering assumes a well-formed one), lower, verify the lowered plan
+  // (prepare.h); the simulation the output needs rides on the verifier's run.
   const bool timeline = (o.emit == "svg" && o.engine == "timeline") || o.emit == "trace";
-  ppc::CheckedPlan checked = ppc::check_and_lower(build_plan(o), cost,
-                                                  o.emit == "stats" ? ppc::SimulationNeed::Summary
-                                                  : timeline        ? ppc::SimulationNeed::Timeline
-                                                                    : ppc::SimulationNeed::None);
+  ppc::CheckedPlan checked = ppc::prepare_plan(build_plan(o), cost, imported_from,
+                                               o.emit == "stats" ? ppc::SimulationNeed::Summary
+                                               : timeline        ? ppc::SimulationNeed::Timeline
+                                                                 : ppc::SimulationNeed::None);
   const ppc::Plan& plan = checked.plan;
   const ppc::VerifyReport& report = checked.report;
-  if (!report.ok()) {
-    std::string msg =
-        imported ? "the plan is not valid:" : "internal error: the generated plan is not valid:";
-    for (const auto& e : report.errors) msg += "\n  " + e;
-    if (report.truncated) msg += "\n  (more errors not shown)";
-    if (imported)
-      throw ppc::UserError(
-          msg, ppc::SourceLocation{o.from_csv.empty() ? o.from_json : o.from_csv, 0, 0, ""});
-    throw ppc::InternalError(msg);
-  }
 
   Output output(o.output);  // the plan is valid: write it as it is emitted
   std::ostream& out = output.stream();

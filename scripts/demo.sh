@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh
+bash scripts/build.sh ppcompile pprun  # the tools only: scripts/test.sh builds the rest
 PPC=${BUILD_DIR:-build}/tools/ppcompile/ppcompile
 echo
 echo "== DeepSeek-V3 (layouts/deepseek-v3.layout), PP16 x VPP2, Interleaved1F1B, 32 microbatches =="

@@ -448,7 +448,7 @@ void train_rank(const Job& job, int rank, int local_rank, const RankGroups& grou
     throw lost(e.what());
   } catch (const ppc::UserError& e) {
     watch.main_failing();
-    report_failure(&store, rank, e.message());
+    report_failure(&store, rank, first_line(e.format()));  // with its place: "FILE: ..."
     throw;
   } catch (const ppc::InternalError& e) {
     watch.main_failing();

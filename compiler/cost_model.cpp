@@ -80,7 +80,7 @@ class JsonReader {
         list += (list.empty() ? "" : ", ") + std::string(k);
       }
       if (!known)
-        fail(path.empty() ? it.key() : path + "." + it.key(),
+        fail(printable(path.empty() ? it.key() : path + "." + it.key()),
              "unknown field (known: " + list + ")");
     }
   }

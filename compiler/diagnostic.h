@@ -11,6 +11,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace ppc {
 
@@ -51,6 +52,10 @@ class InternalError : public std::logic_error {
 };
 
 [[noreturn]] void internal_error(const char* file, int line, const std::string& what);
+
+// `text` from the user (a JSON key, say) as it may appear inside a one-line message: control
+// characters and DEL written as \n, \t, \r or \xNN, a backslash as \\; anything else as is.
+std::string printable(std::string_view text);
 
 }  // namespace ppc
 

@@ -64,7 +64,7 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
       fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, "
                               "seq_len, rope_theta, "
                               "norm_eps, tie_embeddings)",
-                              key));
+                              ppc::printable(key)));
   }
   check_model_config(c, input);
   return c;

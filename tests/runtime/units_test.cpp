@@ -91,6 +91,10 @@ TEST(ModelConfig, ErrorsNameTheFileAndField) {
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"hiden": 64})", "m.json"); }),
             "m.json: hiden: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
             "rope_theta, norm_eps, tie_embeddings)");
+  // A key with a newline (fuzz finding: the message's first line was blank).
+  EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"\n": 33})", "m.json"); }),
+            "m.json: \\n: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
+            "rope_theta, norm_eps, tie_embeddings)");
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"heads": -1})", "m.json"); }),
             "m.json: heads: expected a positive integer, got -1");
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"tie_embeddings": 1})", "m.json"); }),

@@ -33,6 +33,11 @@ void accumulate(at::Tensor& param, const at::Tensor& g) {
 at::Tensor linear_weight_grad(const at::Tensor& x, const at::Tensor& gy) {
   return gy.reshape({-1, gy.size(-1)}).t().matmul(x.reshape({-1, x.size(-1)}));
 }
+// The weights' gradients of a fused linear map: one product, split by the weights' rows.
+std::vector<at::Tensor> fused_linear_weight_grads(const at::Tensor& x, const at::Tensor& gy,
+                                                  const std::vector<int64_t>& rows) {
+  return linear_weight_grad(x, gy).split_with_sizes(rows);
+}
 at::Tensor scale_weight_grad(const at::Tensor& x, const at::Tensor& gy) {
   return (gy * x).reshape({-1, x.size(-1)}).sum(0);
 }
@@ -112,15 +117,12 @@ variable_list fused_linear_backward(AutogradContext* ctx, variable_list grads, s
   out[0] = gy.matmul(w);
   GradStash* stash = stash_of(ctx);
   if (stash && stash->defer) {
-    int64_t offset = 0;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      stash->push({GradStash::Op::Linear, reinterpret_cast<at::Tensor*>(params[i]), x,
-                   gy.narrow(-1, offset, sizes[i])});
-      offset += sizes[i];
-    }
+    std::vector<at::Tensor*> fused;
+    for (int64_t p : params) fused.push_back(reinterpret_cast<at::Tensor*>(p));
+    stash->push({GradStash::Op::FusedLinear, fused.front(), x, gy, std::move(fused)});
     return out;
   }
-  const std::vector<at::Tensor> gw = linear_weight_grad(x, gy).split_with_sizes(sizes);
+  const std::vector<at::Tensor> gw = fused_linear_weight_grads(x, gy, sizes);
   for (size_t i = 0; i < gw.size(); ++i) out[1 + i] = gw[i];
   return out;
 }
@@ -220,6 +222,16 @@ void GradStash::run_weight_grads() {
       case Op::Linear:
         accumulate(*it.param, linear_weight_grad(it.input, it.grad));
         break;
+      case Op::FusedLinear: {
+        std::vector<int64_t> rows;
+        for (const at::Tensor* p : it.fused) rows.push_back(p->size(0));
+        const std::vector<at::Tensor> gw = fused_linear_weight_grads(it.input, it.grad, rows);
+        // The pieces are views of one tensor: a gradient must own its storage (a later
+        // backward adds to it in place), so a first one is copied out.
+        for (size_t i = 0; i < gw.size(); ++i)
+          accumulate(*it.fused[i], it.fused[i]->grad().defined() ? gw[i] : gw[i].clone());
+        break;
+      }
       case Op::Scale:
         accumulate(*it.param, scale_weight_grad(it.input, it.grad));
         break;

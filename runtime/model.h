@@ -60,12 +60,16 @@ class ParamStore {
 // What one microbatch's backward leaves for its weight-gradient step.
 class GradStash {
  public:
-  enum class Op : uint8_t { Linear, Scale, Embedding };
+  enum class Op : uint8_t { Linear, FusedLinear, Scale, Embedding };
   struct Item {
     Op op;
     at::Tensor* param;  // the parameter (owned by a ParamStore)
     at::Tensor input;   // the operation's input (token ids for Embedding)
     at::Tensor grad;    // the gradient of its output
+    // FusedLinear: the parameters whose outputs `grad` holds side by side (`param` is the first).
+    // Their gradients come from one product, the very one the backward without deferral computes,
+    // so that I then W gives B's gradients bit for bit whatever kernels the BLAS picks per shape.
+    std::vector<at::Tensor*> fused = {};
   };
 
   // When `defer` is set while the backward runs, weight gradients are kept here (I), else they

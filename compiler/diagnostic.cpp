@@ -9,18 +9,10 @@ std::string printable(std::string_view text) {
   out.reserve(text.size());
   for (const char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\t')
-      out += "\\t";
-    else if (c == '\r')
-      out += "\\r";
-    else if (c < 0x20 || c == 0x7f)
-      out += fmt::format("\\x{:02x}", c);
-    else
+    if (c >= 0x20 && c < 0x7f && c != '\\')
       out += ch;
+    else
+      out += fmt::format("\\x{:02x}", c);
   }
   return out;
 }

@@ -53,8 +53,8 @@ class InternalError : public std::logic_error {
 
 [[noreturn]] void internal_error(const char* file, int line, const std::string& what);
 
-// `text` from the user (a JSON key, say) as it may appear inside a one-line message: control
-// characters and DEL written as \n, \t, \r or \xNN, a backslash as \\; anything else as is.
+// `text` from the user (a JSON key, a tensor name) as it may appear inside a one-line message:
+// printable ASCII as is; a backslash, control characters, DEL and non-ASCII bytes as \xNN.
 std::string printable(std::string_view text);
 
 }  // namespace ppc

@@ -52,13 +52,11 @@ const DtypeRow& row(TensorDtype t) {
 // names cut.
 std::string quote_name(std::string_view s) {
   std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < 200; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7F && c != '\\' && c != '\'')
-      out += static_cast<char>(c);
+  for (const char c : ppc::printable(s.substr(0, 200)))
+    if (c == '\'')
+      out += "\\x27";
     else
-      out += fmt::format("\\x{:02x}", c);
-  }
+      out += c;
   if (s.size() > 200) out += "...";
   return out + "'";
 }

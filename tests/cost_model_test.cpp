@@ -100,7 +100,7 @@ TEST(CostModel, FileErrorsAreOneLocatedLine) {
             "overlap, weight_grad_memory)");
   // A key with control characters (fuzz finding: the message's first line was blank).
   EXPECT_EQ(parse_error(R"({"\n\nlat\u0001": 2})"),
-            "cost.json: \\n\\nlat\\x01: unknown field (known: comment, layers, stage, latency, "
+            "cost.json: \\x0a\\x0alat\\x01: unknown field (known: comment, layers, stage, latency, "
             "bandwidth, message_bytes, overlap, weight_grad_memory)");
   EXPECT_EQ(parse_error("[1, 2]"), "cost.json: expected a JSON object (see docs/cost-model.md)");
   EXPECT_EQ(parse_error(R"({"latency": 1e999})"),

@@ -93,7 +93,7 @@ TEST(ModelConfig, ErrorsNameTheFileAndField) {
             "rope_theta, norm_eps, tie_embeddings)");
   // A key with a newline (fuzz finding: the message's first line was blank).
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"\n": 33})", "m.json"); }),
-            "m.json: \\n: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
+            "m.json: \\x0a: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
             "rope_theta, norm_eps, tie_embeddings)");
   EXPECT_EQ(user_error([] { pprt::parse_model_config(R"({"heads": -1})", "m.json"); }),
             "m.json: heads: expected a positive integer, got -1");

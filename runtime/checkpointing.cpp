@@ -151,7 +151,10 @@ uint64_t load_checkpoint(const Checkpoint& ckpt, ParamStore& store, torch::optim
     at::Tensor cpu = r.dst.device().is_cpu() ? r.dst : at::empty(r.dst.sizes(), at::kFloat);
     ckpt.read(r.name, r.optimizer, r.dst.sizes().vec(), cpu.data_ptr(),
               static_cast<size_t>(cpu.numel()) * sizeof(float));
-    if (!r.dst.device().is_cpu()) r.dst.copy_(cpu);
+    if (r.dst.device().is_cpu())  // written behind LibTorch's back: mark it changed
+      r.dst.unsafeGetTensorImpl()->bump_version();
+    else
+      r.dst.copy_(cpu);
     bytes += static_cast<uint64_t>(cpu.numel()) * sizeof(float);
   }
   set_rng_state_hex(ckpt.state().rng_state, ckpt.dir() + "/trainer_state.json");

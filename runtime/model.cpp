@@ -80,46 +80,40 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
   }
 };
 
-// [y_0, y_1, ...] = x @ [W_0; W_1; ...]^T: linear maps of one input as one matrix product (q, k
-// and v; gate and up), which the BLAS runs faster than two or three narrower ones. Its backward
-// is one product for the input's gradient and one for all the weights'.
-variable_list fused_linear_forward(AutogradContext* ctx, const at::Tensor& x,
-                                   const std::vector<at::Tensor>& ws, GradStash* stash,
-                                   const std::vector<at::Tensor*>& params) {
-  const at::Tensor w = at::cat(ws);
-  ctx->save_for_backward({x, w});
+// y = x @ [W_0; W_1; ...]^T: linear maps of one input as one matrix product (q, k and v; gate
+// and up), which the BLAS runs faster than two or three narrower ones. `wf` is the weights'
+// concatenation (FusedWeight, made once per optimizer step); the weights themselves are inputs
+// only so that their gradients reach them. The backward is one product for the input's gradient
+// and one for all the weights'.
+at::Tensor fused_linear_forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& wf,
+                                GradStash* stash, const std::vector<at::Tensor*>& params) {
+  ctx->save_for_backward({x, wf});
   ctx->saved_data["stash"] = reinterpret_cast<int64_t>(stash);
-  std::vector<int64_t> ps, sizes;
+  std::vector<int64_t> ps;
   for (at::Tensor* p : params) ps.push_back(reinterpret_cast<int64_t>(p));
-  for (const at::Tensor& wi : ws) sizes.push_back(wi.size(0));
   ctx->saved_data["params"] = ps;
-  return x.matmul(w.t()).split_with_sizes(sizes, -1);
+  return x.matmul(wf.t());
 }
 
-// The gradients of x and of each weight, then `extra` undefined ones (the non-tensor arguments).
-variable_list fused_linear_backward(AutogradContext* ctx, variable_list grads, size_t extra) {
+// The gradients of x, of each weight and of wf (none), then `extra` undefined ones (the
+// non-tensor arguments).
+variable_list fused_linear_backward(AutogradContext* ctx, const variable_list& grads,
+                                    size_t extra) {
   const auto saved = ctx->get_saved_variables();
   const at::Tensor& x = saved[0];
   const at::Tensor& w = saved[1];
-  const auto params = ctx->saved_data["params"].toIntVector();
+  const at::Tensor& gy = grads[0];
+  std::vector<at::Tensor*> params;
   std::vector<int64_t> sizes;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const int64_t n = reinterpret_cast<at::Tensor*>(params[i])->size(0);
-    sizes.push_back(n);
-    if (!grads[i].defined()) {  // an output nobody used has no gradient: zeros
-      auto shape = x.sizes().vec();
-      shape.back() = n;
-      grads[i] = at::zeros(shape, x.options());
-    }
+  for (int64_t p : ctx->saved_data["params"].toIntVector()) {
+    params.push_back(reinterpret_cast<at::Tensor*>(p));
+    sizes.push_back(params.back()->size(0));
   }
-  const at::Tensor gy = at::cat(grads, -1);
-  variable_list out(1 + grads.size() + extra);
+  variable_list out(2 + params.size() + extra);
   out[0] = gy.matmul(w);
   GradStash* stash = stash_of(ctx);
   if (stash && stash->defer) {
-    std::vector<at::Tensor*> fused;
-    for (int64_t p : params) fused.push_back(reinterpret_cast<at::Tensor*>(p));
-    stash->push({GradStash::Op::FusedLinear, fused.front(), x, gy, std::move(fused)});
+    stash->push({GradStash::Op::FusedLinear, params.front(), x, gy, std::move(params)});
     return out;
   }
   const std::vector<at::Tensor> gw = fused_linear_weight_grads(x, gy, sizes);
@@ -128,24 +122,155 @@ variable_list fused_linear_backward(AutogradContext* ctx, variable_list grads, s
 }
 
 struct FusedLinear2Fn : torch::autograd::Function<FusedLinear2Fn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w0,
-                               const at::Tensor& w1, GradStash* stash, at::Tensor* p0,
-                               at::Tensor* p1) {
-    return fused_linear_forward(ctx, x, {w0, w1}, stash, {p0, p1});
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor& wf, GradStash* stash,
+                            at::Tensor* p0, at::Tensor* p1) {
+    return fused_linear_forward(ctx, x, wf, stash, {p0, p1});
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return fused_linear_backward(ctx, std::move(grads), 3);
+    return fused_linear_backward(ctx, grads, 3);
   }
 };
 
 struct FusedLinear3Fn : torch::autograd::Function<FusedLinear3Fn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w0,
-                               const at::Tensor& w1, const at::Tensor& w2, GradStash* stash,
-                               at::Tensor* p0, at::Tensor* p1, at::Tensor* p2) {
-    return fused_linear_forward(ctx, x, {w0, w1, w2}, stash, {p0, p1, p2});
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor&, const at::Tensor& wf,
+                            GradStash* stash, at::Tensor* p0, at::Tensor* p1, at::Tensor* p2) {
+    return fused_linear_forward(ctx, x, wf, stash, {p0, p1, p2});
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return fused_linear_backward(ctx, std::move(grads), 4);
+    return fused_linear_backward(ctx, grads, 4);
+  }
+};
+
+// y = silu(g) * u, where [g, u] is the fused gate/up product's output: the gradient comes back
+// as one tensor [dg, du], the layout that product's backward takes, with no concatenation.
+struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu) {
+    const int64_t f = gu.size(-1) / 2;
+    const at::Tensor a = at::silu(gu.narrow(-1, 0, f));
+    ctx->save_for_backward({gu, a});
+    return a * gu.narrow(-1, f, f);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& gu = saved[0];
+    const at::Tensor& a = saved[1];
+    const at::Tensor& gy = grads[0];
+    const int64_t f = gu.size(-1) / 2;
+    at::Tensor d = at::empty(gu.sizes(), gu.options());
+    at::Tensor dg = d.narrow(-1, 0, f), du = d.narrow(-1, f, f);
+    at::silu_backward_out(dg, gy * gu.narrow(-1, f, f), gu.narrow(-1, 0, f));
+    at::mul_out(du, gy, a);
+    return {d};
+  }
+};
+
+// What attention needs besides its input: the rotary tables [T, head_dim] (plain, and times the
+// softmax scale for the backward), the causal mask stacked once per query head of a key/value
+// head's group ([heads / kv_heads * T, T]), and the head counts.
+struct AttentionConsts {
+  at::Tensor cos, sin, cos_scaled, sin_scaled, mask;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  double scale = 1;
+};
+
+// Heads [first, first + n) of a fused q/k/v tensor [b, T, (heads + 2 kv_heads) * hd], as a view
+// [b, n, T, hd].
+at::Tensor heads_of(const at::Tensor& qkv, int64_t first, int64_t n, int64_t hd) {
+  return qkv.narrow(-1, first * hd, n * hd).view({qkv.size(0), qkv.size(1), n, hd}).transpose(1, 2);
+}
+
+// Rotary embedding of x [b, n, T, hd] (any strides) into `out` (same shape):
+// out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
+void rotate(const at::Tensor& x, at::Tensor out, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  at::Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);
+  at::mul_out(o1, x1, cos.narrow(-1, 0, half));
+  o1.addcmul_(x2, sin.narrow(-1, 0, half), -1);
+  at::mul_out(o2, x2, cos.narrow(-1, half, half));
+  o2.addcmul_(x1, sin.narrow(-1, half, half));
+}
+// Its transpose, for gradients: dx1 = dy1 * cos1 + dy2 * sin2, dx2 = dy2 * cos2 - dy1 * sin1.
+void rotate_back(const at::Tensor& dy, at::Tensor dx, const at::Tensor& cos,
+                 const at::Tensor& sin) {
+  const int64_t half = dy.size(-1) / 2;
+  const at::Tensor y1 = dy.narrow(-1, 0, half), y2 = dy.narrow(-1, half, half);
+  at::Tensor x1 = dx.narrow(-1, 0, half), x2 = dx.narrow(-1, half, half);
+  at::mul_out(x1, y1, cos.narrow(-1, 0, half));
+  x1.addcmul_(y2, sin.narrow(-1, half, half));
+  at::mul_out(x2, y2, cos.narrow(-1, half, half));
+  x2.addcmul_(y1, sin.narrow(-1, 0, half), -1);
+}
+
+// Grouped-query causal attention from the fused q/k/v product's output to the heads'
+// concatenated outputs [b, T, heads * hd], rotary embedding included, with its backward written
+// out. Query head j*group + r reads key/value head j (as repeat_interleave would give): the
+// group's queries are stacked along the sequence, [b*kv, group*T, hd], so that each key/value head
+// is multiplied once, by one larger product, and never copied. The scale and the causal mask
+// (stacked likewise) go into that product (baddbmm). The gradient comes back as one tensor in
+// the fused product's layout.
+struct AttentionFn : torch::autograd::Function<AttentionFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& qkv, const AttentionConsts* c) {
+    const int64_t b = qkv.size(0), T = qkv.size(1), hd = c->head_dim, h = c->heads,
+                  kv = c->kv_heads, group = h / kv;
+    at::Tensor q = at::empty({b, h, T, hd}, qkv.options());
+    at::Tensor k = at::empty({b, kv, T, hd}, qkv.options());
+    rotate(heads_of(qkv, 0, h, hd), q, c->cos, c->sin);
+    rotate(heads_of(qkv, h, kv, hd), k, c->cos, c->sin);
+    const at::Tensor qs = q.view({b * kv, group * T, hd}), ks = k.view({b * kv, T, hd});
+    const at::Tensor vs = heads_of(qkv, h + kv, kv, hd).contiguous().view({b * kv, T, hd});
+    const at::Tensor p =
+        at::softmax(at::baddbmm(c->mask, qs, ks.transpose(1, 2), 1.0, c->scale), -1);
+    ctx->save_for_backward({qs, ks, vs, p});
+    ctx->saved_data["consts"] = reinterpret_cast<int64_t>(c);
+    return p.bmm(vs).view({b, h, T, hd}).transpose(1, 2).reshape({b, T, h * hd});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &qs = saved[0], &ks = saved[1], &vs = saved[2], &p = saved[3];
+    const auto* c = reinterpret_cast<const AttentionConsts*>(ctx->saved_data["consts"].toInt());
+    const int64_t b = grads[0].size(0), T = grads[0].size(1), hd = c->head_dim, h = c->heads,
+                  kv = c->kv_heads, group = h / kv;
+    const at::Tensor go =
+        grads[0].reshape({b, T, h, hd}).transpose(1, 2).contiguous().view({b * kv, group * T, hd});
+    const at::Tensor ds =
+        at::_softmax_backward_data(go.bmm(vs.transpose(1, 2)), p, -1, p.scalar_type());
+    at::Tensor d = at::empty({b, T, (h + 2 * kv) * hd}, grads[0].options());
+    // The scale of the scores' product goes in through the scaled tables.
+    rotate_back(ds.bmm(ks).view({b, h, T, hd}), heads_of(d, 0, h, hd), c->cos_scaled,
+                c->sin_scaled);
+    rotate_back(ds.transpose(1, 2).bmm(qs).view({b, kv, T, hd}), heads_of(d, h, kv, hd),
+                c->cos_scaled, c->sin_scaled);
+    heads_of(d, h + kv, kv, hd).copy_(p.transpose(1, 2).bmm(go).view({b, kv, T, hd}));
+    return {d, at::Tensor()};
+  }
+};
+
+// The concatenation [W_0; W_1; ...] of a fused linear map's weights, kept from one microbatch to
+// the next and made again only when a weight changed (each in-place update, the optimizer's
+// included, bumps a tensor's version; checkpoint loading bumps it too).
+struct FusedWeight {
+  at::Tensor w;
+  std::vector<const void*> data;
+  std::vector<int64_t> versions;
+
+  const at::Tensor& of(const std::vector<at::Tensor*>& ps) {
+    bool fresh = w.defined() && data.size() == ps.size();
+    for (size_t i = 0; fresh && i < ps.size(); ++i)
+      fresh = ps[i]->data_ptr() == data[i] && ps[i]->_version() == versions[i];
+    if (fresh) return w;
+    std::vector<at::Tensor> ws;
+    data.clear();
+    versions.clear();
+    for (const at::Tensor* p : ps) {
+      ws.push_back(p->detach());
+      data.push_back(p->data_ptr());
+      versions.push_back(static_cast<int64_t>(p->_version()));
+    }
+    w = at::cat(ws);
+    return w;
   }
 };
 
@@ -281,6 +406,7 @@ NamedParam* ParamStore::find(const std::string& name) {
 struct Stage::Impl {
   struct Decoder {
     at::Tensor *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w1, *w2, *w3;
+    std::shared_ptr<FusedWeight> qkv, gate_up;  // [wq; wk; wv] and [w1; w3]
   };
   struct Mtp {
     int depth;  // k, from 1
@@ -297,9 +423,7 @@ struct Stage::Impl {
   ModelConfig cfg;
   StageSpec spec;
   std::vector<Layer> layers;
-  // Rotary tables [T, head_dim]; the causal mask [T, T] stacked once per query head of a
-  // key/value head's group: [heads / kv_heads * T, T].
-  at::Tensor cos, sin, mask;
+  AttentionConsts attn;
   at::Device device;
 
   Impl(const ModelConfig& c, StageSpec s, const at::Device& d)
@@ -314,36 +438,15 @@ struct Stage::Impl {
   at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, GradStash* s) {
     return EmbeddingFn::apply(*w, ids, s, w);
   }
-  at::Tensor rope(const at::Tensor& x) const {  // x: [b, heads, T, head_dim]
-    const int64_t half = x.size(-1) / 2;
-    at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-    return x * cos + rotated * sin;
-  }
-
   at::Tensor decoder(const at::Tensor& x, const Decoder& d, GradStash* s) {
-    const int64_t b = x.size(0), T = x.size(1), hd = cfg.head_dim();
-    at::Tensor h = rms_norm(x, d.attn_norm, s);
-    const auto qkv = FusedLinear3Fn::apply(h, *d.wq, *d.wk, *d.wv, s, d.wq, d.wk, d.wv);
-    const int64_t kv = cfg.kv_heads, group = cfg.heads / cfg.kv_heads;
-    // Query head j*group + r reads key/value head j (as repeat_interleave would give): the group's
-    // queries are stacked along the sequence, [b*kv, group*T, hd], so that each key/value head is
-    // multiplied once, by one larger product, and never copied. The scale and the causal mask
-    // (stacked likewise) go into that product (baddbmm).
-    at::Tensor q =
-        rope(qkv[0].view({b, T, cfg.heads, hd}).transpose(1, 2)).reshape({b * kv, group * T, hd});
-    at::Tensor k = rope(qkv[1].view({b, T, kv, hd}).transpose(1, 2)).reshape({b * kv, T, hd});
-    at::Tensor v = qkv[2].view({b, T, kv, hd}).transpose(1, 2).reshape({b * kv, T, hd});
-    at::Tensor scores =
-        at::baddbmm(mask, q, k.transpose(1, 2), 1.0, 1.0 / std::sqrt(static_cast<double>(hd)));
-    at::Tensor o = at::softmax(scores, -1)
-                       .bmm(v)
-                       .view({b, cfg.heads, T, hd})
-                       .transpose(1, 2)
-                       .reshape({b, T, cfg.hidden});
-    at::Tensor x1 = x + linear(o, d.wo, s);
-    at::Tensor h2 = rms_norm(x1, d.mlp_norm, s);
-    const auto gate_up = FusedLinear2Fn::apply(h2, *d.w1, *d.w3, s, d.w1, d.w3);
-    return x1 + linear(at::silu(gate_up[0]) * gate_up[1], d.w2, s);
+    const at::Tensor h = rms_norm(x, d.attn_norm, s);
+    const at::Tensor qkv = FusedLinear3Fn::apply(
+        h, *d.wq, *d.wk, *d.wv, d.qkv->of({d.wq, d.wk, d.wv}), s, d.wq, d.wk, d.wv);
+    const at::Tensor x1 = x + linear(AttentionFn::apply(qkv, &attn), d.wo, s);
+    const at::Tensor h2 = rms_norm(x1, d.mlp_norm, s);
+    const at::Tensor gate_up =
+        FusedLinear2Fn::apply(h2, *d.w1, *d.w3, d.gate_up->of({d.w1, d.w3}), s, d.w1, d.w3);
+    return x1 + linear(SwiGluFn::apply(gate_up), d.w2, s);
   }
 
   // MTP depth k: the embedding of the tokens k places ahead (token i+k at position i; positions
@@ -385,6 +488,8 @@ struct Stage::Impl {
     at::Tensor** slots[] = {&d.attn_norm, &d.wq, &d.wk, &d.wv, &d.wo,
                             &d.mlp_norm,  &d.w1, &d.w3, &d.w2};
     for (at::Tensor** slot : slots) *slot = store.use(ps[i++]);
+    d.qkv = std::make_shared<FusedWeight>();
+    d.gate_up = std::make_shared<FusedWeight>();
     return d;
   }
 };
@@ -427,12 +532,19 @@ Stage::Stage(const ModelConfig& cfg, StageSpec spec, ParamStore& store, const at
       at::pow(cfg.rope_theta, -at::arange(0, hd, 2, at::kDouble) / static_cast<double>(hd));
   at::Tensor ang = at::outer(at::arange(T, at::kDouble), inv);
   ang = at::cat({ang, ang}, -1);
-  m.cos = ang.cos().to(at::kFloat).to(device);
-  m.sin = ang.sin().to(at::kFloat).to(device);
-  m.mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat)
-               .triu(1)
-               .repeat({cfg.heads / cfg.kv_heads, 1})
-               .to(device);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  m.attn.cos = ang.cos().to(at::kFloat).to(device);
+  m.attn.sin = ang.sin().to(at::kFloat).to(device);
+  m.attn.cos_scaled = (ang.cos() * scale).to(at::kFloat).to(device);
+  m.attn.sin_scaled = (ang.sin() * scale).to(at::kFloat).to(device);
+  m.attn.mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat)
+                    .triu(1)
+                    .repeat({cfg.heads / cfg.kv_heads, 1})
+                    .to(device);
+  m.attn.heads = cfg.heads;
+  m.attn.kv_heads = cfg.kv_heads;
+  m.attn.head_dim = hd;
+  m.attn.scale = scale;
 }
 
 Stage::~Stage() = default;

@@ -166,11 +166,13 @@ struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
   }
 };
 
-// What attention needs besides its input: the rotary tables [T, head_dim] (plain, and times the
-// softmax scale for the backward), the causal mask stacked once per query head of a key/value
-// head's group ([heads / kv_heads * T, T]), and the head counts.
+// What attention needs besides its input: the rotary tables [T, head_dim], the causal mask stacked
+// once per query head of a key/value head's group ([heads / kv_heads * T, T]), and the head counts.
+// Both halves of a rotary table hold the same angles, so the rotation's transpose (for gradients)
+// is the rotation by the opposite angle: `rotate` with the sine negated. The backward's tables
+// also carry the softmax scale of the scores' product.
 struct AttentionConsts {
-  at::Tensor cos, sin, cos_scaled, sin_scaled, mask;
+  at::Tensor cos, sin, cos_back, sin_back, mask;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   double scale = 1;
 };
@@ -192,18 +194,6 @@ void rotate(const at::Tensor& x, at::Tensor out, const at::Tensor& cos, const at
   at::mul_out(o2, x2, cos.narrow(-1, half, half));
   o2.addcmul_(x1, sin.narrow(-1, half, half));
 }
-// Its transpose, for gradients: dx1 = dy1 * cos1 + dy2 * sin2, dx2 = dy2 * cos2 - dy1 * sin1.
-void rotate_back(const at::Tensor& dy, at::Tensor dx, const at::Tensor& cos,
-                 const at::Tensor& sin) {
-  const int64_t half = dy.size(-1) / 2;
-  const at::Tensor y1 = dy.narrow(-1, 0, half), y2 = dy.narrow(-1, half, half);
-  at::Tensor x1 = dx.narrow(-1, 0, half), x2 = dx.narrow(-1, half, half);
-  at::mul_out(x1, y1, cos.narrow(-1, 0, half));
-  x1.addcmul_(y2, sin.narrow(-1, half, half));
-  at::mul_out(x2, y2, cos.narrow(-1, half, half));
-  x2.addcmul_(y1, sin.narrow(-1, 0, half), -1);
-}
-
 // Grouped-query causal attention from the fused q/k/v product's output to the heads'
 // concatenated outputs [b, T, heads * hd], rotary embedding included, with its backward written
 // out. Query head j*group + r reads key/value head j (as repeat_interleave would give): the
@@ -238,11 +228,10 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
     const at::Tensor ds =
         at::_softmax_backward_data(go.bmm(vs.transpose(1, 2)), p, -1, p.scalar_type());
     at::Tensor d = at::empty({b, T, (h + 2 * kv) * hd}, grads[0].options());
-    // The scale of the scores' product goes in through the scaled tables.
-    rotate_back(ds.bmm(ks).view({b, h, T, hd}), heads_of(d, 0, h, hd), c->cos_scaled,
-                c->sin_scaled);
-    rotate_back(ds.transpose(1, 2).bmm(qs).view({b, kv, T, hd}), heads_of(d, h, kv, hd),
-                c->cos_scaled, c->sin_scaled);
+    // The rotation's transpose, with the scores' softmax scale, through the backward's tables.
+    rotate(ds.bmm(ks).view({b, h, T, hd}), heads_of(d, 0, h, hd), c->cos_back, c->sin_back);
+    rotate(ds.transpose(1, 2).bmm(qs).view({b, kv, T, hd}), heads_of(d, h, kv, hd), c->cos_back,
+           c->sin_back);
     heads_of(d, h + kv, kv, hd).copy_(p.transpose(1, 2).bmm(go).view({b, kv, T, hd}));
     return {d, at::Tensor()};
   }
@@ -535,8 +524,8 @@ Stage::Stage(const ModelConfig& cfg, StageSpec spec, ParamStore& store, const at
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   m.attn.cos = ang.cos().to(at::kFloat).to(device);
   m.attn.sin = ang.sin().to(at::kFloat).to(device);
-  m.attn.cos_scaled = (ang.cos() * scale).to(at::kFloat).to(device);
-  m.attn.sin_scaled = (ang.sin() * scale).to(at::kFloat).to(device);
+  m.attn.cos_back = (ang.cos() * scale).to(at::kFloat).to(device);
+  m.attn.sin_back = (ang.sin() * -scale).to(at::kFloat).to(device);
   m.attn.mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat)
                     .triu(1)
                     .repeat({cfg.heads / cfg.kv_heads, 1})

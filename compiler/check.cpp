@@ -1,5 +1,7 @@
 #include "compiler/check.h"
 
+#include <exception>
+#include <thread>
 #include <utility>
 
 #include "compiler/diagnostic.h"
@@ -8,7 +10,8 @@
 
 namespace ppc {
 
-CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need) {
+CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
+                            const AlongsideFn& alongside) {
   CheckedPlan out;
   // Lowering under unit costs (lower_for_model's, and the verifier's own check of the compute
   // order) is one and the same run: do it once, below.
@@ -43,8 +46,30 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
     lowered.record_times = run->timeline();
     lowered.execution = &ex;
   }
-  out.report = verify(out.plan, lowered);
-  if (out.report.ok() && run) out.sim = run->finish(std::move(ex));
+  std::exception_ptr alongside_error;
+  auto call_alongside = [&] {
+    try {
+      alongside(out.plan);
+    } catch (...) {
+      alongside_error = std::current_exception();
+    }
+  };
+  if (alongside && lower_here) {
+    std::thread beside(call_alongside);
+    try {
+      out.report = verify(out.plan, lowered);
+    } catch (...) {
+      beside.join();
+      throw;
+    }
+    beside.join();
+  } else {
+    out.report = verify(out.plan, lowered);
+    if (alongside && out.report.ok()) call_alongside();
+  }
+  if (!out.report.ok()) return out;
+  if (alongside_error) std::rethrow_exception(alongside_error);
+  if (run) out.sim = run->finish(std::move(ex));
   return out;
 }
 

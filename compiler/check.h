@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "compiler/plan.h"
@@ -29,6 +30,15 @@ struct CheckedPlan {
 // Equal to: report = verify(compute order); if ok, plan = lower_for_model(plan, cost) (when not
 // lowered yet) and report = verify(plan); if ok and asked, sim = simulate(plan, cost) (without
 // times and memory points for Summary).
-CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need);
+//
+// `alongside`, when set, is called once with the final plan whenever its compute order passed
+// verification, and what it makes is only valid if the returned report is ok. For a plan
+// lowered here (from that verified compute order) it runs on a second thread while the lowered
+// plan is verified, so that work which needs only the plan (an emitter writing into memory)
+// overlaps the verifier's; otherwise it runs after that verification. It may throw: the exception
+// reaches the caller after the verification ends, unless the plan failed it.
+using AlongsideFn = std::function<void(const Plan&)>;
+CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
+                            const AlongsideFn& alongside = {});
 
 }  // namespace ppc

@@ -23,6 +23,11 @@ struct TableOptions {
 // columns, like PyTorch's _format_pipeline_order; then a one-line summary.
 void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os,
                 const TableOptions& opts);
+// emit_table in two parts, for a caller that writes the table before the report is known: the
+// header, the rows and the legend (returns the number of time steps), then the summary line.
+int emit_table_rows(const Plan& plan, std::ostream& os, const TableOptions& opts);
+void emit_table_summary(const Plan& plan, const VerifyReport& report, int num_steps,
+                        std::ostream& os);
 
 // --- PyTorch CSV -------------------------------------------------------------------------------
 // One row per rank, one action per cell in PyTorch notation: the lowered order, or the compute
@@ -43,6 +48,9 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts);
 
 // --- JSON plan (docs/plan-format.md) ---------------------------------------------------------
 void emit_json(const Plan& plan, const VerifyReport& report, std::ostream& os);
+// emit_json in two parts: everything up to the "verification" object, then that object.
+void emit_json_plan(const Plan& plan, std::ostream& os);
+void emit_json_verification(const VerifyReport& report, std::ostream& os);
 Plan read_plan_json(std::string_view text, const std::string& input_name);
 
 // --- stats and layout ---------------------------------------------------------------------------

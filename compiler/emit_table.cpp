@@ -112,8 +112,7 @@ std::vector<size_t> column_widths(const Plan& plan, bool compact) {
 
 }  // namespace
 
-void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os,
-                const TableOptions& opts) {
+int emit_table_rows(const Plan& plan, std::ostream& os, const TableOptions& opts) {
   const int pp = plan.pp();
   const Grid grid = make_grid(plan);
   const int32_t num_steps = grid.num_steps;
@@ -198,7 +197,12 @@ void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os,
     if (compact && !opts.compact) legend += " (compact: the full table is wider than the terminal)";
     os << legend << '\n';
   }
+  return num_steps;
+}
 
+void emit_table_summary(const Plan& plan, const VerifyReport& report, int num_steps,
+                        std::ostream& os) {
+  const int pp = plan.pp();
   size_t sends = 0;
   for (const auto& r : plan.lowered)
     for (const Action& a : r) sends += is_send(a.kind);
@@ -212,6 +216,11 @@ void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os,
   os << fmt::format(" | peak in-flight per rank:{} | {}\n", peaks,
                     report.ok() ? (report.checked_lowered ? "verified: deadlock-free" : "verified")
                                 : "NOT VALID");
+}
+
+void emit_table(const Plan& plan, const VerifyReport& report, std::ostream& os,
+                const TableOptions& opts) {
+  emit_table_summary(plan, report, emit_table_rows(plan, os, opts), os);
 }
 
 }  // namespace ppc

@@ -97,7 +97,7 @@ std::vector<LayerKind> parse_stage_symbols(const std::string& text, const Reader
 
 }  // namespace
 
-void emit_json(const Plan& plan, const VerifyReport& report, std::ostream& os) {
+void emit_json_plan(const Plan& plan, std::ostream& os) {
   // Written by hand around nlohmann's dump so that each rank's action lists stay on one line.
   ojson layout;
   layout["source"] = plan.layout.source;
@@ -105,14 +105,6 @@ void emit_json(const Plan& plan, const VerifyReport& report, std::ostream& os) {
   ojson stages = ojson::array();
   for (const auto& s : plan.layout.stages) stages.push_back(stage_symbols(s));
   layout["stages"] = std::move(stages);
-  ojson v;
-  v["ok"] = report.ok();
-  v["deadlock_model_checked"] = report.checked_lowered;
-  v["peak_inflight"] = report.peak_inflight;
-  v["compute_actions"] = report.compute_actions;
-  v["comm_actions"] = report.comm_actions;
-  v["batches"] = report.batches;
-  if (!report.ok()) v["errors"] = report.errors;
 
   os << "{\n";
   os << "  \"format\": \"ppcompile-plan\",\n";
@@ -140,8 +132,24 @@ void emit_json(const Plan& plan, const VerifyReport& report, std::ostream& os) {
     os << "}" << (r + 1 < plan.pp() ? "," : "") << "\n";
   }
   os << "  ],\n";
+}
+
+void emit_json_verification(const VerifyReport& report, std::ostream& os) {
+  ojson v;
+  v["ok"] = report.ok();
+  v["deadlock_model_checked"] = report.checked_lowered;
+  v["peak_inflight"] = report.peak_inflight;
+  v["compute_actions"] = report.compute_actions;
+  v["comm_actions"] = report.comm_actions;
+  v["batches"] = report.batches;
+  if (!report.ok()) v["errors"] = report.errors;
   os << "  \"verification\": " << v.dump() << "\n";
   os << "}\n";
+}
+
+void emit_json(const Plan& plan, const VerifyReport& report, std::ostream& os) {
+  emit_json_plan(plan, os);
+  emit_json_verification(report, os);
 }
 
 Plan read_plan_json(std::string_view text, const std::string& input_name) {

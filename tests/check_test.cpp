@@ -2,6 +2,8 @@
 // one, as ppcompile ran them before: verify the compute order, lower_for_model, verify, simulate.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
 #include "compiler/check.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
@@ -174,6 +176,60 @@ TEST(CheckAndLower, ADeadlockedLoweredPlanIsReportedAndNotSimulated) {
   EXPECT_EQ(got.report.errors[0].rfind("deadlock: ", 0), 0u);
   EXPECT_FALSE(got.sim.has_value());
   expect_same(p, some_costs());
+}
+
+// `alongside` sees the final plan once, whichever thread runs it, and changes nothing else.
+TEST(CheckAndLower, AlongsideSeesTheFinalPlanOnce) {
+  const Plan generated_plan = generated("Interleaved1F1B", 4, 2, 8);   // lowered here, beside
+  const Plan imported = lower_send_recv(generated("ZB-H2", 4, 1, 8));  // verified, then called
+  for (const Plan* built : {&generated_plan, &imported}) {
+    for (const CostModel& cost : {CostModel{}, some_costs()}) {
+      int calls = 0;
+      Plan seen;
+      const CheckedPlan got =
+          check_and_lower(*built, cost, SimulationNeed::Summary, [&](const Plan& p) {
+            ++calls;
+            seen = p;
+          });
+      ASSERT_TRUE(got.report.ok());
+      EXPECT_EQ(calls, 1);
+      EXPECT_EQ(seen, got.plan);
+      EXPECT_TRUE(seen.is_lowered());
+      const CheckedPlan plain = check_and_lower(*built, cost, SimulationNeed::Summary);
+      EXPECT_EQ(got.plan, plain.plan);
+      expect_same_report(got.report, plain.report);
+      ASSERT_TRUE(got.sim && plain.sim);
+      expect_same_sim(*got.sim, *plain.sim, false);
+    }
+  }
+}
+
+TEST(CheckAndLower, AlongsideIsNotCalledForABadComputeOrder) {
+  const Plan p = pptest::text_plan(2, 2, 2, {"0F0 0F1 0F1 0B0", "1F0 1B0 1F1 1B1"}, false);
+  int calls = 0;
+  const CheckedPlan got =
+      check_and_lower(p, CostModel{}, SimulationNeed::None, [&](const Plan&) { ++calls; });
+  EXPECT_FALSE(got.report.ok());
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(CheckAndLower, AlongsideIsNotCalledForAnInvalidImportedPlan) {
+  const Plan p = pptest::text_plan(2, 2, 2,
+                                   {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+                                    "1RECV_F1 1F1 1B1 1SEND_B1 1RECV_F0 1F0 1B0 1SEND_B0"},
+                                   true);
+  int calls = 0;
+  const CheckedPlan got =
+      check_and_lower(p, CostModel{}, SimulationNeed::None, [&](const Plan&) { ++calls; });
+  EXPECT_FALSE(got.report.ok());
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(CheckAndLower, AnExceptionFromAlongsideReachesTheCaller) {
+  const Plan built = generated("1F1B", 4, 1, 8);
+  EXPECT_THROW(check_and_lower(built, CostModel{}, SimulationNeed::None,
+                               [](const Plan&) { throw std::runtime_error("alongside failed"); }),
+               std::runtime_error);
 }
 
 }  // namespace

@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 
+#include "compiler/compile.h"
+#include "compiler/emit.h"
+#include "compiler/prepare.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -128,6 +132,45 @@ TEST(Cli, ImportsADeadlockingCsvAndExplainsIt) {
       std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("cycle: rank 0 -> rank 1 -> rank 0"), std::string::npos);
+  for (const char* emit : {"table", "csv", "json"}) {  // written beside verification: not shown
+    auto e = run_ppcompile({"--from-csv", csv, "--emit", emit});
+    EXPECT_EQ(e.exit_code, 2) << emit;
+    EXPECT_EQ(e.out, "") << emit;
+  }
+}
+
+// ppcompile writes the table, the CSV and the JSON plan beside the lowered plan's verification
+// (for a plan it lowers itself) or after it (for an imported one), and the report's parts last:
+// the bytes are those of the emitters run one after the other on the checked plan.
+TEST(Cli, OutputsWrittenBesideVerificationEqualTheEmitters) {
+  pptest::TempDir dir;
+  ppc::CompileOptions co;
+  co.layout = ppc::generic_layout(16);
+  co.pp = 8;
+  co.schedule = "Interleaved1F1B";
+  co.microbatches = 16;
+  co.lower = false;
+  const ppc::CheckedPlan checked = ppc::prepare_plan(ppc::compile(co), ppc::CostModel{}, "");
+  std::ostringstream table, csv, json;
+  ppc::emit_table(checked.plan, checked.report, table, ppc::TableOptions{});
+  ppc::emit_csv(checked.plan, csv, false);
+  ppc::emit_json(checked.plan, checked.report, json);
+  const std::vector<std::string> generated = {
+      "--stages", "16", "--pp", "8", "--schedule", "Interleaved1F1B", "--microbatches", "16"};
+  const std::string imported = dir.write("plan.csv", csv.str());
+  for (const std::vector<std::string>& source :
+       {generated, std::vector<std::string>{"--from-csv", imported}}) {
+    for (const auto& [emit, want] : {std::pair<std::string, std::string>{"table", table.str()},
+                                     {"csv", csv.str()},
+                                     {"json", json.str()}}) {
+      if (emit != "csv" && source != generated) continue;  // an import names another schedule
+      auto args = source;
+      args.insert(args.end(), {"--emit", emit});
+      auto r = run_ppcompile(args);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(r.out, want) << emit << " from " << source.front();
+    }
+  }
 }
 
 TEST(Cli, CsvRoundTripsThroughTheTool) {

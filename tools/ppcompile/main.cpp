@@ -347,22 +347,38 @@ int run(const Options& o_given) {
   // Verify the compute order (lowering assumes a well-formed one), lower, verify the lowered plan
   // (prepare.h); the simulation the output needs rides on the verifier's run.
   const bool timeline = (o.emit == "svg" && o.engine == "timeline") || o.emit == "trace";
+  // The table, the CSV and the JSON plan (all but the report's part) are written into memory
+  // beside the lowered plan's verification, and reach the output only once the plan is valid.
+  const ppc::TableOptions table{use_color(o), o.compact, terminal_columns(o)};
+  std::string early;
+  int table_steps = 0;
+  ppc::AlongsideFn alongside;
+  if (o.emit == "table" || o.emit == "csv" || o.emit == "json")
+    alongside = [&](const ppc::Plan& p) {
+      std::ostringstream text;
+      if (o.emit == "table")
+        table_steps = ppc::emit_table_rows(p, text, table);
+      else if (o.emit == "csv")
+        ppc::emit_csv(p, text, o.compute_only);
+      else
+        ppc::emit_json_plan(p, text);
+      early = std::move(text).str();
+    };
   ppc::CheckedPlan checked = ppc::prepare_plan(build_plan(o), cost, imported_from,
                                                o.emit == "stats" ? ppc::SimulationNeed::Summary
                                                : timeline        ? ppc::SimulationNeed::Timeline
-                                                                 : ppc::SimulationNeed::None);
+                                                                 : ppc::SimulationNeed::None,
+                                               alongside);
   const ppc::Plan& plan = checked.plan;
   const ppc::VerifyReport& report = checked.report;
 
   Output output(o.output);  // the plan is valid: write it as it is emitted
   std::ostream& out = output.stream();
+  out.write(early.data(), static_cast<std::streamsize>(early.size()));  // all of the CSV
   if (o.emit == "table") {
-    ppc::emit_table(plan, report, out,
-                    ppc::TableOptions{use_color(o), o.compact, terminal_columns(o)});
-  } else if (o.emit == "csv") {
-    ppc::emit_csv(plan, out, o.compute_only);
+    ppc::emit_table_summary(plan, report, table_steps, out);
   } else if (o.emit == "json") {
-    ppc::emit_json(plan, report, out);
+    ppc::emit_json_verification(report, out);
   } else if (o.emit == "stats") {
     ppc::emit_stats(plan, report, *checked.sim, out);
     if (limit) out << ppc::memory_check(*checked.sim, *limit, cost.memory_in_bytes) << "\n";

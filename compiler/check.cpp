@@ -55,14 +55,8 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
     }
   };
   if (alongside && lower_here) {
-    std::thread beside(call_alongside);
-    try {
-      out.report = verify(out.plan, lowered);
-    } catch (...) {
-      beside.join();
-      throw;
-    }
-    beside.join();
+    std::jthread beside(call_alongside);  // joined at the end of this block, even on a throw
+    out.report = verify(out.plan, lowered);
   } else {
     out.report = verify(out.plan, lowered);
     if (alongside && out.report.ok()) call_alongside();

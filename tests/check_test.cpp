@@ -204,25 +204,21 @@ TEST(CheckAndLower, AlongsideSeesTheFinalPlanOnce) {
   }
 }
 
-TEST(CheckAndLower, AlongsideIsNotCalledForABadComputeOrder) {
-  const Plan p = pptest::text_plan(2, 2, 2, {"0F0 0F1 0F1 0B0", "1F0 1B0 1F1 1B1"}, false);
-  int calls = 0;
-  const CheckedPlan got =
-      check_and_lower(p, CostModel{}, SimulationNeed::None, [&](const Plan&) { ++calls; });
-  EXPECT_FALSE(got.report.ok());
-  EXPECT_EQ(calls, 0);
-}
-
-TEST(CheckAndLower, AlongsideIsNotCalledForAnInvalidImportedPlan) {
-  const Plan p = pptest::text_plan(2, 2, 2,
-                                   {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
-                                    "1RECV_F1 1F1 1B1 1SEND_B1 1RECV_F0 1F0 1B0 1SEND_B0"},
-                                   true);
-  int calls = 0;
-  const CheckedPlan got =
-      check_and_lower(p, CostModel{}, SimulationNeed::None, [&](const Plan&) { ++calls; });
-  EXPECT_FALSE(got.report.ok());
-  EXPECT_EQ(calls, 0);
+TEST(CheckAndLower, AlongsideIsNotCalledForAnInvalidPlan) {
+  // A bad compute order (microbatch 1's forward twice, its backward never), and an imported
+  // lowered plan that deadlocks.
+  const Plan bad_order = pptest::text_plan(2, 2, 2, {"0F0 0F1 0F1 0B0", "1F0 1B0 1F1 1B1"}, false);
+  const Plan deadlocked = pptest::text_plan(2, 2, 2,
+                                            {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+                                             "1RECV_F1 1F1 1B1 1SEND_B1 1RECV_F0 1F0 1B0 1SEND_B0"},
+                                            true);
+  for (const Plan* p : {&bad_order, &deadlocked}) {
+    int calls = 0;
+    const CheckedPlan got =
+        check_and_lower(*p, CostModel{}, SimulationNeed::None, [&](const Plan&) { ++calls; });
+    EXPECT_FALSE(got.report.ok());
+    EXPECT_EQ(calls, 0);
+  }
 }
 
 TEST(CheckAndLower, AnExceptionFromAlongsideReachesTheCaller) {

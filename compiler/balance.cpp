@@ -3,6 +3,7 @@
 #include "compiler/balance.h"
 
 #include <fmt/format.h>
+#include <math.h>  // lgamma_r
 
 #include <algorithm>
 #include <cmath>
@@ -393,10 +394,17 @@ std::vector<std::vector<int>> chunk_seeds(const std::vector<double>& weights, in
   return seeds;
 }
 
+// log Γ(x) without a write to the global `signgam`, as std::lgamma does: autotune balances
+// several candidates at once on different threads.
+double log_gamma(double x) {
+  int sign = 0;
+  return ::lgamma_r(x, &sign);
+}
+
 // log of the number of splits of n layers into S stages (empty allowed): C(n + S - 1, S - 1).
 double log_splits(long long n, long long S) {
-  return std::lgamma(static_cast<double>(n + S)) - std::lgamma(static_cast<double>(S)) -
-         std::lgamma(static_cast<double>(n + 1));
+  return log_gamma(static_cast<double>(n + S)) - log_gamma(static_cast<double>(S)) -
+         log_gamma(static_cast<double>(n + 1));
 }
 
 std::vector<int> cuts_of(const Layout& layout) {

@@ -1,6 +1,7 @@
 #include "compiler/check.h"
 
 #include <exception>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -19,23 +20,14 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
   VerifyOptions compute;
   compute.compute_only = true;
   compute.check_runs = !lower_here;
-  out.report = verify(plan, compute);
-  if (!out.report.ok()) {
+  VerifyReport compute_report = verify(plan, compute);
+  if (!compute_report.ok()) {
+    out.report = std::move(compute_report);
     out.plan = std::move(plan);
     return out;
   }
-  if (lower_here) {
-    try {
-      plan = lower_send_recv(std::move(plan));
-    } catch (const UserError& e) {
-      out.report.errors.push_back(e.message());  // as the verifier reports it
-      out.plan = std::move(plan);
-      return out;
-    }
-  } else if (!plan.is_lowered()) {
-    plan = lower_for_model(plan, cost);
-  }
-  out.plan = std::move(plan);
+  if (!lower_here && !plan.is_lowered()) plan = lower_for_model(plan, cost);
+  out.plan = std::move(plan);  // lowered below in place when lower_here
 
   std::optional<SimulationRun> run;
   if (need != SimulationNeed::None) run.emplace(out.plan, cost, need == SimulationNeed::Timeline);
@@ -54,9 +46,19 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
       alongside_error = std::current_exception();
     }
   };
-  if (alongside && lower_here) {
-    std::jthread beside(call_alongside);  // joined at the end of this block, even on a throw
-    out.report = verify(out.plan, lowered);
+  if (lower_here) {
+    // Lowering, with the lowered order's scan beside it (lower_and_verify); then `alongside`
+    // beside the rest of the verification.
+    std::optional<std::jthread> beside;  // joined at the end of this block, even on a throw
+    try {
+      out.report = lower_and_verify(out.plan, lowered, [&] {
+        if (alongside) beside.emplace(call_alongside);
+      });
+    } catch (const UserError& e) {
+      out.report = std::move(compute_report);
+      out.report.errors.push_back(e.message());  // as the verifier reports it
+      return out;
+    }
   } else {
     out.report = verify(out.plan, lowered);
     if (alongside && out.report.ok()) call_alongside();

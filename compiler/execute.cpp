@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "compiler/dependencies.h"
 #include "compiler/parallel.h"
@@ -21,10 +22,11 @@ namespace {
 // of both its ranks are current: the engine keeps the state of each rank's current batch (its
 // range, unmatched ops, entry and transfer times) and finds the batches themselves as the ranks
 // reach them. What it needs in advance is, for every op, where its counterpart is in the peer's
-// order (partner_); whether the peer is in that batch now is then a range check on the peer.
+// order (the CommIndex); whether the peer is in that batch now is then a range check on the peer.
 class Engine {
  public:
-  Engine(const Plan& plan, const ExecCosts* costs, bool record, size_t max_errors, Execution& out)
+  Engine(const Plan& plan, const ExecCosts* costs, bool record, size_t max_errors, Execution& out,
+         const CommIndex& index)
       : plan_(plan),
         costs_(costs),
         record_(record),
@@ -33,52 +35,14 @@ class Engine {
         max_errors_(max_errors),
         out_(out),
         ev_(plan.num_stages(), plan.microbatches),
-        position_(plan.num_stages(), plan.microbatches) {}
+        index_(index) {}
 
   void run() {
     const int pp = plan_.pp();
     const size_t ranks = static_cast<size_t>(pp);
     const auto& order = plan_.lowered;
-    // The position of every op in its rank's order, then the position of every op's counterpart.
-    // Ranks are independent here: each writes its own records and the entries of its own stages
-    // in position_.
-    std::vector<size_t> batches(ranks, 0), sends(ranks, 0);
-    size_t total = 0;
-    for (const auto& r : order) total += r.size();
-    const bool threads = worth_threads(total);
-    parallel_for(pp, threads, [&](int r) {
-      const auto& acts = order[static_cast<size_t>(r)];
-      size_t n = 0, sent = 0;
-      bool in_batch = false;
-      for (size_t i = 0; i < acts.size(); ++i) {
-        const Action& a = acts[i];
-        if (!is_comm(a.kind)) {
-          in_batch = false;
-          continue;
-        }
-        n += !in_batch;
-        in_batch = true;
-        sent += is_send(a.kind);
-        position_.at(event_of(a.kind), a.stage, a.microbatch) = static_cast<int32_t>(i);
-      }
-      batches[static_cast<size_t>(r)] = n;
-      sends[static_cast<size_t>(r)] = sent;
-    });
-    partner_.assign(ranks, {});
-    parallel_for(pp, threads, [&](int r) {
-      const auto& acts = order[static_cast<size_t>(r)];
-      auto& partner = partner_[static_cast<size_t>(r)];
-      partner.resize(acts.size());  // entries of compute actions are never written nor read
-      for (size_t i = 0; i < acts.size(); ++i) {
-        if (!is_comm(acts[i].kind)) continue;
-        const CommMatch m = comm_match(plan_, acts[i]);
-        partner[i].position = position_.at(event_of(m.kind), m.stage, acts[i].microbatch);
-      }
-    });
-    for (size_t r = 0; r < ranks; ++r) {
-      out_.batches += batches[r];
-      out_.sends += sends[r];
-    }
+    out_.batches += index_.batches;
+    out_.sends += index_.sends;
     if (record_) {
       out_.times.assign(ranks, {});
       for (size_t r = 0; r < ranks; ++r) out_.times[r].assign(order[r].size(), {});
@@ -117,7 +81,7 @@ class Engine {
 
   // Position of the op (event, stage, mb) in its rank's order; -1 if there is none.
   int32_t position(Event e, int stage, int mb) const {
-    const int32_t p = position_.at(e, stage, mb);
+    const int32_t p = index_.position.at(e, stage, mb);
     return p == CommPositions::kNever ? -1 : p;
   }
 
@@ -172,7 +136,7 @@ class Engine {
     const size_t ru = static_cast<size_t>(r);
     if (failed_[ru]) return;
     const auto& acts = plan_.lowered[ru];
-    const auto& partner = partner_[ru];
+    const auto& partner = index_.partner[ru];
     size_t& h = head_[ru];
     while (h < acts.size()) {
       const Action& a = acts[h];
@@ -284,7 +248,7 @@ class Engine {
     for (size_t j = begin; j < end; ++j) {
       // Unmatched: the counterpart's batch has not been entered yet (it is not current, and it
       // is not behind the peer).
-      const int32_t p = partner_[ru][j].position;
+      const int32_t p = index_.partner[ru][j].position;
       const int q = peer_of(acts[j]);
       if (in_current_batch(q, p) || static_cast<size_t>(p) < head_[static_cast<size_t>(q)])
         continue;
@@ -298,11 +262,6 @@ class Engine {
     return s;
   }
 
-  struct Partner {
-    int32_t position;  // where the counterpart of a communication action is in the peer's order
-    Partner() {}       // uninitialised on purpose: compute actions have none
-  };
-
   const Plan& plan_;
   const ExecCosts* costs_;
   bool record_;
@@ -311,8 +270,7 @@ class Engine {
   size_t max_errors_;
   Execution& out_;
   EventFlags ev_;
-  CommPositions position_;                     // per communication event: its position
-  std::vector<std::vector<Partner>> partner_;  // per action (communication actions only)
+  const CommIndex& index_;
   // Per rank: the next action; the batch it is in (if in_batch_): its range [begin, end), its
   // ops not matched yet, when it was entered and when its transfers are done.
   std::vector<size_t> head_;
@@ -325,9 +283,60 @@ class Engine {
 
 }  // namespace
 
-Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors) {
+CommIndex build_comm_index(const Plan& plan) {
+  // The position of every op in its rank's order, then the position of every op's counterpart.
+  // Ranks are independent here: each writes its own records and the entries of its own stages in
+  // the positions.
+  const int pp = plan.pp();
+  const size_t ranks = static_cast<size_t>(pp);
+  const auto& order = plan.lowered;
+  CommIndex index(plan.num_stages(), plan.microbatches);
+  std::vector<size_t> batches(ranks, 0), sends(ranks, 0);
+  size_t total = 0;
+  for (const auto& r : order) total += r.size();
+  const bool threads = worth_threads(total);
+  parallel_for(pp, threads, [&](int r) {
+    const auto& acts = order[static_cast<size_t>(r)];
+    size_t n = 0, sent = 0;
+    bool in_batch = false;
+    for (size_t i = 0; i < acts.size(); ++i) {
+      const Action& a = acts[i];
+      if (!is_comm(a.kind)) {
+        in_batch = false;
+        continue;
+      }
+      n += !in_batch;
+      in_batch = true;
+      sent += is_send(a.kind);
+      index.position.at(event_of(a.kind), a.stage, a.microbatch) = static_cast<int32_t>(i);
+    }
+    batches[static_cast<size_t>(r)] = n;
+    sends[static_cast<size_t>(r)] = sent;
+  });
+  index.partner.assign(ranks, {});
+  parallel_for(pp, threads, [&](int r) {
+    const auto& acts = order[static_cast<size_t>(r)];
+    auto& partner = index.partner[static_cast<size_t>(r)];
+    partner.resize(acts.size());  // entries of compute actions are never written nor read
+    for (size_t i = 0; i < acts.size(); ++i) {
+      if (!is_comm(acts[i].kind)) continue;
+      const CommMatch m = comm_match(plan, acts[i]);
+      partner[i].position = index.position.at(event_of(m.kind), m.stage, acts[i].microbatch);
+    }
+  });
+  for (size_t r = 0; r < ranks; ++r) {
+    index.batches += batches[r];
+    index.sends += sends[r];
+  }
+  return index;
+}
+
+Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors,
+                  const CommIndex* index) {
   Execution out;
-  Engine(plan, costs, record_times, std::max<size_t>(max_errors, 1), out).run();
+  std::optional<CommIndex> own;
+  if (!index) index = &own.emplace(build_comm_index(plan));
+  Engine(plan, costs, record_times, std::max<size_t>(max_errors, 1), out, *index).run();
   return out;
 }
 

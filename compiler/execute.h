@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/dependencies.h"
 #include "compiler/plan.h"
 #include "compiler/stuck.h"
 
@@ -51,8 +52,27 @@ struct Execution {
   std::string failure() const;
 };
 
-// `plan` must be lowered and must have passed the shape and count checks of the verifier.
+// Where the counterpart of each communication action is: what the model looks up as ranks enter
+// their batches. execute() builds it from the plan, or takes one built while the plan was being
+// written (lower_and_verify, verify.h).
+struct CommPartner {
+  int32_t position;  // where the counterpart is in the peer's order
+  CommPartner() {}   // uninitialised on purpose: compute actions have none
+};
+struct CommIndex {
+  CommPositions position;                          // of every communication action
+  std::vector<std::vector<CommPartner>> partner;  // per rank and action (communication only)
+  size_t batches = 0;                              // maximal runs of communication actions
+  size_t sends = 0;                                // SEND actions
+  CommIndex(int num_stages, int microbatches) : position(num_stages, microbatches) {}
+};
+
+// `plan` must be lowered and must have passed the shape and count checks of the verifier, and
+// `index`, when given, must be the plan's (as build_comm_index makes it).
 Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times,
-                  size_t max_errors = 20);
+                  size_t max_errors = 20, const CommIndex* index = nullptr);
+
+// The index of a lowered plan that passed the verifier's shape checks (threads for large plans).
+CommIndex build_comm_index(const Plan& plan);
 
 }  // namespace ppc

@@ -1,8 +1,10 @@
 #include "compiler/lower_send_recv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <queue>
+#include <thread>
 
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
@@ -24,6 +26,29 @@ double unit_cost(const Action& a) {
     default:
       return 0;
   }
+}
+
+LoweringFeed::State LoweringFeed::wait_until_started() const {
+  State s;
+  while ((s = state()) == State::Pending) std::this_thread::yield();
+  return s;
+}
+
+void LoweringFeed::start(const std::vector<std::vector<Action>>& orders) {
+  data_.clear();
+  final_size_.clear();
+  for (const auto& o : orders) {
+    data_.push_back(o.data());
+    final_size_.push_back(o.capacity());
+  }
+  written_ = std::make_unique<std::atomic<size_t>[]>(orders.size());
+  for (size_t r = 0; r < orders.size(); ++r) written_[r].store(orders[r].size());
+  state_.store(State::Writing, std::memory_order_release);
+}
+
+void LoweringFeed::publish(const std::vector<std::vector<Action>>& orders) {
+  for (size_t r = 0; r < orders.size(); ++r)
+    written_[r].store(orders[r].size(), std::memory_order_release);
 }
 
 namespace {
@@ -85,11 +110,12 @@ struct RankState {
 class Lowerer {
  public:
   Lowerer(const Plan& plan, const LoweringCosts& costs, bool emit,
-          std::vector<std::vector<double>>* starts)
+          std::vector<std::vector<double>>* starts, LoweringFeed* feed = nullptr)
       : plan_(plan),
         costs_(costs),
         emit_(emit),
         starts_(starts),
+        feed_(feed),
         cross_(plan),
         ev_(plan.num_stages(), plan.microbatches),
         ranks_(static_cast<size_t>(plan.pp())),
@@ -115,6 +141,15 @@ class Lowerer {
       }
       for (int r = 0; r < pp; ++r)
         out_->lowered[static_cast<size_t>(r)].reserve(size[static_cast<size_t>(r)]);
+      if (feed_) {
+        for (int r = 0; r < pp; ++r)  // the feed's reader relies on the orders never moving
+          PPC_INTERNAL_ASSERT(out_->lowered[static_cast<size_t>(r)].capacity() ==
+                                  size[static_cast<size_t>(r)],
+                              "lowering's output reserved at other than its final size");
+        feed_->start(out_->lowered);
+        publish_stride_ = std::max<size_t>(4096, 16 * static_cast<size_t>(pp));
+        next_publish_ = publish_stride_;
+      }
     }
     if (starts_) {
       starts_->assign(static_cast<size_t>(pp), {});
@@ -134,7 +169,12 @@ class Lowerer {
           touched_.push_back(e.rank);
       }
       start_touched(now);
+      if (feed_ && appended_ >= next_publish_) {
+        feed_->publish(out_->lowered);
+        next_publish_ = appended_ + publish_stride_;
+      }
     }
+    if (feed_) feed_->publish(out_->lowered);
     std::vector<StuckRank> stuck;
     for (int r = 0; r < pp; ++r) {
       const auto& order = plan_.compute[static_cast<size_t>(r)];
@@ -221,7 +261,9 @@ class Lowerer {
     long long cur_time_ = 0;
   };
   void append(int r, const Action& a) {
-    if (emit_) out_->lowered[static_cast<size_t>(r)].push_back(a);
+    if (!emit_) return;
+    out_->lowered[static_cast<size_t>(r)].push_back(a);
+    ++appended_;
   }
 
   // Has every input of `part` been produced locally or posted as a RECV? `with` (if set) is the
@@ -388,6 +430,8 @@ class Lowerer {
   const LoweringCosts& costs_;
   bool emit_;
   std::vector<std::vector<double>>* starts_;
+  LoweringFeed* feed_;
+  size_t appended_ = 0, next_publish_ = 0, publish_stride_ = 0;  // actions written; feed
   Plan* out_ = nullptr;
   CrossRank cross_;
   EventFlags ev_;  // produced locally or RECV posted
@@ -407,14 +451,20 @@ Plan lower_send_recv(const Plan& plan, const LoweringCosts& costs) {
 }
 
 Plan lower_send_recv(Plan&& plan, const LoweringCosts& costs) {
-  std::vector<std::vector<Action>> lowered;
-  {
-    Plan view;  // the lowerer reads plan and writes into view.lowered
-    Lowerer(plan, costs, true, nullptr).run(&view);
-    lowered = std::move(view.lowered);
-  }
-  plan.lowered = std::move(lowered);
+  lower_in_place(plan, costs, nullptr);
   return std::move(plan);
+}
+
+void lower_in_place(Plan& plan, const LoweringCosts& costs, LoweringFeed* feed) {
+  Plan view;  // the lowerer reads plan and writes into view.lowered
+  try {
+    Lowerer(plan, costs, true, nullptr, feed).run(&view);
+  } catch (...) {
+    if (feed) feed->fail(std::move(view.lowered));
+    throw;
+  }
+  if (feed) feed->end(true);
+  plan.lowered = std::move(view.lowered);  // moves the orders' storage: the feed's pointers hold
 }
 
 void check_compute_order_runs(const Plan& plan) {

@@ -20,8 +20,10 @@
 // actions); the message names the ranks, their actions and the cycle.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "compiler/plan.h"
@@ -43,8 +45,49 @@ struct LoweringCosts {
   bool defer_sends = false;
 };
 
+// A lowered order as lowering writes it, for a reader on another thread (lower_and_verify,
+// verify.h). Lowering sizes every rank's order to its final length before it writes, so actions
+// never move: it says where the orders are, then publishes their sizes from time to time (the
+// actions below a published size are final), then says that it has ended.
+class LoweringFeed {
+ public:
+  enum class State : int { Pending, Writing, Done, Failed };
+
+  // Reader. Waits (yielding the core) until lowering has started writing or has failed.
+  State wait_until_started() const;
+  State state() const { return state_.load(std::memory_order_acquire); }
+  // Valid once the state is past Pending (and not Failed): per rank, where its order is, its final
+  // length, and how many of its actions are written.
+  int ranks() const { return static_cast<int>(data_.size()); }
+  const Action* data(int r) const { return data_[static_cast<size_t>(r)]; }
+  size_t final_size(int r) const { return final_size_[static_cast<size_t>(r)]; }
+  size_t written(int r) const { return written_[r].load(std::memory_order_acquire); }
+
+  // Writer (lowering).
+  void start(const std::vector<std::vector<Action>>& orders);
+  void publish(const std::vector<std::vector<Action>>& orders);
+  void end(bool ok) { state_.store(ok ? State::Done : State::Failed, std::memory_order_release); }
+  // Ends the feed as Failed, keeping what was written alive for the reader, which may still be
+  // reading it: it is freed with the feed.
+  void fail(std::vector<std::vector<Action>>&& written) {
+    kept_ = std::move(written);
+    end(false);
+  }
+
+ private:
+  std::atomic<State> state_{State::Pending};
+  std::vector<const Action*> data_;
+  std::vector<size_t> final_size_;
+  std::unique_ptr<std::atomic<size_t>[]> written_;
+  std::vector<std::vector<Action>> kept_;
+};
+
 Plan lower_send_recv(const Plan& plan, const LoweringCosts& costs = {});
 Plan lower_send_recv(Plan&& plan, const LoweringCosts& costs = {});
+// lower_send_recv in place: sets plan.lowered (once it is complete) and changes nothing else of the
+// plan, so that another thread may read the rest meanwhile. With a feed, lowering publishes the
+// orders as it writes them and ends the feed (Done, or Failed when it throws).
+void lower_in_place(Plan& plan, const LoweringCosts& costs = {}, LoweringFeed* feed = nullptr);
 
 // Runs the compute order as lower_send_recv(plan) does, without building the lowered order:
 // throws the UserError lowering would throw. The verifier's check that a compute order can run.

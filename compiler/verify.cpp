@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
+#include <thread>
 #include <tuple>
 
 #include "compiler/dependencies.h"
@@ -20,24 +22,31 @@ namespace {
 constexpr int kNumKinds = 8;  // the plain kinds F..RecvB, indexing count tables
 
 class Verifier {
+  // What scanning one rank found.
+  struct ScanResult {
+    std::vector<std::string> errors;
+    bool truncated = false;
+    size_t compute_actions = 0, comm_actions = 0;
+    void error(std::string msg, size_t max) {
+      if (errors.size() < max)
+        errors.push_back(std::move(msg));
+      else
+        truncated = true;
+    }
+  };
+
  public:
-  Verifier(const Plan& plan, VerifyReport& rep, const VerifyOptions& opts)
+  // `streamed`: the plan is being lowered in place (run_streamed); verify its lowered order.
+  Verifier(const Plan& plan, VerifyReport& rep, const VerifyOptions& opts, bool streamed = false)
       : plan_(plan),
         rep_(rep),
         opts_(opts),
         max_errors_(std::max<size_t>(opts.max_errors, 1)),
-        lowered_(plan.is_lowered() && !opts.compute_only) {}
+        streamed_(streamed),
+        lowered_(streamed || (plan.is_lowered() && !opts.compute_only)) {}
 
   void run() {
-    if (!check_shape() || !check_enough_actions()) return;
-    const int S = plan_.num_stages();
-    next_rank_.assign(static_cast<size_t>(S), -1);
-    prev_rank_.assign(static_cast<size_t>(S), -1);
-    for (int st = 0; st < S; ++st) {
-      if (const int n = plan_.next_stage(st); n >= 0) next_rank_[st] = plan_.rank_of(n);
-      if (const int p = plan_.prev_stage(st); p >= 0) prev_rank_[st] = plan_.rank_of(p);
-    }
-    count_.assign(static_cast<size_t>(kNumKinds) * plan_.num_stages() * plan_.microbatches, 0);
+    if (!prepare()) return;
     // One pass over every rank's order: ranges and ownership, counts, and (for a lowered plan)
     // that its compute actions are the compute order. Ranks are independent: each writes only
     // its own result and the counts of the stages it holds.
@@ -46,6 +55,49 @@ class Verifier {
     for (const auto& r : order()) total += r.size();
     parallel_for(plan_.pp(), worth_threads(total),
                  [&](int r) { scan_rank(r, scans[static_cast<size_t>(r)]); });
+    finish(scans, nullptr);
+  }
+
+  // run() for a plan that `lower` lowers in place (lower_in_place with the feed it is given) on
+  // this thread: a second thread scans each rank's lowered order as lowering publishes it, and
+  // builds the deadlock model's index on the way.
+  void run_streamed(const std::function<void(LoweringFeed*)>& lower) {
+    if (!prepare()) return;
+    LoweringFeed feed;
+    std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
+    std::optional<CommIndex> index;
+    {
+      std::jthread scanner([&] { scan_stream(feed, scans, index); });
+      // Ends the feed if `lower` leaves without lowering (before the scanner is joined).
+      struct EndFeed {
+        LoweringFeed& feed;
+        ~EndFeed() {
+          if (feed.state() == LoweringFeed::State::Pending) feed.end(false);
+        }
+      } end_feed{feed};
+      lower(&feed);
+    }
+    finish(scans, index ? &*index : nullptr);
+  }
+
+ private:
+  // The checks before the scan, and the scan's tables; false if the plan fails them.
+  bool prepare() {
+    if (!check_shape() || !check_enough_actions()) return false;
+    const int S = plan_.num_stages();
+    next_rank_.assign(static_cast<size_t>(S), -1);
+    prev_rank_.assign(static_cast<size_t>(S), -1);
+    for (int st = 0; st < S; ++st) {
+      if (const int n = plan_.next_stage(st); n >= 0) next_rank_[st] = plan_.rank_of(n);
+      if (const int p = plan_.prev_stage(st); p >= 0) prev_rank_[st] = plan_.rank_of(p);
+    }
+    count_.assign(static_cast<size_t>(kNumKinds) * plan_.num_stages() * plan_.microbatches, 0);
+    return true;
+  }
+
+  // After the scan: its results, the counts, and check 3 (the deadlock model, with `index` when
+  // the scan built it).
+  void finish(std::vector<ScanResult>& scans, const CommIndex* index) {
     for (auto& sc : scans) {
       rep_.compute_actions += sc.compute_actions;
       rep_.comm_actions += sc.comm_actions;
@@ -56,7 +108,7 @@ class Verifier {
     check_counts();
     if (!rep_.ok()) return;
     if (lowered_) {
-      run_deadlock_model();
+      run_deadlock_model(index);
     } else if (opts_.check_runs) {
       try {
         check_compute_order_runs(plan_);
@@ -66,7 +118,6 @@ class Verifier {
     }
   }
 
- private:
   void error(std::string msg) {
     if (rep_.errors.size() < max_errors_)
       rep_.errors.push_back(std::move(msg));
@@ -97,7 +148,7 @@ class Verifier {
                         plan_.compute.size(), pp));
       return false;
     }
-    if (lowered_ && static_cast<int>(plan_.lowered.size()) != pp) {
+    if (lowered_ && !streamed_ && static_cast<int>(plan_.lowered.size()) != pp) {
       error(fmt::format("plan has lowered orders for {} ranks, expected pp = {}",
                         plan_.lowered.size(), pp));
       return false;
@@ -130,19 +181,6 @@ class Verifier {
         actions, plan_.num_stages(), plan_.microbatches, pairs));
     return false;
   }
-
-  // What scanning one rank found.
-  struct ScanResult {
-    std::vector<std::string> errors;
-    bool truncated = false;
-    size_t compute_actions = 0, comm_actions = 0;
-    void error(std::string msg, size_t max) {
-      if (errors.size() < max)
-        errors.push_back(std::move(msg));
-      else
-        truncated = true;
-    }
-  };
 
   // Range, ownership and peer checks of one plain action (or one part of an OverlapFB); counts it
   // when it passes.
@@ -187,11 +225,10 @@ class Verifier {
 
   // check_action for a run of actions: the ones that pass are counted here, the others (and every
   // OverlapFB) go through check_action.
-  void check_actions(const Fast f, int rank, const std::vector<Action>& acts, ScanResult& out) {
+  void check_actions(const Fast f, int rank, const Action* const data, size_t begin, size_t end,
+                     ScanResult& out) {
     size_t compute = 0, comm = 0;
-    const Action* const data = acts.data();  // locals: the count stores cannot change them
-    const size_t n = acts.size();
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = begin; i < end; ++i) {  // locals: the count stores cannot change them
       const Action& a = data[i];
       if (a.kind == ActionKind::OverlapFB || !passes(f, rank, a)) {
         check_action(rank, i, a, out);
@@ -276,27 +313,111 @@ class Verifier {
     const auto& comp = plan_.compute[static_cast<size_t>(r)];
     const Fast f = fast();
     if (!lowered_) {
-      check_actions(f, r, comp, out);
+      check_actions(f, r, comp.data(), 0, comp.size(), out);
       return;
     }
     const auto& low = plan_.lowered[static_cast<size_t>(r)];
-    check_actions(f, r, low, out);
-    size_t k = 0;
-    bool same = true;
-    for (size_t i = 0; i < low.size(); ++i) {
-      if (is_comm(low[i].kind) || !same) continue;
-      if (k >= comp.size() || !(comp[k] == low[i])) {
-        error(fmt::format(
-            "{}: the lowered order's compute actions differ from the compute order{}",
-            where(r, i, low[i]),
-            k < comp.size() ? fmt::format(" (which has {} there)", to_string(comp[k])) : ""));
-        same = false;
-      }
-      ++k;
+    check_actions(f, r, low.data(), 0, low.size(), out);
+    OrderMatch match;
+    match_compute_order(r, low.data(), 0, low.size(), match);
+    end_compute_order(r, match);
+    for (auto& e : match.errors) error(std::move(e));
+  }
+
+  // Where comparing a rank's lowered order with its compute order has got to.
+  struct OrderMatch {
+    size_t k = 0;      // compute actions seen (the next one's index in the compute order)
+    bool same = true;  // they equal the compute order so far
+    std::vector<std::string> errors;
+  };
+  void match_compute_order(int r, const Action* low, size_t begin, size_t end, OrderMatch& m) {
+    const auto& comp = plan_.compute[static_cast<size_t>(r)];
+    for (size_t i = begin; i < end && m.same; ++i) {
+      if (is_comm(low[i].kind)) continue;
+      const size_t k = m.k++;
+      if (k < comp.size() && comp[k] == low[i]) continue;
+      m.errors.push_back(fmt::format(
+          "{}: the lowered order's compute actions differ from the compute order{}",
+          where(r, i, low[i]),
+          k < comp.size() ? fmt::format(" (which has {} there)", to_string(comp[k])) : ""));
+      m.same = false;
     }
-    if (same && k < comp.size())
-      error(fmt::format("rank {}: the lowered order lacks compute action {} ({})", r, k,
-                        to_string(comp[k])));
+  }
+  void end_compute_order(int r, OrderMatch& m) {
+    const auto& comp = plan_.compute[static_cast<size_t>(r)];
+    if (m.same && m.k < comp.size())
+      m.errors.push_back(fmt::format("rank {}: the lowered order lacks compute action {} ({})", r,
+                                     m.k, to_string(comp[m.k])));
+  }
+
+  // The scanner of run_streamed: scan_rank over each rank's lowered order as the feed publishes
+  // it, and, while every action so far passed, the deadlock model's index (build_comm_index's,
+  // built in one pass: an op's counterpart is found by whichever of the two comes second).
+  void scan_stream(const LoweringFeed& feed, std::vector<ScanResult>& scans,
+                   std::optional<CommIndex>& index) {
+    if (feed.wait_until_started() == LoweringFeed::State::Failed) return;
+    const int pp = plan_.pp();
+    CommIndex& ix = index.emplace(plan_.num_stages(), plan_.microbatches);
+    ix.partner.resize(static_cast<size_t>(pp));
+    for (int r = 0; r < pp; ++r) ix.partner[static_cast<size_t>(r)].resize(feed.final_size(r));
+    struct Progress {
+      size_t done = 0;  // actions scanned
+      bool in_batch = false;
+      OrderMatch match;
+    };
+    std::vector<Progress> at(static_cast<size_t>(pp));
+    const Fast f = fast();
+    bool clean = true;  // no action failed its checks: the index is the plan's
+    while (true) {
+      const LoweringFeed::State state = feed.state();  // Done: the sizes read next are final
+      if (state == LoweringFeed::State::Failed) break;
+      bool progressed = false;
+      for (int r = 0; r < pp; ++r) {
+        Progress& p = at[static_cast<size_t>(r)];
+        const size_t n = feed.written(r);
+        if (n == p.done) continue;
+        ScanResult& out = scans[static_cast<size_t>(r)];
+        const Action* low = feed.data(r);
+        check_actions(f, r, low, p.done, n, out);
+        match_compute_order(r, low, p.done, n, p.match);
+        clean = clean && out.errors.empty() && !out.truncated;
+        if (clean) index_comm(r, low, p.done, n, p.in_batch, ix);
+        p.done = n;
+        progressed = true;
+      }
+      if (state == LoweringFeed::State::Done) break;
+      if (!progressed) std::this_thread::yield();
+    }
+    for (int r = 0; r < pp; ++r) {
+      Progress& p = at[static_cast<size_t>(r)];
+      ScanResult& out = scans[static_cast<size_t>(r)];
+      end_compute_order(r, p.match);
+      for (auto& e : p.match.errors) out.error(std::move(e), max_errors_);
+    }
+    if (!clean || feed.state() == LoweringFeed::State::Failed) index.reset();
+  }
+
+  // Adds rank r's actions [begin, end), which passed their checks, to the index.
+  void index_comm(int r, const Action* low, size_t begin, size_t end, bool& in_batch,
+                  CommIndex& ix) const {
+    auto& partner = ix.partner[static_cast<size_t>(r)];
+    for (size_t i = begin; i < end; ++i) {
+      const Action& a = low[i];
+      if (!is_comm(a.kind)) {
+        in_batch = false;
+        continue;
+      }
+      ix.batches += !in_batch;
+      in_batch = true;
+      ix.sends += is_send(a.kind);
+      const int32_t pos = static_cast<int32_t>(i);
+      ix.position.at(event_of(a.kind), a.stage, a.microbatch) = pos;
+      const CommMatch m = comm_match(plan_, a);
+      const int32_t p = ix.position.at(event_of(m.kind), m.stage, a.microbatch);
+      if (p == CommPositions::kNever) continue;  // the counterpart comes later
+      partner[i].position = p;
+      ix.partner[static_cast<size_t>(m.rank)][static_cast<size_t>(p)].position = pos;
+    }
   }
 
   size_t cindex(ActionKind k, int s, int mb) const {
@@ -396,9 +517,9 @@ class Verifier {
     }
   }
 
-  void run_deadlock_model() {
+  void run_deadlock_model(const CommIndex* index) {
     rep_.checked_lowered = true;
-    Execution ex = execute(plan_, opts_.costs, opts_.record_times, max_errors_);
+    Execution ex = execute(plan_, opts_.costs, opts_.record_times, max_errors_, index);
     rep_.batches = ex.batches;
     for (const auto& e : ex.errors) error(e);
     if (!ex.stuck.empty()) error("deadlock: " + explain_stuck(ex.stuck));
@@ -409,6 +530,7 @@ class Verifier {
   VerifyReport& rep_;
   const VerifyOptions& opts_;
   size_t max_errors_;
+  bool streamed_;               // run_streamed: the plan is being lowered
   bool lowered_;                // verify the lowered order (else the compute order)
   std::vector<uint8_t> count_;  // per (kind, stage, microbatch), saturating
   std::vector<int> next_rank_,
@@ -442,6 +564,26 @@ VerifyReport verify(const Plan& plan, size_t max_errors) {
   VerifyOptions opts;
   opts.max_errors = max_errors;
   return verify(plan, opts);
+}
+
+VerifyReport lower_and_verify(Plan& plan, const VerifyOptions& opts,
+                              const std::function<void()>& lowered) {
+  PPC_INTERNAL_ASSERT(!plan.is_lowered() && !opts.compute_only,
+                      "lower_and_verify takes a compute-only plan and verifies its lowering");
+  VerifyReport rep;
+  if (plan.num_stages() >= 1 && plan.microbatches >= 1) {
+    Verifier v(plan, rep, opts, true);
+    v.run_streamed([&](LoweringFeed* feed) {
+      lower_in_place(plan, LoweringCosts{}, feed);
+      if (lowered) lowered();
+    });
+  } else {
+    rep.errors.push_back(
+        fmt::format("plan has {} stages and {} microbatches; each must be at least 1",
+                    plan.num_stages(), plan.microbatches));
+  }
+  rep.peak_inflight = peak_inflight(plan);
+  return rep;
 }
 
 VerifyReport verify(const Plan& plan, const VerifyOptions& opts) {

@@ -18,6 +18,7 @@
 // and whose B or I has not.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,15 @@ struct VerifyOptions {
   Execution* execution = nullptr;
 };
 VerifyReport verify(const Plan& plan, const VerifyOptions& opts);
+
+// verify(lower_send_recv(plan), opts) for a compute-only plan whose compute order passed verify(),
+// lowering it in place (lower_in_place; plan.lowered is set) on the calling thread while a second
+// thread runs checks 1 and 2 over the lowered order as lowering writes it, and builds on the way
+// what check 3 needs; check 3 follows once both are done. The report is the one verify() gives the
+// lowered plan. `lowered`, if set, is called on the calling thread once the lowered order is
+// complete, before check 3. Throws lowering's UserError (the plan then stays compute-only).
+VerifyReport lower_and_verify(Plan& plan, const VerifyOptions& opts,
+                              const std::function<void()>& lowered = {});
 
 // Peak in-flight activations per rank of a compute order (no checks).
 std::vector<int> peak_inflight(const Plan& plan);

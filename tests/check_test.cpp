@@ -8,6 +8,7 @@
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
+#include "compiler/execute.h"
 #include "compiler/lower_send_recv.h"
 #include "tests/plan_text.h"
 
@@ -226,6 +227,84 @@ TEST(CheckAndLower, AnExceptionFromAlongsideReachesTheCaller) {
   EXPECT_THROW(check_and_lower(built, CostModel{}, SimulationNeed::None,
                                [](const Plan&) { throw std::runtime_error("alongside failed"); }),
                std::runtime_error);
+}
+
+// lower_and_verify lowers on the calling thread while a second thread scans what lowering has
+// written so far. Plans large enough that lowering publishes its orders many times over (every
+// few thousand actions) must give what lowering, then verifying, gives.
+TEST(LowerAndVerify, EqualsLoweringThenVerifyingOnLargePlans) {
+  struct Case {
+    const char* schedule;
+    int pp, vpp, m;
+  };
+  for (const Case& c : {Case{"Interleaved1F1B", 16, 4, 96}, Case{"1F1B", 12, 1, 300},
+                        Case{"ZBVZeroBubble", 8, 2, 200}, Case{"DualPipeV", 8, 2, 320},
+                        Case{"DualPipe", 8, 1, 400}, Case{"InterleavedZeroBubble", 8, 2, 128}}) {
+    SCOPED_TRACE(c.schedule);
+    const Plan built = generated(c.schedule, c.pp, c.vpp, c.m);
+    const Plan want_plan = lower_send_recv(built);
+    size_t lowered_actions = 0;
+    for (const auto& r : want_plan.lowered) lowered_actions += r.size();
+    ASSERT_GT(lowered_actions, 12000u);  // several publications (every 4096 actions here)
+
+    const CostModel cost = some_costs();
+    for (bool timed : {false, true}) {
+      std::optional<SimulationRun> want_run, got_run;
+      Execution want_ex, got_ex;
+      VerifyOptions want_opts, got_opts;
+      if (timed) {
+        want_run.emplace(want_plan, cost, true);
+        want_opts.costs = &want_run->costs();
+        want_opts.record_times = true;
+        want_opts.execution = &want_ex;
+      }
+      const VerifyReport want = verify(want_plan, want_opts);
+      ASSERT_TRUE(want.ok());
+
+      Plan plan = built;
+      if (timed) {
+        got_run.emplace(plan, cost, true);
+        got_opts.costs = &got_run->costs();
+        got_opts.record_times = true;
+        got_opts.execution = &got_ex;
+      }
+      int calls = 0;
+      const VerifyReport got = lower_and_verify(plan, got_opts, [&] {
+        ++calls;
+        EXPECT_EQ(plan.lowered, want_plan.lowered);  // complete when the hook runs
+      });
+      EXPECT_EQ(calls, 1);
+      EXPECT_EQ(plan, want_plan);
+      expect_same_report(got, want);
+      if (timed)
+        expect_same_sim(got_run->finish(std::move(got_ex)), want_run->finish(std::move(want_ex)),
+                        true);
+    }
+  }
+}
+
+TEST(LowerAndVerify, AComputeOrderThatCannotRunThrowsAndStaysComputeOnly) {
+  // Rank 1 starts with the backward of a microbatch whose forward comes later.
+  Plan p = pptest::text_plan(
+      2, 2, 4, {"0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", "1B3 1F0 1B0 1F1 1B1 1F2 1B2 1F3"}, false);
+  const Plan before = p;
+  int calls = 0;
+  try {
+    lower_and_verify(p, VerifyOptions{}, [&] { ++calls; });
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.message().rfind("the compute order cannot run: rank 0 waits at", 0), 0u)
+        << e.message();
+  }
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(p, before);
+}
+
+TEST(LowerAndVerify, AnExceptionFromTheHookReachesTheCaller) {
+  Plan p = generated("Interleaved1F1B", 8, 2, 64);
+  EXPECT_THROW(lower_and_verify(p, VerifyOptions{}, [] { throw std::runtime_error("hook"); }),
+               std::runtime_error);
+  EXPECT_TRUE(p.is_lowered());
 }
 
 }  // namespace

@@ -56,6 +56,12 @@ class Engine {
     done_.assign(ranks, 0.0);
     failed_.assign(ranks, 0);
     now_.assign(ranks, 0.0);
+    if (costs_) {
+      out_.busy.assign(ranks, 0.0);
+      out_.first_start.assign(ranks, 0.0);
+      out_.last_end.assign(ranks, 0.0);
+      began_.assign(ranks, 0);
+    }
 
     std::vector<int> work;
     for (int r = pp - 1; r >= 0; --r) work.push_back(r);
@@ -152,6 +158,14 @@ class Engine {
           const double start = now_[ru];
           now_[ru] = start + compute_cost(a, r);
           if (record_) out_.times[ru][h] = {start, now_[ru]};
+          if (costs_) {
+            out_.busy[ru] += now_[ru] - start;
+            if (!began_[ru]) {
+              began_[ru] = 1;
+              out_.first_start[ru] = start;
+            }
+            out_.last_end[ru] = now_[ru];
+          }
           if (observe_) costs_->on_compute(r, a, start, now_[ru]);
         }
         ++h;
@@ -278,6 +292,7 @@ class Engine {
   std::vector<int32_t> batch_begin_, batch_end_, unmatched_;
   std::vector<double> entry_, done_;
   std::vector<int32_t> failed_;
+  std::vector<int32_t> began_;  // with costs: a compute action has run
   std::vector<double> now_;
 };
 

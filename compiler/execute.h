@@ -27,7 +27,8 @@ struct ExecCosts {
   // Duration of the transfer of a SEND (from the match to done). Null = 0.
   std::function<double(const Action& send)> transfer;
   // Called for every compute action as it runs, in each rank's order: its start and end. Lets a
-  // caller follow the run (the simulator's totals) without recording every action's times.
+  // caller follow the run (the simulator's memory timeline) without recording every action's
+  // times.
   std::function<void(int rank, const Action&, double start, double end)> on_compute;
 };
 
@@ -46,6 +47,9 @@ struct Execution {
   // end[r]: when rank r finished its last action (its last compute, or its last batch's transfers),
   // the latest end of any of its actions. Filled when costs are given and there are no errors.
   std::vector<double> end;
+  // Per rank, when costs are given: the time its compute actions took in all, when its first one
+  // started and when its last one ended (0 and 0 for a rank without any).
+  std::vector<double> busy, first_start, last_end;
 
   bool finished() const { return errors.empty() && stuck.empty(); }
   // "deadlock: rank 0 waits at ..." or the first error; empty if finished.

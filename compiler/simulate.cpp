@@ -103,17 +103,16 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
   const size_t pp = static_cast<size_t>(plan.pp());
   exec_.compute = [this](const Action& a, int) { return action_cost(a, costs_, model_); };
   const double per_message = message_time(model);
-  exec_.transfer = [per_message](const Action&) { return per_message; };
-  exec_.on_compute = [this](int r, const Action& a, double start, double end) {
-    on_compute(r, a, start, end);
-  };
+  if (per_message > 0) exec_.transfer = [per_message](const Action&) { return per_message; };
+  // The memory timeline needs each change's time; the totals, and without a timeline the peaks
+  // (which follow from each rank's order alone), need no call per action: see finish().
+  if (timeline)
+    exec_.on_compute = [this](int r, const Action& a, double start, double end) {
+      for_each_part(a, [&](const Action& p) { change_memory(r, p, start, end); });
+    };
   sim_.unit = model.unit;
-  sim_.busy.assign(pp, 0.0);
   sim_.peak_memory.assign(pp, 0.0);
-  sim_.first_start.assign(pp, 0.0);
-  sim_.last_end.assign(pp, 0.0);
   mem_.assign(pp, 0.0);
-  began_.assign(pp, 0);
   if (timeline) {
     sim_.memory.assign(pp, {});
     for (size_t r = 0; r < pp; ++r) {
@@ -124,9 +123,8 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
   }
 }
 
-// Each rank's compute actions arrive in its order: the totals, and the memory changes (a rise at
-// a forward's start, a fall at a backward's end) in the order the rank makes them.
-void SimulationRun::on_compute(int r, const Action& a, double start, double end) {
+// A rise at a forward's start, a fall at a backward's end, in the order the rank runs them.
+void SimulationRun::change_memory(int r, const Action& p, double start, double end) {
   const size_t ru = static_cast<size_t>(r);
   double& mem = mem_[ru];
   double& peak = sim_.peak_memory[ru];
@@ -142,40 +140,38 @@ void SimulationRun::on_compute(int r, const Action& a, double start, double end)
     }
     peak = std::max(peak, mem);
   };
-  auto apply = [&](const Action& p) {
-    const double act = costs_[static_cast<size_t>(p.stage)].activation;
-    const double keep = act * model_.weight_grad_memory;
-    switch (p.kind) {
-      case ActionKind::F:
-        change(start, act);
-        break;
-      case ActionKind::B:
-        change(end, -act);
-        break;
-      case ActionKind::I:
-        change(end, -(act - keep));
-        break;
-      case ActionKind::W:
-        if (keep != 0) change(end, -keep);
-        break;
-      default:
-        break;
-    }
-  };
-  sim_.busy[ru] += end - start;
-  for_each_part(a, apply);
-  if (!began_[ru]) {
-    began_[ru] = 1;
-    sim_.first_start[ru] = start;
+  const double act = costs_[static_cast<size_t>(p.stage)].activation;
+  const double keep = act * model_.weight_grad_memory;
+  switch (p.kind) {
+    case ActionKind::F:
+      change(start, act);
+      break;
+    case ActionKind::B:
+      change(end, -act);
+      break;
+    case ActionKind::I:
+      change(end, -(act - keep));
+      break;
+    case ActionKind::W:
+      if (keep != 0) change(end, -keep);
+      break;
+    default:
+      break;
   }
-  sim_.last_end[ru] = end;
 }
 
 Simulation SimulationRun::finish(Execution&& ex) {
   PPC_INTERNAL_ASSERT(ex.finished() && ex.end.size() == static_cast<size_t>(plan_.pp()),
                       "SimulationRun::finish needs a finished run with costs");
-  Simulation sim = std::move(sim_);
   const int pp = plan_.pp();
+  if (!timeline_)  // the peaks: the same changes in the same order, without their times
+    for (int r = 0; r < pp; ++r)
+      for (const Action& a : plan_.compute[static_cast<size_t>(r)])
+        for_each_part(a, [&](const Action& p) { change_memory(r, p, 0, 0); });
+  Simulation sim = std::move(sim_);
+  sim.busy = std::move(ex.busy);
+  sim.first_start = std::move(ex.first_start);
+  sim.last_end = std::move(ex.last_end);
   // Every action of a rank ends by the time the rank has finished: the makespan is the latest.
   for (double e : ex.end) sim.makespan = std::max(sim.makespan, e);
   sim.messages = ex.sends;
@@ -183,7 +179,7 @@ Simulation SimulationRun::finish(Execution&& ex) {
   sim.param_memory.assign(static_cast<size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     const size_t ru = static_cast<size_t>(r);
-    if (began_[ru])
+    if (!plan_.compute[ru].empty())  // it ran compute actions
       sim.steady_period = std::max(sim.steady_period, sim.last_end[ru] - sim.first_start[ru]);
     for (int s : plan_.placement.rank_stages[ru])
       sim.param_memory[ru] += costs_[static_cast<size_t>(s)].params;

@@ -113,7 +113,8 @@ class SimulationRun {
   Simulation finish(Execution&& ex);
 
  private:
-  void on_compute(int rank, const Action& a, double start, double end);
+  // The activation memory of `rank` as it runs plain action `part` from start to end.
+  void change_memory(int rank, const Action& part, double start, double end);
 
   const Plan& plan_;
   const CostModel& model_;
@@ -121,8 +122,7 @@ class SimulationRun {
   std::vector<StageCost> costs_;
   ExecCosts exec_;
   Simulation sim_;
-  std::vector<double> mem_;     // per rank: activation memory now
-  std::vector<uint8_t> began_;  // per rank: a compute action has run
+  std::vector<double> mem_;  // per rank: activation memory now
 };
 
 }  // namespace ppc

@@ -47,8 +47,8 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
     }
   };
   if (lower_here) {
-    // Lowering, with the lowered order's scan beside it (lower_and_verify); then `alongside`
-    // beside the rest of the verification.
+    // Lowering, with the lowered plan's verification beside it (lower_and_verify); then
+    // `alongside` beside the rest of that verification.
     std::optional<std::jthread> beside;  // joined at the end of this block, even on a throw
     try {
       out.report = lower_and_verify(out.plan, lowered, [&] {

@@ -33,10 +33,11 @@ struct CheckedPlan {
 //
 // `alongside`, when set, is called once with the final plan whenever its compute order passed
 // verification, and what it makes is only valid if the returned report is ok. For a plan
-// lowered here (from that verified compute order) it runs on a second thread while the lowered
-// plan is verified, so that work which needs only the plan (an emitter writing into memory)
-// overlaps the verifier's; otherwise it runs after that verification. It may throw: the exception
-// reaches the caller after the verification ends, unless the plan failed it.
+// lowered here (from that verified compute order, by lower_and_verify, which verifies the lowered
+// plan as lowering writes it) it runs on another thread as soon as lowering is done, so that work
+// which needs only the plan (an emitter writing into memory) overlaps the rest of the
+// verification; otherwise it runs after that verification. It may throw: the exception reaches
+// the caller after the verification ends, unless the plan failed it.
 using AlongsideFn = std::function<void(const Plan&)>;
 CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
                             const AlongsideFn& alongside = {});

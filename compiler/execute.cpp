@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <optional>
 
 #include "compiler/dependencies.h"
 #include "compiler/parallel.h"
@@ -25,8 +24,9 @@ namespace {
 // order (the CommIndex); whether the peer is in that batch now is then a range check on the peer.
 class Engine {
  public:
+  // `orders`: each rank's actions, `sizes` how many (the final count, once the plan is written).
   Engine(const Plan& plan, const ExecCosts* costs, bool record, size_t max_errors, Execution& out,
-         const CommIndex& index)
+         const CommIndex& index, std::vector<const Action*> orders, std::vector<size_t> sizes)
       : plan_(plan),
         costs_(costs),
         record_(record),
@@ -35,17 +35,13 @@ class Engine {
         max_errors_(max_errors),
         out_(out),
         ev_(plan.num_stages(), plan.microbatches),
-        index_(index) {}
-
-  void run() {
-    const int pp = plan_.pp();
-    const size_t ranks = static_cast<size_t>(pp);
-    const auto& order = plan_.lowered;
-    out_.batches += index_.batches;
-    out_.sends += index_.sends;
+        index_(index),
+        acts_(std::move(orders)),
+        size_(std::move(sizes)) {
+    const size_t ranks = static_cast<size_t>(plan.pp());
     if (record_) {
       out_.times.assign(ranks, {});
-      for (size_t r = 0; r < ranks; ++r) out_.times[r].assign(order[r].size(), {});
+      for (size_t r = 0; r < ranks; ++r) out_.times[r].assign(size_[r], {});
     }
     head_.assign(ranks, 0);
     in_batch_.assign(ranks, 0);
@@ -62,18 +58,35 @@ class Engine {
       out_.last_end.assign(ranks, 0.0);
       began_.assign(ranks, 0);
     }
+    available_.assign(ranks, 0);
+  }
 
-    std::vector<int> work;
-    for (int r = pp - 1; r >= 0; --r) work.push_back(r);
-    while (!work.empty()) {
-      int r = work.back();
-      work.pop_back();
-      advance(r, work);
-    }
+  // The whole plan at once.
+  void run() {
+    for (size_t r = 0; r < size_.size(); ++r) available_[r] = size_[r];
+    complete();
+  }
+
+  // Rank r's actions below `available` are there (and in the index): run what they let run. A
+  // batch at the end of them may grow, so it waits for more, or for complete().
+  void extend(int r, size_t available) {
+    available_[static_cast<size_t>(r)] = available;
+    work_.push_back(r);
+    drain();
+  }
+
+  // Every action is there: run to the end, and report the ranks that cannot finish.
+  void complete() {
+    complete_ = true;
+    const int pp = plan_.pp();
+    for (int r = pp - 1; r >= 0; --r) work_.push_back(r);
+    drain();
+    out_.batches += index_.batches;
+    out_.sends += index_.sends;
     if (!out_.errors.empty()) return;
     if (costs_) out_.end = now_;
     for (int r = 0; r < pp; ++r)
-      if (head_[static_cast<size_t>(r)] < order[static_cast<size_t>(r)].size())
+      if (head_[static_cast<size_t>(r)] < size_[static_cast<size_t>(r)])
         out_.stuck.push_back(describe_batch_wait(r));
   }
 
@@ -138,13 +151,22 @@ class Engine {
     return in_batch_[qu] && p >= batch_begin_[qu] && p < batch_end_[qu];
   }
 
+  void drain() {
+    while (!work_.empty()) {
+      const int r = work_.back();
+      work_.pop_back();
+      advance(r, work_);
+    }
+  }
+
   void advance(int r, std::vector<int>& work) {
     const size_t ru = static_cast<size_t>(r);
     if (failed_[ru]) return;
-    const auto& acts = plan_.lowered[ru];
+    const Action* const acts = acts_[ru];
+    const size_t available = available_[ru];
     const auto& partner = index_.partner[ru];
     size_t& h = head_[ru];
-    while (h < acts.size()) {
+    while (h < available) {
       const Action& a = acts[h];
       if (!is_comm(a.kind)) {
         // Parts in order: an OverlapFB's backward part may use what its forward part produced.
@@ -176,7 +198,8 @@ class Engine {
         // of the two batches holding it and its counterpart is entered; a batch cannot complete
         // before that, so each pair is matched exactly once, here.
         size_t end = h + 1;
-        while (end < acts.size() && is_comm(acts[end].kind)) ++end;
+        while (end < available && is_comm(acts[end].kind)) ++end;
+        if (end == available && !complete_ && available < size_[ru]) return;  // may grow
         in_batch_[ru] = 1;
         batch_begin_[ru] = static_cast<int32_t>(h);
         batch_end_[ru] = static_cast<int32_t>(end);
@@ -199,7 +222,7 @@ class Engine {
         // Blocked until a peer arrives. The ranks run by turns, so by the time this one goes on,
         // its next actions have left the cache and, with one stream per rank, no hardware
         // prefetcher follows them: fetch the next few lines meanwhile.
-        for (size_t k = end; k < end + 12 && k < acts.size(); k += 3) {
+        for (size_t k = end; k < end + 12 && k < available; k += 3) {
           __builtin_prefetch(&acts[k]);
           __builtin_prefetch(&partner[k]);
         }
@@ -223,7 +246,7 @@ class Engine {
     if (is_send(op.kind))
       cost = transfer_cost(op);
     else if (costs_ && costs_->transfer)
-      cost = transfer_cost(plan_.lowered[qu][static_cast<size_t>(p)]);  // the SEND
+      cost = transfer_cost(acts_[qu][static_cast<size_t>(p)]);  // the SEND
     else
       cost = 0.0;
     const double done = met + cost;
@@ -239,7 +262,7 @@ class Engine {
 
   StuckRank describe_batch_wait(int r) {
     const size_t ru = static_cast<size_t>(r);
-    const auto& acts = plan_.lowered[ru];
+    const Action* const acts = acts_[ru];
     const size_t h = head_[ru];
     StuckRank s;
     s.rank = r;
@@ -266,7 +289,7 @@ class Engine {
       const int q = peer_of(acts[j]);
       if (in_current_batch(q, p) || static_cast<size_t>(p) < head_[static_cast<size_t>(q)])
         continue;
-      const Action& peer_op = plan_.lowered[static_cast<size_t>(q)][static_cast<size_t>(p)];
+      const Action& peer_op = acts_[static_cast<size_t>(q)][static_cast<size_t>(p)];
       s.waits_for =
           fmt::format("rank {} to post {} (its action {}), but rank {} is at its action {}", q,
                       to_string(peer_op), p, q, head_[static_cast<size_t>(q)]);
@@ -285,6 +308,11 @@ class Engine {
   Execution& out_;
   EventFlags ev_;
   const CommIndex& index_;
+  std::vector<const Action*> acts_;  // per rank: its order
+  std::vector<size_t> size_;         // per rank: its length
+  std::vector<size_t> available_;    // per rank: how much of it is there (extend)
+  bool complete_ = false;            // all of it is there
+  std::vector<int> work_;            // ranks to advance
   // Per rank: the next action; the batch it is in (if in_batch_): its range [begin, end), its
   // ops not matched yet, when it was entered and when its transfers are done.
   std::vector<size_t> head_;
@@ -346,13 +374,46 @@ CommIndex build_comm_index(const Plan& plan) {
   return index;
 }
 
-Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors,
-                  const CommIndex* index) {
+Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors) {
   Execution out;
-  std::optional<CommIndex> own;
-  if (!index) index = &own.emplace(build_comm_index(plan));
-  Engine(plan, costs, record_times, std::max<size_t>(max_errors, 1), out, *index).run();
+  const CommIndex index = build_comm_index(plan);
+  std::vector<const Action*> orders;
+  std::vector<size_t> sizes;
+  for (const auto& o : plan.lowered) {
+    orders.push_back(o.data());
+    sizes.push_back(o.size());
+  }
+  Engine(plan, costs, record_times, std::max<size_t>(max_errors, 1), out, index,
+         std::move(orders), std::move(sizes))
+      .run();
   return out;
+}
+
+struct GrowingExecution::State {
+  Execution out;
+  Engine engine;
+  State(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors,
+        const CommIndex& index, std::vector<const Action*> orders, std::vector<size_t> sizes)
+      : engine(plan, costs, record_times, std::max<size_t>(max_errors, 1), out, index,
+               std::move(orders), std::move(sizes)) {}
+};
+
+GrowingExecution::GrowingExecution(const Plan& plan, const ExecCosts* costs, bool record_times,
+                                   size_t max_errors, const CommIndex& index,
+                                   std::vector<const Action*> orders,
+                                   std::vector<size_t> final_sizes)
+    : state_(std::make_unique<State>(plan, costs, record_times, max_errors, index,
+                                     std::move(orders), std::move(final_sizes))) {}
+
+GrowingExecution::~GrowingExecution() = default;
+
+void GrowingExecution::extend(int rank, size_t available) {
+  state_->engine.extend(rank, available);
+}
+
+Execution GrowingExecution::finish() {
+  state_->engine.complete();
+  return std::move(state_->out);
 }
 
 }  // namespace ppc

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,8 +58,8 @@ struct Execution {
 };
 
 // Where the counterpart of each communication action is: what the model looks up as ranks enter
-// their batches. execute() builds it from the plan, or takes one built while the plan was being
-// written (lower_and_verify, verify.h).
+// their batches. execute() builds it from the plan; lower_and_verify (verify.h) builds it while
+// the plan is being written, for a GrowingExecution.
 struct CommPartner {
   int32_t position;  // where the counterpart is in the peer's order
   CommPartner() {}   // uninitialised on purpose: compute actions have none
@@ -71,12 +72,38 @@ struct CommIndex {
   CommIndex(int num_stages, int microbatches) : position(num_stages, microbatches) {}
 };
 
-// `plan` must be lowered and must have passed the shape and count checks of the verifier, and
-// `index`, when given, must be the plan's (as build_comm_index makes it).
+// `plan` must be lowered and must have passed the shape and count checks of the verifier.
 Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times,
-                  size_t max_errors = 20, const CommIndex* index = nullptr);
+                  size_t max_errors = 20);
 
 // The index of a lowered plan that passed the verifier's shape checks (threads for large plans).
 CommIndex build_comm_index(const Plan& plan);
+
+// execute() for a plan that is still being written (lower_and_verify): each rank runs as far as
+// the part of its order written so far lets it, and the run ends once all of it is there. The
+// result equals execute()'s, since the model's outcome does not depend on the order in which
+// ranks advance. An op must be in `index` by the time it is made available: its own position, and
+// its counterpart's position, or CommPositions::kNever if the counterpart is not written yet (the
+// counterpart's own entry then names the op). `orders` holds each rank's order (final_sizes[r]
+// actions once written), `index` must outlive the run, and so must `plan` (only its placement and
+// shape are read while it runs: its `lowered` may be assigned meanwhile).
+class GrowingExecution {
+ public:
+  GrowingExecution(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors,
+                   const CommIndex& index, std::vector<const Action*> orders,
+                   std::vector<size_t> final_sizes);
+  ~GrowingExecution();
+  GrowingExecution(const GrowingExecution&) = delete;
+  GrowingExecution& operator=(const GrowingExecution&) = delete;
+
+  // Rank r's first `available` actions are written and indexed.
+  void extend(int rank, size_t available);
+  // Every action is written and indexed: the run's result.
+  Execution finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace ppc

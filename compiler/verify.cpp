@@ -66,8 +66,9 @@ class Verifier {
     LoweringFeed feed;
     std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
     std::optional<CommIndex> index;
+    std::optional<Execution> execution;  // the deadlock model's run, if the scan passed
     {
-      std::jthread scanner([&] { scan_stream(feed, scans, index); });
+      std::jthread scanner([&] { scan_stream(feed, scans, index, execution); });
       // Ends the feed if `lower` leaves without lowering (before the scanner is joined).
       struct EndFeed {
         LoweringFeed& feed;
@@ -77,7 +78,7 @@ class Verifier {
       } end_feed{feed};
       lower(&feed);
     }
-    finish(scans, index ? &*index : nullptr);
+    finish(scans, execution ? &*execution : nullptr);
   }
 
  private:
@@ -95,9 +96,9 @@ class Verifier {
     return true;
   }
 
-  // After the scan: its results, the counts, and check 3 (the deadlock model, with `index` when
-  // the scan built it).
-  void finish(std::vector<ScanResult>& scans, const CommIndex* index) {
+  // After the scan: its results, the counts, and check 3 (the deadlock model, or its run made
+  // beside the scan).
+  void finish(std::vector<ScanResult>& scans, Execution* streamed) {
     for (auto& sc : scans) {
       rep_.compute_actions += sc.compute_actions;
       rep_.comm_actions += sc.comm_actions;
@@ -108,7 +109,7 @@ class Verifier {
     check_counts();
     if (!rep_.ok()) return;
     if (lowered_) {
-      run_deadlock_model(index);
+      run_deadlock_model(streamed);
     } else if (opts_.check_runs) {
       try {
         check_compute_order_runs(plan_);
@@ -351,15 +352,24 @@ class Verifier {
   }
 
   // The scanner of run_streamed: scan_rank over each rank's lowered order as the feed publishes
-  // it, and, while every action so far passed, the deadlock model's index (build_comm_index's,
-  // built in one pass: an op's counterpart is found by whichever of the two comes second).
+  // it and, while every action so far passed, the deadlock model's index (build_comm_index's,
+  // built in one pass: an op's counterpart is found by whichever of the two comes second) and the
+  // deadlock model itself, run as far as the orders written so far let it (GrowingExecution).
   void scan_stream(const LoweringFeed& feed, std::vector<ScanResult>& scans,
-                   std::optional<CommIndex>& index) {
+                   std::optional<CommIndex>& index, std::optional<Execution>& execution) {
     if (feed.wait_until_started() == LoweringFeed::State::Failed) return;
     const int pp = plan_.pp();
     CommIndex& ix = index.emplace(plan_.num_stages(), plan_.microbatches);
     ix.partner.resize(static_cast<size_t>(pp));
-    for (int r = 0; r < pp; ++r) ix.partner[static_cast<size_t>(r)].resize(feed.final_size(r));
+    std::vector<const Action*> orders;
+    std::vector<size_t> sizes;
+    for (int r = 0; r < pp; ++r) {
+      ix.partner[static_cast<size_t>(r)].resize(feed.final_size(r));
+      orders.push_back(feed.data(r));
+      sizes.push_back(feed.final_size(r));
+    }
+    GrowingExecution model(plan_, opts_.costs, opts_.record_times, max_errors_, ix,
+                           std::move(orders), std::move(sizes));
     struct Progress {
       size_t done = 0;  // actions scanned
       bool in_batch = false;
@@ -381,7 +391,10 @@ class Verifier {
         check_actions(f, r, low, p.done, n, out);
         match_compute_order(r, low, p.done, n, p.match);
         clean = clean && out.errors.empty() && !out.truncated;
-        if (clean) index_comm(r, low, p.done, n, p.in_batch, ix);
+        if (clean) {
+          index_comm(r, low, p.done, n, p.in_batch, ix);
+          model.extend(r, n);
+        }
         p.done = n;
         progressed = true;
       }
@@ -394,7 +407,8 @@ class Verifier {
       end_compute_order(r, p.match);
       for (auto& e : p.match.errors) out.error(std::move(e), max_errors_);
     }
-    if (!clean || feed.state() == LoweringFeed::State::Failed) index.reset();
+    for (const auto& out : scans) clean = clean && out.errors.empty() && !out.truncated;
+    if (clean && feed.state() == LoweringFeed::State::Done) execution.emplace(model.finish());
   }
 
   // Adds rank r's actions [begin, end), which passed their checks, to the index.
@@ -414,8 +428,8 @@ class Verifier {
       ix.position.at(event_of(a.kind), a.stage, a.microbatch) = pos;
       const CommMatch m = comm_match(plan_, a);
       const int32_t p = ix.position.at(event_of(m.kind), m.stage, a.microbatch);
-      if (p == CommPositions::kNever) continue;  // the counterpart comes later
       partner[i].position = p;
+      if (p == CommPositions::kNever) continue;  // the counterpart comes later, and names this op
       ix.partner[static_cast<size_t>(m.rank)][static_cast<size_t>(p)].position = pos;
     }
   }
@@ -517,9 +531,10 @@ class Verifier {
     }
   }
 
-  void run_deadlock_model(const CommIndex* index) {
+  void run_deadlock_model(Execution* streamed) {
     rep_.checked_lowered = true;
-    Execution ex = execute(plan_, opts_.costs, opts_.record_times, max_errors_, index);
+    Execution ex = streamed ? std::move(*streamed)
+                            : execute(plan_, opts_.costs, opts_.record_times, max_errors_);
     rep_.batches = ex.batches;
     for (const auto& e : ex.errors) error(e);
     if (!ex.stuck.empty()) error("deadlock: " + explain_stuck(ex.stuck));

@@ -63,10 +63,14 @@ VerifyReport verify(const Plan& plan, const VerifyOptions& opts);
 
 // verify(lower_send_recv(plan), opts) for a compute-only plan whose compute order passed verify(),
 // lowering it in place (lower_in_place; plan.lowered is set) on the calling thread while a second
-// thread runs checks 1 and 2 over the lowered order as lowering writes it, and builds on the way
-// what check 3 needs; check 3 follows once both are done. The report is the one verify() gives the
-// lowered plan. `lowered`, if set, is called on the calling thread once the lowered order is
-// complete, before check 3. Throws lowering's UserError (the plan then stays compute-only).
+// thread verifies the lowered order as lowering writes it: checks 1 and 2 per action, and check 3
+// (the deadlock model, GrowingExecution) as far as each rank's written actions let it run, while
+// every action so far passed. The counts of check 2 follow once both threads are done, and the
+// model's run counts only if they pass: the report (and opts.execution) are the ones verify()
+// gives the lowered plan (except, for a plan that fails check 3, the order of the ranks' errors
+// and whether an input a rank lacks is said to come later or never: the rank runs before the rest
+// of the plan is written). `lowered`, if set, is called on the calling thread as soon as the
+// lowered order is complete. Throws lowering's UserError (the plan then stays compute-only).
 VerifyReport lower_and_verify(Plan& plan, const VerifyOptions& opts,
                               const std::function<void()>& lowered = {});
 

@@ -17,6 +17,20 @@ std::string Execution::failure() const {
 
 namespace {
 
+// Where the counterpart of each communication action is: what the model looks up as ranks enter
+// their batches.
+struct CommPartner {
+  int32_t position;  // where the counterpart is in the peer's order
+  CommPartner() {}   // uninitialised on purpose: compute actions have none
+};
+struct CommIndex {
+  CommPositions position;                         // of every communication action
+  std::vector<std::vector<CommPartner>> partner;  // per rank and action (communication only)
+  size_t batches = 0;                             // maximal runs of communication actions
+  size_t sends = 0;                               // SEND actions
+  CommIndex(int num_stages, int microbatches) : position(num_stages, microbatches) {}
+};
+
 // Each rank is at most in one batch at a time, and an op can only be matched while the batches
 // of both its ranks are current: the engine keeps the state of each rank's current batch (its
 // range, unmatched ops, entry and transfer times) and finds the batches themselves as the ranks
@@ -324,10 +338,9 @@ class Engine {
   std::vector<double> now_;
 };
 
-}  // namespace
-
+// The index of a whole lowered plan: the position of every op in its rank's order, then the
+// position of every op's counterpart (threads for large plans).
 CommIndex build_comm_index(const Plan& plan) {
-  // The position of every op in its rank's order, then the position of every op's counterpart.
   // Ranks are independent here: each writes its own records and the entries of its own stages in
   // the positions.
   const int pp = plan.pp();
@@ -374,6 +387,33 @@ CommIndex build_comm_index(const Plan& plan) {
   return index;
 }
 
+// Adds rank r's actions [begin, end) to an index built as the orders are written, in one pass: an
+// op's counterpart is found by whichever of the two is written second (until then an op's entry
+// is kNever). `in_batch`: the rank's last indexed action is a communication action.
+void index_written(const Plan& plan, int r, const Action* acts, size_t begin, size_t end,
+                   bool& in_batch, CommIndex& ix) {
+  auto& partner = ix.partner[static_cast<size_t>(r)];
+  for (size_t i = begin; i < end; ++i) {
+    const Action& a = acts[i];
+    if (!is_comm(a.kind)) {
+      in_batch = false;
+      continue;
+    }
+    ix.batches += !in_batch;
+    in_batch = true;
+    ix.sends += is_send(a.kind);
+    const int32_t pos = static_cast<int32_t>(i);
+    ix.position.at(event_of(a.kind), a.stage, a.microbatch) = pos;
+    const CommMatch m = comm_match(plan, a);
+    const int32_t p = ix.position.at(event_of(m.kind), m.stage, a.microbatch);
+    partner[i].position = p;
+    if (p == CommPositions::kNever) continue;  // the counterpart comes later, and names this op
+    ix.partner[static_cast<size_t>(m.rank)][static_cast<size_t>(p)].position = pos;
+  }
+}
+
+}  // namespace
+
 Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors) {
   Execution out;
   const CommIndex index = build_comm_index(plan);
@@ -383,32 +423,49 @@ Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times, s
     orders.push_back(o.data());
     sizes.push_back(o.size());
   }
-  Engine(plan, costs, record_times, std::max<size_t>(max_errors, 1), out, index,
-         std::move(orders), std::move(sizes))
+  Engine(plan, costs, record_times, std::max<size_t>(max_errors, 1), out, index, std::move(orders),
+         std::move(sizes))
       .run();
   return out;
 }
 
 struct GrowingExecution::State {
+  const Plan& plan;
+  std::vector<const Action*> orders;
   Execution out;
+  CommIndex index;            // of the actions written so far
+  std::vector<size_t> given;  // per rank: actions written so far
+  std::vector<uint8_t> in_batch;
   Engine engine;
-  State(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors,
-        const CommIndex& index, std::vector<const Action*> orders, std::vector<size_t> sizes)
-      : engine(plan, costs, record_times, std::max<size_t>(max_errors, 1), out, index,
-               std::move(orders), std::move(sizes)) {}
+  State(const Plan& p, const ExecCosts* costs, bool record_times, size_t max_errors,
+        std::vector<const Action*> acts, std::vector<size_t> sizes)
+      : plan(p),
+        orders(std::move(acts)),
+        index(p.num_stages(), p.microbatches),
+        given(sizes.size(), 0),
+        in_batch(sizes.size(), 0),
+        engine(p, costs, record_times, std::max<size_t>(max_errors, 1), out, index, orders, sizes) {
+    index.partner.resize(sizes.size());
+    for (size_t r = 0; r < sizes.size(); ++r) index.partner[r].resize(sizes[r]);
+  }
 };
 
 GrowingExecution::GrowingExecution(const Plan& plan, const ExecCosts* costs, bool record_times,
-                                   size_t max_errors, const CommIndex& index,
-                                   std::vector<const Action*> orders,
+                                   size_t max_errors, std::vector<const Action*> orders,
                                    std::vector<size_t> final_sizes)
-    : state_(std::make_unique<State>(plan, costs, record_times, max_errors, index,
-                                     std::move(orders), std::move(final_sizes))) {}
+    : state_(std::make_unique<State>(plan, costs, record_times, max_errors, std::move(orders),
+                                     std::move(final_sizes))) {}
 
 GrowingExecution::~GrowingExecution() = default;
 
 void GrowingExecution::extend(int rank, size_t available) {
-  state_->engine.extend(rank, available);
+  State& s = *state_;
+  const size_t r = static_cast<size_t>(rank);
+  bool in_batch = s.in_batch[r];
+  index_written(s.plan, rank, s.orders[r], s.given[r], available, in_batch, s.index);
+  s.in_batch[r] = in_batch;
+  s.given[r] = available;
+  s.engine.extend(rank, available);
 }
 
 Execution GrowingExecution::finish() {

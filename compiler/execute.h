@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "compiler/dependencies.h"
 #include "compiler/plan.h"
 #include "compiler/stuck.h"
 
@@ -57,48 +56,28 @@ struct Execution {
   std::string failure() const;
 };
 
-// Where the counterpart of each communication action is: what the model looks up as ranks enter
-// their batches. execute() builds it from the plan; lower_and_verify (verify.h) builds it while
-// the plan is being written, for a GrowingExecution.
-struct CommPartner {
-  int32_t position;  // where the counterpart is in the peer's order
-  CommPartner() {}   // uninitialised on purpose: compute actions have none
-};
-struct CommIndex {
-  CommPositions position;                          // of every communication action
-  std::vector<std::vector<CommPartner>> partner;  // per rank and action (communication only)
-  size_t batches = 0;                              // maximal runs of communication actions
-  size_t sends = 0;                                // SEND actions
-  CommIndex(int num_stages, int microbatches) : position(num_stages, microbatches) {}
-};
-
 // `plan` must be lowered and must have passed the shape and count checks of the verifier.
 Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times,
                   size_t max_errors = 20);
 
-// The index of a lowered plan that passed the verifier's shape checks (threads for large plans).
-CommIndex build_comm_index(const Plan& plan);
-
 // execute() for a plan that is still being written (lower_and_verify): each rank runs as far as
 // the part of its order written so far lets it, and the run ends once all of it is there. The
 // result equals execute()'s, since the model's outcome does not depend on the order in which
-// ranks advance. An op must be in `index` by the time it is made available: its own position, and
-// its counterpart's position, or CommPositions::kNever if the counterpart is not written yet (the
-// counterpart's own entry then names the op). `orders` holds each rank's order (final_sizes[r]
-// actions once written), `index` must outlive the run, and so must `plan` (only its placement and
-// shape are read while it runs: its `lowered` may be assigned meanwhile).
+// ranks advance. `orders` holds each rank's order (final_sizes[r] actions once written); the
+// actions made available must have passed the verifier's shape checks. `plan` must outlive the
+// run (only its placement and shape are read while it runs: its `lowered` may be assigned
+// meanwhile).
 class GrowingExecution {
  public:
   GrowingExecution(const Plan& plan, const ExecCosts* costs, bool record_times, size_t max_errors,
-                   const CommIndex& index, std::vector<const Action*> orders,
-                   std::vector<size_t> final_sizes);
+                   std::vector<const Action*> orders, std::vector<size_t> final_sizes);
   ~GrowingExecution();
   GrowingExecution(const GrowingExecution&) = delete;
   GrowingExecution& operator=(const GrowingExecution&) = delete;
 
-  // Rank r's first `available` actions are written and indexed.
+  // Rank r's first `available` actions are written (more than at the last call).
   void extend(int rank, size_t available);
-  // Every action is written and indexed: the run's result.
+  // Every action is written: the run's result.
   Execution finish();
 
  private:

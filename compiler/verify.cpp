@@ -60,15 +60,14 @@ class Verifier {
 
   // run() for a plan that `lower` lowers in place (lower_in_place with the feed it is given) on
   // this thread: a second thread scans each rank's lowered order as lowering publishes it, and
-  // builds the deadlock model's index on the way.
+  // runs the deadlock model on the way.
   void run_streamed(const std::function<void(LoweringFeed*)>& lower) {
     if (!prepare()) return;
     LoweringFeed feed;
     std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
-    std::optional<CommIndex> index;
     std::optional<Execution> execution;  // the deadlock model's run, if the scan passed
     {
-      std::jthread scanner([&] { scan_stream(feed, scans, index, execution); });
+      std::jthread scanner([&] { scan_stream(feed, scans, execution); });
       // Ends the feed if `lower` leaves without lowering (before the scanner is joined).
       struct EndFeed {
         LoweringFeed& feed;
@@ -352,32 +351,27 @@ class Verifier {
   }
 
   // The scanner of run_streamed: scan_rank over each rank's lowered order as the feed publishes
-  // it and, while every action so far passed, the deadlock model's index (build_comm_index's,
-  // built in one pass: an op's counterpart is found by whichever of the two comes second) and the
-  // deadlock model itself, run as far as the orders written so far let it (GrowingExecution).
+  // it and, while every action so far passed, the deadlock model, run as far as the orders
+  // written so far let it (GrowingExecution).
   void scan_stream(const LoweringFeed& feed, std::vector<ScanResult>& scans,
-                   std::optional<CommIndex>& index, std::optional<Execution>& execution) {
+                   std::optional<Execution>& execution) {
     if (feed.wait_until_started() == LoweringFeed::State::Failed) return;
     const int pp = plan_.pp();
-    CommIndex& ix = index.emplace(plan_.num_stages(), plan_.microbatches);
-    ix.partner.resize(static_cast<size_t>(pp));
     std::vector<const Action*> orders;
     std::vector<size_t> sizes;
     for (int r = 0; r < pp; ++r) {
-      ix.partner[static_cast<size_t>(r)].resize(feed.final_size(r));
       orders.push_back(feed.data(r));
       sizes.push_back(feed.final_size(r));
     }
-    GrowingExecution model(plan_, opts_.costs, opts_.record_times, max_errors_, ix,
-                           std::move(orders), std::move(sizes));
+    GrowingExecution model(plan_, opts_.costs, opts_.record_times, max_errors_, std::move(orders),
+                           std::move(sizes));
     struct Progress {
       size_t done = 0;  // actions scanned
-      bool in_batch = false;
       OrderMatch match;
     };
     std::vector<Progress> at(static_cast<size_t>(pp));
     const Fast f = fast();
-    bool clean = true;  // no action failed its checks: the index is the plan's
+    bool clean = true;  // no action failed its checks: the model may run them
     while (true) {
       const LoweringFeed::State state = feed.state();  // Done: the sizes read next are final
       if (state == LoweringFeed::State::Failed) break;
@@ -391,10 +385,7 @@ class Verifier {
         check_actions(f, r, low, p.done, n, out);
         match_compute_order(r, low, p.done, n, p.match);
         clean = clean && out.errors.empty() && !out.truncated;
-        if (clean) {
-          index_comm(r, low, p.done, n, p.in_batch, ix);
-          model.extend(r, n);
-        }
+        if (clean) model.extend(r, n);
         p.done = n;
         progressed = true;
       }
@@ -409,29 +400,6 @@ class Verifier {
     }
     for (const auto& out : scans) clean = clean && out.errors.empty() && !out.truncated;
     if (clean && feed.state() == LoweringFeed::State::Done) execution.emplace(model.finish());
-  }
-
-  // Adds rank r's actions [begin, end), which passed their checks, to the index.
-  void index_comm(int r, const Action* low, size_t begin, size_t end, bool& in_batch,
-                  CommIndex& ix) const {
-    auto& partner = ix.partner[static_cast<size_t>(r)];
-    for (size_t i = begin; i < end; ++i) {
-      const Action& a = low[i];
-      if (!is_comm(a.kind)) {
-        in_batch = false;
-        continue;
-      }
-      ix.batches += !in_batch;
-      in_batch = true;
-      ix.sends += is_send(a.kind);
-      const int32_t pos = static_cast<int32_t>(i);
-      ix.position.at(event_of(a.kind), a.stage, a.microbatch) = pos;
-      const CommMatch m = comm_match(plan_, a);
-      const int32_t p = ix.position.at(event_of(m.kind), m.stage, a.microbatch);
-      partner[i].position = p;
-      if (p == CommPositions::kNever) continue;  // the counterpart comes later, and names this op
-      ix.partner[static_cast<size_t>(m.rank)][static_cast<size_t>(p)].position = pos;
-    }
   }
 
   size_t cindex(ActionKind k, int s, int mb) const {

@@ -10,6 +10,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/execute.h"
 #include "compiler/lower_send_recv.h"
+#include "tests/plan_fixtures.h"
 #include "tests/plan_text.h"
 
 namespace ppc {
@@ -99,29 +100,8 @@ void expect_same(const Plan& built, const CostModel& cost) {
   }
 }
 
-CostModel some_costs() {
-  CostFlags f;
-  f.f = 1;
-  f.b = 2.3;
-  f.w = 0.9;
-  f.activation = 3;
-  f.params = 5;
-  f.latency = 0.07;
-  f.bandwidth = 30;
-  f.message_bytes = 100;
-  f.overlap = 0.3;
-  return cost_model_from_flags(f);
-}
-
-Plan generated(const std::string& schedule, int pp, int vpp, int m) {
-  CompileOptions o;
-  o.layout = generic_layout(pp * vpp);
-  o.pp = pp;
-  o.schedule = schedule;
-  o.microbatches = m;
-  o.lower = false;
-  return compile(o);
-}
+using pptest::generated_plan;
+using pptest::mixed_costs;
 
 TEST(CheckAndLower, EqualsThePassesOneByOneForEverySchedule) {
   struct Case {
@@ -134,16 +114,16 @@ TEST(CheckAndLower, EqualsThePassesOneByOneForEverySchedule) {
         Case{"InterleavedZeroBubble", 4, 2, 8}, Case{"ZBVZeroBubble", 4, 2, 8},
         Case{"DualPipeV", 4, 2, 10}, Case{"DualPipe", 4, 1, 10}}) {
     SCOPED_TRACE(c.schedule);
-    const Plan built = generated(c.schedule, c.pp, c.vpp, c.m);
+    const Plan built = generated_plan(c.schedule, c.pp, c.vpp, c.m);
     expect_same(built, CostModel{});
-    expect_same(built, some_costs());
+    expect_same(built, mixed_costs());
   }
 }
 
 TEST(CheckAndLower, ImportedLoweredPlansAreVerifiedAsTheyAre) {
-  Plan p = lower_send_recv(generated("Interleaved1F1B", 2, 2, 4));
+  Plan p = lower_send_recv(generated_plan("Interleaved1F1B", 2, 2, 4));
   expect_same(p, CostModel{});
-  expect_same(p, some_costs());
+  expect_same(p, mixed_costs());
 }
 
 TEST(CheckAndLower, AComputeOrderThatCannotRunFailsWithTheVerifiersMessage) {
@@ -155,7 +135,7 @@ TEST(CheckAndLower, AComputeOrderThatCannotRunFailsWithTheVerifiersMessage) {
   EXPECT_EQ(got.report.errors[0].rfind("the compute order cannot run: rank 0 waits at", 0), 0u)
       << got.report.errors[0];
   expect_same(p, CostModel{});
-  expect_same(p, some_costs());
+  expect_same(p, mixed_costs());
 }
 
 TEST(CheckAndLower, ABadComputeOrderIsNotLowered) {
@@ -172,19 +152,19 @@ TEST(CheckAndLower, ADeadlockedLoweredPlanIsReportedAndNotSimulated) {
                                    {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
                                     "1RECV_F1 1F1 1B1 1SEND_B1 1RECV_F0 1F0 1B0 1SEND_B0"},
                                    true);
-  const CheckedPlan got = check_and_lower(p, some_costs(), SimulationNeed::Timeline);
+  const CheckedPlan got = check_and_lower(p, mixed_costs(), SimulationNeed::Timeline);
   ASSERT_FALSE(got.report.ok());
   EXPECT_EQ(got.report.errors[0].rfind("deadlock: ", 0), 0u);
   EXPECT_FALSE(got.sim.has_value());
-  expect_same(p, some_costs());
+  expect_same(p, mixed_costs());
 }
 
 // `alongside` sees the final plan once, whichever thread runs it, and changes nothing else.
 TEST(CheckAndLower, AlongsideSeesTheFinalPlanOnce) {
-  const Plan generated_plan = generated("Interleaved1F1B", 4, 2, 8);   // lowered here, beside
-  const Plan imported = lower_send_recv(generated("ZB-H2", 4, 1, 8));  // verified, then called
-  for (const Plan* built : {&generated_plan, &imported}) {
-    for (const CostModel& cost : {CostModel{}, some_costs()}) {
+  const Plan generated = generated_plan("Interleaved1F1B", 4, 2, 8);        // lowered here, beside
+  const Plan imported = lower_send_recv(generated_plan("ZB-H2", 4, 1, 8));  // verified, then called
+  for (const Plan* built : {&generated, &imported}) {
+    for (const CostModel& cost : {CostModel{}, mixed_costs()}) {
       int calls = 0;
       Plan seen;
       const CheckedPlan got =
@@ -223,7 +203,7 @@ TEST(CheckAndLower, AlongsideIsNotCalledForAnInvalidPlan) {
 }
 
 TEST(CheckAndLower, AnExceptionFromAlongsideReachesTheCaller) {
-  const Plan built = generated("1F1B", 4, 1, 8);
+  const Plan built = generated_plan("1F1B", 4, 1, 8);
   EXPECT_THROW(check_and_lower(built, CostModel{}, SimulationNeed::None,
                                [](const Plan&) { throw std::runtime_error("alongside failed"); }),
                std::runtime_error);
@@ -241,13 +221,13 @@ TEST(LowerAndVerify, EqualsLoweringThenVerifyingOnLargePlans) {
                         Case{"ZBVZeroBubble", 8, 2, 200}, Case{"DualPipeV", 8, 2, 320},
                         Case{"DualPipe", 8, 1, 400}, Case{"InterleavedZeroBubble", 8, 2, 128}}) {
     SCOPED_TRACE(c.schedule);
-    const Plan built = generated(c.schedule, c.pp, c.vpp, c.m);
+    const Plan built = generated_plan(c.schedule, c.pp, c.vpp, c.m);
     const Plan want_plan = lower_send_recv(built);
     size_t lowered_actions = 0;
     for (const auto& r : want_plan.lowered) lowered_actions += r.size();
     ASSERT_GT(lowered_actions, 12000u);  // several publications (every 4096 actions here)
 
-    const CostModel cost = some_costs();
+    const CostModel cost = mixed_costs();
     for (bool timed : {false, true}) {
       std::optional<SimulationRun> want_run, got_run;
       Execution want_ex, got_ex;
@@ -301,7 +281,7 @@ TEST(LowerAndVerify, AComputeOrderThatCannotRunThrowsAndStaysComputeOnly) {
 }
 
 TEST(LowerAndVerify, AnExceptionFromTheHookReachesTheCaller) {
-  Plan p = generated("Interleaved1F1B", 8, 2, 64);
+  Plan p = generated_plan("Interleaved1F1B", 8, 2, 64);
   EXPECT_THROW(lower_and_verify(p, VerifyOptions{}, [] { throw std::runtime_error("hook"); }),
                std::runtime_error);
   EXPECT_TRUE(p.is_lowered());

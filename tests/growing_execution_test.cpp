@@ -1,41 +1,30 @@
 // GrowingExecution runs the deadlock model over orders that arrive piece by piece (as
-// lower_and_verify's scanner hands them over). Whatever the pieces and the order in which ranks
-// get them, the run must equal execute()'s on the whole plan: the same times, the same counts,
-// the same deadlock.
+// lower_and_verify's scanner hands them over), indexing each piece as it comes. Whatever the pieces
+// and the order in which ranks get them, the run must equal execute()'s on the whole plan: the same
+// times, the same counts, the same deadlock.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
-#include "compiler/compile.h"
-#include "compiler/cost_model.h"
 #include "compiler/execute.h"
-#include "compiler/lower_send_recv.h"
 #include "compiler/simulate.h"
+#include "tests/plan_fixtures.h"
 #include "tests/plan_text.h"
 
 namespace ppc {
 namespace {
 
-Plan lowered(const std::string& schedule, int pp, int vpp, int m) {
-  CompileOptions o;
-  o.layout = generic_layout(pp * vpp);
-  o.pp = pp;
-  o.schedule = schedule;
-  o.microbatches = m;
-  return compile(o);
-}
-
 // Hands every rank its order in random pieces (sometimes empty, sometimes ending inside a batch)
 // in a random rank order, then finishes.
-Execution grown(const Plan& plan, const ExecCosts* costs, const CommIndex& index, unsigned seed) {
+Execution grown(const Plan& plan, const ExecCosts* costs, unsigned seed) {
   std::vector<const Action*> orders;
   std::vector<size_t> sizes;
   for (const auto& o : plan.lowered) {
     orders.push_back(o.data());
     sizes.push_back(o.size());
   }
-  GrowingExecution run(plan, costs, true, 20, index, orders, sizes);
+  GrowingExecution run(plan, costs, true, 20, orders, sizes);
   std::mt19937 rng(seed);
   std::vector<size_t> given(sizes.size(), 0);
   while (true) {
@@ -78,31 +67,19 @@ void expect_same(const Execution& got, const Execution& want) {
   }
 }
 
-CostModel some_costs() {
-  CostFlags f;
-  f.f = 1;
-  f.b = 2.3;
-  f.w = 0.9;
-  f.latency = 0.07;
-  f.bandwidth = 30;
-  f.message_bytes = 100;
-  f.overlap = 0.3;
-  return cost_model_from_flags(f);
-}
-
 TEST(GrowingExecution, EqualsTheWholeRunWhateverThePieces) {
-  const CostModel cost = some_costs();
+  const CostModel cost = pptest::mixed_costs();
   for (const char* schedule : {"1F1B", "Interleaved1F1B", "ZBVZeroBubble", "DualPipeV"}) {
     SCOPED_TRACE(schedule);
-    const Plan plan =
-        std::string(schedule) == "1F1B" ? lowered(schedule, 4, 1, 12) : lowered(schedule, 4, 2, 16);
+    const Plan plan = std::string(schedule) == "1F1B"
+                          ? pptest::generated_plan(schedule, 4, 1, 12, true)
+                          : pptest::generated_plan(schedule, 4, 2, 16, true);
     SimulationRun sim(plan, cost, false);
     const Execution want = execute(plan, &sim.costs(), true);
     ASSERT_TRUE(want.finished());
-    const CommIndex index = build_comm_index(plan);
     for (unsigned seed = 0; seed < 20; ++seed) {
       SCOPED_TRACE(seed);
-      expect_same(grown(plan, &sim.costs(), index, seed), want);
+      expect_same(grown(plan, &sim.costs(), seed), want);
     }
   }
 }
@@ -115,10 +92,9 @@ TEST(GrowingExecution, FindsTheSameDeadlock) {
                                       true);
   const Execution want = execute(plan, nullptr, true);
   ASSERT_FALSE(want.stuck.empty());
-  const CommIndex index = build_comm_index(plan);
   for (unsigned seed = 0; seed < 20; ++seed) {
     SCOPED_TRACE(seed);
-    expect_same(grown(plan, nullptr, index, seed), want);
+    expect_same(grown(plan, nullptr, seed), want);
   }
 }
 

@@ -1,0 +1,39 @@
+// Plans and cost models that several compiler tests share.
+#pragma once
+
+#include <string>
+
+#include "compiler/compile.h"
+#include "compiler/cost_model.h"
+
+namespace pptest {
+
+// The plan `schedule` generates over pp * vpp generic stages: its compute order, lowered if asked.
+inline ppc::Plan generated_plan(const std::string& schedule, int pp, int vpp, int m,
+                                bool lower = false) {
+  ppc::CompileOptions o;
+  o.layout = ppc::generic_layout(pp * vpp);
+  o.pp = pp;
+  o.schedule = schedule;
+  o.microbatches = m;
+  o.lower = lower;
+  return ppc::compile(o);
+}
+
+// A cost model with every term set: unequal F, B and W, activations, parameters, message latency
+// and bandwidth, and a partial F/B overlap.
+inline ppc::CostModel mixed_costs() {
+  ppc::CostFlags f;
+  f.f = 1;
+  f.b = 2.3;
+  f.w = 0.9;
+  f.activation = 3;
+  f.params = 5;
+  f.latency = 0.07;
+  f.bandwidth = 30;
+  f.message_bytes = 100;
+  f.overlap = 0.3;
+  return ppc::cost_model_from_flags(f);
+}
+
+}  // namespace pptest

@@ -549,17 +549,16 @@ VerifyReport verify(const Plan& plan, size_t max_errors) {
   return verify(plan, opts);
 }
 
-VerifyReport lower_and_verify(Plan& plan, const VerifyOptions& opts,
-                              const std::function<void()>& lowered) {
-  PPC_INTERNAL_ASSERT(!plan.is_lowered() && !opts.compute_only,
-                      "lower_and_verify takes a compute-only plan and verifies its lowering");
+namespace {
+
+// The report of `run(verifier)` on `plan` (which must have stages and microbatches for a
+// Verifier to hold it), with the plan's peaks.
+template <class Run>
+VerifyReport report_of(const Plan& plan, const VerifyOptions& opts, bool streamed, Run&& run) {
   VerifyReport rep;
   if (plan.num_stages() >= 1 && plan.microbatches >= 1) {
-    Verifier v(plan, rep, opts, true);
-    v.run_streamed([&](LoweringFeed* feed) {
-      lower_in_place(plan, LoweringCosts{}, feed);
-      if (lowered) lowered();
-    });
+    Verifier v(plan, rep, opts, streamed);
+    run(v);
   } else {
     rep.errors.push_back(
         fmt::format("plan has {} stages and {} microbatches; each must be at least 1",
@@ -569,18 +568,22 @@ VerifyReport lower_and_verify(Plan& plan, const VerifyOptions& opts,
   return rep;
 }
 
+}  // namespace
+
+VerifyReport lower_and_verify(Plan& plan, const VerifyOptions& opts,
+                              const std::function<void()>& lowered) {
+  PPC_INTERNAL_ASSERT(!plan.is_lowered() && !opts.compute_only,
+                      "lower_and_verify takes a compute-only plan and verifies its lowering");
+  return report_of(plan, opts, true, [&](Verifier& v) {
+    v.run_streamed([&](LoweringFeed* feed) {
+      lower_in_place(plan, LoweringCosts{}, feed);
+      if (lowered) lowered();
+    });
+  });
+}
+
 VerifyReport verify(const Plan& plan, const VerifyOptions& opts) {
-  VerifyReport rep;
-  if (plan.num_stages() >= 1 && plan.microbatches >= 1) {
-    Verifier v(plan, rep, opts);
-    v.run();
-  } else {
-    rep.errors.push_back(
-        fmt::format("plan has {} stages and {} microbatches; each must be at least 1",
-                    plan.num_stages(), plan.microbatches));
-  }
-  rep.peak_inflight = peak_inflight(plan);
-  return rep;
+  return report_of(plan, opts, false, [](Verifier& v) { v.run(); });
 }
 
 }  // namespace ppc

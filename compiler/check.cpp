@@ -12,7 +12,7 @@
 namespace ppc {
 
 CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
-                            const AlongsideFn& alongside) {
+                            const AlongsideFn& alongside, AlongsideReads reads) {
   CheckedPlan out;
   // Lowering under unit costs (lower_for_model's, and the verifier's own check of the compute
   // order) is one and the same run: do it once, below.
@@ -47,18 +47,21 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
     }
   };
   if (lower_here) {
-    // Lowering, with the lowered plan's verification beside it (lower_and_verify); then
-    // `alongside` beside the rest of that verification.
-    std::optional<std::jthread> beside;  // joined at the end of this block, even on a throw
+    // Lowering, with the lowered plan's verification beside it (lower_and_verify); `alongside`
+    // beside both when it reads only the compute order, else beside the rest of that verification.
+    std::optional<std::jthread> beside;
+    if (alongside && reads == AlongsideReads::ComputeOrder) beside.emplace(call_alongside);
+    std::optional<VerifyReport> report;
     try {
-      out.report = lower_and_verify(out.plan, lowered, [&] {
-        if (alongside) beside.emplace(call_alongside);
+      report = lower_and_verify(out.plan, lowered, [&] {
+        if (alongside && !beside) beside.emplace(call_alongside);
       });
     } catch (const UserError& e) {
-      out.report = std::move(compute_report);
-      out.report.errors.push_back(e.message());  // as the verifier reports it
-      return out;
+      report = std::move(compute_report);
+      report->errors.push_back(e.message());  // as the verifier reports it
     }
+    beside.reset();  // joined: `alongside` has finished with out.plan
+    out.report = std::move(*report);
   } else {
     out.report = verify(out.plan, lowered);
     if (alongside && out.report.ok()) call_alongside();

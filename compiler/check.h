@@ -34,12 +34,18 @@ struct CheckedPlan {
 // `alongside`, when set, is called once with the final plan whenever its compute order passed
 // verification, and what it makes is only valid if the returned report is ok. For a plan
 // lowered here (from that verified compute order, by lower_and_verify, which verifies the lowered
-// plan as lowering writes it) it runs on another thread as soon as lowering is done, so that work
-// which needs only the plan (an emitter writing into memory) overlaps the rest of the
-// verification; otherwise it runs after that verification. It may throw: the exception reaches
-// the caller after the verification ends, unless the plan failed it.
+// plan as lowering writes it) it runs on another thread, so that work which needs only the plan
+// (an emitter writing into memory) overlaps the verification: as soon as lowering is done, or,
+// when it reads only the compute order (`reads`), from the start of lowering. Otherwise it runs
+// after that verification. It may throw: the exception reaches the caller after the verification
+// ends, unless the plan failed it.
 using AlongsideFn = std::function<void(const Plan&)>;
+enum class AlongsideReads : uint8_t {
+  WholePlan,     // lowered order included
+  ComputeOrder,  // the plan but its lowered order, which lowering may still be writing meanwhile
+};
 CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
-                            const AlongsideFn& alongside = {});
+                            const AlongsideFn& alongside = {},
+                            AlongsideReads reads = AlongsideReads::WholePlan);
 
 }  // namespace ppc

@@ -14,10 +14,11 @@ namespace ppc {
 // check_and_lower(plan, cost, need), and a plan that fails is a UserError naming `imported_from`
 // (the file it was read from) with one verifier message per line, or, when `imported_from` is
 // empty (the plan was generated), an InternalError. The result's plan is lowered and valid.
-// `alongside` as in check_and_lower: called with the plan once it is known to be valid, or
-// beside its last verification.
+// `alongside` and `reads` as in check_and_lower: called with the plan once it is known to be
+// valid, or beside its last verification (or its lowering).
 CheckedPlan prepare_plan(Plan plan, const CostModel& cost, const std::string& imported_from,
                          SimulationNeed need = SimulationNeed::None,
-                         const AlongsideFn& alongside = {});
+                         const AlongsideFn& alongside = {},
+                         AlongsideReads reads = AlongsideReads::WholePlan);
 
 }  // namespace ppc

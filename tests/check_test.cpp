@@ -2,12 +2,16 @@
 // one, as ppcompile ran them before: verify the compute order, lower_for_model, verify, simulate.
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "compiler/check.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
+#include "compiler/emit.h"
 #include "compiler/execute.h"
 #include "compiler/lower_send_recv.h"
 #include "tests/plan_fixtures.h"
@@ -207,6 +211,66 @@ TEST(CheckAndLower, AnExceptionFromAlongsideReachesTheCaller) {
   EXPECT_THROW(check_and_lower(built, CostModel{}, SimulationNeed::None,
                                [](const Plan&) { throw std::runtime_error("alongside failed"); }),
                std::runtime_error);
+}
+
+// An `alongside` that reads only the compute order starts before lowering (beside it, for a plan
+// lowered here): it sees the plan's compute order, and what the caller gets is what it gets
+// without one. The table's rows are such a reader.
+TEST(CheckAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) {
+  const Plan generated = generated_plan("Interleaved1F1B", 8, 2, 64);       // lowered here
+  const Plan imported = lower_send_recv(generated_plan("ZB-H2", 4, 1, 8));  // verified, then called
+  for (const Plan* built : {&generated, &imported}) {
+    for (const CostModel& cost : {CostModel{}, mixed_costs()}) {
+      int calls = 0;
+      std::vector<std::vector<Action>> seen;
+      std::string table;
+      const CheckedPlan got = check_and_lower(
+          *built, cost, SimulationNeed::Summary,
+          [&](const Plan& p) {
+            ++calls;
+            seen = p.compute;
+            std::ostringstream os;
+            emit_table_rows(p, os, TableOptions{});
+            table = os.str();
+          },
+          AlongsideReads::ComputeOrder);
+      ASSERT_TRUE(got.report.ok());
+      EXPECT_EQ(calls, 1);
+      EXPECT_EQ(seen, got.plan.compute);
+      std::ostringstream want;
+      emit_table_rows(got.plan, want, TableOptions{});
+      EXPECT_EQ(table, want.str());
+      const CheckedPlan plain = check_and_lower(*built, cost, SimulationNeed::Summary);
+      EXPECT_EQ(got.plan, plain.plan);
+      expect_same_report(got.report, plain.report);
+      ASSERT_TRUE(got.sim && plain.sim);
+      expect_same_sim(*got.sim, *plain.sim, false);
+    }
+  }
+}
+
+// Started before lowering, such an `alongside` also runs for a compute order that passes the
+// verifier's checks but cannot run; the report is lowering's error, and the alongside's own
+// failure (the table cannot be laid out either) does not reach the caller.
+TEST(CheckAndLower, AlongsideReadingTheComputeOrderOfAnOrderThatCannotRun) {
+  // Rank 1 starts with the backward of a microbatch whose forward comes later.
+  const Plan p = pptest::text_plan(
+      2, 2, 4, {"0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", "1B3 1F0 1B0 1F1 1B1 1F2 1B2 1F3"}, false);
+  int calls = 0;
+  const CheckedPlan got = check_and_lower(
+      p, CostModel{}, SimulationNeed::Summary,
+      [&](const Plan& plan) {
+        ++calls;
+        std::ostringstream os;
+        emit_table_rows(plan, os, TableOptions{});  // throws: the order cannot run
+      },
+      AlongsideReads::ComputeOrder);
+  EXPECT_EQ(calls, 1);
+  ASSERT_EQ(got.report.errors.size(), 1u);
+  EXPECT_EQ(got.report.errors[0].rfind("the compute order cannot run: rank 0 waits at", 0), 0u)
+      << got.report.errors[0];
+  EXPECT_FALSE(got.plan.is_lowered());
+  EXPECT_FALSE(got.sim.has_value());
 }
 
 // lower_and_verify lowers on the calling thread while a second thread scans what lowering has

@@ -27,8 +27,8 @@
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
-#include "tools/ppcompile/progress.h"
 #include "tools/ppcompile/output.h"
+#include "tools/ppcompile/progress.h"
 
 namespace {
 
@@ -349,6 +349,8 @@ int run(const Options& o_given) {
   const bool timeline = (o.emit == "svg" && o.engine == "timeline") || o.emit == "trace";
   // The table, the CSV and the JSON plan (all but the report's part) are written into memory
   // beside the lowered plan's verification, and reach the output only once the plan is valid.
+  // The table's rows and the compute-only CSV need only the compute order: they start beside
+  // lowering.
   const ppc::TableOptions table{use_color(o), o.compact, terminal_columns(o)};
   std::string early;
   int table_steps = 0;
@@ -364,11 +366,14 @@ int run(const Options& o_given) {
         ppc::emit_json_plan(p, text);
       early = std::move(text).str();
     };
+  const ppc::AlongsideReads reads = o.emit == "table" || (o.emit == "csv" && o.compute_only)
+                                        ? ppc::AlongsideReads::ComputeOrder
+                                        : ppc::AlongsideReads::WholePlan;
   ppc::CheckedPlan checked = ppc::prepare_plan(build_plan(o), cost, imported_from,
                                                o.emit == "stats" ? ppc::SimulationNeed::Summary
                                                : timeline        ? ppc::SimulationNeed::Timeline
                                                                  : ppc::SimulationNeed::None,
-                                               alongside);
+                                               alongside, reads);
   const ppc::Plan& plan = checked.plan;
   const ppc::VerifyReport& report = checked.report;
 

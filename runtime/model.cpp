@@ -21,6 +21,10 @@ using torch::autograd::variable_list;
 
 namespace {
 
+// Weight gradients, added to the parameters' .grad. The first one of a step (after zero_grads,
+// .grad is undefined) becomes .grad; later ones are added in place, by the product itself where
+// there is one (addmm_ into .grad: no gradient tensor per microbatch, and no second pass over it).
+// B and W both come here, in the same order, so I then W gives B's gradients bit for bit.
 void accumulate(at::Tensor& param, const at::Tensor& g) {
   at::Tensor& grad = param.mutable_grad();
   if (!grad.defined())
@@ -28,22 +32,36 @@ void accumulate(at::Tensor& param, const at::Tensor& g) {
   else
     grad.add_(g);
 }
+at::Tensor rows_of(const at::Tensor& t) {
+  return t.reshape({-1, t.size(-1)});
+}
 
-// Weight gradients of the three operations.
-at::Tensor linear_weight_grad(const at::Tensor& x, const at::Tensor& gy) {
-  return gy.reshape({-1, gy.size(-1)}).t().matmul(x.reshape({-1, x.size(-1)}));
+// y = x W^T: dW = gy^T x.
+void accumulate_linear(at::Tensor& param, const at::Tensor& x, const at::Tensor& gy) {
+  at::Tensor& grad = param.mutable_grad();
+  const at::Tensor x2 = rows_of(x), gy2 = rows_of(gy);
+  if (!grad.defined())
+    grad = gy2.t().mm(x2);
+  else
+    grad.addmm_(gy2.t(), x2);
 }
-// The weights' gradients of a fused linear map: one product, split by the weights' rows.
-std::vector<at::Tensor> fused_linear_weight_grads(const at::Tensor& x, const at::Tensor& gy,
-                                                  const std::vector<int64_t>& rows) {
-  return linear_weight_grad(x, gy).split_with_sizes(rows);
+// y = x [W_0; W_1; ...]^T: each weight's gradient from its own columns of gy.
+void accumulate_fused_linear(const std::vector<at::Tensor*>& params, const at::Tensor& x,
+                             const at::Tensor& gy) {
+  const at::Tensor gy2 = rows_of(gy);
+  int64_t first = 0;
+  for (at::Tensor* p : params) {
+    accumulate_linear(*p, x, gy2.narrow(1, first, p->size(0)));
+    first += p->size(0);
+  }
 }
-at::Tensor scale_weight_grad(const at::Tensor& x, const at::Tensor& gy) {
-  return (gy * x).reshape({-1, x.size(-1)}).sum(0);
+void accumulate_scale(at::Tensor& param, const at::Tensor& x, const at::Tensor& gy) {
+  accumulate(param, rows_of(gy * x).sum(0));
 }
-at::Tensor embedding_weight_grad(const at::Tensor& ids, const at::Tensor& gy,
-                                 const at::Tensor& like) {
-  return at::zeros_like(like).index_add_(0, ids.reshape({-1}), gy.reshape({-1, gy.size(-1)}));
+void accumulate_embedding(at::Tensor& param, const at::Tensor& ids, const at::Tensor& gy) {
+  at::Tensor& grad = param.mutable_grad();
+  if (!grad.defined()) grad = at::zeros_like(param);
+  grad.index_add_(0, ids.reshape({-1}), rows_of(gy));
 }
 
 GradStash* stash_of(AutogradContext* ctx) {
@@ -72,19 +90,20 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
     const at::Tensor& gy = grads[0];
     at::Tensor gx = gy.matmul(w);
     GradStash* stash = stash_of(ctx);
-    if (stash && stash->defer) {
+    if (stash && stash->defer)
       stash->push({GradStash::Op::Linear, param_of(ctx), x, gy});
-      return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
-    }
-    return {gx, linear_weight_grad(x, gy), at::Tensor(), at::Tensor()};
+    else
+      accumulate_linear(*param_of(ctx), x, gy);
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 // y = x @ [W_0; W_1; ...]^T: linear maps of one input as one matrix product (q, k and v; gate
 // and up), which the BLAS runs faster than two or three narrower ones. `wf` is the weights'
 // concatenation (FusedWeight, made once per optimizer step); the weights themselves are inputs
-// only so that their gradients reach them. The backward is one product for the input's gradient
-// and one for all the weights'.
+// only so that the output requires their gradients. The backward is one product for the input's
+// gradient, and one per weight that accumulates into its .grad (from that weight's columns of the
+// output gradient).
 at::Tensor fused_linear_forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& wf,
                                 GradStash* stash, const std::vector<at::Tensor*>& params) {
   ctx->save_for_backward({x, wf});
@@ -95,8 +114,8 @@ at::Tensor fused_linear_forward(AutogradContext* ctx, const at::Tensor& x, const
   return x.matmul(wf.t());
 }
 
-// The gradients of x, of each weight and of wf (none), then `extra` undefined ones (the
-// non-tensor arguments).
+// The gradients of x, then none for the weights (added to their .grad here, or kept for W) and
+// wf, and `extra` undefined ones (the non-tensor arguments).
 variable_list fused_linear_backward(AutogradContext* ctx, const variable_list& grads,
                                     size_t extra) {
   const auto saved = ctx->get_saved_variables();
@@ -104,20 +123,15 @@ variable_list fused_linear_backward(AutogradContext* ctx, const variable_list& g
   const at::Tensor& w = saved[1];
   const at::Tensor& gy = grads[0];
   std::vector<at::Tensor*> params;
-  std::vector<int64_t> sizes;
-  for (int64_t p : ctx->saved_data["params"].toIntVector()) {
+  for (int64_t p : ctx->saved_data["params"].toIntVector())
     params.push_back(reinterpret_cast<at::Tensor*>(p));
-    sizes.push_back(params.back()->size(0));
-  }
   variable_list out(2 + params.size() + extra);
   out[0] = gy.matmul(w);
   GradStash* stash = stash_of(ctx);
-  if (stash && stash->defer) {
+  if (stash && stash->defer)
     stash->push({GradStash::Op::FusedLinear, params.front(), x, gy, std::move(params)});
-    return out;
-  }
-  const std::vector<at::Tensor> gw = fused_linear_weight_grads(x, gy, sizes);
-  for (size_t i = 0; i < gw.size(); ++i) out[1 + i] = gw[i];
+  else
+    accumulate_fused_linear(params, x, gy);
   return out;
 }
 
@@ -283,11 +297,11 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
     const at::Tensor gxn = gy * g;
     at::Tensor gx = (gxn - xn * (gxn * xn).mean({-1}, true)) * rstd;
     GradStash* stash = stash_of(ctx);
-    if (stash && stash->defer) {
+    if (stash && stash->defer)
       stash->push({GradStash::Op::Scale, param_of(ctx), xn, gy});
-      return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    }
-    return {gx, scale_weight_grad(xn, gy), at::Tensor(), at::Tensor(), at::Tensor()};
+    else
+      accumulate_scale(*param_of(ctx), xn, gy);
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -306,11 +320,11 @@ struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
     const at::Tensor& gy = grads[0];
     GradStash* stash = stash_of(ctx);
     at::Tensor* param = param_of(ctx);
-    if (stash && stash->defer) {
+    if (stash && stash->defer)
       stash->push({GradStash::Op::Embedding, param, ids, gy});
-      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    }
-    return {embedding_weight_grad(ids, gy, *param), at::Tensor(), at::Tensor(), at::Tensor()};
+    else
+      accumulate_embedding(*param, ids, gy);
+    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -334,23 +348,16 @@ void GradStash::run_weight_grads() {
   for (Item& it : items_) {
     switch (it.op) {
       case Op::Linear:
-        accumulate(*it.param, linear_weight_grad(it.input, it.grad));
+        accumulate_linear(*it.param, it.input, it.grad);
         break;
-      case Op::FusedLinear: {
-        std::vector<int64_t> rows;
-        for (const at::Tensor* p : it.fused) rows.push_back(p->size(0));
-        const std::vector<at::Tensor> gw = fused_linear_weight_grads(it.input, it.grad, rows);
-        // The pieces are views of one tensor: a gradient must own its storage (a later
-        // backward adds to it in place), so a first one is copied out.
-        for (size_t i = 0; i < gw.size(); ++i)
-          accumulate(*it.fused[i], it.fused[i]->grad().defined() ? gw[i] : gw[i].clone());
+      case Op::FusedLinear:
+        accumulate_fused_linear(it.fused, it.input, it.grad);
         break;
-      }
       case Op::Scale:
-        accumulate(*it.param, scale_weight_grad(it.input, it.grad));
+        accumulate_scale(*it.param, it.input, it.grad);
         break;
       case Op::Embedding:
-        accumulate(*it.param, embedding_weight_grad(it.input, it.grad, *it.param));
+        accumulate_embedding(*it.param, it.input, it.grad);
         break;
     }
   }

@@ -13,9 +13,10 @@
 // the weights of the unpipelined model, and the copies of a shared parameter start identical.
 //
 // Every parameter is used through one of three operations (a matmul with a weight, a per-channel
-// scale, an embedding lookup) whose backward either computes the weight gradient at once (B) or,
-// when the microbatch's GradStash defers it (I), keeps the operation's input and output gradient
-// so that W computes the weight gradient later without repeating the backward.
+// scale, an embedding lookup) whose backward either adds the weight gradient to the parameter's
+// .grad at once (B) or, when the microbatch's GradStash defers it (I), keeps the operation's input
+// and output gradient so that W does that later without repeating the backward. Autograd itself
+// never carries a weight gradient: a matmul's product accumulates into .grad in place.
 //
 // Included only by LibTorch translation units.
 #pragma once
@@ -67,8 +68,8 @@ class GradStash {
     at::Tensor input;   // the operation's input (token ids for Embedding)
     at::Tensor grad;    // the gradient of its output
     // FusedLinear: the parameters whose outputs `grad` holds side by side (`param` is the first).
-    // Their gradients come from one product, the very one the backward without deferral computes,
-    // so that I then W gives B's gradients bit for bit whatever kernels the BLAS picks per shape.
+    // W computes their gradients with the very products the backward without deferral runs, so
+    // that I then W gives B's gradients bit for bit whatever kernels the BLAS picks per shape.
     std::vector<at::Tensor*> fused = {};
   };
 

@@ -1,0 +1,61 @@
+// The model's operations (model.h): a matmul with a weight (alone, or several weights fused into
+// one product), RMSNorm's per-channel scale, the embedding lookup, SwiGLU, and grouped-query causal
+// attention with rotary embedding. Each is a custom autograd function whose backward is written
+// out; the weight gradients go straight into the parameters' .grad, at once (B) or through the
+// microbatch's GradStash (I, then W).
+//
+// Included only by LibTorch translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/model.h"
+#include "runtime/model_config.h"
+
+namespace pprt {
+
+// What attention needs besides its input: the rotary tables [T, head_dim], the causal mask stacked
+// once per query head of a key/value head's group ([heads / kv_heads * T, T]), and the head counts.
+// Both halves of a rotary table hold the same angles, so the rotation's transpose (for gradients)
+// is the rotation by the opposite angle: `rotate` with the sine negated. The backward's tables
+// also carry the softmax scale of the scores' product.
+struct AttentionConsts {
+  at::Tensor cos, sin, cos_back, sin_back, mask;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  double scale = 1;
+};
+
+// The rotary tables and the causal mask of `cfg` (computed in double for exactness), on `device`.
+AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device);
+
+// The concatenation [W_0; W_1; ...] of a fused linear map's weights, kept from one microbatch to
+// the next and made again only when a weight changed (each in-place update, the optimizer's
+// included, bumps a tensor's version; checkpoint loading bumps it too).
+struct FusedWeight {
+  at::Tensor w;
+  std::vector<const void*> data;
+  std::vector<int64_t> versions;
+
+  const at::Tensor& of(const std::vector<at::Tensor*>& ps);
+};
+
+// y = x W^T.
+at::Tensor linear(const at::Tensor& x, at::Tensor* w, GradStash* stash);
+// y = x [W_0; W_1; ...]^T for two or three weights (q, k and v; gate and up) as one product; `wf`
+// keeps their concatenation.
+at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws, FusedWeight& wf,
+                        GradStash* stash);
+// y = g * x / sqrt(mean(x^2) + eps).
+at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, GradStash* stash);
+// y = W[ids].
+at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, GradStash* stash);
+// y = silu(g) * u, where gate_up = [g, u] (the fused gate/up product's output).
+at::Tensor swiglu(const at::Tensor& gate_up);
+// Attention from the fused q/k/v product's output to the heads' concatenated outputs. `c` must
+// outlive the autograd graph.
+at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c);
+
+}  // namespace pprt

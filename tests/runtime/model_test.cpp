@@ -314,6 +314,35 @@ TEST(Model, MultiTokenPredictionFollowsItsDefinition) {
   }
 }
 
+// Attention runs in blocks of query positions that skip the keys past the block (64 positions
+// and more per block): at 200 positions, three blocks of 66, 67 and 67. Loss and every gradient
+// must equal the plain definition's (scores over all keys, masked), through autograd.
+TEST(Model, AttentionInCausalBlocksFollowsItsDefinition) {
+  ModelConfig c = small_config();
+  c.seq_len = 200;
+  for (const auto& [heads, kv] : {std::pair{4, 2}, std::pair{4, 4}}) {
+    c.heads = heads;
+    c.kv_heads = kv;
+    auto m = build("EttL", c);
+    const at::Tensor tk = tokens(c, 2);
+    const at::Tensor got = chain(m, tk);
+    got.backward();
+    std::map<std::string, at::Tensor> got_grads;
+    for (auto& p : m.store->params()) got_grads[p.name] = p.tensor.grad().clone();
+    zero(m);
+    Reference ref{by_name(m), c};
+    const at::Tensor want = ref.loss(tk, 2, 0, 0.0, nullptr);
+    want.backward();
+    EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << heads << "/" << kv;
+    for (auto& p : m.store->params()) {
+      const at::Tensor& w = p.tensor.grad();
+      ASSERT_TRUE(w.defined()) << p.name;
+      EXPECT_TRUE(at::allclose(got_grads[p.name], w, 1e-4, 1e-6))
+          << p.name << " differs by " << (got_grads[p.name] - w).abs().max().item<double>();
+    }
+  }
+}
+
 TEST(Model, EmptyStagesAtEitherEndPassTheStateOn) {
   const ModelConfig c = small_config();
   auto padded = build("|Et|tL|", c);

@@ -49,19 +49,17 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
   if (lower_here) {
     // Lowering, with the lowered plan's verification beside it (lower_and_verify); `alongside`
     // beside both when it reads only the compute order, else beside the rest of that verification.
-    std::optional<std::jthread> beside;
-    if (alongside && reads == AlongsideReads::ComputeOrder) beside.emplace(call_alongside);
-    std::optional<VerifyReport> report;
-    try {
-      report = lower_and_verify(out.plan, lowered, [&] {
-        if (alongside && !beside) beside.emplace(call_alongside);
+    std::jthread beside;  // joined on the way out, even on a throw
+    if (alongside && reads == AlongsideReads::ComputeOrder) beside = std::jthread(call_alongside);
+    try {  // out.report is not what `alongside` reads: it may be written meanwhile
+      out.report = lower_and_verify(out.plan, lowered, [&] {
+        if (alongside && !beside.joinable()) beside = std::jthread(call_alongside);
       });
     } catch (const UserError& e) {
-      report = std::move(compute_report);
-      report->errors.push_back(e.message());  // as the verifier reports it
+      out.report = std::move(compute_report);
+      out.report.errors.push_back(e.message());  // as the verifier reports it
     }
-    beside.reset();  // joined: `alongside` has finished with out.plan
-    out.report = std::move(*report);
+    if (beside.joinable()) beside.join();  // `alongside` has finished with out.plan
   } else {
     out.report = verify(out.plan, lowered);
     if (alongside && out.report.ok()) call_alongside();

@@ -58,7 +58,6 @@ class LoweringFeed {
   State state() const { return state_.load(std::memory_order_acquire); }
   // Valid once the state is past Pending (and not Failed): per rank, where its order is, its final
   // length, and how many of its actions are written.
-  int ranks() const { return static_cast<int>(data_.size()); }
   const Action* data(int r) const { return data_[static_cast<size_t>(r)]; }
   size_t final_size(int r) const { return final_size_[static_cast<size_t>(r)]; }
   size_t written(int r) const { return written_[r].load(std::memory_order_acquire); }

@@ -107,6 +107,24 @@ void expect_same(const Plan& built, const CostModel& cost) {
 using pptest::generated_plan;
 using pptest::mixed_costs;
 
+// `got`, check_and_lower(built, cost, SimulationNeed::Summary) with an `alongside`, is what it
+// gives without one.
+void expect_same_as_without_alongside(const Plan& built, const CostModel& cost,
+                                      const CheckedPlan& got) {
+  const CheckedPlan plain = check_and_lower(built, cost, SimulationNeed::Summary);
+  EXPECT_EQ(got.plan, plain.plan);
+  expect_same_report(got.report, plain.report);
+  ASSERT_TRUE(got.sim && plain.sim);
+  expect_same_sim(*got.sim, *plain.sim, false);
+}
+
+// A compute order that passes the verifier's checks but cannot run: rank 1 starts with the
+// backward of a microbatch whose forward comes later.
+Plan order_that_cannot_run() {
+  return pptest::text_plan(
+      2, 2, 4, {"0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", "1B3 1F0 1B0 1F1 1B1 1F2 1B2 1F3"}, false);
+}
+
 TEST(CheckAndLower, EqualsThePassesOneByOneForEverySchedule) {
   struct Case {
     const char* schedule;
@@ -131,9 +149,7 @@ TEST(CheckAndLower, ImportedLoweredPlansAreVerifiedAsTheyAre) {
 }
 
 TEST(CheckAndLower, AComputeOrderThatCannotRunFailsWithTheVerifiersMessage) {
-  // Rank 1 starts with the backward of a microbatch whose forward comes later.
-  const Plan p = pptest::text_plan(
-      2, 2, 4, {"0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", "1B3 1F0 1B0 1F1 1B1 1F2 1B2 1F3"}, false);
+  const Plan p = order_that_cannot_run();
   const CheckedPlan got = check_and_lower(p, CostModel{}, SimulationNeed::Summary);
   ASSERT_EQ(got.report.errors.size(), 1u);
   EXPECT_EQ(got.report.errors[0].rfind("the compute order cannot run: rank 0 waits at", 0), 0u)
@@ -180,11 +196,7 @@ TEST(CheckAndLower, AlongsideSeesTheFinalPlanOnce) {
       EXPECT_EQ(calls, 1);
       EXPECT_EQ(seen, got.plan);
       EXPECT_TRUE(seen.is_lowered());
-      const CheckedPlan plain = check_and_lower(*built, cost, SimulationNeed::Summary);
-      EXPECT_EQ(got.plan, plain.plan);
-      expect_same_report(got.report, plain.report);
-      ASSERT_TRUE(got.sim && plain.sim);
-      expect_same_sim(*got.sim, *plain.sim, false);
+      expect_same_as_without_alongside(*built, cost, got);
     }
   }
 }
@@ -240,11 +252,7 @@ TEST(CheckAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) 
       std::ostringstream want;
       emit_table_rows(got.plan, want, TableOptions{});
       EXPECT_EQ(table, want.str());
-      const CheckedPlan plain = check_and_lower(*built, cost, SimulationNeed::Summary);
-      EXPECT_EQ(got.plan, plain.plan);
-      expect_same_report(got.report, plain.report);
-      ASSERT_TRUE(got.sim && plain.sim);
-      expect_same_sim(*got.sim, *plain.sim, false);
+      expect_same_as_without_alongside(*built, cost, got);
     }
   }
 }
@@ -253,9 +261,7 @@ TEST(CheckAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) 
 // verifier's checks but cannot run; the report is lowering's error, and the alongside's own
 // failure (the table cannot be laid out either) does not reach the caller.
 TEST(CheckAndLower, AlongsideReadingTheComputeOrderOfAnOrderThatCannotRun) {
-  // Rank 1 starts with the backward of a microbatch whose forward comes later.
-  const Plan p = pptest::text_plan(
-      2, 2, 4, {"0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", "1B3 1F0 1B0 1F1 1B1 1F2 1B2 1F3"}, false);
+  const Plan p = order_that_cannot_run();
   int calls = 0;
   const CheckedPlan got = check_and_lower(
       p, CostModel{}, SimulationNeed::Summary,
@@ -328,9 +334,7 @@ TEST(LowerAndVerify, EqualsLoweringThenVerifyingOnLargePlans) {
 }
 
 TEST(LowerAndVerify, AComputeOrderThatCannotRunThrowsAndStaysComputeOnly) {
-  // Rank 1 starts with the backward of a microbatch whose forward comes later.
-  Plan p = pptest::text_plan(
-      2, 2, 4, {"0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", "1B3 1F0 1B0 1F1 1B1 1F2 1B2 1F3"}, false);
+  Plan p = order_that_cannot_run();
   const Plan before = p;
   int calls = 0;
   try {

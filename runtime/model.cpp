@@ -94,15 +94,15 @@ struct Stage::Impl {
       : cfg(c), spec(std::move(s)), device(d) {}
 
   at::Tensor norm(const at::Tensor& x, at::Tensor* g, GradStash* s) {
-    return rms_norm(x, g, cfg.norm_eps, s);
+    return rms_norm(x, g, cfg.norm_eps, s, attn.kernels);
   }
   at::Tensor decoder(const at::Tensor& x, const Decoder& d, GradStash* s) {
     const at::Tensor h = norm(x, d.attn_norm, s);
     const at::Tensor qkv = fused_linear(h, {d.wq, d.wk, d.wv}, *d.qkv, s);
-    const at::Tensor x1 = x + linear(attention(qkv, attn), d.wo, s);
+    const at::Tensor x1 = residual_linear(x, attention(qkv, attn), d.wo, s);
     const at::Tensor h2 = norm(x1, d.mlp_norm, s);
     const at::Tensor gate_up = fused_linear(h2, {d.w1, d.w3}, *d.gate_up, s);
-    return x1 + linear(swiglu(gate_up), d.w2, s);
+    return residual_linear(x1, swiglu(gate_up, attn.kernels), d.w2, s);
   }
 
   // MTP depth k: the embedding of the tokens k places ahead (token i+k at position i; positions
@@ -150,7 +150,8 @@ struct Stage::Impl {
   }
 };
 
-Stage::Stage(const ModelConfig& cfg, StageSpec spec, ParamStore& store, const at::Device& device)
+Stage::Stage(const ModelConfig& cfg, StageSpec spec, ParamStore& store, const at::Device& device,
+             Kernels kernels)
     : impl_(std::make_unique<Impl>(cfg, std::move(spec), device)) {
   Impl& m = *impl_;
   for (const LayerSpec& spec_l : m.spec.layers) {
@@ -182,7 +183,7 @@ Stage::Stage(const ModelConfig& cfg, StageSpec spec, ParamStore& store, const at
     PPC_INTERNAL_ASSERT(i == ps.size(), "every parameter of a layer is used");
     m.layers.push_back(l);
   }
-  m.attn = attention_consts(cfg, device);
+  m.attn = attention_consts(cfg, device, kernels);
 }
 
 Stage::~Stage() = default;

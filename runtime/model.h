@@ -58,6 +58,11 @@ class ParamStore {
   std::unordered_map<std::string, size_t> index_;
 };
 
+// How the model's element-wise operations run. Auto: the fused loops of cpu_kernels.h on float32
+// CPU tensors, ATen's operations elsewhere. Generic: ATen's operations everywhere, which is what
+// other devices run (the tests compare the two on the CPU).
+enum class Kernels : uint8_t { Auto, Generic };
+
 // What one microbatch's backward leaves for its weight-gradient step.
 class GradStash {
  public:
@@ -71,6 +76,9 @@ class GradStash {
     // W computes their gradients with the very products the backward without deferral runs, so
     // that I then W gives B's gradients bit for bit whatever kernels the BLAS picks per shape.
     std::vector<at::Tensor*> fused = {};
+    // Scale: the fused CPU loop may compute it (Kernels::Auto), as the backward without deferral
+    // would.
+    bool cpu_loops = true;
   };
 
   // When `defer` is set while the backward runs, weight gradients are kept here (I), else they
@@ -95,7 +103,8 @@ struct StageLosses {
 class Stage {
  public:
   // The stage's parameters come from (and are created in) `store`, which must outlive it.
-  Stage(const ModelConfig& config, StageSpec spec, ParamStore& store, const at::Device& device);
+  Stage(const ModelConfig& config, StageSpec spec, ParamStore& store, const at::Device& device,
+        Kernels kernels = Kernels::Auto);
   ~Stage();
   Stage(Stage&&) noexcept;
   Stage& operator=(Stage&&) noexcept;

@@ -1,5 +1,4 @@
-// The model's operations (model_ops.h). LibTorch 1.13 has no scaled_dot_product_attention:
-// attention is written out (matmul, causal mask, softmax).
+// The model's operations (model_ops.h), attention apart (attention.cpp).
 #include "runtime/model_ops.h"
 
 #include <ATen/ATen.h>
@@ -7,11 +6,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "compiler/diagnostic.h"
+#include "runtime/cpu_kernels.h"
 
 namespace pprt {
+
+bool cpu_float(std::initializer_list<const at::Tensor*> ts) {
+  for (const at::Tensor* t : ts)
+    if (!t->device().is_cpu() || t->scalar_type() != at::kFloat) return false;
+  return true;
+}
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -52,7 +57,16 @@ void accumulate_fused_linear(const std::vector<at::Tensor*>& params, const at::T
     first += p->size(0);
   }
 }
-void accumulate_scale(at::Tensor& param, const at::Tensor& x, const at::Tensor& gy) {
+void accumulate_scale(at::Tensor& param, const at::Tensor& x, const at::Tensor& gy, bool fused) {
+  if (fused && cpu_float({&param, &x, &gy})) {
+    at::Tensor& grad = param.mutable_grad();
+    if (!grad.defined()) grad = at::zeros_like(param);
+    const at::Tensor xc = x.contiguous(), gyc = gy.contiguous();
+    const int64_t n = xc.size(-1);
+    kernels::scale_grad_accumulate(gyc.data_ptr<float>(), xc.data_ptr<float>(), xc.numel() / n, n,
+                                   grad.data_ptr<float>());
+    return;
+  }
   accumulate(param, rows_of(gy * x).sum(0));
 }
 void accumulate_embedding(at::Tensor& param, const at::Tensor& ids, const at::Tensor& gy) {
@@ -72,6 +86,22 @@ void remember(AutogradContext* ctx, GradStash* stash, at::Tensor* param) {
   ctx->saved_data["param"] = reinterpret_cast<int64_t>(param);
 }
 
+// The backward of y = x W^T (+ r): the input's gradient gy W, and W's gradient now (B) or kept
+// for W. The stash keeps `gy` itself, not a view of it: autograd adds another gradient into a
+// returned one in place only when nothing else holds that tensor (ResidualLinearFn returns gy).
+at::Tensor linear_backward(AutogradContext* ctx, const at::Tensor& gy) {
+  const auto saved = ctx->get_saved_variables();
+  const at::Tensor& x = saved[0];
+  const at::Tensor& w = saved[1];
+  at::Tensor gx = gy.matmul(w);
+  GradStash* stash = stash_of(ctx);
+  if (stash && stash->defer)
+    stash->push({GradStash::Op::Linear, param_of(ctx), x, gy});
+  else
+    accumulate_linear(*param_of(ctx), x, gy);
+  return gx;
+}
+
 // y = x @ W^T
 struct LinearFn : torch::autograd::Function<LinearFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
@@ -81,17 +111,22 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
     return x.matmul(w.t());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& w = saved[1];
+    return {linear_backward(ctx, grads[0]), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// y = r + x @ W^T, the residual added by the product itself (addmm: no pass of its own, and the
+// BLAS does not clear the output first). r's gradient is gy.
+struct ResidualLinearFn : torch::autograd::Function<ResidualLinearFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& r, const at::Tensor& x,
+                            const at::Tensor& w, GradStash* stash, at::Tensor* param) {
+    ctx->save_for_backward({x, w});
+    remember(ctx, stash, param);
+    return at::addmm(rows_of(r), rows_of(x), w.t()).view(r.sizes());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor& gy = grads[0];
-    at::Tensor gx = gy.matmul(w);
-    GradStash* stash = stash_of(ctx);
-    if (stash && stash->defer)
-      stash->push({GradStash::Op::Linear, param_of(ctx), x, gy});
-    else
-      accumulate_linear(*param_of(ctx), x, gy);
-    return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {gy, linear_backward(ctx, gy), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -156,9 +191,24 @@ struct FusedLinear3Fn : torch::autograd::Function<FusedLinear3Fn> {
 
 // y = silu(g) * u, where [g, u] is the fused gate/up product's output: the gradient comes back
 // as one tensor [dg, du], the layout that product's backward takes, with no concatenation.
+// On the CPU (Kernels::Auto) the forward keeps sigmoid(g), so that the backward is one loop with
+// no exponential; ATen's path keeps silu(g).
 struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu, bool fused) {
     const int64_t f = gu.size(-1) / 2;
+    fused = fused && cpu_float({&gu});
+    ctx->saved_data["fused"] = fused;
+    if (fused) {
+      const at::Tensor guc = gu.contiguous();
+      const at::Tensor s = at::sigmoid(guc.narrow(-1, 0, f));  // contiguous
+      auto sizes = guc.sizes().vec();
+      sizes.back() = f;
+      at::Tensor y = at::empty(sizes, guc.options());
+      kernels::swiglu_forward(guc.data_ptr<float>(), s.data_ptr<float>(), s.numel() / f, f,
+                              y.data_ptr<float>());
+      ctx->save_for_backward({guc, s});
+      return y;
+    }
     const at::Tensor a = at::silu(gu.narrow(-1, 0, f));
     ctx->save_for_backward({gu, a});
     return a * gu.narrow(-1, f, f);
@@ -166,121 +216,20 @@ struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& gu = saved[0];
-    const at::Tensor& a = saved[1];
     const at::Tensor& gy = grads[0];
     const int64_t f = gu.size(-1) / 2;
     at::Tensor d = at::empty(gu.sizes(), gu.options());
+    if (ctx->saved_data["fused"].toBool()) {
+      const at::Tensor& s = saved[1];
+      const at::Tensor gyc = gy.contiguous();
+      kernels::swiglu_backward(gyc.data_ptr<float>(), gu.data_ptr<float>(), s.data_ptr<float>(),
+                               s.numel() / f, f, d.data_ptr<float>());
+      return {d, at::Tensor()};
+    }
+    const at::Tensor& a = saved[1];
     at::Tensor dg = d.narrow(-1, 0, f), du = d.narrow(-1, f, f);
     at::silu_backward_out(dg, gy * gu.narrow(-1, f, f), gu.narrow(-1, 0, f));
     at::mul_out(du, gy, a);
-    return {d};
-  }
-};
-
-// Heads [first, first + n) of a fused q/k/v tensor [b, T, (heads + 2 kv_heads) * hd], as a view
-// [b, n, T, hd].
-at::Tensor heads_of(const at::Tensor& qkv, int64_t first, int64_t n, int64_t hd) {
-  return qkv.narrow(-1, first * hd, n * hd).view({qkv.size(0), qkv.size(1), n, hd}).transpose(1, 2);
-}
-
-// Rotary embedding of x [b, n, T, hd] (any strides) into `out` (same shape):
-// out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
-void rotate(const at::Tensor& x, at::Tensor out, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  at::Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);
-  at::mul_out(o1, x1, cos.narrow(-1, 0, half));
-  o1.addcmul_(x2, sin.narrow(-1, 0, half), -1);
-  at::mul_out(o2, x2, cos.narrow(-1, half, half));
-  o2.addcmul_(x1, sin.narrow(-1, half, half));
-}
-// Causal attention in blocks of query positions: positions [t0, t1) read keys [0, t1) only, so
-// that the products and the softmax skip most of the masked half of the scores (a quarter of
-// attention's products with two blocks). Blocks of at least 64 positions, at most 8 of them.
-struct CausalBlock {
-  int64_t t0, t1;
-};
-std::vector<CausalBlock> causal_blocks(int64_t T) {
-  const int64_t n = std::clamp<int64_t>(T / 64, 1, 8);
-  std::vector<CausalBlock> blocks;
-  for (int64_t i = 0; i < n; ++i) blocks.push_back({T * i / n, T * (i + 1) / n});
-  return blocks;
-}
-
-// Grouped-query causal attention from the fused q/k/v product's output to the heads'
-// concatenated outputs [b, T, heads * hd], rotary embedding included, with its backward written
-// out. Query head j*group + r reads key/value head j (as repeat_interleave would give): the
-// group's queries are stacked, position-major, [b*kv, T*group, hd] (row t*group + r), so that
-// each key/value head is multiplied once, by one larger product per block of positions
-// (causal_blocks, whose rows are then contiguous), and never copied. The scale and the causal
-// mask (stacked likewise) go into that product (baddbmm). The gradient comes back as one tensor
-// in the fused product's layout.
-struct AttentionFn : torch::autograd::Function<AttentionFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& qkv, const AttentionConsts* c) {
-    const int64_t b = qkv.size(0), T = qkv.size(1), hd = c->head_dim, h = c->heads,
-                  kv = c->kv_heads, group = h / kv;
-    at::Tensor q = at::empty({b, kv, T, group, hd}, qkv.options());
-    at::Tensor k = at::empty({b, kv, T, hd}, qkv.options());
-    rotate(heads_of(qkv, 0, h, hd).view({b, kv, group, T, hd}), q.permute({0, 1, 3, 2, 4}), c->cos,
-           c->sin);
-    rotate(heads_of(qkv, h, kv, hd), k, c->cos, c->sin);
-    const at::Tensor qs = q.view({b * kv, T * group, hd}), ks = k.view({b * kv, T, hd});
-    const at::Tensor vs = heads_of(qkv, h + kv, kv, hd).contiguous().view({b * kv, T, hd});
-    at::Tensor out = at::empty({b, T, kv, group, hd}, qkv.options());
-    std::vector<at::Tensor> saved = {qs, ks, vs};  // then each block's probabilities
-    for (const CausalBlock& blk : causal_blocks(T)) {
-      const int64_t n = blk.t1 - blk.t0;
-      const at::Tensor mask = c->mask.narrow(0, blk.t0 * group, n * group).narrow(1, 0, blk.t1);
-      const at::Tensor p =
-          at::softmax(at::baddbmm(mask, qs.narrow(1, blk.t0 * group, n * group),
-                                  ks.narrow(1, 0, blk.t1).transpose(1, 2), 1.0, c->scale),
-                      -1);
-      out.narrow(1, blk.t0, n)
-          .copy_(
-              p.bmm(vs.narrow(1, 0, blk.t1)).view({b, kv, n, group, hd}).permute({0, 2, 1, 3, 4}));
-      saved.push_back(p);
-    }
-    ctx->save_for_backward(saved);
-    ctx->saved_data["consts"] = reinterpret_cast<int64_t>(c);
-    return out.view({b, T, h * hd});
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &qs = saved[0], &ks = saved[1], &vs = saved[2];
-    const auto* c = reinterpret_cast<const AttentionConsts*>(ctx->saved_data["consts"].toInt());
-    const int64_t b = grads[0].size(0), T = grads[0].size(1), hd = c->head_dim, h = c->heads,
-                  kv = c->kv_heads, group = h / kv;
-    const at::Tensor go = grads[0].reshape({b, T, kv, group, hd});
-    at::Tensor dq = at::empty({b, kv, T, group, hd}, grads[0].options());
-    at::Tensor dk, dv;  // [b*kv, T, hd], made by the last block (which reads every key)
-    const std::vector<CausalBlock> blocks = causal_blocks(T);
-    for (size_t i = blocks.size(); i-- > 0;) {
-      const CausalBlock& blk = blocks[i];
-      const int64_t n = blk.t1 - blk.t0;
-      const at::Tensor& p = saved[3 + i];
-      const at::Tensor gi = go.narrow(1, blk.t0, n)
-                                .permute({0, 2, 1, 3, 4})
-                                .contiguous()
-                                .view({b * kv, n * group, hd});
-      const at::Tensor qi = qs.narrow(1, blk.t0 * group, n * group);
-      const at::Tensor ki = ks.narrow(1, 0, blk.t1), vi = vs.narrow(1, 0, blk.t1);
-      const at::Tensor ds =
-          at::_softmax_backward_data(gi.bmm(vi.transpose(1, 2)), p, -1, p.scalar_type());
-      dq.narrow(2, blk.t0, n).copy_(ds.bmm(ki).view({b, kv, n, group, hd}));
-      if (blk.t1 == T) {
-        dk = ds.transpose(1, 2).bmm(qi);
-        dv = p.transpose(1, 2).bmm(gi);
-      } else {
-        dk.narrow(1, 0, blk.t1).baddbmm_(ds.transpose(1, 2), qi);
-        dv.narrow(1, 0, blk.t1).baddbmm_(p.transpose(1, 2), gi);
-      }
-    }
-    at::Tensor d = at::empty({b, T, (h + 2 * kv) * hd}, grads[0].options());
-    // The rotation's transpose, with the scores' softmax scale, through the backward's tables.
-    rotate(dq.permute({0, 1, 3, 2, 4}), heads_of(d, 0, h, hd).view({b, kv, group, T, hd}),
-           c->cos_back, c->sin_back);
-    rotate(dk.view({b, kv, T, hd}), heads_of(d, h, kv, hd), c->cos_back, c->sin_back);
-    heads_of(d, h + kv, kv, hd).copy_(dv.view({b, kv, T, hd}));
     return {d, at::Tensor()};
   }
 };
@@ -289,11 +238,26 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
 // (d/dx = rstd * (gy*g - xn * mean(gy*g * xn))) rather than recorded op by op.
 struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& g,
-                            double eps, GradStash* stash, at::Tensor* param) {
+                            double eps, GradStash* stash, at::Tensor* param, bool fused) {
+    remember(ctx, stash, param);
+    fused = fused && cpu_float({&x, &g});
+    ctx->saved_data["fused"] = fused;
+    if (fused) {
+      const at::Tensor xc = x.contiguous(), gc = g.contiguous();
+      const int64_t n = xc.size(-1), rows = xc.numel() / n;
+      at::Tensor xn = at::empty_like(xc), y = at::empty_like(xc);
+      auto sizes = xc.sizes().vec();
+      sizes.back() = 1;
+      at::Tensor rstd = at::empty(sizes, xc.options());
+      kernels::rms_norm_forward(xc.data_ptr<float>(), gc.data_ptr<float>(), static_cast<float>(eps),
+                                rows, n, xn.data_ptr<float>(), y.data_ptr<float>(),
+                                rstd.data_ptr<float>());
+      ctx->save_for_backward({xn, rstd, gc});
+      return y;
+    }
     const at::Tensor rstd = (x.square().mean({-1}, true) + eps).rsqrt();
     const at::Tensor xn = x * rstd;
     ctx->save_for_backward({xn, rstd, g});
-    remember(ctx, stash, param);
     return xn * g;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -301,15 +265,26 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
     const at::Tensor& xn = saved[0];
     const at::Tensor& rstd = saved[1];
     const at::Tensor& g = saved[2];
-    const at::Tensor& gy = grads[0];
-    const at::Tensor gxn = gy * g;
-    at::Tensor gx = (gxn - xn * (gxn * xn).mean({-1}, true)) * rstd;
+    const bool fused = ctx->saved_data["fused"].toBool();
+    // Contiguous, also for the weight gradient kept in the stash (the stash keeps what it is
+    // given: see linear_backward).
+    const at::Tensor gy = fused ? grads[0].contiguous() : grads[0];
+    at::Tensor gx;
+    if (fused) {
+      gx = at::empty_like(xn);
+      const int64_t n = xn.size(-1);
+      kernels::rms_norm_backward(gy.data_ptr<float>(), g.data_ptr<float>(), xn.data_ptr<float>(),
+                                 rstd.data_ptr<float>(), xn.numel() / n, n, gx.data_ptr<float>());
+    } else {
+      const at::Tensor gxn = gy * g;
+      gx = (gxn - xn * (gxn * xn).mean({-1}, true)) * rstd;
+    }
     GradStash* stash = stash_of(ctx);
     if (stash && stash->defer)
-      stash->push({GradStash::Op::Scale, param_of(ctx), xn, gy});
+      stash->push({GradStash::Op::Scale, param_of(ctx), xn, gy, {}, fused});
     else
-      accumulate_scale(*param_of(ctx), xn, gy);
-    return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+      accumulate_scale(*param_of(ctx), xn, gy, fused);
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -338,29 +313,6 @@ struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
 
 }  // namespace
 
-AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device) {
-  AttentionConsts c;
-  const int64_t T = cfg.seq_len, hd = cfg.head_dim();
-  at::Tensor inv =
-      at::pow(cfg.rope_theta, -at::arange(0, hd, 2, at::kDouble) / static_cast<double>(hd));
-  at::Tensor ang = at::outer(at::arange(T, at::kDouble), inv);
-  ang = at::cat({ang, ang}, -1);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  c.cos = ang.cos().to(at::kFloat).to(device);
-  c.sin = ang.sin().to(at::kFloat).to(device);
-  c.cos_back = (ang.cos() * scale).to(at::kFloat).to(device);
-  c.sin_back = (ang.sin() * -scale).to(at::kFloat).to(device);
-  c.mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat)
-               .triu(1)
-               .repeat_interleave(cfg.heads / cfg.kv_heads, 0)
-               .to(device);
-  c.heads = cfg.heads;
-  c.kv_heads = cfg.kv_heads;
-  c.head_dim = hd;
-  c.scale = scale;
-  return c;
-}
-
 const at::Tensor& FusedWeight::of(const std::vector<at::Tensor*>& ps) {
   bool fresh = w.defined() && data.size() == ps.size();
   for (size_t i = 0; fresh && i < ps.size(); ++i)
@@ -382,6 +334,11 @@ at::Tensor linear(const at::Tensor& x, at::Tensor* w, GradStash* stash) {
   return LinearFn::apply(x, *w, stash, w);
 }
 
+at::Tensor residual_linear(const at::Tensor& r, const at::Tensor& x, at::Tensor* w,
+                           GradStash* stash) {
+  return ResidualLinearFn::apply(r, x, *w, stash, w);
+}
+
 at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws, FusedWeight& wf,
                         GradStash* stash) {
   const at::Tensor& w = wf.of(ws);
@@ -390,20 +347,17 @@ at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws,
   return FusedLinear3Fn::apply(x, *ws[0], *ws[1], *ws[2], w, stash, ws[0], ws[1], ws[2]);
 }
 
-at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, GradStash* stash) {
-  return RmsNormFn::apply(x, *g, eps, stash, g);
+at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, GradStash* stash,
+                    Kernels kernels) {
+  return RmsNormFn::apply(x, *g, eps, stash, g, kernels == Kernels::Auto);
 }
 
 at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, GradStash* stash) {
   return EmbeddingFn::apply(*w, ids, stash, w);
 }
 
-at::Tensor swiglu(const at::Tensor& gate_up) {
-  return SwiGluFn::apply(gate_up);
-}
-
-at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c) {
-  return AttentionFn::apply(qkv, &c);
+at::Tensor swiglu(const at::Tensor& gate_up, Kernels kernels) {
+  return SwiGluFn::apply(gate_up, kernels == Kernels::Auto);
 }
 
 void GradStash::run_weight_grads() {
@@ -416,7 +370,7 @@ void GradStash::run_weight_grads() {
         accumulate_fused_linear(it.fused, it.input, it.grad);
         break;
       case Op::Scale:
-        accumulate_scale(*it.param, it.input, it.grad);
+        accumulate_scale(*it.param, it.input, it.grad, it.cpu_loops);
         break;
       case Op::Embedding:
         accumulate_embedding(*it.param, it.input, it.grad);

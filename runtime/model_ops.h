@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "runtime/model.h"
@@ -27,10 +28,12 @@ struct AttentionConsts {
   at::Tensor cos, sin, cos_back, sin_back, mask;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   double scale = 1;
+  Kernels kernels = Kernels::Auto;
 };
 
 // The rotary tables and the causal mask of `cfg` (computed in double for exactness), on `device`.
-AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device);
+AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device,
+                                 Kernels kernels = Kernels::Auto);
 
 // The concatenation [W_0; W_1; ...] of a fused linear map's weights, kept from one microbatch to
 // the next and made again only when a weight changed (each in-place update, the optimizer's
@@ -43,20 +46,27 @@ struct FusedWeight {
   const at::Tensor& of(const std::vector<at::Tensor*>& ps);
 };
 
+// Whether the fused CPU loops of cpu_kernels.h take these tensors: float32 on the CPU.
+bool cpu_float(std::initializer_list<const at::Tensor*> ts);
+
 // y = x W^T.
 at::Tensor linear(const at::Tensor& x, at::Tensor* w, GradStash* stash);
+// y = r + x W^T (the residual stream r and a branch's output x).
+at::Tensor residual_linear(const at::Tensor& r, const at::Tensor& x, at::Tensor* w,
+                           GradStash* stash);
 // y = x [W_0; W_1; ...]^T for two or three weights (q, k and v; gate and up) as one product; `wf`
 // keeps their concatenation.
 at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws, FusedWeight& wf,
                         GradStash* stash);
 // y = g * x / sqrt(mean(x^2) + eps).
-at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, GradStash* stash);
+at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, GradStash* stash,
+                    Kernels kernels = Kernels::Auto);
 // y = W[ids].
 at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, GradStash* stash);
 // y = silu(g) * u, where gate_up = [g, u] (the fused gate/up product's output).
-at::Tensor swiglu(const at::Tensor& gate_up);
+at::Tensor swiglu(const at::Tensor& gate_up, Kernels kernels = Kernels::Auto);
 // Attention from the fused q/k/v product's output to the heads' concatenated outputs. `c` must
-// outlive the autograd graph.
+// outlive the autograd graph. (attention.cpp)
 at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c);
 
 }  // namespace pprt

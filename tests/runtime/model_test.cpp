@@ -194,23 +194,29 @@ TEST(Model, StagesAccumulateGradientsOverMicrobatches) {
   auto m = build("EtL", c);
   Stage& s = m[0];
   const at::Tensor tk = tokens(c, 4);
-  zero(m);
-  // Two microbatches of 2, split backward for one and full for the other, against one batch of 4.
-  for (int mb = 0; mb < 2; ++mb) {
-    const at::Tensor rows = tk.narrow(0, mb * 2, 2);
-    GradStash stash;
-    at::Tensor loss = s.forward(at::Tensor(), rows, &stash, nullptr);
-    stash.defer = mb == 0;
-    torch::autograd::backward({loss * 0.5});
-    stash.run_weight_grads();
+  // Three microbatches: split backward for the `split`th (I, then W with grad mode on) and full
+  // for the others (B, inside autograd's backward), against one batch. The first weight gradient
+  // of a step makes the .grads (those of a fused product as blocks of one matrix), in B or in W,
+  // and the later ones add to them in the other.
+  for (int split = 0; split < 3; ++split) {
+    zero(m);
+    for (int mb = 0; mb < 3; ++mb) {
+      const at::Tensor rows = tk.narrow(0, mb, 1);
+      GradStash stash;
+      at::Tensor loss = s.forward(at::Tensor(), rows, &stash, nullptr);
+      stash.defer = mb == split;
+      torch::autograd::backward({loss / 3.0});
+      stash.run_weight_grads();
+    }
+    std::map<std::string, at::Tensor> acc;
+    for (auto& p : m.store->params()) acc[p.name] = p.tensor.grad().clone();
+    zero(m);
+    at::Tensor loss = s.forward(at::Tensor(), tk.narrow(0, 0, 3), nullptr, nullptr);
+    torch::autograd::backward({loss});
+    for (auto& p : m.store->params())
+      EXPECT_TRUE(at::allclose(acc[p.name], p.tensor.grad(), 1e-5, 1e-7))
+          << p.name << " (split microbatch " << split << ")";
   }
-  std::map<std::string, at::Tensor> acc;
-  for (auto& p : m.store->params()) acc[p.name] = p.tensor.grad().clone();
-  zero(m);
-  at::Tensor loss = s.forward(at::Tensor(), tk, nullptr, nullptr);
-  torch::autograd::backward({loss});
-  for (auto& p : m.store->params())
-    EXPECT_TRUE(at::allclose(acc[p.name], p.tensor.grad(), 1e-5, 1e-7)) << p.name;
 }
 
 // An independent formulation of the model's definition (model.h), with plain ATen ops on the

@@ -12,7 +12,7 @@
 namespace ppc {
 
 CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
-                            const AlongsideFn& alongside, AlongsideReads reads) {
+                            const Alongside& alongside) {
   CheckedPlan out;
   // Lowering under unit costs (lower_for_model's, and the verifier's own check of the compute
   // order) is one and the same run: do it once, below.
@@ -39,21 +39,25 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
     lowered.execution = &ex;
   }
   std::exception_ptr alongside_error;
-  auto call_alongside = [&] {
+  auto call = [&](const AlongsideFn& part) {
+    if (!part || alongside_error) return;
     try {
-      alongside(out.plan);
+      part(out.plan);
     } catch (...) {
       alongside_error = std::current_exception();
     }
   };
   if (lower_here) {
-    // Lowering, with the lowered plan's verification beside it (lower_and_verify); `alongside`
-    // beside both when it reads only the compute order, else beside the rest of that verification.
+    // Lowering, with the lowered plan's verification beside it (lower_and_verify); the compute
+    // order's part of `alongside` beside both, then its whole plan's part beside the rest of that
+    // verification.
     std::jthread beside;  // joined on the way out, even on a throw
-    if (alongside && reads == AlongsideReads::ComputeOrder) beside = std::jthread(call_alongside);
+    if (alongside.compute_order) beside = std::jthread([&] { call(alongside.compute_order); });
     try {  // out.report is not what `alongside` reads: it may be written meanwhile
       out.report = lower_and_verify(out.plan, lowered, [&] {
-        if (alongside && !beside.joinable()) beside = std::jthread(call_alongside);
+        if (!alongside.whole_plan) return;
+        if (beside.joinable()) beside.join();  // the compute order's part comes first
+        beside = std::jthread([&] { call(alongside.whole_plan); });
       });
     } catch (const UserError& e) {
       out.report = std::move(compute_report);
@@ -62,7 +66,10 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
     if (beside.joinable()) beside.join();  // `alongside` has finished with out.plan
   } else {
     out.report = verify(out.plan, lowered);
-    if (alongside && out.report.ok()) call_alongside();
+    if (out.report.ok()) {
+      call(alongside.compute_order);
+      call(alongside.whole_plan);
+    }
   }
   if (!out.report.ok()) return out;
   if (alongside_error) std::rethrow_exception(alongside_error);

@@ -31,21 +31,23 @@ struct CheckedPlan {
 // lowered yet) and report = verify(plan); if ok and asked, sim = simulate(plan, cost) (without
 // times and memory points for Summary).
 //
-// `alongside`, when set, is called once with the final plan whenever its compute order passed
-// verification, and what it makes is only valid if the returned report is ok. For a plan
-// lowered here (from that verified compute order, by lower_and_verify, which verifies the lowered
-// plan as lowering writes it) it runs on another thread, so that work which needs only the plan
-// (an emitter writing into memory) overlaps the verification: as soon as lowering is done, or,
-// when it reads only the compute order (`reads`), from the start of lowering. Otherwise it runs
-// after that verification. It may throw: the exception reaches the caller after the verification
-// ends, unless the plan failed it.
+// `alongside` (either part may be empty) is work that needs only the plan, such as an emitter
+// writing into memory: each part is called once with the final plan whenever its compute order
+// passed verification, `compute_order` first, and what they make is only valid if the returned
+// report is ok. For a plan lowered here (from that verified compute order, by lower_and_verify,
+// which verifies the lowered plan as lowering writes it) they run on another thread, overlapping
+// the verification: `compute_order`, which reads the plan but its lowered order (lowering may be
+// writing it meanwhile), from the start of lowering; `whole_plan` as soon as lowering is done and
+// `compute_order` has returned. Otherwise they run after that verification. They may throw: the
+// first exception reaches the caller after the verification ends, unless the plan failed it (a
+// part after a throwing one is not called).
 using AlongsideFn = std::function<void(const Plan&)>;
-enum class AlongsideReads : uint8_t {
-  WholePlan,     // lowered order included
-  ComputeOrder,  // the plan but its lowered order, which lowering may still be writing meanwhile
+struct Alongside {
+  AlongsideFn compute_order = {};  // reads the plan but its lowered order
+  AlongsideFn whole_plan = {};     // reads the whole plan, lowered order included
 };
+
 CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
-                            const AlongsideFn& alongside = {},
-                            AlongsideReads reads = AlongsideReads::WholePlan);
+                            const Alongside& alongside = {});
 
 }  // namespace ppc

@@ -97,7 +97,21 @@ std::vector<LayerKind> parse_stage_symbols(const std::string& text, const Reader
 
 }  // namespace
 
-void emit_json_plan(const Plan& plan, std::ostream& os) {
+std::vector<std::string> json_compute_arrays(const Plan& plan) {
+  std::vector<std::string> out(plan.compute.size());
+  for (size_t r = 0; r < plan.compute.size(); ++r) {
+    std::ostringstream text;
+    {
+      BlockWriter w(text);
+      write_actions(w, plan.compute[r]);
+    }
+    out[r] = std::move(text).str();
+  }
+  return out;
+}
+
+void emit_json_plan(const Plan& plan, std::ostream& os,
+                    const std::vector<std::string>* compute_arrays) {
   // Written by hand around nlohmann's dump so that each rank's action lists stay on one line.
   ojson layout;
   layout["source"] = plan.layout.source;
@@ -123,7 +137,10 @@ void emit_json_plan(const Plan& plan, std::ostream& os) {
        << ", \"stages\": " << ojson(plan.placement.rank_stages[static_cast<size_t>(r)]).dump();
     BlockWriter out(os);
     out.put(",\n     \"compute\": ");
-    write_actions(out, plan.compute[static_cast<size_t>(r)]);
+    if (compute_arrays)
+      out.put((*compute_arrays)[static_cast<size_t>(r)]);
+    else
+      write_actions(out, plan.compute[static_cast<size_t>(r)]);
     if (plan.is_lowered()) {
       out.put(",\n     \"actions\": ");
       write_actions(out, plan.lowered[static_cast<size_t>(r)]);

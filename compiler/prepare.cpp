@@ -7,8 +7,8 @@
 namespace ppc {
 
 CheckedPlan prepare_plan(Plan plan, const CostModel& cost, const std::string& imported_from,
-                         SimulationNeed need, const AlongsideFn& alongside, AlongsideReads reads) {
-  CheckedPlan checked = check_and_lower(std::move(plan), cost, need, alongside, reads);
+                         SimulationNeed need, const Alongside& alongside) {
+  CheckedPlan checked = check_and_lower(std::move(plan), cost, need, alongside);
   const VerifyReport& report = checked.report;
   if (!report.ok()) {
     const bool imported = !imported_from.empty();

@@ -14,11 +14,10 @@ namespace ppc {
 // check_and_lower(plan, cost, need), and a plan that fails is a UserError naming `imported_from`
 // (the file it was read from) with one verifier message per line, or, when `imported_from` is
 // empty (the plan was generated), an InternalError. The result's plan is lowered and valid.
-// `alongside` and `reads` as in check_and_lower: called with the plan once it is known to be
-// valid, or beside its last verification (or its lowering).
+// `alongside` as in check_and_lower: its parts are called with the plan once it is known to be
+// valid, or beside its last verification (and its lowering).
 CheckedPlan prepare_plan(Plan plan, const CostModel& cost, const std::string& imported_from,
                          SimulationNeed need = SimulationNeed::None,
-                         const AlongsideFn& alongside = {},
-                         AlongsideReads reads = AlongsideReads::WholePlan);
+                         const Alongside& alongside = {});
 
 }  // namespace ppc

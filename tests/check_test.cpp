@@ -2,6 +2,7 @@
 // one, as ppcompile ran them before: verify the compute order, lower_for_model, verify, simulate.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -188,10 +189,10 @@ TEST(CheckAndLower, AlongsideSeesTheFinalPlanOnce) {
       int calls = 0;
       Plan seen;
       const CheckedPlan got =
-          check_and_lower(*built, cost, SimulationNeed::Summary, [&](const Plan& p) {
+          check_and_lower(*built, cost, SimulationNeed::Summary, {.whole_plan = [&](const Plan& p) {
             ++calls;
             seen = p;
-          });
+          }});
       ASSERT_TRUE(got.report.ok());
       EXPECT_EQ(calls, 1);
       EXPECT_EQ(seen, got.plan);
@@ -211,8 +212,9 @@ TEST(CheckAndLower, AlongsideIsNotCalledForAnInvalidPlan) {
                                             true);
   for (const Plan* p : {&bad_order, &deadlocked}) {
     int calls = 0;
-    const CheckedPlan got =
-        check_and_lower(*p, CostModel{}, SimulationNeed::None, [&](const Plan&) { ++calls; });
+    const CheckedPlan got = check_and_lower(*p, CostModel{}, SimulationNeed::None,
+                                            {.compute_order = [&](const Plan&) { ++calls; },
+                                             .whole_plan = [&](const Plan&) { ++calls; }});
     EXPECT_FALSE(got.report.ok());
     EXPECT_EQ(calls, 0);
   }
@@ -220,12 +222,21 @@ TEST(CheckAndLower, AlongsideIsNotCalledForAnInvalidPlan) {
 
 TEST(CheckAndLower, AnExceptionFromAlongsideReachesTheCaller) {
   const Plan built = generated_plan("1F1B", 4, 1, 8);
-  EXPECT_THROW(check_and_lower(built, CostModel{}, SimulationNeed::None,
-                               [](const Plan&) { throw std::runtime_error("alongside failed"); }),
+  const auto fail = [](const Plan&) { throw std::runtime_error("alongside failed"); };
+  EXPECT_THROW(check_and_lower(built, CostModel{}, SimulationNeed::None, {.whole_plan = fail}),
                std::runtime_error);
+  EXPECT_THROW(check_and_lower(built, CostModel{}, SimulationNeed::None, {.compute_order = fail}),
+               std::runtime_error);
+  // A part after a throwing one is not called.
+  bool second = false;
+  EXPECT_THROW(
+      check_and_lower(built, CostModel{}, SimulationNeed::None,
+                      {.compute_order = fail, .whole_plan = [&](const Plan&) { second = true; }}),
+      std::runtime_error);
+  EXPECT_FALSE(second);
 }
 
-// An `alongside` that reads only the compute order starts before lowering (beside it, for a plan
+// The compute order's part of `alongside` starts before lowering (beside it, for a plan
 // lowered here): it sees the plan's compute order, and what the caller gets is what it gets
 // without one. The table's rows are such a reader.
 TEST(CheckAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) {
@@ -236,16 +247,14 @@ TEST(CheckAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) 
       int calls = 0;
       std::vector<std::vector<Action>> seen;
       std::string table;
-      const CheckedPlan got = check_and_lower(
-          *built, cost, SimulationNeed::Summary,
-          [&](const Plan& p) {
-            ++calls;
-            seen = p.compute;
-            std::ostringstream os;
-            emit_table_rows(p, os, TableOptions{});
-            table = os.str();
-          },
-          AlongsideReads::ComputeOrder);
+      const CheckedPlan got = check_and_lower(*built, cost, SimulationNeed::Summary,
+                                              {.compute_order = [&](const Plan& p) {
+                                                ++calls;
+                                                seen = p.compute;
+                                                std::ostringstream os;
+                                                emit_table_rows(p, os, TableOptions{});
+                                                table = os.str();
+                                              }});
       ASSERT_TRUE(got.report.ok());
       EXPECT_EQ(calls, 1);
       EXPECT_EQ(seen, got.plan.compute);
@@ -257,20 +266,19 @@ TEST(CheckAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) 
   }
 }
 
-// Started before lowering, such an `alongside` also runs for a compute order that passes the
+// Started before lowering, that part also runs for a compute order that passes the
 // verifier's checks but cannot run; the report is lowering's error, and the alongside's own
 // failure (the table cannot be laid out either) does not reach the caller.
 TEST(CheckAndLower, AlongsideReadingTheComputeOrderOfAnOrderThatCannotRun) {
   const Plan p = order_that_cannot_run();
   int calls = 0;
-  const CheckedPlan got = check_and_lower(
-      p, CostModel{}, SimulationNeed::Summary,
-      [&](const Plan& plan) {
-        ++calls;
-        std::ostringstream os;
-        emit_table_rows(plan, os, TableOptions{});  // throws: the order cannot run
-      },
-      AlongsideReads::ComputeOrder);
+  const CheckedPlan got = check_and_lower(p, CostModel{}, SimulationNeed::Summary,
+                                          {.compute_order = [&](const Plan& plan) {
+                                            ++calls;
+                                            std::ostringstream os;
+                                            // throws: the order cannot run
+                                            emit_table_rows(plan, os, TableOptions{});
+                                          }});
   EXPECT_EQ(calls, 1);
   ASSERT_EQ(got.report.errors.size(), 1u);
   EXPECT_EQ(got.report.errors[0].rfind("the compute order cannot run: rank 0 waits at", 0), 0u)
@@ -353,6 +361,43 @@ TEST(LowerAndVerify, AnExceptionFromTheHookReachesTheCaller) {
   EXPECT_THROW(lower_and_verify(p, VerifyOptions{}, [] { throw std::runtime_error("hook"); }),
                std::runtime_error);
   EXPECT_TRUE(p.is_lowered());
+}
+
+// Both parts, as ppcompile's JSON uses them: the compute order's part has returned before the
+// whole plan's part starts, which sees the lowered plan; the JSON made from the two equals
+// emit_json_plan's, and what the caller gets is what it gets without them.
+TEST(CheckAndLower, AlongsideInTwoPartsRunsThemInOrder) {
+  const Plan generated = generated_plan("Interleaved1F1B", 8, 2, 64);       // lowered here
+  const Plan imported = lower_send_recv(generated_plan("ZB-H2", 4, 1, 8));  // verified, then called
+  for (const Plan* built : {&generated, &imported}) {
+    for (const CostModel& cost : {CostModel{}, mixed_costs()}) {
+      std::vector<std::string> arrays;
+      std::atomic<bool> first_done{false};
+      bool in_order = false, lowered = false;
+      std::string json;
+      const CheckedPlan got = check_and_lower(*built, cost, SimulationNeed::Summary,
+                                              {.compute_order =
+                                                   [&](const Plan& p) {
+                                                     arrays = json_compute_arrays(p);
+                                                     first_done = true;
+                                                   },
+                                               .whole_plan =
+                                                   [&](const Plan& p) {
+                                                     in_order = first_done;
+                                                     lowered = p.is_lowered();
+                                                     std::ostringstream os;
+                                                     emit_json_plan(p, os, &arrays);
+                                                     json = os.str();
+                                                   }});
+      ASSERT_TRUE(got.report.ok());
+      EXPECT_TRUE(in_order);
+      EXPECT_TRUE(lowered);
+      std::ostringstream want;
+      emit_json_plan(got.plan, want);
+      EXPECT_EQ(json, want.str());
+      expect_same_as_without_alongside(*built, cost, got);
+    }
+  }
 }
 
 }  // namespace

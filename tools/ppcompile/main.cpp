@@ -349,31 +349,40 @@ int run(const Options& o_given) {
   const bool timeline = (o.emit == "svg" && o.engine == "timeline") || o.emit == "trace";
   // The table, the CSV and the JSON plan (all but the report's part) are written into memory
   // beside the lowered plan's verification, and reach the output only once the plan is valid.
-  // The table's rows and the compute-only CSV need only the compute order: they start beside
-  // lowering.
+  // What needs only the compute order starts beside lowering: the table's rows, the compute-only
+  // CSV, and the JSON plan's "compute" arrays.
   const ppc::TableOptions table{use_color(o), o.compact, terminal_columns(o)};
   std::string early;
   int table_steps = 0;
-  ppc::AlongsideFn alongside;
-  if (o.emit == "table" || o.emit == "csv" || o.emit == "json")
-    alongside = [&](const ppc::Plan& p) {
+  std::vector<std::string> json_compute;
+  ppc::Alongside alongside;
+  auto into_early = [&](auto write) {
+    return [&early, write](const ppc::Plan& p) {
       std::ostringstream text;
-      if (o.emit == "table")
-        table_steps = ppc::emit_table_rows(p, text, table);
-      else if (o.emit == "csv")
-        ppc::emit_csv(p, text, o.compute_only);
-      else
-        ppc::emit_json_plan(p, text);
+      write(p, text);
       early = std::move(text).str();
     };
-  const ppc::AlongsideReads reads = o.emit == "table" || (o.emit == "csv" && o.compute_only)
-                                        ? ppc::AlongsideReads::ComputeOrder
-                                        : ppc::AlongsideReads::WholePlan;
+  };
+  if (o.emit == "table") {
+    alongside.compute_order = into_early([&](const ppc::Plan& p, std::ostream& os) {
+      table_steps = ppc::emit_table_rows(p, os, table);
+    });
+  } else if (o.emit == "csv") {
+    auto csv = into_early(
+        [&](const ppc::Plan& p, std::ostream& os) { ppc::emit_csv(p, os, o.compute_only); });
+    (o.compute_only ? alongside.compute_order : alongside.whole_plan) = csv;
+  } else if (o.emit == "json") {
+    alongside.compute_order = [&](const ppc::Plan& p) {
+      json_compute = ppc::json_compute_arrays(p);
+    };
+    alongside.whole_plan = into_early(
+        [&](const ppc::Plan& p, std::ostream& os) { ppc::emit_json_plan(p, os, &json_compute); });
+  }
   ppc::CheckedPlan checked = ppc::prepare_plan(build_plan(o), cost, imported_from,
                                                o.emit == "stats" ? ppc::SimulationNeed::Summary
                                                : timeline        ? ppc::SimulationNeed::Timeline
                                                                  : ppc::SimulationNeed::None,
-                                               alongside, reads);
+                                               alongside);
   const ppc::Plan& plan = checked.plan;
   const ppc::VerifyReport& report = checked.report;
 

@@ -480,7 +480,8 @@ std::vector<std::vector<int32_t>> compute_steps(const Plan& plan) {
   std::vector<std::vector<int32_t>> steps(starts.size());
   for (size_t r = 0; r < starts.size(); ++r) {
     steps[r].reserve(starts[r].size());
-    for (double t : starts[r]) steps[r].push_back(static_cast<int32_t>(std::lround(t)));
+    // Whole numbers (sums of unit durations), exact in a double: no rounding needed.
+    for (double t : starts[r]) steps[r].push_back(static_cast<int32_t>(t));
   }
   return steps;
 }

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <malloc.h>
+#include <signal.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -35,6 +36,10 @@ void check_device(const std::string& device) {
   if (at::detail::getCUDAHooks().getNumGPUs() < 1)
     throw ppc::UserError("cuda: no CUDA device is visible",
                          ppc::SourceLocation{"--device", 0, 0, ""});
+}
+
+void report_broken_pipes() {
+  signal(SIGPIPE, SIG_IGN);
 }
 
 int blas_threads() {

@@ -18,6 +18,11 @@ void set_threads(int threads);
 // faulted in again at the next step).
 void keep_freed_memory();
 
+// A rank's writes to a peer that has died (Gloo's sockets) fail with EPIPE, which the transport
+// reports and the failure diagnosis names ("lost rank N"), instead of SIGPIPE ending this rank
+// without a word.
+void report_broken_pipes();
+
 // OpenBLAS's thread count in this process, or -1 when OpenBLAS is not loaded.
 int blas_threads();
 

@@ -212,6 +212,7 @@ int run_worker(const Job& job, const LaunchEnv& env) {
                          : ""));
   set_threads(job.threads);
   keep_freed_memory();
+  report_broken_pipes();
   const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
   std::unique_ptr<Store> store;
   std::unique_ptr<Transport> transport, pipeline, replicas;

@@ -140,10 +140,16 @@ int emit_table_rows(const Plan& plan, std::ostream& os, const TableOptions& opts
   os << line << '\n';
   const int digits = static_cast<int>(fmt::formatted_size("{}", std::max(0, num_steps - 1)));
   std::array<bool, kNumActionKinds> seen{};
-  char text[kMaxActionText];
+  // The rows go into one buffer sized for the longest line each (label, cells with their
+  // separators and colors, newline), plus the room format_action may write past a cell's end.
+  const size_t cell_extra = opts.color ? 16 : 0;  // a color and its reset, or a dim dot
+  size_t line_max = label_width + 3;              // "Step N: " and the newline
+  for (size_t w : width) line_max += sep.size() + w + cell_extra;
+  std::string rows(line_max * static_cast<size_t>(num_steps) + kMaxActionText, '\0');
+  char* p = rows.data();
+  auto put = [&p](std::string_view s) { p = std::copy(s.begin(), s.end(), p); };
   for (int32_t t = 0; t < num_steps; ++t) {
-    line.clear();
-    fmt::format_to(std::back_inserter(line), "Step {:0{}}: ", t, digits);
+    p = fmt::format_to(p, "Step {:0{}}: ", t, digits);
     size_t trailing = 0;  // spaces of padding, only written before a later non-empty cell
     for (int r = 0; r < pp; ++r) {
       if (r) trailing += sep.size();
@@ -151,10 +157,10 @@ int emit_table_rows(const Plan& plan, std::ostream& os, const TableOptions& opts
       const size_t w = width[static_cast<size_t>(r)];
       if (i < 0) {
         if (opts.color) {  // idle: a dim dot, so that gaps read as gaps
-          line.append(trailing, ' ');
-          line += kDim;
-          line += "·";
-          line += kReset;
+          p = std::fill_n(p, trailing, ' ');
+          put(kDim);
+          put("·");
+          put(kReset);
           trailing = w - 1;
         } else {
           trailing += w;
@@ -163,20 +169,16 @@ int emit_table_rows(const Plan& plan, std::ostream& os, const TableOptions& opts
       }
       const Action& a = plan.compute[static_cast<size_t>(r)][static_cast<size_t>(i)];
       seen[static_cast<size_t>(a.kind)] = true;
-      const size_t n = cell_text(plan, a, compact, text);
-      line.append(trailing, ' ');
-      if (opts.color) {
-        line += color_of(a.kind);
-        line.append(text, n);
-        line += kReset;
-      } else {
-        line.append(text, n);
-      }
+      p = std::fill_n(p, trailing, ' ');
+      if (opts.color) put(color_of(a.kind));
+      const size_t n = cell_text(plan, a, compact, p);
+      p += n;
+      if (opts.color) put(kReset);
       trailing = w - n;
     }
-    line += '\n';
-    os.write(line.data(), static_cast<std::streamsize>(line.size()));
+    *p++ = '\n';
   }
+  os.write(rows.data(), p - rows.data());
 
   if (compact || opts.color) {  // a legend: what the letters / colors mean
     std::string legend = "Legend:";

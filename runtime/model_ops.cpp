@@ -266,11 +266,11 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
     const at::Tensor& rstd = saved[1];
     const at::Tensor& g = saved[2];
     const bool fused = ctx->saved_data["fused"].toBool();
-    // Contiguous, also for the weight gradient kept in the stash (the stash keeps what it is
-    // given: see linear_backward).
-    const at::Tensor gy = fused ? grads[0].contiguous() : grads[0];
-    at::Tensor gx;
+    at::Tensor gy = grads[0], gx;
     if (fused) {
+      // Contiguous, also for the weight gradient kept in the stash (the stash keeps what it is
+      // given: see linear_backward).
+      gy = gy.contiguous();
       gx = at::empty_like(xn);
       const int64_t n = xn.size(-1);
       kernels::rms_norm_backward(gy.data_ptr<float>(), g.data_ptr<float>(), xn.data_ptr<float>(),

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <optional>
 #include <queue>
-#include <thread>
 
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
@@ -29,9 +28,12 @@ double unit_cost(const Action& a) {
 }
 
 LoweringFeed::State LoweringFeed::wait_until_started() const {
-  State s;
-  while ((s = state()) == State::Pending) std::this_thread::yield();
-  return s;
+  while (true) {
+    const unsigned v = version();  // before the state: a change after this read ends the wait
+    const State s = state();
+    if (s != State::Pending) return s;
+    wait_for_change(v);
+  }
 }
 
 void LoweringFeed::start(const std::vector<std::vector<Action>>& orders) {
@@ -44,11 +46,13 @@ void LoweringFeed::start(const std::vector<std::vector<Action>>& orders) {
   written_ = std::make_unique<std::atomic<size_t>[]>(orders.size());
   for (size_t r = 0; r < orders.size(); ++r) written_[r].store(orders[r].size());
   state_.store(State::Writing, std::memory_order_release);
+  changed();
 }
 
 void LoweringFeed::publish(const std::vector<std::vector<Action>>& orders) {
   for (size_t r = 0; r < orders.size(); ++r)
     written_[r].store(orders[r].size(), std::memory_order_release);
+  changed();
 }
 
 namespace {

@@ -53,9 +53,14 @@ class LoweringFeed {
  public:
   enum class State : int { Pending, Writing, Done, Failed };
 
-  // Reader. Waits (yielding the core) until lowering has started writing or has failed.
+  // Reader. Waits (asleep, not spinning) until lowering has started writing or has failed.
   State wait_until_started() const;
   State state() const { return state_.load(std::memory_order_acquire); }
+  // Counts the writer's changes (start, each publish, the end). A reader that found nothing new
+  // since it read version() v sleeps in wait_for_change(v) until the writer changes something; a
+  // change made after v was read wakes it at once.
+  unsigned version() const { return version_.load(std::memory_order_acquire); }
+  void wait_for_change(unsigned v) const { version_.wait(v, std::memory_order_acquire); }
   // Valid once the state is past Pending (and not Failed): per rank, where its order is, its final
   // length, and how many of its actions are written.
   const Action* data(int r) const { return data_[static_cast<size_t>(r)]; }
@@ -65,7 +70,10 @@ class LoweringFeed {
   // Writer (lowering).
   void start(const std::vector<std::vector<Action>>& orders);
   void publish(const std::vector<std::vector<Action>>& orders);
-  void end(bool ok) { state_.store(ok ? State::Done : State::Failed, std::memory_order_release); }
+  void end(bool ok) {
+    state_.store(ok ? State::Done : State::Failed, std::memory_order_release);
+    changed();
+  }
   // Ends the feed as Failed, keeping what was written alive for the reader, which may still be
   // reading it: it is freed with the feed.
   void fail(std::vector<std::vector<Action>>&& written) {
@@ -74,7 +82,13 @@ class LoweringFeed {
   }
 
  private:
+  void changed() {
+    version_.fetch_add(1, std::memory_order_release);
+    version_.notify_all();
+  }
+
   std::atomic<State> state_{State::Pending};
+  std::atomic<unsigned> version_{0};
   std::vector<const Action*> data_;
   std::vector<size_t> final_size_;
   std::unique_ptr<std::atomic<size_t>[]> written_;

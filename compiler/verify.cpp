@@ -373,6 +373,7 @@ class Verifier {
     const Fast f = fast();
     bool clean = true;  // no action failed its checks: the model may run them
     while (true) {
+      const unsigned version = feed.version();         // read first: see wait_for_change
       const LoweringFeed::State state = feed.state();  // Done: the sizes read next are final
       if (state == LoweringFeed::State::Failed) break;
       bool progressed = false;
@@ -390,7 +391,7 @@ class Verifier {
         progressed = true;
       }
       if (state == LoweringFeed::State::Done) break;
-      if (!progressed) std::this_thread::yield();
+      if (!progressed) feed.wait_for_change(version);  // asleep until lowering publishes more
     }
     for (int r = 0; r < pp; ++r) {
       Progress& p = at[static_cast<size_t>(r)];

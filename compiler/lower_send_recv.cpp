@@ -147,9 +147,9 @@ class Lowerer {
         out_->lowered[static_cast<size_t>(r)].reserve(size[static_cast<size_t>(r)]);
       if (feed_) {
         for (int r = 0; r < pp; ++r)  // the feed's reader relies on the orders never moving
-          PPC_INTERNAL_ASSERT(out_->lowered[static_cast<size_t>(r)].capacity() ==
-                                  size[static_cast<size_t>(r)],
-                              "lowering's output reserved at other than its final size");
+          PPC_INTERNAL_ASSERT(
+              out_->lowered[static_cast<size_t>(r)].capacity() == size[static_cast<size_t>(r)],
+              "lowering's output reserved at other than its final size");
         feed_->start(out_->lowered);
         publish_stride_ = std::max<size_t>(4096, 16 * static_cast<size_t>(pp));
         next_publish_ = publish_stride_;

@@ -10,8 +10,8 @@
 #include <iterator>
 #include <ostream>
 
+#include "compiler/compute_steps.h"
 #include "compiler/emit.h"
-#include "compiler/lower_send_recv.h"
 
 namespace ppc {
 

@@ -113,12 +113,10 @@ struct RankState {
 
 class Lowerer {
  public:
-  Lowerer(const Plan& plan, const LoweringCosts& costs, bool emit,
-          std::vector<std::vector<double>>* starts, LoweringFeed* feed = nullptr)
+  Lowerer(const Plan& plan, const LoweringCosts& costs, bool emit, LoweringFeed* feed = nullptr)
       : plan_(plan),
         costs_(costs),
         emit_(emit),
-        starts_(starts),
         feed_(feed),
         cross_(plan),
         ev_(plan.num_stages(), plan.microbatches),
@@ -154,11 +152,6 @@ class Lowerer {
         publish_stride_ = std::max<size_t>(4096, 16 * static_cast<size_t>(pp));
         next_publish_ = publish_stride_;
       }
-    }
-    if (starts_) {
-      starts_->assign(static_cast<size_t>(pp), {});
-      for (int r = 0; r < pp; ++r)
-        (*starts_)[static_cast<size_t>(r)].reserve(plan_.compute[static_cast<size_t>(r)].size());
     }
     for (int r = 0; r < pp; ++r) touched_.push_back(r);
     double now = 0;
@@ -317,7 +310,6 @@ class Lowerer {
     const auto& order = plan_.compute[static_cast<size_t>(r)];
     const Action& a = order[st.pos];
     append(r, a);
-    if (starts_) (*starts_)[static_cast<size_t>(r)].push_back(now);
     const double end = now + duration(a, r);
     for_each_part(a, [&](const Action& p) { ev_.set(event_of(p.kind), p.stage, p.microbatch); });
     st.computing = true;
@@ -433,7 +425,6 @@ class Lowerer {
   const Plan& plan_;
   const LoweringCosts& costs_;
   bool emit_;
-  std::vector<std::vector<double>>* starts_;
   LoweringFeed* feed_;
   size_t appended_ = 0, next_publish_ = 0, publish_stride_ = 0;  // actions written; feed
   Plan* out_ = nullptr;
@@ -462,7 +453,7 @@ Plan lower_send_recv(Plan&& plan, const LoweringCosts& costs) {
 void lower_in_place(Plan& plan, const LoweringCosts& costs, LoweringFeed* feed) {
   Plan view;  // the lowerer reads plan and writes into view.lowered
   try {
-    Lowerer(plan, costs, true, nullptr, feed).run(&view);
+    Lowerer(plan, costs, true, feed).run(&view);
   } catch (...) {
     if (feed) feed->fail(std::move(view.lowered));
     throw;
@@ -472,22 +463,7 @@ void lower_in_place(Plan& plan, const LoweringCosts& costs, LoweringFeed* feed) 
 }
 
 void check_compute_order_runs(const Plan& plan) {
-  Lowerer(plan, LoweringCosts{}, false, nullptr).run(nullptr);
-}
-
-std::vector<std::vector<int32_t>> compute_steps(const Plan& plan) {
-  LoweringCosts unit;
-  unit.compute = [](const Action&, int) { return 1.0; };
-  unit.max_integral_duration = 1;
-  std::vector<std::vector<double>> starts;
-  Lowerer(plan, unit, false, &starts).run(nullptr);
-  std::vector<std::vector<int32_t>> steps(starts.size());
-  for (size_t r = 0; r < starts.size(); ++r) {
-    steps[r].reserve(starts[r].size());
-    // Whole numbers (sums of unit durations), exact in a double: no rounding needed.
-    for (double t : starts[r]) steps[r].push_back(static_cast<int32_t>(t));
-  }
-  return steps;
+  Lowerer(plan, LoweringCosts{}, false).run(nullptr);
 }
 
 }  // namespace ppc

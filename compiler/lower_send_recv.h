@@ -106,11 +106,6 @@ void lower_in_place(Plan& plan, const LoweringCosts& costs = {}, LoweringFeed* f
 // throws the UserError lowering would throw. The verifier's check that a compute order can run.
 void check_compute_order_runs(const Plan& plan);
 
-// The time steps of the compute orders when every action takes one step (as in PyTorch's
-// _format_pipeline_order): steps[r][i] is when rank r runs its i-th compute action. Used by the
-// terminal table. Throws like lowering.
-std::vector<std::vector<int32_t>> compute_steps(const Plan& plan);
-
 // Unit cost of an action: F=1, B=2, I=1, W=1, OVERLAP_F_B = F + B.
 double unit_cost(const Action& a);
 

@@ -85,7 +85,7 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
   struct Located {
     Action action;
     int line, column;
-    std::string source_line;
+    std::string_view source_line;  // into `text`: a copy per cell made memory quadratic in a row
   };
   std::vector<std::vector<Located>> rows;
   int line_no = 0;
@@ -112,7 +112,7 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
           at.column = c.column;
           throw UserError(fmt::format("'{}': {}", t, err), at);
         }
-        row.push_back({*a, line_no, c.column, std::string(line)});
+        row.push_back({*a, line_no, c.column, line});
       }
       rows.push_back(std::move(row));
     }
@@ -131,14 +131,15 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
     for (const Located& l : rows[static_cast<size_t>(r)]) {
       auto note = [&](int s, int mb) {
         if (s > 1000000 || mb > 10000000) {
-          throw UserError(fmt::format("stage {} / microbatch {} is too large", s, mb),
-                          SourceLocation{opts.input_name, l.line, l.column, l.source_line});
+          throw UserError(
+              fmt::format("stage {} / microbatch {} is too large", s, mb),
+              SourceLocation{opts.input_name, l.line, l.column, std::string(l.source_line)});
         }
         auto [it, fresh] = stage_rank.emplace(s, r);
         if (!fresh && it->second != r)
           throw UserError(
               fmt::format("stage {} appears on rank {} and on rank {}", s, it->second, r),
-              SourceLocation{opts.input_name, l.line, l.column, l.source_line});
+              SourceLocation{opts.input_name, l.line, l.column, std::string(l.source_line)});
         max_stage = std::max(max_stage, s);
         max_mb = std::max(max_mb, mb);
       };
@@ -151,7 +152,7 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
         if (!fresh && it->second != r)
           throw UserError(
               fmt::format("stage {} appears on rank {} and on rank {}", a.stage, it->second, r),
-              SourceLocation{opts.input_name, l.line, l.column, l.source_line});
+              SourceLocation{opts.input_name, l.line, l.column, std::string(l.source_line)});
       } else if (a.kind == ActionKind::OverlapFB) {
         note(a.stage, a.microbatch);
         note(a.stage2, a.microbatch2);

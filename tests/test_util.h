@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@ struct CliResult {
   int exit_code = -1;
   std::string out;
   std::string err;
+  long max_rss_kib = 0;  // the process's peak resident memory
 };
 
 inline std::string slurp(const std::string& path) {
@@ -79,7 +81,9 @@ inline CliResult run_binary(const std::string& binary, const std::vector<std::st
   }
   posix_spawn_file_actions_destroy(&fa);
   int status = 0;
-  waitpid(pid, &status, 0);
+  rusage usage{};
+  wait4(pid, &status, 0, &usage);
+  r.max_rss_kib = usage.ru_maxrss;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = slurp(out_path);
   r.err = slurp(err_path);

@@ -141,34 +141,49 @@ TEST(Cli, ImportsADeadlockingCsvAndExplainsIt) {
 
 // ppcompile writes the table, the CSV and the JSON plan beside the lowered plan's verification
 // (for a plan it lowers itself) or after it (for an imported one), and the report's parts last:
-// the bytes are those of the emitters run one after the other on the checked plan.
+// the bytes are those of the emitters run one after the other on the checked plan. The text is
+// held in memory in chunks of 1 MiB until the plan is valid: the second plan's CSV and JSON span
+// several of them.
 TEST(Cli, OutputsWrittenBesideVerificationEqualTheEmitters) {
-  pptest::TempDir dir;
-  ppc::CompileOptions co;
-  co.layout = ppc::generic_layout(16);
-  co.pp = 8;
-  co.schedule = "Interleaved1F1B";
-  co.microbatches = 16;
-  co.lower = false;
-  const ppc::CheckedPlan checked = ppc::prepare_plan(ppc::compile(co), ppc::CostModel{}, "");
-  std::ostringstream table, csv, json;
-  ppc::emit_table(checked.plan, checked.report, table, ppc::TableOptions{});
-  ppc::emit_csv(checked.plan, csv, false);
-  ppc::emit_json(checked.plan, checked.report, json);
-  const std::vector<std::string> generated = {
-      "--stages", "16", "--pp", "8", "--schedule", "Interleaved1F1B", "--microbatches", "16"};
-  const std::string imported = dir.write("plan.csv", csv.str());
-  for (const std::vector<std::string>& source :
-       {generated, std::vector<std::string>{"--from-csv", imported}}) {
-    for (const auto& [emit, want] : {std::pair<std::string, std::string>{"table", table.str()},
-                                     {"csv", csv.str()},
-                                     {"json", json.str()}}) {
-      if (emit != "csv" && source != generated) continue;  // an import names another schedule
-      auto args = source;
-      args.insert(args.end(), {"--emit", emit});
-      auto r = run_ppcompile(args);
-      ASSERT_EQ(r.exit_code, 0) << r.err;
-      EXPECT_EQ(r.out, want) << emit << " from " << source.front();
+  struct Size {
+    int stages, pp, microbatches;
+  };
+  for (const Size size : {Size{16, 8, 16}, Size{64, 16, 512}}) {
+    SCOPED_TRACE(size.microbatches);
+    pptest::TempDir dir;
+    ppc::CompileOptions co;
+    co.layout = ppc::generic_layout(size.stages);
+    co.pp = size.pp;
+    co.schedule = "Interleaved1F1B";
+    co.microbatches = size.microbatches;
+    co.lower = false;
+    const ppc::CheckedPlan checked = ppc::prepare_plan(ppc::compile(co), ppc::CostModel{}, "");
+    std::ostringstream table, csv, json;
+    ppc::emit_table(checked.plan, checked.report, table, ppc::TableOptions{});
+    ppc::emit_csv(checked.plan, csv, false);
+    ppc::emit_json(checked.plan, checked.report, json);
+    if (size.microbatches == 512) {
+      EXPECT_GT(csv.str().size(), size_t{3} << 19);
+      EXPECT_GT(json.str().size(), size_t{5} << 19);
+    }
+    const std::vector<std::string> generated = {
+        "--stages",       std::to_string(size.stages),
+        "--pp",           std::to_string(size.pp),
+        "--schedule",     "Interleaved1F1B",
+        "--microbatches", std::to_string(size.microbatches)};
+    const std::string imported = dir.write("plan.csv", csv.str());
+    for (const std::vector<std::string>& source :
+         {generated, std::vector<std::string>{"--from-csv", imported}}) {
+      for (const auto& [emit, want] : {std::pair<std::string, std::string>{"table", table.str()},
+                                       {"csv", csv.str()},
+                                       {"json", json.str()}}) {
+        if (emit != "csv" && source != generated) continue;  // an import names another schedule
+        auto args = source;
+        args.insert(args.end(), {"--emit", emit});
+        auto r = run_ppcompile(args);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_EQ(r.out, want) << emit << " from " << source.front();
+      }
     }
   }
 }

@@ -352,16 +352,12 @@ int run(const Options& o_given) {
   // What needs only the compute order starts beside lowering: the table's rows, the compute-only
   // CSV, and the JSON plan's "compute" arrays.
   const ppc::TableOptions table{use_color(o), o.compact, terminal_columns(o)};
-  std::string early;
+  HeldText early;
   int table_steps = 0;
   std::vector<std::string> json_compute;
   ppc::Alongside alongside;
   auto into_early = [&](auto write) {
-    return [&early, write](const ppc::Plan& p) {
-      std::ostringstream text;
-      write(p, text);
-      early = std::move(text).str();
-    };
+    return [&early, write](const ppc::Plan& p) { write(p, early.stream()); };
   };
   if (o.emit == "table") {
     alongside.compute_order = into_early([&](const ppc::Plan& p, std::ostream& os) {
@@ -388,7 +384,7 @@ int run(const Options& o_given) {
 
   Output output(o.output);  // the plan is valid: write it as it is emitted
   std::ostream& out = output.stream();
-  out.write(early.data(), static_cast<std::streamsize>(early.size()));  // all of the CSV
+  early.write_to(out);  // all of the CSV
   if (o.emit == "table") {
     ppc::emit_table_summary(plan, report, table_steps, out);
   } else if (o.emit == "json") {

@@ -7,8 +7,11 @@
 #pragma once
 
 #include <fstream>
+#include <memory>
 #include <ostream>
+#include <streambuf>
 #include <string>
+#include <vector>
 
 class Output {
  public:
@@ -26,4 +29,37 @@ class Output {
   std::string path_, tmp_;
   std::ofstream file_;
   bool committed_ = false;
+};
+
+// Text held in memory until it may be written (ppcompile writes a plan's text beside its
+// verification, and shows it only once the plan is valid). An ostream over chunks of a fixed size:
+// growing it never moves what was written (a string stream copies all of it each time it doubles,
+// and touches twice the memory), and write_to() sends the chunks out as they are.
+class HeldText {
+ public:
+  HeldText() = default;
+  HeldText(const HeldText&) = delete;
+  HeldText& operator=(const HeldText&) = delete;
+
+  std::ostream& stream() { return os_; }
+  size_t size() const { return buf_.size(); }
+  void write_to(std::ostream& out) const { buf_.write_to(out); }
+
+ private:
+  class Chunks : public std::streambuf {
+   public:
+    static constexpr size_t kChunk = size_t{1} << 20;
+    size_t size() const;
+    void write_to(std::ostream& out) const;
+
+   protected:
+    int_type overflow(int_type c) override;
+    std::streamsize xsputn(const char* s, std::streamsize n) override;
+
+   private:
+    void next_chunk();
+    std::vector<std::unique_ptr<char[]>> chunks_;  // all full but the last, filled to pptr()
+  };
+  Chunks buf_;
+  std::ostream os_{&buf_};
 };

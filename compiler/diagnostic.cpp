@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <string_view>
+
 namespace ppc {
 
 std::string printable(std::string_view text) {
@@ -27,11 +30,22 @@ std::string UserError::format() const {
   }
   out += message_;
   if (!where_.source_line.empty()) {
+    // A long line (a CSV row holds a rank's whole order) is shown as a window around the column.
+    constexpr size_t kWidth = 100;
+    const std::string_view line = where_.source_line;
+    const size_t at = where_.column > 0 ? static_cast<size_t>(where_.column - 1) : 0;
+    size_t begin = 0;
+    if (line.size() > kWidth && at > kWidth / 2)
+      begin = std::min(at - kWidth / 2, line.size() - kWidth);
+    const std::string_view shown = line.substr(begin, kWidth);
+    const std::string_view before = begin > 0 ? "..." : "";
     out += "\n  ";
-    out += where_.source_line;
+    out += before;
+    out += shown;
+    if (begin + shown.size() < line.size()) out += "...";
     if (where_.column > 0) {
       out += "\n  ";
-      out += std::string(static_cast<size_t>(where_.column - 1), ' ');
+      out += std::string(before.size() + at - begin, ' ');
       out += '^';
     }
   }

@@ -1,4 +1,5 @@
 // Importers and emitters: CSV (PyTorch's format) and the JSON plan, including their errors.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -102,6 +103,35 @@ TEST(Csv, ErrorsPointAtTheCell) {
             "of the rank count");
   EXPECT_EQ(error_of([&] { read_csv("0F0,3F0\n1F0,2F0\n2F0\n", io); }).substr(0, 40),
             "bad.csv:3:1: stage 2 appears on rank 1 a");
+}
+
+// A CSV row is a rank's whole order (tens of kilobytes for a large plan): the error shows 100
+// characters of it around the cell, the caret under the cell.
+TEST(Csv, ErrorsInALongRowShowTheCellsNeighbourhood) {
+  CsvImportOptions io;
+  io.input_name = "long.csv";
+  std::string row;
+  for (int mb = 0; mb < 2000; ++mb) row += fmt::format("0F{},", mb);
+  const std::string middle = row + "0Q7," + row + "0F9";
+  const std::string e = error_of([&] { read_csv(middle + "\n", io); });
+  const size_t column = row.size() + 1;
+  ASSERT_EQ(e.substr(0, e.find('\n')),
+            fmt::format("long.csv:1:{}: '0Q7': unknown action kind", column));
+  const std::string shown = e.substr(e.find('\n') + 1, e.rfind('\n') - e.find('\n') - 1);
+  const std::string caret = e.substr(e.rfind('\n') + 1);
+  EXPECT_EQ(shown.size(), 2 + 3 + 100 + 3) << shown;  // "  ..." 100 characters "..."
+  EXPECT_EQ(shown.substr(0, 5), "  ...");
+  EXPECT_EQ(shown.substr(shown.size() - 3), "...");
+  EXPECT_EQ(caret.back(), '^');
+  EXPECT_EQ(shown.substr(caret.size() - 1, 4), "0Q7,") << shown << "\n" << caret;
+  // Near the start of the line: no leading "...", the caret at the column itself.
+  const std::string early = error_of([&] { read_csv("0F0,0Q1," + row + "\n", io); });
+  EXPECT_NE(early.find("\n  0F0,0Q1,0F0,"), std::string::npos) << early.substr(0, 300);
+  EXPECT_NE(early.find("...\n      ^"), std::string::npos) << early.substr(0, 300);
+  // Near the end: no trailing "...".
+  const std::string late = error_of([&] { read_csv(row + "0Q1\n", io); });
+  EXPECT_EQ(late.substr(late.find('\n') + 1, 5), "  ...");
+  EXPECT_NE(late.find("0Q1\n"), std::string::npos);
 }
 
 TEST(Json, RoundTrips) {

@@ -69,15 +69,41 @@ UserError parse_error(const std::string& text) {
   return expect_user_error([&] { parse_layout(text); }, "parse_layout(\"" + text + "\")");
 }
 
-// The caret line of a formatted error must put '^' under the column.
+// The caret line of a formatted error must put '^' under the column. A line up to 100 characters
+// is shown whole; a longer one as 100 characters around the column, "..." marking what is cut.
 void expect_caret(const UserError& e) {
   const std::string f = e.format();
   const auto& where = e.where();
   ASSERT_GE(where.column, 1) << f;
   ASSERT_FALSE(where.source_line.empty()) << f;
-  const std::string expected = "\n  " + where.source_line + "\n  " +
-                               std::string(static_cast<size_t>(where.column - 1), ' ') + "^";
-  EXPECT_NE(f.find(expected), std::string::npos) << f;
+  const std::string& line = where.source_line;
+  if (line.size() <= 100) {
+    const std::string expected =
+        "\n  " + line + "\n  " + std::string(static_cast<size_t>(where.column - 1), ' ') + "^";
+    EXPECT_NE(f.find(expected), std::string::npos) << f;
+    return;
+  }
+  const size_t caret_start = f.rfind('\n'), shown_start = f.rfind('\n', caret_start - 1);
+  ASSERT_NE(shown_start, std::string::npos) << f;
+  std::string shown = f.substr(shown_start + 3, caret_start - shown_start - 3);  // after "\n  "
+  const std::string caret = f.substr(caret_start + 3);
+  ASSERT_FALSE(caret.empty()) << f;
+  ASSERT_EQ(caret.find_first_not_of(' '), caret.size() - 1) << f;
+  ASSERT_EQ(caret.back(), '^') << f;
+  size_t offset = 0;  // where `shown` starts in the line
+  if (shown.rfind("...", 0) == 0) {
+    shown.erase(0, 3);
+    offset = 3;
+  }
+  if (shown.size() >= 3 && shown.compare(shown.size() - 3, 3, "...") == 0 &&
+      line.find(shown) == std::string::npos)
+    shown.resize(shown.size() - 3);
+  ASSERT_LE(shown.size(), 100u) << f;
+  const size_t at = caret.size() - 1 - offset;  // the caret's index in `shown`
+  ASSERT_LT(at, shown.size()) << f;
+  // `shown` is the part of the line that puts the caret's character at the column.
+  const size_t begin = static_cast<size_t>(where.column - 1) - at;
+  EXPECT_EQ(line.substr(begin, shown.size()), shown) << f;
 }
 
 // --- Megatron-LM's test cases -----------------------------------------------------------------

@@ -56,11 +56,6 @@ void Output::commit() {
   }
 }
 
-size_t HeldText::Chunks::size() const {
-  if (chunks_.empty()) return 0;
-  return (chunks_.size() - 1) * kChunk + static_cast<size_t>(pptr() - pbase());
-}
-
 void HeldText::Chunks::write_to(std::ostream& out) const {
   for (size_t i = 0; i < chunks_.size(); ++i) {
     const size_t n = i + 1 < chunks_.size() ? kChunk : static_cast<size_t>(pptr() - pbase());

@@ -42,14 +42,12 @@ class HeldText {
   HeldText& operator=(const HeldText&) = delete;
 
   std::ostream& stream() { return os_; }
-  size_t size() const { return buf_.size(); }
   void write_to(std::ostream& out) const { buf_.write_to(out); }
 
  private:
   class Chunks : public std::streambuf {
    public:
     static constexpr size_t kChunk = size_t{1} << 20;
-    size_t size() const;
     void write_to(std::ostream& out) const;
 
    protected:

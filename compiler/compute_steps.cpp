@@ -19,34 +19,15 @@
 #include "compiler/compute_steps.h"
 
 #include "compiler/dependencies.h"
-#include "compiler/diagnostic.h"
 #include "compiler/stuck.h"
+#include "compiler/transfers.h"
 
 namespace ppc {
 
 std::vector<std::vector<int32_t>> compute_steps(const Plan& plan) {
-  const int pp = plan.pp(), num_stages = plan.num_stages();
-  // Per stage, the rank that receives F(s)'s activation / B or I(s)'s gradient, or -1 when the
-  // output stays on the rank.
-  std::vector<int> forward_to(static_cast<size_t>(num_stages), -1),
-      backward_to(static_cast<size_t>(num_stages), -1);
-  for (int s = 0; s < num_stages; ++s) {
-    if (forward_crosses_ranks(plan, s))
-      forward_to[static_cast<size_t>(s)] = plan.rank_of(plan.next_stage(s));
-    if (backward_crosses_ranks(plan, s))
-      backward_to[static_cast<size_t>(s)] = plan.rank_of(plan.prev_stage(s));
-  }
-  EventFlags ev(num_stages, plan.microbatches);
-  auto ready = [&](const Action& part, const Action* with) {
-    bool ok = true;
-    for_each_need(plan, part, [&](const Need& n) {
-      if (ev.happened(n)) return;
-      if (with && n.event == Event::F && n.stage == with->stage && n.microbatch == with->microbatch)
-        return;  // the forward part of the same OverlapFB, which runs first
-      ok = false;
-    });
-    return ok;
-  };
+  const int pp = plan.pp();
+  const CrossRank cross(plan);
+  EventFlags ev(plan.num_stages(), plan.microbatches);
 
   std::vector<std::vector<int32_t>> steps(static_cast<size_t>(pp));
   std::vector<size_t> pos(static_cast<size_t>(pp), 0);
@@ -71,17 +52,10 @@ std::vector<std::vector<int32_t>> compute_steps(const Plan& plan) {
         touch(r, t);
         const Action& done = plan.compute[static_cast<size_t>(r)][pos[static_cast<size_t>(r)] - 1];
         for_each_part(done, [&](const Action& p) {
-          const size_t s = static_cast<size_t>(p.stage);
-          if (p.kind == ActionKind::F) {
-            if (const int q = forward_to[s]; q >= 0) {
-              ev.set(Event::RecvF, plan.next_stage(p.stage), p.microbatch);
-              touch(q, t);
-            }
-          } else if (is_backward_input(p.kind)) {
-            if (const int q = backward_to[s]; q >= 0) {
-              ev.set(Event::RecvB, plan.prev_stage(p.stage), p.microbatch);
-              touch(q, t);
-            }
+          if (const auto transfer = cross.transfer(r, p)) {
+            const Action& recv = transfer->recv;
+            ev.set(event_of(recv.kind), recv.stage, recv.microbatch);
+            touch(transfer->peer, t);
           }
         });
       }
@@ -92,14 +66,7 @@ std::vector<std::vector<int32_t>> compute_steps(const Plan& plan) {
       size_t& i = pos[static_cast<size_t>(r)];
       if (i == order.size()) continue;
       const Action& a = order[i];
-      bool can = false;
-      if (a.kind == ActionKind::OverlapFB) {
-        const Action f = a.forward_part();
-        can = ready(f, nullptr) && ready(a.backward_part(), &f);
-      } else {
-        can = ready(a, nullptr);
-      }
-      if (!can) continue;
+      if (!inputs_ready(plan, ev, a)) continue;
       for_each_part(a, [&](const Action& p) { ev.set(event_of(p.kind), p.stage, p.microbatch); });
       steps[static_cast<size_t>(r)].push_back(t);
       ++i;
@@ -107,16 +74,8 @@ std::vector<std::vector<int32_t>> compute_steps(const Plan& plan) {
       next_running.push_back(r);
     }
     running.swap(next_running);
-    if (running.empty() && left > 0) {  // nothing runs and nothing will: lowering's error
-      std::vector<StuckRank> stuck;
-      for (int r = 0; r < pp; ++r) {
-        const auto& order = plan.compute[static_cast<size_t>(r)];
-        const size_t i = pos[static_cast<size_t>(r)];
-        if (i < order.size())
-          stuck.push_back(describe_stuck_compute(plan, ev, r, static_cast<int>(i), order[i]));
-      }
-      throw UserError("the compute order cannot run: " + explain_stuck(stuck));
-    }
+    // Nothing runs, so nothing ever will: lowering's error.
+    if (running.empty() && left > 0) throw_if_computes_stuck(plan, ev, pos);
   }
   return steps;
 }

@@ -196,6 +196,26 @@ class EventFlags {
   int stages_, mbs_;
   std::vector<Flag> flags_;
 };
+// Can compute action `a` start, every input it needs having happened per `ev`? The backward part
+// of an OverlapFB may use what its forward part produces: that part runs first.
+inline bool inputs_ready(const Plan& plan, const EventFlags& ev, const Action& a) {
+  auto ready = [&](const Action& part, const Action* with) {
+    bool ok = true;
+    for_each_need(plan, part, [&](const Need& n) {
+      if (ev.happened(n)) return;
+      if (with && n.event == Event::F && n.stage == with->stage && n.microbatch == with->microbatch)
+        return;
+      ok = false;
+    });
+    return ok;
+  };
+  if (a.kind == ActionKind::OverlapFB) {
+    const Action f = a.forward_part();
+    return ready(f, nullptr) && ready(a.backward_part(), &f);
+  }
+  return ready(a, nullptr);
+}
+
 // Positions of the communication events only (RecvF, RecvB, SendF, SendB).
 using CommPositions = EventTableOf<int32_t, static_cast<int>(Event::RecvF), 4>;
 

@@ -8,6 +8,7 @@
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
 #include "compiler/stuck.h"
+#include "compiler/transfers.h"
 
 namespace ppc {
 
@@ -60,45 +61,6 @@ namespace {
 struct PendingRecv {
   Action recv;
   int sender;
-};
-
-// One transfer of a compute's output to the rank that consumes it.
-struct Transfer {
-  Action send, recv;
-  int peer;
-};
-
-// Per stage, the rank its output goes to when that is another rank: forward[s] for F(s)'s
-// activation (to the next stage), backward[s] for B/I(s)'s gradient (to the previous stage);
-// -1 when the output stays on the rank or there is no such stage.
-struct CrossRank {
-  std::vector<int> forward, backward;
-  explicit CrossRank(const Plan& plan)
-      : forward(static_cast<size_t>(plan.num_stages()), -1),
-        backward(static_cast<size_t>(plan.num_stages()), -1) {
-    for (int s = 0; s < plan.num_stages(); ++s) {
-      if (forward_crosses_ranks(plan, s)) forward[static_cast<size_t>(s)] = plan.rank_of(s + 1);
-      if (backward_crosses_ranks(plan, s)) backward[static_cast<size_t>(s)] = plan.rank_of(s - 1);
-    }
-  }
-  // The rank a plain compute part's output goes to, or -1.
-  int peer(const Action& part) const {
-    const size_t s = static_cast<size_t>(part.stage);
-    if (part.kind == ActionKind::F) return forward[s];
-    return is_backward_input(part.kind) ? backward[s] : -1;
-  }
-  // The transfer a plain compute part of `rank` needs, if its output goes to another rank (the
-  // next stage is s + 1 and the previous s - 1 whenever they exist).
-  std::optional<Transfer> transfer(int rank, const Action& part) const {
-    const int q = peer(part);
-    if (q < 0) return std::nullopt;
-    const int s = part.stage, mb = part.microbatch;
-    if (part.kind == ActionKind::F)
-      return Transfer{Action::comm(ActionKind::SendF, s, mb, q),
-                      Action::comm(ActionKind::RecvF, s + 1, mb, rank), q};
-    return Transfer{Action::comm(ActionKind::SendB, s, mb, q),
-                    Action::comm(ActionKind::RecvB, s - 1, mb, rank), q};
-  }
 };
 
 struct RankState {
@@ -172,14 +134,9 @@ class Lowerer {
       }
     }
     if (feed_) feed_->publish(out_->lowered);
-    std::vector<StuckRank> stuck;
-    for (int r = 0; r < pp; ++r) {
-      const auto& order = plan_.compute[static_cast<size_t>(r)];
-      const size_t i = ranks_[static_cast<size_t>(r)].pos;
-      if (i < order.size())
-        stuck.push_back(describe_stuck_compute(plan_, ev_, r, static_cast<int>(i), order[i]));
-    }
-    if (!stuck.empty()) throw UserError("the compute order cannot run: " + explain_stuck(stuck));
+    std::vector<size_t> next(static_cast<size_t>(pp));
+    for (int r = 0; r < pp; ++r) next[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)].pos;
+    throw_if_computes_stuck(plan_, ev_, next);
   }
 
  private:
@@ -263,19 +220,6 @@ class Lowerer {
     ++appended_;
   }
 
-  // Has every input of `part` been produced locally or posted as a RECV? `with` (if set) is the
-  // forward part of the same OverlapFB, which runs first.
-  bool ready(const Action& part, const Action* with) const {
-    bool ok = true;
-    for_each_need(plan_, part, [&](const Need& n) {
-      if (ev_.happened(n)) return;
-      if (with && n.event == Event::F && n.stage == with->stage && n.microbatch == with->microbatch)
-        return;
-      ok = false;
-    });
-    return ok;
-  }
-
   // Tries to start a compute on every rank something happened to. Trying may post held-back
   // SENDs and so touch other ranks: repeat until nothing changes at this time.
   void start_touched(double now) {
@@ -326,14 +270,10 @@ class Lowerer {
     push(end, r, true);
   }
 
+  // Has every input of rank r's next compute been produced locally or posted as a RECV?
   bool next_ready(int r) const {
     const RankState& st = ranks_[static_cast<size_t>(r)];
-    const Action& a = plan_.compute[static_cast<size_t>(r)][st.pos];
-    if (a.kind == ActionKind::OverlapFB) {
-      const Action f = a.forward_part();
-      return ready(f, nullptr) && ready(a.backward_part(), &f);
-    }
-    return ready(a, nullptr);
+    return inputs_ready(plan_, ev_, plan_.compute[static_cast<size_t>(r)][st.pos]);
   }
 
   bool can_start(int r, double now) const {

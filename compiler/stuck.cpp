@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "compiler/diagnostic.h"
+
 namespace ppc {
 
 namespace {
@@ -58,6 +60,18 @@ StuckRank describe_stuck_compute(const Plan& plan, const EventFlags& ev, int ran
   for_each_part(a, consider);
   if (s.waits_for.empty()) s.waits_for = "nothing (internal: should have run)";
   return s;
+}
+
+void throw_if_computes_stuck(const Plan& plan, const EventFlags& ev,
+                             const std::vector<size_t>& next) {
+  std::vector<StuckRank> stuck;
+  for (int r = 0; r < plan.pp(); ++r) {
+    const auto& order = plan.compute[static_cast<size_t>(r)];
+    const size_t i = next[static_cast<size_t>(r)];
+    if (i < order.size())
+      stuck.push_back(describe_stuck_compute(plan, ev, r, static_cast<int>(i), order[i]));
+  }
+  if (!stuck.empty()) throw UserError("the compute order cannot run: " + explain_stuck(stuck));
 }
 
 std::string explain_stuck(const std::vector<StuckRank>& stuck) {

@@ -23,6 +23,12 @@ struct StuckRank {
 StuckRank describe_stuck_compute(const Plan& plan, const EventFlags& ev, int rank, int index,
                                  const Action& a);
 
+// Lowering's error when the compute orders cannot run on (a UserError naming the stuck ranks and
+// the cycle): `next[r]` is the position of rank r's next compute action, `ev` what has happened.
+// Returns if every rank has run all of its order.
+void throw_if_computes_stuck(const Plan& plan, const EventFlags& ev,
+                             const std::vector<size_t>& next);
+
 // "rank 0 waits at its action 5 (4F0) for ... from rank 3; rank 3 waits at ...; cycle: rank 0 ->
 // rank 3 -> rank 0". Starts at the first stuck rank and follows waits_on.
 std::string explain_stuck(const std::vector<StuckRank>& stuck);

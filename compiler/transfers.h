@@ -1,0 +1,53 @@
+// The transfers lowering inserts: where each compute's output goes when another rank consumes it
+// (used by lowering and by the table's steps, which follow lowering).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "compiler/action.h"
+#include "compiler/dependencies.h"
+#include "compiler/plan.h"
+
+namespace ppc {
+
+// One transfer of a compute's output to the rank that consumes it.
+struct Transfer {
+  Action send, recv;
+  int peer;
+};
+
+// Per stage, the rank its output goes to when that is another rank: forward[s] for F(s)'s
+// activation (to the next stage), backward[s] for B/I(s)'s gradient (to the previous stage);
+// -1 when the output stays on the rank or there is no such stage.
+struct CrossRank {
+  std::vector<int> forward, backward;
+  explicit CrossRank(const Plan& plan)
+      : forward(static_cast<size_t>(plan.num_stages()), -1),
+        backward(static_cast<size_t>(plan.num_stages()), -1) {
+    for (int s = 0; s < plan.num_stages(); ++s) {
+      if (forward_crosses_ranks(plan, s)) forward[static_cast<size_t>(s)] = plan.rank_of(s + 1);
+      if (backward_crosses_ranks(plan, s)) backward[static_cast<size_t>(s)] = plan.rank_of(s - 1);
+    }
+  }
+  // The rank a plain compute part's output goes to, or -1.
+  int peer(const Action& part) const {
+    const size_t s = static_cast<size_t>(part.stage);
+    if (part.kind == ActionKind::F) return forward[s];
+    return is_backward_input(part.kind) ? backward[s] : -1;
+  }
+  // The transfer a plain compute part of `rank` needs, if its output goes to another rank (the
+  // next stage is s + 1 and the previous s - 1 whenever they exist).
+  std::optional<Transfer> transfer(int rank, const Action& part) const {
+    const int q = peer(part);
+    if (q < 0) return std::nullopt;
+    const int s = part.stage, mb = part.microbatch;
+    if (part.kind == ActionKind::F)
+      return Transfer{Action::comm(ActionKind::SendF, s, mb, q),
+                      Action::comm(ActionKind::RecvF, s + 1, mb, rank), q};
+    return Transfer{Action::comm(ActionKind::SendB, s, mb, q),
+                    Action::comm(ActionKind::RecvB, s - 1, mb, rank), q};
+  }
+};
+
+}  // namespace ppc

@@ -20,10 +20,10 @@
 #include "compiler/layout.h"
 #include "fuzz/fuzz_files.h"
 #include "fuzz/fuzz_target.h"
-#include "runtime/checkpoint.h"
-#include "runtime/model_config.h"
-#include "runtime/model_spec.h"
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/format.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/model/architecture.h"
+#include "runtime/model/config.h"
 
 PP_FUZZ_TARGET(checkpoint) {
   const auto files = ppfuzz::split_files(input);

@@ -10,7 +10,7 @@
 
 #include "fuzz/fuzz_files.h"
 #include "fuzz/fuzz_target.h"
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 
 PP_FUZZ_TARGET(safetensors) {
   const std::string& scratch = ppfuzz::scratch_dir();

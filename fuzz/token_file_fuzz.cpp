@@ -23,7 +23,7 @@
 
 #include "fuzz/fuzz_files.h"
 #include "fuzz/fuzz_target.h"
-#include "runtime/token_file.h"
+#include "runtime/data/token_file.h"
 
 PP_FUZZ_TARGET(token_file) {
   const auto files = ppfuzz::split_files(input);

@@ -1,4 +1,4 @@
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/format.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -12,7 +12,7 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
-#include "runtime/output.h"
+#include "runtime/output/step_log.h"
 
 namespace pprt {
 

@@ -25,11 +25,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/data/token_file.h"
 #include "runtime/job.h"
-#include "runtime/model_config.h"
-#include "runtime/model_spec.h"
-#include "runtime/safetensors.h"
-#include "runtime/token_file.h"
+#include "runtime/model/architecture.h"
+#include "runtime/model/config.h"
 
 namespace pprt {
 

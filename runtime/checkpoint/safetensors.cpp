@@ -1,4 +1,4 @@
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>

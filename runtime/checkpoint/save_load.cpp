@@ -1,4 +1,4 @@
-#include "runtime/checkpointing.h"
+#include "runtime/checkpoint/save_load.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "compiler/diagnostic.h"
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace pprt {
 

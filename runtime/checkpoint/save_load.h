@@ -8,10 +8,10 @@
 #include <string>
 #include <unordered_set>
 
-#include "runtime/checkpoint.h"
-#include "runtime/data.h"
+#include "runtime/checkpoint/format.h"
+#include "runtime/data/token_source.h"
 #include "runtime/job.h"
-#include "runtime/model.h"
+#include "runtime/model/stage.h"
 
 namespace torch::optim {
 class AdamW;

@@ -1,4 +1,4 @@
-#include "runtime/token_file.h"
+#include "runtime/data/token_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "runtime/data.h"
+#include "runtime/data/token_source.h"
 
 #include <fmt/format.h>
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/token_file.h"
+#include "runtime/data/token_file.h"
 
 namespace pprt {
 

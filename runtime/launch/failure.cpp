@@ -1,4 +1,4 @@
-#include "runtime/failure.h"
+#include "runtime/launch/failure.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/plan_load.h"
+#include "runtime/launch/plan_load.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/process_setup.h"
+#include "runtime/launch/process_setup.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -12,7 +12,7 @@
 #include <algorithm>
 
 #include "compiler/diagnostic.h"
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace pprt {
 

@@ -1,4 +1,4 @@
-#include "runtime/run.h"
+#include "runtime/launch/run.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -9,14 +9,14 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
-#include "runtime/checkpoint.h"
-#include "runtime/data.h"
-#include "runtime/failure.h"
-#include "runtime/model_spec.h"
-#include "runtime/output.h"
-#include "runtime/plan_load.h"
-#include "runtime/trainer.h"
-#include "runtime/transport.h"
+#include "runtime/checkpoint/format.h"
+#include "runtime/data/token_source.h"
+#include "runtime/launch/failure.h"
+#include "runtime/launch/plan_load.h"
+#include "runtime/model/architecture.h"
+#include "runtime/output/step_log.h"
+#include "runtime/train/trainer.h"
+#include "runtime/transport/transport.h"
 
 namespace pprt {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "runtime/job.h"
-#include "runtime/launch.h"
-#include "runtime/model_config.h"
+#include "runtime/launch/spawn.h"
+#include "runtime/model/config.h"
 
 namespace pprt {
 

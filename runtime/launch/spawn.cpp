@@ -1,4 +1,4 @@
-#include "runtime/launch.h"
+#include "runtime/launch/spawn.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

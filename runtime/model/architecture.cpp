@@ -1,4 +1,4 @@
-#include "runtime/model_spec.h"
+#include "runtime/model/architecture.h"
 
 #include <algorithm>
 #include <cmath>

@@ -8,8 +8,8 @@
 #include <limits>
 #include <vector>
 
-#include "runtime/cpu_kernels.h"
-#include "runtime/model_ops.h"
+#include "runtime/model/cpu_kernels.h"
+#include "runtime/model/ops.h"
 
 namespace pprt {
 

@@ -1,4 +1,4 @@
-#include "runtime/model_config.h"
+#include "runtime/model/config.h"
 
 #include <fmt/format.h>
 

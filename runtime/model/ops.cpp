@@ -1,5 +1,5 @@
 // The model's operations (model_ops.h), attention apart (attention.cpp).
-#include "runtime/model_ops.h"
+#include "runtime/model/ops.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "compiler/diagnostic.h"
-#include "runtime/cpu_kernels.h"
+#include "runtime/model/cpu_kernels.h"
 
 namespace pprt {
 

@@ -13,8 +13,8 @@
 #include <initializer_list>
 #include <vector>
 
-#include "runtime/model.h"
-#include "runtime/model_config.h"
+#include "runtime/model/config.h"
+#include "runtime/model/stage.h"
 
 namespace pprt {
 

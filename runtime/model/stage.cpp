@@ -1,5 +1,5 @@
 // The model's parameters and stages (model.h), built from the operations of model_ops.h.
-#include "runtime/model.h"
+#include "runtime/model/stage.h"
 
 #include <ATen/ATen.h>
 
@@ -9,8 +9,8 @@
 #include <numbers>
 
 #include "compiler/diagnostic.h"
-#include "runtime/data.h"
-#include "runtime/model_ops.h"
+#include "runtime/data/token_source.h"
+#include "runtime/model/ops.h"
 
 namespace pprt {
 

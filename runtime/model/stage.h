@@ -30,8 +30,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/model_config.h"
-#include "runtime/model_spec.h"
+#include "runtime/model/architecture.h"
+#include "runtime/model/config.h"
 
 namespace pprt {
 

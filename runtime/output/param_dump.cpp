@@ -1,4 +1,4 @@
-#include "runtime/param_dump.h"
+#include "runtime/output/param_dump.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,4 +1,4 @@
-#include "runtime/report.h"
+#include "runtime/output/report.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,4 +1,4 @@
-#include "runtime/output.h"
+#include "runtime/output/step_log.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

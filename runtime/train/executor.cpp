@@ -1,4 +1,4 @@
-#include "runtime/executor.h"
+#include "runtime/train/executor.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>

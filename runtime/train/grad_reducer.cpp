@@ -1,4 +1,4 @@
-#include "runtime/grad_reducer.h"
+#include "runtime/train/grad_reducer.h"
 
 #include <ATen/ATen.h>
 
@@ -6,7 +6,7 @@
 #include <map>
 
 #include "compiler/diagnostic.h"
-#include "runtime/model_spec.h"
+#include "runtime/model/architecture.h"
 
 namespace pprt {
 

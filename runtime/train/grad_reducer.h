@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "compiler/plan.h"
-#include "runtime/model.h"
-#include "runtime/report.h"
-#include "runtime/transport.h"
+#include "runtime/model/stage.h"
+#include "runtime/output/report.h"
+#include "runtime/transport/transport.h"
 
 namespace pprt {
 

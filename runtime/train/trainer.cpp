@@ -1,4 +1,4 @@
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -17,15 +17,15 @@
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
 #include "compiler/verify.h"
-#include "runtime/checkpointing.h"
-#include "runtime/data.h"
-#include "runtime/executor.h"
-#include "runtime/failure.h"
-#include "runtime/grad_reducer.h"
-#include "runtime/model.h"
-#include "runtime/output.h"
-#include "runtime/param_dump.h"
-#include "runtime/report.h"
+#include "runtime/checkpoint/save_load.h"
+#include "runtime/data/token_source.h"
+#include "runtime/launch/failure.h"
+#include "runtime/model/stage.h"
+#include "runtime/output/param_dump.h"
+#include "runtime/output/report.h"
+#include "runtime/output/step_log.h"
+#include "runtime/train/executor.h"
+#include "runtime/train/grad_reducer.h"
 
 namespace pprt {
 

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "runtime/job.h"
-#include "runtime/process_setup.h"
-#include "runtime/transport.h"
+#include "runtime/launch/process_setup.h"
+#include "runtime/transport/transport.h"
 
 namespace pprt {
 

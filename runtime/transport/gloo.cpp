@@ -11,7 +11,7 @@
 
 #include <algorithm>
 
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace pprt {
 

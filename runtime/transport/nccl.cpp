@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "compiler/diagnostic.h"
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace pprt {
 

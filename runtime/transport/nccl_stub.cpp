@@ -1,6 +1,6 @@
 // Stands in for transport_nccl.cpp in builds without the CUDA toolkit or NCCL.
 #include "compiler/diagnostic.h"
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace pprt {
 

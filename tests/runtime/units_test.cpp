@@ -16,15 +16,15 @@
 #include "compiler/emit.h"
 #include "compiler/execute.h"
 #include "compiler/verify.h"
-#include "runtime/data.h"
+#include "runtime/data/token_source.h"
 #include "runtime/job.h"
-#include "runtime/launch.h"
-#include "runtime/model_config.h"
-#include "runtime/model_spec.h"
-#include "runtime/output.h"
-#include "runtime/param_dump.h"
-#include "runtime/plan_load.h"
-#include "runtime/report.h"
+#include "runtime/launch/plan_load.h"
+#include "runtime/launch/spawn.h"
+#include "runtime/model/architecture.h"
+#include "runtime/model/config.h"
+#include "runtime/output/param_dump.h"
+#include "runtime/output/report.h"
+#include "runtime/output/step_log.h"
 
 namespace {
 

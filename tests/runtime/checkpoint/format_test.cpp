@@ -9,7 +9,7 @@
 
 #include "compiler/layout.h"
 #include "file_test_util.h"
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/format.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // runtime/safetensors.h against the published format: hand-built files byte by byte, the header
 // rules, padding and alignment, the order of offsets, every rejection and its message, a round
 // trip of every dtype, and a file that an independent reader (Python and torch) loads.
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // runtime/token_file.h and the file side of runtime/data.h: flat uint16/uint32 token files,
 // Megatron indexed datasets built byte by byte from the format, format detection, validation
 // messages, windows, determinism, batch slices over replicas, and check_unchanged().
-#include "runtime/token_file.h"
+#include "runtime/data/token_file.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "file_test_util.h"
-#include "runtime/data.h"
+#include "runtime/data/token_source.h"
 
 namespace {
 

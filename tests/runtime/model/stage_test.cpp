@@ -9,8 +9,8 @@
 #include <map>
 
 #include "compiler/layout.h"
-#include "runtime/data.h"
-#include "runtime/model.h"
+#include "runtime/data/token_source.h"
+#include "runtime/model/stage.h"
 
 namespace {
 

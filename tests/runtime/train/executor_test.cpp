@@ -15,9 +15,9 @@
 #include "compiler/lower_send_recv.h"
 #include "compiler/verify.h"
 #include "rank_threads.h"
-#include "runtime/data.h"
-#include "runtime/executor.h"
-#include "runtime/model.h"
+#include "runtime/data/token_source.h"
+#include "runtime/model/stage.h"
+#include "runtime/train/executor.h"
 
 namespace {
 

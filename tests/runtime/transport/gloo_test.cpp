@@ -8,8 +8,8 @@
 #include <cerrno>
 
 #include "rank_threads.h"
-#include "runtime/failure.h"
-#include "runtime/process_setup.h"
+#include "runtime/launch/failure.h"
+#include "runtime/launch/process_setup.h"
 
 namespace {
 

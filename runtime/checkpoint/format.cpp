@@ -1,18 +1,14 @@
 #include "runtime/checkpoint/format.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "compiler/atomic_file.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
-#include "runtime/output/step_log.h"
 
 namespace pprt {
 
@@ -39,29 +35,9 @@ std::string read_text(const std::string& path) {
   }
 }
 
-// Writes `text` to `path` through a temporary file, fsynced and renamed.
+// Writes `text` to `path` durably: fsynced, then renamed into place.
 void write_durably(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(path, fmt::format("cannot create the file: {}", std::strerror(errno)));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail(path, fmt::format("cannot write the file: {}", std::strerror(e)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    fail(path, fmt::format("cannot write the file: {}", std::strerror(errno)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    fail(path, fmt::format("cannot rename {} into place: {}", tmp, std::strerror(errno)));
+  ppc::write_file_atomically(path, text, "", ppc::AtomicFile::Sync::Fsync);
 }
 
 // Step directories of DIR, by step.
@@ -412,7 +388,7 @@ uint64_t commit_checkpoint(const std::string& dir, const std::string& tmp,
   write_durably((fs::path(tmp) / kOptimizerIndex).string(),
                 index_json(optimizer, optimizer_bytes, state.step));
   write_durably((fs::path(tmp) / kState).string(), checkpoint_state_json(state));
-  fsync_directory(tmp);
+  ppc::fsync_directory(tmp);
   if (before_rename) before_rename();
   const fs::path final_dir = fs::path(dir) / step_dir_name(state.step);
   std::error_code ec;
@@ -421,9 +397,9 @@ uint64_t commit_checkpoint(const std::string& dir, const std::string& tmp,
   if (ec)
     fail("--save",
          fmt::format("cannot rename '{}' to '{}': {}", tmp, final_dir.string(), ec.message()));
-  fsync_directory(dir);
+  ppc::fsync_directory(dir);
   write_durably((fs::path(dir) / kLatest).string(), step_dir_name(state.step) + "\n");
-  fsync_directory(dir);
+  ppc::fsync_directory(dir);
   if (keep > 0) {
     auto dirs = step_dirs(dir);
     for (size_t i = 0; i + static_cast<size_t>(keep) < dirs.size(); ++i)
@@ -460,18 +436,11 @@ size_t export_checkpoint(const std::string& path, const std::string& out) {
         TensorWrite{name, TensorDtype::F32, it->second, buf.data(), buf.size() * sizeof(float)});
   }
   // Written beside `out`, then renamed: nothing half-written under its name.
-  AtomicFile probe(out, "--export");  // fails early (naming the flag) if `out` cannot be created
-  const std::string tmp = probe.temp_path() + ".st";
-  write_safetensors(tmp, writes,
+  write_safetensors(out, writes,
                     {{"format", "pt"},
                      {"source", "pprun checkpoint " + ckpt.dir()},
-                     {"step", std::to_string(ckpt.state().step)}});
-  std::error_code ec;
-  fs::rename(tmp, out, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    fail("--export", fmt::format("cannot rename into '{}'", out));
-  }
+                     {"step", std::to_string(ckpt.state().step)}},
+                    "--export");
   return names.size();
 }
 

@@ -4,9 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <limits.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "compiler/atomic_file.h"
 #include "compiler/diagnostic.h"
 
 namespace pprt {
@@ -365,63 +364,14 @@ std::string safetensors_header(std::span<const TensorWrite> tensors,
 }
 
 void write_safetensors(const std::string& path, std::span<const TensorWrite> tensors,
-                       const SafetensorsMetadata& metadata) {
+                       const SafetensorsMetadata& metadata, const std::string& where) {
   const std::string header = safetensors_header(tensors, metadata);
-  // Each piece at most 1 GiB (writev moves at most ~2 GiB per call anyway).
-  constexpr size_t kPiece = size_t{1} << 30;
-  std::vector<iovec> iov;
-  iov.push_back({const_cast<char*>(header.data()), header.size()});
+  std::vector<std::string_view> pieces{header};
   for (const TensorWrite& t : tensors)
-    for (size_t off = 0; off < t.bytes; off += kPiece)
-      iov.push_back({const_cast<char*>(static_cast<const char*>(t.data)) + off,
-                     std::min(kPiece, t.bytes - off)});
-
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(path, "cannot create: " + errno_text(errno));
-  auto give_up = [&](const std::string& what) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(path.c_str());
-    fail(path, fmt::format("cannot write ({}): {}", what, errno_text(e)));
-  };
-  size_t next = 0;
-  while (next < iov.size()) {
-    const int count = static_cast<int>(std::min<size_t>(iov.size() - next, IOV_MAX));
-    const ssize_t w = ::writev(fd, iov.data() + next, count);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      give_up("write");
-    }
-    if (w == 0) {
-      errno = EIO;
-      give_up("write");
-    }
-    // Skip what was written; a partly written piece keeps its rest.
-    auto left = static_cast<size_t>(w);
-    while (left > 0 && left >= iov[next].iov_len) left -= iov[next++].iov_len;
-    if (left > 0) {
-      iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
-      iov[next].iov_len -= left;
-    }
-    while (next < iov.size() && iov[next].iov_len == 0) ++next;
-  }
-  if (::fsync(fd) != 0) give_up("fsync");
-  if (::close(fd) != 0) {
-    const int e = errno;
-    ::unlink(path.c_str());
-    fail(path, "cannot write (close): " + errno_text(e));
-  }
-}
-
-void fsync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail(dir, "cannot open the directory to fsync it: " + errno_text(errno));
-  if (::fsync(fd) != 0) {
-    const int e = errno;
-    ::close(fd);
-    fail(dir, "cannot fsync the directory: " + errno_text(e));
-  }
-  ::close(fd);
+    pieces.emplace_back(static_cast<const char*>(t.data), t.bytes);
+  ppc::AtomicFile f(path, where, ppc::AtomicFile::Sync::Fsync);
+  f.write_pieces(pieces);
+  f.commit();
 }
 
 // --- reading -----------------------------------------------------------------------------------

@@ -6,9 +6,8 @@
 // the byte buffer: every tensor's bytes, row-major and little-endian, with no holes.
 //
 // - write_safetensors() pads the header so that the data starts 8-byte aligned, lays the tensors
-//   out in the given order and writes them straight from the caller's memory (writev, no copy),
-//   then fsyncs. It does not rename: write into a temporary directory, fsync_directory() it and
-//   rename it into place.
+//   out in the given order and writes them straight from the caller's memory (writev, no copy)
+//   into a ppc::AtomicFile: fsynced, then renamed into place (compiler/atomic_file.h).
 // - SafetensorsFile validates the whole header when it is opened (sizes, JSON, dtypes, shapes,
 //   offsets against the shapes and against the file size, no holes, no overlaps, no duplicates,
 //   no unknown fields) and reads one tensor at a time straight into the caller's buffer (pread).
@@ -82,15 +81,11 @@ struct TensorWrite {
 std::string safetensors_header(std::span<const TensorWrite> tensors,
                                const SafetensorsMetadata& metadata = {});
 
-// Creates (or truncates) `path`, writes the header and the tensors in the given order, fsyncs
-// and closes it. Throws ppc::UserError naming `path` if the file cannot be written (the partial
-// file is removed).
+// Writes `path` (replacing it): the header and the tensors in the given order, fsynced, renamed
+// into place. Throws ppc::UserError located at `where` (empty: `path`) if the file cannot be
+// written (nothing is left behind).
 void write_safetensors(const std::string& path, std::span<const TensorWrite> tensors,
-                       const SafetensorsMetadata& metadata = {});
-
-// fsync()s a directory, so that the files created and renamed in it are durable. Throws
-// ppc::UserError naming `dir`.
-void fsync_directory(const std::string& dir);
+                       const SafetensorsMetadata& metadata = {}, const std::string& where = "");
 
 // A tensor as the header describes it.
 struct TensorInfo {

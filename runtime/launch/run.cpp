@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "compiler/atomic_file.h"
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
 #include "runtime/checkpoint/format.h"
@@ -14,7 +15,6 @@
 #include "runtime/launch/failure.h"
 #include "runtime/launch/plan_load.h"
 #include "runtime/model/architecture.h"
-#include "runtime/output/step_log.h"
 #include "runtime/train/trainer.h"
 #include "runtime/transport/transport.h"
 
@@ -44,7 +44,7 @@ ppc::Plan reference_plan(const RunOptions& o) {
 // An output file must be creatable before anything runs (it is written atomically at the end).
 void check_writable(const std::string& path, const std::string& flag) {
   if (path.empty()) return;
-  AtomicFile probe(path, flag);  // throws naming the flag; leaves nothing behind
+  ppc::AtomicFile probe(path, flag);  // throws naming the flag; leaves nothing behind
 }
 
 void parse_fault(const std::string& text, Job& job) {

@@ -14,53 +14,6 @@
 
 namespace pprt {
 
-AtomicFile::AtomicFile(std::string path, std::string flag)
-    : path_(std::move(path)),
-      tmp_(path_ + ".tmp." + std::to_string(getpid())),
-      flag_(std::move(flag)) {
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  if (!f_)
-    throw ppc::UserError(fmt::format("cannot create '{}': {}", path_, std::strerror(errno)),
-                         ppc::SourceLocation{flag_, 0, 0, ""});
-}
-
-AtomicFile::~AtomicFile() {
-  if (f_) {
-    std::fclose(f_);
-    std::remove(tmp_.c_str());
-  }
-}
-
-void AtomicFile::write(const std::string& text) {
-  if (std::fwrite(text.data(), 1, text.size(), f_) != text.size())
-    throw ppc::UserError(fmt::format("error writing '{}': {}", path_, std::strerror(errno)),
-                         ppc::SourceLocation{flag_, 0, 0, ""});
-}
-
-void AtomicFile::flush() {
-  std::fflush(f_);
-}
-
-void AtomicFile::commit() {
-  const bool ok = std::fclose(f_) == 0;
-  f_ = nullptr;
-  std::error_code ec;
-  if (ok) std::filesystem::rename(tmp_, path_, ec);
-  if (!ok || ec) {
-    std::remove(tmp_.c_str());
-    throw ppc::UserError(
-        fmt::format("cannot write '{}': {}", path_, ok ? ec.message() : std::strerror(errno)),
-        ppc::SourceLocation{flag_, 0, 0, ""});
-  }
-}
-
-void write_file_atomically(const std::string& path, const std::string& text,
-                           const std::string& flag) {
-  AtomicFile f(path, flag);
-  f.write(text);
-  f.commit();
-}
-
 std::string metrics_json(const StepMetrics& m) {
   nlohmann::ordered_json j;
   j["step"] = m.step;

@@ -1,4 +1,4 @@
-// Output of a run: files written atomically, the metrics (JSON lines), the progress display.
+// Output of a run: the metrics (JSON lines), the progress display.
 // No LibTorch.
 #pragma once
 
@@ -9,30 +9,6 @@
 #include "runtime/job.h"
 
 namespace pprt {
-
-// A file that appears under its name only when commit() succeeds: it is written to a temporary
-// file beside it and renamed. Destroyed without commit(), it leaves nothing. Errors (cannot
-// create, cannot write) throw ppc::UserError naming `flag` and the path.
-class AtomicFile {
- public:
-  AtomicFile(std::string path, std::string flag);
-  ~AtomicFile();
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const std::string& text);
-  void flush();
-  void commit();
-  const std::string& temp_path() const { return tmp_; }
-
- private:
-  std::string path_, tmp_, flag_;
-  std::FILE* f_ = nullptr;
-};
-
-// Writes `text` to `path` atomically.
-void write_file_atomically(const std::string& path, const std::string& text,
-                           const std::string& flag);
 
 struct StepMetrics {
   int step = 0;                            // 1-based

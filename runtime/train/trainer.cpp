@@ -14,6 +14,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "compiler/atomic_file.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
 #include "compiler/verify.h"
@@ -215,7 +216,7 @@ void dump_params(const Job& job, int rank, const ParamStore& store) {
     throw ppc::UserError(
         fmt::format("cannot create directory '{}': {}", job.out.dump_dir, ec.message()),
         ppc::SourceLocation{"--dump-params", 0, 0, ""});
-  AtomicFile f(fmt::format("{}/params.rank{}.jsonl", job.out.dump_dir, rank), "--dump-params");
+  ppc::AtomicFile f(fmt::format("{}/params.rank{}.jsonl", job.out.dump_dir, rank), "--dump-params");
   for (const NamedParam& p : store.params()) {
     const at::Tensor t = p.tensor.detach().to(at::kCPU).contiguous();
     f.write(param_dump_line(p.name, t.sizes().vec(), t.data_ptr<float>(),
@@ -310,7 +311,7 @@ class StepLog {
   const Job& job_;
   bool active_;
   Progress progress_;
-  std::optional<AtomicFile> metrics_;
+  std::optional<ppc::AtomicFile> metrics_;
   Clock::time_point start_;
   double first_loss_ = 0, last_loss_ = 0;
 };
@@ -421,7 +422,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
     summarise_dp(all, job.dp, summary);
     std::istringstream lines(summary_text(summary));
     for (std::string line; std::getline(lines, line);) std::printf("pprun: %s\n", line.c_str());
-    if (trace) write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
+    if (trace) ppc::write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
     std::fflush(stdout);
   }
   watch.stop();  // after the barrier the store's host may be gone

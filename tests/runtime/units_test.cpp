@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "compiler/atomic_file.h"
 #include "compiler/compile.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
@@ -555,12 +556,12 @@ TEST(ParamDump, SharedCopiesMustBeIdentical) {
 TEST(AtomicFile, LeavesNothingUnlessCommitted) {
   TempDir d;
   {
-    pprt::AtomicFile f(d.file("m.jsonl"), "--metrics");
+    ppc::AtomicFile f(d.file("m.jsonl"), "--metrics");
     f.write("half");
   }
   EXPECT_TRUE(fs::is_empty(d.file("")));
   {
-    pprt::AtomicFile f(d.file("m.jsonl"), "--metrics");
+    ppc::AtomicFile f(d.file("m.jsonl"), "--metrics");
     f.write("all\n");
     f.commit();
   }
@@ -568,7 +569,7 @@ TEST(AtomicFile, LeavesNothingUnlessCommitted) {
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line, "all");
-  EXPECT_EQ(user_error([] { pprt::AtomicFile("/no/such/dir/m.jsonl", "--metrics"); }),
+  EXPECT_EQ(user_error([] { ppc::AtomicFile("/no/such/dir/m.jsonl", "--metrics"); }),
             "--metrics: cannot create '/no/such/dir/m.jsonl': No such file or directory");
 }
 

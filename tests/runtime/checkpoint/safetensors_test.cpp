@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "compiler/atomic_file.h"
 #include "file_test_util.h"
 
 namespace {
@@ -338,8 +339,8 @@ TEST(Safetensors, WriterErrors) {
                                               {"x", TensorDtype::F32, {1}, &x, 4}};
   EXPECT_THROW(pprt::write_safetensors(d.file("w"), dup), ppc::InternalError);
   EXPECT_FALSE(std::filesystem::exists(d.file("w")));
-  pprt::fsync_directory(d.path());
-  EXPECT_EQ(user_error([&] { pprt::fsync_directory(d.file("none")); }),
+  ppc::fsync_directory(d.path());
+  EXPECT_EQ(user_error([&] { ppc::fsync_directory(d.file("none")); }),
             d.file("none") + ": cannot open the directory to fsync it: No such file or directory");
 }
 

@@ -1,7 +1,7 @@
 // What each rank measured, gathered on the loss rank at the end of a run: the peak of in-flight
 // activations, per-step timings and the span of every action. From them: the runtime's own
 // overhead per action, the measured step time against the makespan the compiler's simulator
-// gives for the per-action times of the same step, and the Chrome trace. No LibTorch.
+// gives for the per-action times of the same step, and the Chrome trace (trace.h). No LibTorch.
 #pragma once
 
 #include <cstdint>
@@ -107,12 +107,6 @@ void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s);
 
 // Analyses the steps with spans (skipping the first step of the run when others exist).
 TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
-
-// The Chrome trace of the last step every rank kept, in the format of docs/trace-format.md (the
-// one ppcompile --emit trace writes for the simulation): X events per action (pid = rank, tid 0
-// compute, 1 comm), flow events from each SEND to its RECV, activation counters, otherData.
-// Times: measured microseconds since the first rank began the step.
-std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
 
 // The summary lines the loss rank prints at the end (ending with saves_text).
 std::string summary_text(const TimingSummary& s);

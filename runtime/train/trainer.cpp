@@ -25,6 +25,7 @@
 #include "runtime/output/param_dump.h"
 #include "runtime/output/report.h"
 #include "runtime/output/step_log.h"
+#include "runtime/output/trace.h"
 #include "runtime/train/executor.h"
 #include "runtime/train/grad_reducer.h"
 

@@ -26,6 +26,7 @@
 #include "runtime/output/param_dump.h"
 #include "runtime/output/report.h"
 #include "runtime/output/step_log.h"
+#include "runtime/output/trace.h"
 
 namespace {
 

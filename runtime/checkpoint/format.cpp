@@ -9,6 +9,7 @@
 #include "compiler/atomic_file.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
+#include "runtime/fail.h"
 
 namespace pprt {
 
@@ -16,10 +17,6 @@ namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
 namespace {
-
-[[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw ppc::UserError(what, ppc::SourceLocation{where, 0, 0, ""});
-}
 
 constexpr const char* kFormat = "pprun-checkpoint";
 constexpr const char* kState = "trainer_state.json";

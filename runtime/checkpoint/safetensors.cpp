@@ -15,6 +15,7 @@
 
 #include "compiler/atomic_file.h"
 #include "compiler/diagnostic.h"
+#include "runtime/fail.h"
 
 namespace pprt {
 
@@ -41,10 +42,6 @@ const DtypeRow& row(TensorDtype t) {
   for (const DtypeRow& r : kDtypes)
     if (r.dtype == t) return r;
   PPC_INTERNAL_ASSERT(false, "unknown TensorDtype");
-}
-
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw ppc::UserError(what, ppc::input_location(path));
 }
 
 // A name from a file, quoted for a one-line message: control and non-ASCII bytes escaped, long

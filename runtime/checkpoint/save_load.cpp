@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compiler/diagnostic.h"
+#include "runtime/fail.h"
 #include "runtime/transport/transport.h"
 
 namespace pprt {
@@ -43,8 +44,7 @@ std::string rng_state_hex() {
 void set_rng_state_hex(const std::string& hex, const std::string& where) {
   if (hex.empty()) return;
   if (hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
-    throw ppc::UserError("rng_state: not a hexadecimal generator state",
-                         ppc::SourceLocation{where, 0, 0, ""});
+    fail(where, "rng_state: not a hexadecimal generator state");
   at::Tensor s = at::empty({static_cast<int64_t>(hex.size() / 2)}, at::kByte);
   uint8_t* p = s.data_ptr<uint8_t>();
   for (size_t i = 0; i < hex.size() / 2; ++i)
@@ -53,8 +53,7 @@ void set_rng_state_hex(const std::string& hex, const std::string& where) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     gen.set_state(s);
   } catch (const std::exception&) {
-    throw ppc::UserError("rng_state: not a generator state of this LibTorch",
-                         ppc::SourceLocation{where, 0, 0, ""});
+    fail(where, "rng_state: not a generator state of this LibTorch");
   }
 }
 

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "compiler/diagnostic.h"
+#include "runtime/fail.h"
 
 namespace pprt {
 
@@ -22,10 +23,6 @@ static_assert(std::endian::native == std::endian::little,
               "token files are little-endian; this build reads them in place");
 
 namespace {
-
-[[noreturn]] void fail(const std::string& input, const std::string& what) {
-  throw ppc::UserError(what, ppc::input_location(input));
-}
 
 std::string errno_text(int e) {
   return std::strerror(e);

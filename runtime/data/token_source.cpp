@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "compiler/diagnostic.h"
+#include "runtime/fail.h"
 #include "runtime/job.h"
 
 namespace pprt {
@@ -60,8 +61,7 @@ TokenSource open_training_data(const Job& job) {
   const TrainOptions& t = job.train;
   if (t.data_path.empty()) {
     if (t.data_format != DataFormat::Auto)
-      throw ppc::UserError(fmt::format("{} needs --data FILE", data_format_name(t.data_format)),
-                           ppc::input_location("--data-format"));
+      fail("--data-format", fmt::format("{} needs --data FILE", data_format_name(t.data_format)));
     return TokenSource::synthetic(job.model.vocab, t.seed);
   }
   return TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed,

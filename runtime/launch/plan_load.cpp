@@ -10,14 +10,11 @@
 #include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
 #include "compiler/verify.h"
+#include "runtime/fail.h"
 
 namespace pprt {
 
 namespace {
-
-[[noreturn]] void fail(const std::string& input, const std::string& what) {
-  throw ppc::UserError(what, ppc::SourceLocation{input, 0, 0, ""});
-}
 
 void check_verified(const ppc::Plan& plan, const std::string& input) {
   const ppc::VerifyReport rep = ppc::verify(plan);

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "compiler/diagnostic.h"
+#include "runtime/fail.h"
 #include "runtime/transport/transport.h"
 
 namespace pprt {
@@ -19,23 +20,17 @@ namespace pprt {
 void check_device(const std::string& device) {
   if (device == "cpu") return;
   if (device != "cuda")
-    throw ppc::UserError(fmt::format("unknown device '{}' (expected cpu or cuda)", device),
-                         ppc::SourceLocation{"--device", 0, 0, ""});
+    fail("--device", fmt::format("unknown device '{}' (expected cpu or cuda)", device));
   if (!at::hasCUDA())
-    throw ppc::UserError(
-        fmt::format(
-            "cuda: this LibTorch ({}) was built without CUDA; use a CUDA build of LibTorch, "
-            "or --device cpu",
-            TORCH_VERSION),
-        ppc::SourceLocation{"--device", 0, 0, ""});
+    fail("--device", fmt::format("cuda: this LibTorch ({}) was built without CUDA; use a CUDA "
+                                 "build of LibTorch, or --device cpu",
+                                 TORCH_VERSION));
   if (!nccl_available())
-    throw ppc::UserError(
-        "cuda: this pprun was built without the NCCL transport (CMake found no CUDA toolkit or "
-        "NCCL)",
-        ppc::SourceLocation{"--device", 0, 0, ""});
+    fail("--device",
+         "cuda: this pprun was built without the NCCL transport (CMake found no CUDA toolkit or "
+         "NCCL)");
   if (at::detail::getCUDAHooks().getNumGPUs() < 1)
-    throw ppc::UserError("cuda: no CUDA device is visible",
-                         ppc::SourceLocation{"--device", 0, 0, ""});
+    fail("--device", "cuda: no CUDA device is visible");
 }
 
 void report_broken_pipes() {

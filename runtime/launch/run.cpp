@@ -12,6 +12,7 @@
 #include "compiler/layout.h"
 #include "runtime/checkpoint/format.h"
 #include "runtime/data/token_source.h"
+#include "runtime/fail.h"
 #include "runtime/launch/failure.h"
 #include "runtime/launch/plan_load.h"
 #include "runtime/model/architecture.h"
@@ -21,10 +22,6 @@
 namespace pprt {
 
 namespace {
-
-[[noreturn]] void fail(const std::string& flag, const std::string& what) {
-  throw ppc::UserError(what, ppc::SourceLocation{flag, 0, 0, ""});
-}
 
 ppc::Plan reference_plan(const RunOptions& o) {
   if (o.layout.empty())

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "compiler/diagnostic.h"
+#include "runtime/fail.h"
 
 extern char** environ;
 
@@ -24,23 +25,18 @@ namespace {
 
 int env_int(const GetEnv& getenv, const char* name, int lo, int hi) {
   const char* v = getenv(name);
-  if (!v || !*v)
-    throw ppc::UserError(fmt::format("{} is not set", name),
-                         ppc::SourceLocation{"environment", 0, 0, ""});
+  if (!v || !*v) fail("environment", fmt::format("{} is not set", name));
   char* end = nullptr;
   errno = 0;
   const long x = std::strtol(v, &end, 10);
   if (errno || *end || x < lo || x > hi)
-    throw ppc::UserError(fmt::format("{}='{}' is not an integer in {}..{}", name, v, lo, hi),
-                         ppc::SourceLocation{"environment", 0, 0, ""});
+    fail("environment", fmt::format("{}='{}' is not an integer in {}..{}", name, v, lo, hi));
   return static_cast<int>(x);
 }
 
 std::string env_str(const GetEnv& getenv, const char* name, const char* hint) {
   const char* v = getenv(name);
-  if (!v || !*v)
-    throw ppc::UserError(fmt::format("{} is not set{}", name, hint),
-                         ppc::SourceLocation{"environment", 0, 0, ""});
+  if (!v || !*v) fail("environment", fmt::format("{} is not set{}", name, hint));
   return v;
 }
 

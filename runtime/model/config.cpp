@@ -6,16 +6,9 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
+#include "runtime/fail.h"
 
 namespace pprt {
-
-namespace {
-
-[[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw ppc::UserError(what, ppc::SourceLocation{where, 0, 0, ""});
-}
-
-}  // namespace
 
 ModelConfig parse_model_config(std::string_view text, const std::string& input, ModelConfig c) {
   nlohmann::json j;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/diagnostic.h"
+#include "runtime/fail.h"
 
 namespace pprt {
 
@@ -32,8 +33,7 @@ std::map<int, std::map<std::string, DumpedParam>> read_param_dump_by_rank(const 
   std::map<int, std::map<std::string, DumpedParam>> by_rank;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw ppc::UserError(fmt::format("'{}' is not a directory of parameter dumps", dir),
-                         ppc::SourceLocation{dir, 0, 0, ""});
+    fail(dir, fmt::format("'{}' is not a directory of parameter dumps", dir));
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string file = entry.path().filename().string();
     if (file.rfind("params.rank", 0) != 0 || entry.path().extension() != ".jsonl") continue;
@@ -83,11 +83,10 @@ std::map<std::string, DumpedParam> read_param_dump(const std::string& dir) {
           p.shape == q.shape && p.data.size() == q.data.size() &&
           std::memcmp(p.data.data(), q.data.data(), p.data.size() * sizeof(float)) == 0;
       if (!same)
-        throw ppc::UserError(
-            fmt::format("the copies of shared parameter '{}' differ between params.rank{}.jsonl "
-                        "and params.rank{}.jsonl",
-                        name, first_rank[name], rank),
-            ppc::SourceLocation{dir, 0, 0, ""});
+        fail(dir,
+             fmt::format("the copies of shared parameter '{}' differ between params.rank{}.jsonl "
+                         "and params.rank{}.jsonl",
+                         name, first_rank[name], rank));
     }
   return out;
 }

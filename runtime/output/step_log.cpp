@@ -10,7 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compiler/diagnostic.h"
 
 namespace pprt {
 

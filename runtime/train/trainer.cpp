@@ -20,6 +20,7 @@
 #include "compiler/verify.h"
 #include "runtime/checkpoint/save_load.h"
 #include "runtime/data/token_source.h"
+#include "runtime/fail.h"
 #include "runtime/launch/failure.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/param_dump.h"
@@ -214,9 +215,8 @@ void dump_params(const Job& job, int rank, const ParamStore& store) {
   std::error_code ec;
   std::filesystem::create_directories(job.out.dump_dir, ec);
   if (ec)
-    throw ppc::UserError(
-        fmt::format("cannot create directory '{}': {}", job.out.dump_dir, ec.message()),
-        ppc::SourceLocation{"--dump-params", 0, 0, ""});
+    fail("--dump-params",
+         fmt::format("cannot create directory '{}': {}", job.out.dump_dir, ec.message()));
   ppc::AtomicFile f(fmt::format("{}/params.rank{}.jsonl", job.out.dump_dir, rank), "--dump-params");
   for (const NamedParam& p : store.params()) {
     const at::Tensor t = p.tensor.detach().to(at::kCPU).contiguous();

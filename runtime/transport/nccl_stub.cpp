@@ -1,4 +1,4 @@
-// Stands in for transport_nccl.cpp in builds without the CUDA toolkit or NCCL.
+// Stands in for transport/nccl.cpp in builds without the CUDA toolkit or NCCL.
 #include "compiler/diagnostic.h"
 #include "runtime/transport/transport.h"
 

@@ -51,18 +51,6 @@ std::vector<std::pair<int64_t, std::string>> step_dirs(const std::string& dir) {
   return out;
 }
 
-ordered_json model_json(const ModelConfig& c) {
-  return ordered_json{{"hidden", c.hidden},
-                      {"heads", c.heads},
-                      {"kv_heads", c.kv_heads},
-                      {"ffn", c.ffn},
-                      {"vocab", c.vocab},
-                      {"seq_len", c.seq_len},
-                      {"rope_theta", c.rope_theta},
-                      {"norm_eps", c.norm_eps},
-                      {"tie_embeddings", c.tie_embeddings}};
-}
-
 // An index file: {"metadata": {"total_size": N, ...}, "weight_map": {name: file}}.
 std::string index_json(const std::map<std::string, std::string>& weight_map, uint64_t total,
                        int64_t step) {
@@ -101,7 +89,7 @@ std::string checkpoint_state_json(const CheckpointState& s) {
   j["format"] = kFormat;
   j["version"] = kCheckpointVersion;
   j["step"] = s.step;
-  j["model"] = model_json(s.model);
+  j["model"] = model_config_json(s.model);
   j["layout"] = s.layout;
   j["pp"] = s.pp;
   j["dp"] = s.dp;

@@ -63,6 +63,18 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
   return c;
 }
 
+nlohmann::ordered_json model_config_json(const ModelConfig& c) {
+  return nlohmann::ordered_json{{"hidden", c.hidden},
+                                {"heads", c.heads},
+                                {"kv_heads", c.kv_heads},
+                                {"ffn", c.ffn},
+                                {"vocab", c.vocab},
+                                {"seq_len", c.seq_len},
+                                {"rope_theta", c.rope_theta},
+                                {"norm_eps", c.norm_eps},
+                                {"tie_embeddings", c.tie_embeddings}};
+}
+
 ModelConfig resolve_model_config(const std::string& path, const ModelOverrides& o,
                                  ModelConfig base) {
   ModelConfig c = base;

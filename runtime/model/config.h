@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,6 +36,9 @@ struct ModelOverrides {
 // and the field (unknown fields are errors: a typo must not silently train another model).
 ModelConfig parse_model_config(std::string_view json_text, const std::string& input_name,
                                ModelConfig base = {});
+
+// The JSON object parse_model_config reads, every field (a checkpoint's "model").
+nlohmann::ordered_json model_config_json(const ModelConfig& c);
 
 // `base` (the defaults, or a checkpoint's model), then the file (if any), then the overrides;
 // then checks the result.

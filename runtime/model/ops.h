@@ -1,4 +1,4 @@
-// The model's operations (model.h): a matmul with a weight (alone, or several weights fused into
+// The model's operations (stage.h): a matmul with a weight (alone, or several weights fused into
 // one product), RMSNorm's per-channel scale, the embedding lookup, SwiGLU, and grouped-query causal
 // attention with rotary embedding. Each is a custom autograd function whose backward is written
 // out; the weight gradients go straight into the parameters' .grad, at once (B) or through the
@@ -14,9 +14,44 @@
 #include <vector>
 
 #include "runtime/model/config.h"
-#include "runtime/model/stage.h"
 
 namespace pprt {
+
+// How the model's element-wise operations run. Auto: the fused loops of cpu_kernels.h on float32
+// CPU tensors, ATen's operations elsewhere. Generic: ATen's operations everywhere, which is what
+// other devices run (the tests compare the two on the CPU).
+enum class Kernels : uint8_t { Auto, Generic };
+
+// What one microbatch's backward leaves for its weight-gradient step.
+class GradStash {
+ public:
+  enum class Op : uint8_t { Linear, FusedLinear, Scale, Embedding };
+  struct Item {
+    Op op;
+    at::Tensor* param;  // the parameter (owned by a ParamStore)
+    at::Tensor input;   // the operation's input (token ids for Embedding)
+    at::Tensor grad;    // the gradient of its output
+    // FusedLinear: the parameters whose outputs `grad` holds side by side (`param` is the first).
+    // W computes their gradients with the very products the backward without deferral runs, so
+    // that I then W gives B's gradients bit for bit whatever kernels the BLAS picks per shape.
+    std::vector<at::Tensor*> fused = {};
+    // Scale: the fused CPU loop may compute it (Kernels::Auto), as the backward without deferral
+    // would.
+    bool cpu_loops = true;
+  };
+
+  // When `defer` is set while the backward runs, weight gradients are kept here (I), else they
+  // are computed during the backward (B).
+  bool defer = false;
+
+  void push(Item item) { items_.push_back(std::move(item)); }
+  // W: computes the kept weight gradients, adds them to the parameters' .grad, and forgets them.
+  void run_weight_grads();
+  bool empty() const { return items_.empty(); }
+
+ private:
+  std::vector<Item> items_;
+};
 
 // What attention needs besides its input: the rotary tables [T, head_dim], the causal mask with
 // each row repeated once per query head of a key/value head's group ([T * heads / kv_heads, T],

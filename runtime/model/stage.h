@@ -14,7 +14,7 @@
 //
 // Every parameter is used through one of three operations (a matmul with a weight, a per-channel
 // scale, an embedding lookup) whose backward either adds the weight gradient to the parameter's
-// .grad at once (B) or, when the microbatch's GradStash defers it (I), keeps the operation's input
+// .grad at once (B) or, when the microbatch's GradStash (ops.h) defers it (I), keeps the operation's input
 // and output gradient so that W does that later without repeating the backward. Autograd itself
 // never carries a weight gradient: a matmul's product accumulates into .grad in place.
 //
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "runtime/model/architecture.h"
+#include "runtime/model/ops.h"
 #include "runtime/model/config.h"
 
 namespace pprt {
@@ -56,42 +57,6 @@ class ParamStore {
   at::Device device_;
   std::deque<NamedParam> params_;
   std::unordered_map<std::string, size_t> index_;
-};
-
-// How the model's element-wise operations run. Auto: the fused loops of cpu_kernels.h on float32
-// CPU tensors, ATen's operations elsewhere. Generic: ATen's operations everywhere, which is what
-// other devices run (the tests compare the two on the CPU).
-enum class Kernels : uint8_t { Auto, Generic };
-
-// What one microbatch's backward leaves for its weight-gradient step.
-class GradStash {
- public:
-  enum class Op : uint8_t { Linear, FusedLinear, Scale, Embedding };
-  struct Item {
-    Op op;
-    at::Tensor* param;  // the parameter (owned by a ParamStore)
-    at::Tensor input;   // the operation's input (token ids for Embedding)
-    at::Tensor grad;    // the gradient of its output
-    // FusedLinear: the parameters whose outputs `grad` holds side by side (`param` is the first).
-    // W computes their gradients with the very products the backward without deferral runs, so
-    // that I then W gives B's gradients bit for bit whatever kernels the BLAS picks per shape.
-    std::vector<at::Tensor*> fused = {};
-    // Scale: the fused CPU loop may compute it (Kernels::Auto), as the backward without deferral
-    // would.
-    bool cpu_loops = true;
-  };
-
-  // When `defer` is set while the backward runs, weight gradients are kept here (I), else they
-  // are computed during the backward (B).
-  bool defer = false;
-
-  void push(Item item) { items_.push_back(std::move(item)); }
-  // W: computes the kept weight gradients, adds them to the parameters' .grad, and forgets them.
-  void run_weight_grads();
-  bool empty() const { return items_.empty(); }
-
- private:
-  std::vector<Item> items_;
 };
 
 // The losses a stage holding L computed for a microbatch (detached).

@@ -1,7 +1,7 @@
 // The executor: replays one rank's lowered action list of a plan for one training step.
 //
 //  - F, B, I, W run on the rank's stages; OVERLAP_F_B runs its forward part, then its backward
-//    part. I computes only the input gradient and keeps what W needs (model.h: GradStash); W
+//    part. I computes only the input gradient and keeps what W needs (model/ops.h: GradStash); W
 //    computes the weight gradients from it.
 //  - A maximal run of consecutive SEND/RECV actions is posted as one batch (Transport::post).
 //    A receive is waited for just before the compute that needs it; sends are waited for at the

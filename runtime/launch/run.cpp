@@ -15,6 +15,7 @@
 #include "runtime/fail.h"
 #include "runtime/launch/failure.h"
 #include "runtime/launch/plan_load.h"
+#include "runtime/launch/spawn.h"
 #include "runtime/model/architecture.h"
 #include "runtime/train/trainer.h"
 #include "runtime/transport/transport.h"
@@ -91,7 +92,7 @@ void check_same_data(const Job& job, const TokenSource& data) {
 
 }  // namespace
 
-Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const GetEnv& getenv) {
+Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   Job job;
   if (!o.plan_path.empty())
     job.plan = load_plan(o.plan_path);
@@ -143,7 +144,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
 
   job.out = o.out;
   std::string progress = o.progress;
-  if (progress == "auto" && getenv("PPRUN_PROGRESS")) progress = getenv("PPRUN_PROGRESS");
+  if (progress == "auto" && env && !env->progress.empty()) progress = env->progress;
   if (progress == "auto") progress = isatty(STDOUT_FILENO) ? "bar" : "lines";
   if (progress == "bar")
     job.out.progress = ProgressMode::Bar;
@@ -166,10 +167,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const Get
   job.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
 
   int local_ranks = o.reference ? 1 : job.topology().world();
-  if (env && getenv("LOCAL_WORLD_SIZE"))
-    local_ranks = std::max(1, std::atoi(getenv("LOCAL_WORLD_SIZE")));
-  else if (env && env->launcher == "SLURM" && getenv("SLURM_NTASKS_PER_NODE"))
-    local_ranks = std::max(1, std::atoi(getenv("SLURM_NTASKS_PER_NODE")));
+  if (env && env->local_world > 0) local_ranks = env->local_world;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   job.threads = o.threads > 0 ? o.threads : std::max(1, cores / local_ranks);
   if (!o.fault_kill.empty()) parse_fault(o.fault_kill, job);
@@ -227,7 +225,7 @@ int run_worker(const Job& job, const LaunchEnv& env) {
       transport = make_nccl_transport(*store, env.rank, env.world, env.local_rank, job.timeout);
     } else {
       GlooOptions go;
-      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) go.interface = ifname;
+      go.interface = env.gloo_interface;
       go.hostname = local ? "127.0.0.1" : "";
       go.timeout = job.timeout;
       transport = make_gloo_transport(*store, env.rank, env.world, go);
@@ -301,7 +299,7 @@ int run(const RunOptions& o, const GetEnv& getenv) {
     return 0;
   }
   const std::optional<LaunchEnv> env = o.reference ? std::nullopt : launch_env(getenv);
-  const Job job = make_job(o, env, getenv);
+  const Job job = make_job(o, env);
   if (job.start_step >= job.last_step()) {
     if (!env || env->rank == 0)
       std::printf("pprun: the checkpoint %s has completed %lld steps%s: nothing to train\n",

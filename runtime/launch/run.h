@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "runtime/job.h"
-#include "runtime/launch/spawn.h"
+#include "runtime/launch/env.h"
 #include "runtime/model/config.h"
 
 namespace pprt {
@@ -40,8 +40,9 @@ struct RunOptions {
 };
 
 // Checks and resolves the options (plan, model, data, device, ...). Throws ppc::UserError.
-// `env` is the rank environment, if any (it decides the default thread count).
-Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env, const GetEnv& getenv);
+// `env` is the rank environment, if any (the ranks on this machine decide the default thread
+// count).
+Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env);
 
 // Runs pprun; returns the process exit code. Throws ppc::UserError for bad input (exit 2).
 int run(const RunOptions& o, const GetEnv& getenv);

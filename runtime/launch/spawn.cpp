@@ -14,70 +14,9 @@
 #include <cstring>
 #include <optional>
 
-#include "compiler/diagnostic.h"
-#include "runtime/fail.h"
-
 extern char** environ;
 
 namespace pprt {
-
-namespace {
-
-int env_int(const GetEnv& getenv, const char* name, int lo, int hi) {
-  const char* v = getenv(name);
-  if (!v || !*v) fail("environment", fmt::format("{} is not set", name));
-  char* end = nullptr;
-  errno = 0;
-  const long x = std::strtol(v, &end, 10);
-  if (errno || *end || x < lo || x > hi)
-    fail("environment", fmt::format("{}='{}' is not an integer in {}..{}", name, v, lo, hi));
-  return static_cast<int>(x);
-}
-
-std::string env_str(const GetEnv& getenv, const char* name, const char* hint) {
-  const char* v = getenv(name);
-  if (!v || !*v) fail("environment", fmt::format("{} is not set{}", name, hint));
-  return v;
-}
-
-}  // namespace
-
-std::optional<LaunchEnv> launch_env(const GetEnv& getenv) {
-  LaunchEnv e;
-  if (getenv("RANK") && getenv("WORLD_SIZE")) {
-    const bool spawned = getenv("PPRUN_SPAWNED") != nullptr;
-    e.launcher = spawned ? "pprun" : getenv("TORCHELASTIC_RUN_ID") ? "torchrun" : "RANK/WORLD_SIZE";
-    e.world = env_int(getenv, "WORLD_SIZE", 1, 1 << 20);
-    e.rank = env_int(getenv, "RANK", 0, e.world - 1);
-    e.local_rank = getenv("LOCAL_RANK") ? env_int(getenv, "LOCAL_RANK", 0, 1 << 20) : e.rank;
-    e.master_addr =
-        env_str(getenv, "MASTER_ADDR", " (torchrun sets it; set it when launching by hand)");
-    e.master_port = env_int(getenv, "MASTER_PORT", 1, 65535);
-    const char* agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
-    e.external_store = spawned || (agent && std::string(agent) == "True");
-    const char* restart = getenv("TORCHELASTIC_RESTART_COUNT");
-    e.store_prefix = fmt::format("pprun/{}/", restart ? restart : "0");
-    return e;
-  }
-  if (getenv("SLURM_PROCID") && getenv("SLURM_NTASKS")) {
-    e.launcher = "SLURM";
-    e.world = env_int(getenv, "SLURM_NTASKS", 1, 1 << 20);
-    e.rank = env_int(getenv, "SLURM_PROCID", 0, e.world - 1);
-    e.local_rank = getenv("SLURM_LOCALID") ? env_int(getenv, "SLURM_LOCALID", 0, 1 << 20) : 0;
-    const char* hint =
-        " (under SLURM, export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
-        "head -n1) "
-        "and MASTER_PORT=29500)";
-    e.master_addr = env_str(getenv, "MASTER_ADDR", hint);
-    e.master_port = env_int(getenv, "MASTER_PORT", 1, 65535);
-    e.external_store = false;
-    const char* job = getenv("SLURM_JOB_ID");
-    const char* step = getenv("SLURM_STEP_ID");
-    e.store_prefix = fmt::format("pprun/{}.{}/", job ? job : "0", step ? step : "0");
-    return e;
-  }
-  return std::nullopt;
-}
 
 namespace {
 
@@ -176,136 +115,202 @@ bool failed(int status) {
   return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 }
 
-}  // namespace
-
-int spawn_ranks(const SpawnOptions& o) {
-  // Everything the children need is built before fork(): after it, only async-signal-safe calls.
-  std::vector<std::string> args{o.exe};
-  args.insert(args.end(), o.args.begin(), o.args.end());
+// The program and each rank's environment, built before fork(): after it, only async-signal-safe
+// calls. Holds the strings its pointers point into: built in place, never copied.
+struct Command {
+  std::vector<std::string> args;
   std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  static const char* const kOurs[] = {
-      "RANK=",        "WORLD_SIZE=",    "LOCAL_RANK=",   "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-      "MASTER_PORT=", "PPRUN_SPAWNED=", "SLURM_PROCID=", "SLURM_NTASKS="};
-  std::vector<std::string> base;
-  for (char** e = environ; *e; ++e) {
-    bool ours = false;
-    for (const char* k : kOurs) ours = ours || std::strncmp(*e, k, std::strlen(k)) == 0;
-    for (const auto& [k, v] : o.env) ours = ours || std::string(*e).rfind(k + "=", 0) == 0;
-    if (!ours) base.push_back(*e);
-  }
-  for (const auto& [k, v] : o.env) base.push_back(k + "=" + v);
-  base.push_back(fmt::format("WORLD_SIZE={}", o.world));
-  base.push_back(fmt::format("LOCAL_WORLD_SIZE={}", o.world));
-  base.push_back("MASTER_ADDR=127.0.0.1");
-  base.push_back(fmt::format("MASTER_PORT={}", o.port));
-  base.push_back("PPRUN_SPAWNED=1");
-  std::vector<std::vector<std::string>> envs(static_cast<size_t>(o.world), base);
-  std::vector<std::vector<char*>> envps(static_cast<size_t>(o.world));
-  for (int r = 0; r < o.world; ++r) {
-    auto& e = envs[static_cast<size_t>(r)];
-    e.push_back(fmt::format("RANK={}", r));
-    e.push_back(fmt::format("LOCAL_RANK={}", r));
-    for (auto& s : e) envps[static_cast<size_t>(r)].push_back(s.data());
-    envps[static_cast<size_t>(r)].push_back(nullptr);
-  }
+  std::vector<std::vector<std::string>> envs;
+  std::vector<std::vector<char*>> envps;
 
-  sigset_t mask, old;
-  sigemptyset(&mask);
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&mask, sig);
-  if (sigprocmask(SIG_BLOCK, &mask, &old) != 0) throw std::runtime_error("sigprocmask failed");
-  const int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (sfd < 0) throw std::runtime_error(fmt::format("signalfd failed: {}", std::strerror(errno)));
-
-  const pid_t parent = getpid();
-  std::vector<Child> kids(static_cast<size_t>(o.world));
-  for (int r = 0; r < o.world; ++r) {
-    Child& c = kids[static_cast<size_t>(r)];
-    c.rank = r;
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
-      throw std::runtime_error(fmt::format("pipe failed: {}", std::strerror(errno)));
-    const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(errno)));
-    if (pid == 0) {
-      sigprocmask(SIG_SETMASK, &old, nullptr);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      execve(argv[0], argv.data(), envps[static_cast<size_t>(r)].data());
-      const char msg[] = "pprun: cannot execute the rank process\n";
-      (void)!::write(2, msg, sizeof msg - 1);
-      _exit(127);
+  explicit Command(const SpawnOptions& o) : args{o.exe} {
+    args.insert(args.end(), o.args.begin(), o.args.end());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    // This process's environment without the variables that place a rank, then the rank's own.
+    static const char* const kOurs[] = {
+        "RANK=",        "WORLD_SIZE=",    "LOCAL_RANK=",   "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
+        "MASTER_PORT=", "PPRUN_SPAWNED=", "SLURM_PROCID=", "SLURM_NTASKS="};
+    std::vector<std::string> base;
+    for (char** e = environ; *e; ++e) {
+      bool ours = false;
+      for (const char* k : kOurs) ours = ours || std::strncmp(*e, k, std::strlen(k)) == 0;
+      for (const auto& [k, v] : o.env) ours = ours || std::string(*e).rfind(k + "=", 0) == 0;
+      if (!ours) base.push_back(*e);
     }
-    close(out[1]);
-    close(err[1]);
-    c.pid = pid;
-    c.out = Stream{out[0], false, {}, false};
-    c.err = Stream{err[0], true, {}, false};
+    for (const auto& [k, v] : o.env) base.push_back(k + "=" + v);
+    base.push_back(fmt::format("WORLD_SIZE={}", o.world));
+    base.push_back(fmt::format("LOCAL_WORLD_SIZE={}", o.world));
+    base.push_back("MASTER_ADDR=127.0.0.1");
+    base.push_back(fmt::format("MASTER_PORT={}", o.port));
+    base.push_back("PPRUN_SPAWNED=1");
+    envs.assign(static_cast<size_t>(o.world), base);
+    envps.resize(static_cast<size_t>(o.world));
+    for (int r = 0; r < o.world; ++r) {
+      auto& e = envs[static_cast<size_t>(r)];
+      e.push_back(fmt::format("RANK={}", r));
+      e.push_back(fmt::format("LOCAL_RANK={}", r));
+      for (auto& s : e) envps[static_cast<size_t>(r)].push_back(s.data());
+      envps[static_cast<size_t>(r)].push_back(nullptr);
+    }
   }
+  Command(const Command&) = delete;
+  Command& operator=(const Command&) = delete;
+};
 
-  Relay relay;
-  int running = o.world;
-  int first_failure = -1;
-  int interrupted = 0;
-  bool terminating = false;
-  std::optional<Clock::time_point> stop_at, kill_at;
-  auto terminate_all = [&](int sig) {
-    for (Child& c : kids)
-      if (c.running) kill(c.pid, sig);
-  };
-  char buf[65536];
-  for (;;) {
-    std::vector<pollfd> fds{{sfd, POLLIN, 0}};
+// While the ranks run, SIGCHLD, SIGINT, SIGTERM and SIGHUP are blocked and read from a descriptor
+// (a rank gets the mask back before it executes).
+class Signals {
+ public:
+  Signals() {
+    sigemptyset(&mask_);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&mask_, sig);
+    if (sigprocmask(SIG_BLOCK, &mask_, &old_) != 0) throw std::runtime_error("sigprocmask failed");
+    fd_ = signalfd(-1, &mask_, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (fd_ < 0) {
+      const int e = errno;
+      sigprocmask(SIG_SETMASK, &old_, nullptr);
+      throw std::runtime_error(fmt::format("signalfd failed: {}", std::strerror(e)));
+    }
+  }
+  ~Signals() {
+    close(fd_);
+    sigprocmask(SIG_SETMASK, &old_, nullptr);
+  }
+  Signals(const Signals&) = delete;
+  Signals& operator=(const Signals&) = delete;
+  int fd() const { return fd_; }
+  const sigset_t& old_mask() const { return old_; }
+
+ private:
+  sigset_t mask_, old_;
+  int fd_ = -1;
+};
+
+// Forks rank `r` with its stdout and stderr on pipes.
+Child start_rank(int r, const Command& cmd, const Signals& signals, pid_t parent) {
+  Child c;
+  c.rank = r;
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+    throw std::runtime_error(fmt::format("pipe failed: {}", std::strerror(errno)));
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(errno)));
+  if (pid == 0) {
+    sigprocmask(SIG_SETMASK, &signals.old_mask(), nullptr);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    execve(cmd.argv[0], cmd.argv.data(), cmd.envps[static_cast<size_t>(r)].data());
+    const char msg[] = "pprun: cannot execute the rank process\n";
+    (void)!::write(2, msg, sizeof msg - 1);
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  c.pid = pid;
+  c.out = Stream{out[0], false, {}, false};
+  c.err = Stream{err[0], true, {}, false};
+  return c;
+}
+
+// Watches the running ranks: relays their output, passes signals on, reaps them, and when one
+// fails gives the others `grace` to stop before terminating them.
+class Supervisor {
+ public:
+  Supervisor(const SpawnOptions& o, std::vector<Child> kids)
+      : o_(o), kids_(std::move(kids)), running_(static_cast<int>(kids_.size())) {}
+
+  // One round: waits (200 ms at most, less before a deadline) for output or a signal and acts on
+  // what happened. False once every rank has exited and its output is relayed.
+  bool round(int signal_fd) {
+    std::vector<pollfd> fds{{signal_fd, POLLIN, 0}};
     std::vector<std::pair<Child*, Stream*>> owners{{nullptr, nullptr}};
-    for (Child& c : kids)
+    for (Child& c : kids_)
       for (Stream* s : {&c.out, &c.err})
         if (s->fd >= 0) {
           fds.push_back({s->fd, POLLIN, 0});
           owners.emplace_back(&c, s);
         }
-    if (running == 0 && fds.size() == 1) break;
-    int timeout_ms = 200;
-    const auto now = Clock::now();
-    for (const auto& t : {stop_at, kill_at})
-      if (t)
-        timeout_ms = std::min<int>(
-            timeout_ms,
-            static_cast<int>(std::max<int64_t>(
-                0, std::chrono::duration_cast<std::chrono::milliseconds>(*t - now).count())));
-    const int n = poll(fds.data(), fds.size(), timeout_ms);
+    if (running_ == 0 && fds.size() == 1) return false;
+    const int n = poll(fds.data(), fds.size(), timeout_ms());
     if (n < 0 && errno != EINTR)
       throw std::runtime_error(fmt::format("poll failed: {}", std::strerror(errno)));
-    for (size_t i = 1; n > 0 && i < fds.size(); ++i) {
+    if (n > 0) relay_output(fds, owners);
+    if (n > 0 && (fds[0].revents & POLLIN)) read_signals(signal_fd);
+    note_failures(reap());
+    kill_stopped_ranks();
+    enforce_deadlines();
+    return true;
+  }
+
+  // 0 if every rank succeeded; else says which rank failed first and how, and returns its code.
+  int exit_code() {
+    if (interrupted_) return 128 + interrupted_;
+    if (first_failure_ < 0) return 0;
+    // A rank that was stopped is the cause, whichever rank exited first.
+    for (const Child& c : kids_)
+      if (c.killed_stopped) first_failure_ = c.rank;
+    const Child& f = kids_[static_cast<size_t>(first_failure_)];
+    std::string others;
+    for (const Child& c : kids_)
+      if (c.rank != f.rank && failed(c.status))
+        others += fmt::format(" rank {} {};", c.rank, describe_status(c));
+    relay_.message(fmt::format("pprun: rank {} {}{}{}\n", f.rank, describe_status(f),
+                               others.empty() ? "" : "; then",
+                               others.empty() ? "" : others.substr(0, others.size() - 1)));
+    return WIFEXITED(f.status) ? WEXITSTATUS(f.status) : 1;
+  }
+
+ private:
+  int timeout_ms() const {
+    int ms = 200;
+    const auto now = Clock::now();
+    for (const auto& t : {stop_at_, kill_at_})
+      if (t)
+        ms = std::min<int>(
+            ms, static_cast<int>(std::max<int64_t>(
+                    0, std::chrono::duration_cast<std::chrono::milliseconds>(*t - now).count())));
+    return ms;
+  }
+
+  void relay_output(const std::vector<pollfd>& fds,
+                    const std::vector<std::pair<Child*, Stream*>>& owners) {
+    for (size_t i = 1; i < fds.size(); ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       auto [c, s] = owners[i];
-      const ssize_t got = read(s->fd, buf, sizeof buf);
+      const ssize_t got = read(s->fd, buf_, sizeof buf_);
       if (got > 0) {
-        relay.feed(*c, *s, buf, static_cast<size_t>(got));
+        relay_.feed(*c, *s, buf_, static_cast<size_t>(got));
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        relay.flush(*c, *s);
+        relay_.flush(*c, *s);
         close(s->fd);
         s->fd = -1;
       }
     }
-    if (n > 0 && (fds[0].revents & POLLIN)) {
-      signalfd_siginfo si;
-      while (read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        if (si.ssi_signo == SIGCHLD) continue;  // reaped below
-        if (!interrupted) {
-          interrupted = static_cast<int>(si.ssi_signo);
-          relay.message(fmt::format("pprun: {}; stopping the ranks\n", strsignal(interrupted)));
-          terminate_all(SIGTERM);
-          kill_at = Clock::now() + std::chrono::seconds(3);
-        }
+  }
+
+  // SIGINT, SIGTERM, SIGHUP: the ranks are asked to stop, then killed 3 s later.
+  void read_signals(int fd) {
+    signalfd_siginfo si;
+    while (read(fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+      if (si.ssi_signo == SIGCHLD) continue;  // reaped below
+      if (!interrupted_) {
+        interrupted_ = static_cast<int>(si.ssi_signo);
+        relay_.message(fmt::format("pprun: {}; stopping the ranks\n", strsignal(interrupted_)));
+        signal_all(SIGTERM);
+        kill_at_ = Clock::now() + std::chrono::seconds(3);
       }
     }
-    // Reap. A rank killed by a signal is the cause of a failure more likely than one that exited
-    // with an error (the others exit with an error when they notice it): it is named first.
+  }
+
+  // The ranks that exited since the last round. A rank killed by a signal is the cause of a
+  // failure more likely than one that exited with an error (the others exit with an error when
+  // they notice it): it comes first.
+  std::vector<Child*> reap() {
     std::vector<Child*> exited;
-    for (Child& c : kids) {
+    for (Child& c : kids_) {
       if (!c.running) continue;
       int status = 0;
       if (waitpid(c.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) != c.pid) continue;
@@ -315,76 +320,99 @@ int spawn_ranks(const SpawnOptions& o) {
       }
       c.running = false;
       c.status = status;
-      --running;
+      --running_;
       exited.push_back(&c);
     }
     std::stable_sort(exited.begin(), exited.end(), [](const Child* a, const Child* b) {
       return WIFSIGNALED(a->status) > WIFSIGNALED(b->status);
     });
+    return exited;
+  }
+
+  // The first failure starts the others' grace period; a rank killed by a signal is recorded in
+  // the store for the ranks' diagnosis.
+  void note_failures(const std::vector<Child*>& exited) {
     for (Child* c : exited) {
-      if (!failed(c->status) || interrupted || terminating) continue;
-      if (WIFSIGNALED(c->status) && o.store) {
-        try {
-          o.store->set(fmt::format("lost/{}", c->rank),
-                       fmt::format("killed by signal {}", WTERMSIG(c->status)));
-        } catch (const TransportError&) {
-        }
+      if (!failed(c->status) || interrupted_ || terminating_) continue;
+      if (WIFSIGNALED(c->status))
+        record_lost(*c, fmt::format("killed by signal {}", WTERMSIG(c->status)));
+      if (first_failure_ < 0) {
+        first_failure_ = c->rank;
+        stop_at_ = Clock::now() + o_.grace;
       }
-      if (first_failure < 0) {
-        first_failure = c->rank;
-        stop_at = Clock::now() + o.grace;
-      }
-    }
-    // A rank stopped by a signal (SIGSTOP) cannot notice a failure, nor exit: once another rank
-    // has failed (its peers time out waiting for it), it is the cause. Record it for the ranks'
-    // diagnosis and end it now rather than after the grace period.
-    if (first_failure >= 0 && !interrupted)
-      for (Child& c : kids)
-        if (c.running && c.stopped_by && !c.killed_stopped) {
-          c.killed_stopped = true;
-          if (o.store) {
-            try {
-              o.store->set(fmt::format("lost/{}", c.rank),
-                           fmt::format("stopped by signal {}", c.stopped_by));
-            } catch (const TransportError&) {
-            }
-          }
-          kill(c.pid, SIGKILL);
-          relay.message(fmt::format("pprun: rank {} is stopped ({}): killing it\n", c.rank,
-                                    strsignal(c.stopped_by)));
-        }
-    const auto t = Clock::now();
-    if (stop_at && t >= *stop_at && running > 0) {
-      relay.message(fmt::format(
-          "pprun: ranks still running {:.0f} s after rank {} failed; terminating them\n",
-          std::chrono::duration<double>(o.grace).count(), first_failure));
-      terminate_all(SIGTERM);
-      terminating = true;
-      stop_at.reset();
-      kill_at = t + std::chrono::seconds(3);
-    }
-    if (kill_at && t >= *kill_at && running > 0) {
-      terminate_all(SIGKILL);
-      kill_at.reset();
     }
   }
-  close(sfd);
-  sigprocmask(SIG_SETMASK, &old, nullptr);
 
-  if (interrupted) return 128 + interrupted;
-  if (first_failure < 0) return 0;
-  // A rank that was stopped is the cause, whichever rank exited first.
-  for (const Child& c : kids)
-    if (c.killed_stopped) first_failure = c.rank;
-  const Child& f = kids[static_cast<size_t>(first_failure)];
-  std::string others;
-  for (const Child& c : kids)
-    if (c.rank != f.rank && failed(c.status))
-      others += fmt::format(" rank {} {};", c.rank, describe_status(c));
-  relay.message(fmt::format("pprun: rank {} {}{}{}\n", f.rank, describe_status(f),
-                            others.empty() ? "" : "; then",
-                            others.empty() ? "" : others.substr(0, others.size() - 1)));
-  return WIFEXITED(f.status) ? WEXITSTATUS(f.status) : 1;
+  // A rank stopped by a signal (SIGSTOP) cannot notice a failure, nor exit: once another rank
+  // has failed (its peers time out waiting for it), it is the cause. Record it for the ranks'
+  // diagnosis and end it now rather than after the grace period.
+  void kill_stopped_ranks() {
+    if (first_failure_ < 0 || interrupted_) return;
+    for (Child& c : kids_)
+      if (c.running && c.stopped_by && !c.killed_stopped) {
+        c.killed_stopped = true;
+        record_lost(c, fmt::format("stopped by signal {}", c.stopped_by));
+        kill(c.pid, SIGKILL);
+        relay_.message(fmt::format("pprun: rank {} is stopped ({}): killing it\n", c.rank,
+                                   strsignal(c.stopped_by)));
+      }
+  }
+
+  // After the grace period the ranks still running are terminated, and killed 3 s later.
+  void enforce_deadlines() {
+    const auto t = Clock::now();
+    if (stop_at_ && t >= *stop_at_ && running_ > 0) {
+      relay_.message(fmt::format(
+          "pprun: ranks still running {:.0f} s after rank {} failed; terminating them\n",
+          std::chrono::duration<double>(o_.grace).count(), first_failure_));
+      signal_all(SIGTERM);
+      terminating_ = true;
+      stop_at_.reset();
+      kill_at_ = t + std::chrono::seconds(3);
+    }
+    if (kill_at_ && t >= *kill_at_ && running_ > 0) {
+      signal_all(SIGKILL);
+      kill_at_.reset();
+    }
+  }
+
+  void signal_all(int sig) {
+    for (Child& c : kids_)
+      if (c.running) kill(c.pid, sig);
+  }
+
+  // "lost/<rank>" in the store (best effort: it may be gone).
+  void record_lost(const Child& c, const std::string& how) {
+    if (!o_.store) return;
+    try {
+      o_.store->set(fmt::format("lost/{}", c.rank), how);
+    } catch (const TransportError&) {
+    }
+  }
+
+  const SpawnOptions& o_;
+  std::vector<Child> kids_;
+  Relay relay_;
+  int running_;
+  int first_failure_ = -1;
+  int interrupted_ = 0;
+  bool terminating_ = false;
+  std::optional<Clock::time_point> stop_at_, kill_at_;
+  char buf_[65536];
+};
+
+}  // namespace
+
+int spawn_ranks(const SpawnOptions& o) {
+  const Command cmd(o);
+  const Signals signals;
+  const pid_t parent = getpid();
+  std::vector<Child> kids;
+  for (int r = 0; r < o.world; ++r) kids.push_back(start_rank(r, cmd, signals, parent));
+  Supervisor ranks(o, std::move(kids));
+  while (ranks.round(signals.fd())) {
+  }
+  return ranks.exit_code();
 }
 
 }  // namespace pprt

@@ -1,35 +1,14 @@
-// How the ranks of a run come to be: spawned by pprun itself on this machine (the default), or
-// started by torchrun or SLURM, which give each process its rank and a rendezvous address.
+// pprun alone (no launcher's environment: env.h) spawns the ranks of a run on this machine.
 // No LibTorch.
 #pragma once
 
 #include <chrono>
-#include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/transport/transport.h"
 
 namespace pprt {
-
-struct LaunchEnv {
-  std::string launcher;  // "torchrun", "SLURM", "pprun" (a rank pprun spawned), or
-                         // "RANK/WORLD_SIZE" (by hand)
-  int rank = 0, world = 1, local_rank = 0;
-  std::string master_addr;
-  int master_port = 0;
-  bool external_store = false;  // the store is served by the launcher: rank 0 is a client too
-  std::string store_prefix;     // keys of this run in the store
-};
-
-using GetEnv = std::function<const char*(const char*)>;
-
-// The rank environment if there is one: RANK and WORLD_SIZE (torchrun, or a rank spawned by
-// pprun; MASTER_ADDR and MASTER_PORT required), else SLURM_PROCID and SLURM_NTASKS (with
-// MASTER_ADDR and MASTER_PORT), else nothing: pprun spawns the ranks itself. Throws
-// ppc::UserError naming the variable when one is malformed or missing.
-std::optional<LaunchEnv> launch_env(const GetEnv& getenv);
 
 struct SpawnOptions {
   std::string exe;                // the program each rank runs (this pprun)

@@ -19,8 +19,8 @@
 #include "compiler/verify.h"
 #include "runtime/data/token_source.h"
 #include "runtime/job.h"
+#include "runtime/launch/env.h"
 #include "runtime/launch/plan_load.h"
-#include "runtime/launch/spawn.h"
 #include "runtime/model/architecture.h"
 #include "runtime/model/config.h"
 #include "runtime/output/param_dump.h"
@@ -352,7 +352,9 @@ TEST(LaunchEnv, Torchrun) {
                                           {"MASTER_PORT", "29500"},
                                           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                                           {"TORCHELASTIC_RUN_ID", "x"},
-                                          {"TORCHELASTIC_RESTART_COUNT", "2"}}));
+                                          {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                          {"LOCAL_WORLD_SIZE", "2"},
+                                          {"GLOO_SOCKET_IFNAME", "eth1"}}));
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->launcher, "torchrun");
   EXPECT_EQ(e->rank, 1);
@@ -360,6 +362,9 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_TRUE(e->external_store);
   EXPECT_EQ(e->store_prefix, "pprun/2/");
   EXPECT_EQ(e->master_addr, "10.0.0.1");
+  EXPECT_EQ(e->local_world, 2);
+  EXPECT_EQ(e->gloo_interface, "eth1");
+  EXPECT_EQ(e->progress, "");
 }
 
 TEST(LaunchEnv, Slurm) {
@@ -367,11 +372,27 @@ TEST(LaunchEnv, Slurm) {
                                           {"SLURM_NTASKS", "8"},
                                           {"SLURM_LOCALID", "0"},
                                           {"MASTER_ADDR", "node1"},
-                                          {"MASTER_PORT", "29500"}}));
+                                          {"MASTER_PORT", "29500"},
+                                          {"SLURM_NTASKS_PER_NODE", "4"}}));
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->launcher, "SLURM");
   EXPECT_EQ(e->world, 8);
   EXPECT_FALSE(e->external_store);  // rank 0 serves the store
+  EXPECT_EQ(e->local_world, 4);
+}
+
+TEST(LaunchEnv, ARankPprunSpawned) {
+  const auto e = pprt::launch_env(env_of({{"RANK", "0"},
+                                          {"WORLD_SIZE", "2"},
+                                          {"MASTER_ADDR", "127.0.0.1"},
+                                          {"MASTER_PORT", "29500"},
+                                          {"PPRUN_SPAWNED", "1"},
+                                          {"PPRUN_PROGRESS", "bar"}}));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->launcher, "pprun");
+  EXPECT_TRUE(e->external_store);  // the spawning pprun serves the store
+  EXPECT_EQ(e->progress, "bar");   // its terminal decides the progress display
+  EXPECT_EQ(e->local_world, 0);
 }
 
 TEST(LaunchEnv, NoneMeansSpawn) {

@@ -73,6 +73,18 @@ RankReport rank_report_from_json(const std::string& text) {
   return r;
 }
 
+void publish_report(Store& store, int rank, const RankReport& report) {
+  store.set(fmt::format("report/{}", rank), to_json(report));
+}
+
+std::vector<RankReport> gather_reports(Store& store, const Topology& topology) {
+  std::vector<RankReport> out;
+  for (int r = 0; r < topology.pp; ++r)
+    out.push_back(
+        rank_report_from_json(store.get(fmt::format("report/{}", topology.global(r, 0)))));
+  return out;
+}
+
 namespace {
 
 double median(std::vector<double> v) {
@@ -162,6 +174,13 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
     if (it != kinds.end())
       s.mean_ms.emplace_back(k, it->second.first / static_cast<double>(it->second.second) / 1e6);
   }
+  return s;
+}
+
+TimingSummary summarise(const ppc::Plan& plan, const std::vector<RankReport>& ranks, int replicas) {
+  TimingSummary s = analyse(plan, ranks);
+  summarise_saves(ranks, s);
+  summarise_dp(ranks, replicas, s);
   return s;
 }
 

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "compiler/plan.h"
+#include "runtime/job.h"
+#include "runtime/transport/transport.h"
 
 namespace pprt {
 
@@ -70,6 +72,11 @@ struct RankReport {
 std::string to_json(const RankReport& r);
 RankReport rank_report_from_json(const std::string& text);
 
+// At the end of a run every rank puts its report in the rendezvous store; the loss rank gathers
+// replica 0's, by pipeline rank.
+void publish_report(Store& store, int rank, const RankReport& report);
+std::vector<RankReport> gather_reports(Store& store, const Topology& topology);
+
 struct TimingSummary {
   std::vector<int> peak_inflight;       // measured, per rank
   std::vector<int> predicted_inflight;  // ppc::peak_inflight(plan)
@@ -107,6 +114,9 @@ void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s);
 
 // Analyses the steps with spans (skipping the first step of the run when others exist).
 TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
+
+// All of it: analyse, then the checkpoints' and data parallelism's parts.
+TimingSummary summarise(const ppc::Plan& plan, const std::vector<RankReport>& ranks, int replicas);
 
 // The summary lines the loss rank prints at the end (ending with saves_text).
 std::string summary_text(const TimingSummary& s);

@@ -1,15 +1,15 @@
 #include "runtime/output/step_log.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <filesystem>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "runtime/data/token_source.h"
+#include "runtime/launch/failure.h"
+#include "runtime/launch/process_setup.h"
+#include "runtime/model/architecture.h"
 
 namespace pprt {
 
@@ -79,6 +79,91 @@ void Progress::finish() {
   if (drawn_) std::fputc('\n', out_);
   drawn_ = false;
   std::fflush(out_);
+}
+
+std::string run_header(const Job& job, const TokenSource& data, const std::string& transport,
+                       bool reference) {
+  const ppc::Plan& p = job.plan;
+  const int replicas = reference ? 1 : job.dp;
+  const int b = job.train.global_batch / replicas / p.microbatches;
+  const std::string what =
+      reference    ? "reference (unpipelined, 1 process)"
+      : job.dp > 1 ? fmt::format("{} on {} ranks (vpp {}) x {} data-parallel replicas = {} ranks",
+                                 p.schedule, p.pp(), p.vpp(), job.dp, p.pp() * job.dp)
+                   : fmt::format("{} on {} ranks (vpp {})", p.schedule, p.pp(), p.vpp());
+  const int decoders = p.layout.count(ppc::LayerKind::Decoder);
+  const int depths = mtp_depths(p.layout);
+  const std::string layers =
+      depths ? fmt::format("{} layers + {} MTP depth{} (loss weight {:g})", decoders, depths,
+                           depths == 1 ? "" : "s", job.train.mtp_loss_weight)
+             : fmt::format("{} layers", decoders);
+  return fmt::format(
+      "{}, {} microbatches of {} sequences{}\n"
+      "model {} = {}, {:.2f}M parameters ({}); data: {}; {}, {}, {} thread{} per rank ({})\n",
+      what, p.microbatches, b, replicas > 1 ? " per replica" : "", p.layout.source, layers,
+      count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(), transport,
+      job.device, job.threads, job.threads == 1 ? "" : "s", thread_pools());
+}
+
+void print_lines(const std::string& text) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) std::printf("pprun: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+StepLog::StepLog(const Job& job, bool active, FailureWatch* watch)
+    : job_(job),
+      active_(active),
+      progress_(job.out.progress, job.last_step(), job.out.log_every, stdout,
+                static_cast<int>(job.start_step)) {
+  if (active_ && !job.out.metrics_path.empty()) {
+    metrics_.emplace(job.out.metrics_path, "--metrics");
+    if (watch) watch->remove_on_stop(metrics_->temp_path());
+  }
+  start_ = Clock::now();
+}
+
+void StepLog::step(int step, const StepStats& stats, double step_time_s) {
+  if (!active_) return;
+  auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return v.empty() ? 0 : sum / static_cast<double>(v.size());
+  };
+  StepMetrics m;
+  m.step = step + 1;
+  m.loss = mean(stats.losses);
+  if (mtp_depths(job_.plan.layout) > 0) m.mtp_loss = mean(stats.mtp_losses);
+  m.lr = learning_rate(job_.train, step);
+  m.grad_norm = stats.grad_norm;
+  m.step_time_s = step_time_s;
+  m.tokens_per_s = step_time_s > 0 ? job_.train.global_batch *
+                                         static_cast<double>(job_.model.seq_len) / step_time_s
+                                   : 0;
+  m.elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
+  if (m.step == job_.start_step + 1) first_loss_ = m.loss;
+  last_loss_ = m.loss;
+  if (metrics_) {
+    metrics_->write(metrics_json(m) + "\n");
+    metrics_->flush();
+  }
+  progress_.update(m);
+}
+
+void StepLog::finish() {
+  if (!active_) return;
+  progress_.finish();
+  if (metrics_) metrics_->commit();
+  metrics_.reset();
+  const int run = job_.last_step() - static_cast<int>(job_.start_step);
+  const bool part = job_.start_step > 0 || job_.last_step() < job_.train.steps;
+  std::printf("pprun: done: %d step%s in %.2f s, loss %.4f -> %.4f%s\n", run, run == 1 ? "" : "s",
+              std::chrono::duration<double>(Clock::now() - start_).count(), first_loss_, last_loss_,
+              part ? fmt::format(" (steps {}-{} of {})", job_.start_step + 1, job_.last_step(),
+                                 job_.train.steps)
+                         .c_str()
+                   : "");
+  std::fflush(stdout);
 }
 
 }  // namespace pprt

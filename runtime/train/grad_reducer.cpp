@@ -1,6 +1,8 @@
 #include "runtime/train/grad_reducer.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -118,6 +120,42 @@ ReduceStats GradReducer::finish() {
   st.buckets = static_cast<int>(buckets_.size());
   next_ = 0;
   return st;
+}
+
+SharedGradSum::SharedGradSum(const ppc::Plan& plan, const ModelConfig& config, int pipeline_rank,
+                             ParamStore& store, Transport& pipeline) {
+  for (const SharedGroup& g : shared_groups(plan, config)) {
+    if (!std::binary_search(g.ranks.begin(), g.ranks.end(), pipeline_rank)) continue;
+    Group group;
+    group.transport =
+        pipeline.new_group(g.ranks, fmt::format("shared:{}", fmt::join(g.ranks, ",")));
+    for (const std::string& name : g.names) {
+      NamedParam* p = store.find(name);
+      PPC_INTERNAL_ASSERT(p != nullptr, "a shared parameter is held by every rank of its group");
+      group.params.push_back(&p->tensor);
+      if (g.ranks.front() != pipeline_rank) counted_elsewhere_.insert(name);
+    }
+    groups_.push_back(std::move(group));
+  }
+}
+
+void SharedGradSum::sum(std::chrono::milliseconds timeout) {
+  for (Group& g : groups_) {
+    std::vector<at::Tensor> flat;
+    for (at::Tensor* p : g.params)
+      flat.push_back(p->grad().defined() ? p->grad().reshape({-1}) : at::zeros_like(*p).view({-1}));
+    at::Tensor buf = at::cat(flat);
+    g.transport->allreduce_sum(buf, timeout);
+    int64_t at = 0;
+    for (at::Tensor* p : g.params) {
+      at::Tensor part = buf.narrow(0, at, p->numel()).view_as(*p);
+      at += p->numel();
+      if (p->grad().defined())
+        p->mutable_grad().copy_(part);
+      else
+        p->mutable_grad() = part.clone();
+    }
+  }
 }
 
 }  // namespace pprt

@@ -1,3 +1,6 @@
+// The gradient reductions after a step's actions: data parallelism's average over the replicas
+// (GradReducer) and the sum over the copies of a shared parameter (SharedGradSum).
+//
 // Data parallelism's gradient average: after a step every replica must hold the same gradients,
 // the mean of the replicas'. A rank's gradients are summed with those of the same pipeline rank in
 // every other replica (one process group per pipeline rank) and divided by the replica count.
@@ -17,6 +20,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "compiler/plan.h"
@@ -61,6 +66,33 @@ class GradReducer {
   double scale_;
   std::vector<Bucket> buckets_;  // in the order they start
   size_t next_ = 0;              // the first bucket not started
+};
+
+// The parameters a rank holds with other ranks (architecture.h: shared_groups; the embedding of
+// E, of every m and of a tied head, DualPipe's two copies): after each step their gradients are
+// summed over a process group per set of ranks holding them, so that the copies stay identical.
+class SharedGradSum {
+ public:
+  SharedGradSum() = default;  // nothing shared
+  // The groups of `pipeline_rank`'s shared parameters in `store`, made over `pipeline` (every
+  // member makes them, in the one global order of the groups).
+  SharedGradSum(const ppc::Plan& plan, const ModelConfig& config, int pipeline_rank,
+                ParamStore& store, Transport& pipeline);
+
+  // One flat all-reduce per group (its parameters in name order: the same on every member).
+  void sum(std::chrono::milliseconds timeout);
+
+  // The shared parameters whose group's lowest rank is another: that rank counts them in the
+  // global gradient norm and writes them to checkpoints.
+  const std::unordered_set<std::string>& counted_elsewhere() const { return counted_elsewhere_; }
+
+ private:
+  struct Group {
+    std::unique_ptr<Transport> transport;
+    std::vector<at::Tensor*> params;
+  };
+  std::vector<Group> groups_;
+  std::unordered_set<std::string> counted_elsewhere_;
 };
 
 }  // namespace pprt

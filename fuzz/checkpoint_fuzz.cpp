@@ -1,4 +1,4 @@
-// pprun's checkpoint reader (runtime/checkpoint.h), as `pprun --resume DIR` and `pprun --export DIR
+// pprun's checkpoint reader (checkpoint/format.h), as `pprun --resume DIR` and `pprun --export DIR
 // OUT` run it before any compute. The input is a checkpoint directory DIR, packed as an archive of
 // named files (fuzz/fuzz_files.h): usually `latest` and a step directory's state, indexes and
 // safetensors shards; files at the top level make DIR a step directory itself.

@@ -1,4 +1,4 @@
-// pprun's model size file (pprun --config FILE, runtime/model_config.h): parse and check.
+// pprun's model size file (pprun --config FILE, runtime/model/config.h): parse and check.
 #include "compiler/layout.h"
 #include "fuzz/fuzz_target.h"
 #include "runtime/model/architecture.h"

@@ -1,4 +1,4 @@
-// pprun's checks before it runs anything (runtime/plan_load.h): read the JSON plan, verify it
+// pprun's checks before it runs anything (launch/plan_load.h): read the JSON plan, verify it
 // (lowering it first if it holds only compute orders), check that pprun can run it, and the NCCL
 // transport's check of the send/receive order. No LibTorch: plan_load.cpp is plain C++.
 #include "fuzz/fuzz_target.h"

@@ -1,4 +1,4 @@
-// pprun --data FILE: the token-file reader (runtime/token_file.h), which maps and checks the data
+// pprun --data FILE: the token-file reader (data/token_file.h), which maps and checks the data
 // before any compute. The input is an archive of named files (fuzz/fuzz_files.h) whose first file,
 // `args`, holds the command line's part: "FORMAT VOCAB SEQ_LEN PATH" (FORMAT as --data-format:
 // auto, text, uint16, uint32 or megatron; VOCAB and SEQ_LEN the model's, in pprun's ranges; PATH

@@ -43,7 +43,7 @@ struct CheckpointState {
   std::string plan_json;  // the plan it was trained with (ppcompile's JSON)
   int pp = 1, dp = 1;     // pipeline ranks (one shard each) and data-parallel replicas
   TrainOptions train;     // learning-rate schedule, AdamW, seed, data options
-  DataIdentity data;      // what the data was; its position is the step (data.h)
+  DataIdentity data;      // what the data was; its position is the step (data/token_source.h)
   std::string rng_state;  // LibTorch's default CPU generator state, hex
 };
 

@@ -1,4 +1,4 @@
-// A rank's side of checkpoints (checkpoint.h, docs/checkpoints.md): saving, collectively, the
+// A rank's side of checkpoints (format.h, docs/checkpoints.md): saving, collectively, the
 // parameters it owns with their AdamW moments, and loading its parameters and AdamW state from a
 // checkpoint of the same model saved under any plan (parameters are found by global name).
 // Included only by LibTorch translation units.

@@ -6,7 +6,7 @@
 //   half of the sequences the second half repeats the first (learnable through attention only).
 //   A model starts at ln(vocab) and goes well below 2 nats within a few hundred steps.
 // - a data file (--data FILE, --data-format): byte-level text, flat uint16/uint32 token ids, or a
-//   Megatron indexed dataset (runtime/token_file.h), memory-mapped and validated when opened.
+//   Megatron indexed dataset (token_file.h), memory-mapped and validated when opened.
 //   Each sequence is a window at an offset drawn from (seed, step, row).
 // Row j of step s depends on (seed, s, j) alone, so that any rank can draw any slice of a step's
 // global batch without communication (data parallelism: replica r takes rows [r G/dp,

@@ -1,4 +1,4 @@
-// Grouped-query causal attention with rotary embedding (model_ops.h). LibTorch 1.13 has no
+// Grouped-query causal attention with rotary embedding (ops.h). LibTorch 1.13 has no
 // scaled_dot_product_attention: attention is written out (matmul, causal mask, softmax).
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>

@@ -1,9 +1,9 @@
-// Fused CPU loops for the model's element-wise operations (model_ops.cpp), on float32 buffers:
+// Fused CPU loops for the model's element-wise operations (ops.cpp), on float32 buffers:
 // one pass where ATen's kernels would make three to six, each with a temporary of its own. Plain
 // C++ with no LibTorch: the compiler vectorizes the loops, and on x86-64 with GCC each function is
 // also built for x86-64-v3 (AVX2, FMA), chosen at load time by the CPU it runs on.
 //
-// model_ops.cpp calls these for float32 CPU tensors of the layouts they take, and ATen's
+// ops.cpp calls these for float32 CPU tensors of the layouts they take, and ATen's
 // operations otherwise (other devices, other types), which compute the same values up to rounding.
 #pragma once
 

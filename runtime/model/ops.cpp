@@ -1,4 +1,4 @@
-// The model's operations (model_ops.h), attention apart (attention.cpp).
+// The model's operations (ops.h), attention apart (attention.cpp).
 #include "runtime/model/ops.h"
 
 #include <ATen/ATen.h>

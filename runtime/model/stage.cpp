@@ -1,4 +1,4 @@
-// The model's parameters and stages (model.h), built from the operations of model_ops.h.
+// The model's parameters and stages (stage.h), built from the operations of ops.h.
 #include "runtime/model/stage.h"
 
 #include <ATen/ATen.h>
@@ -155,7 +155,7 @@ Stage::Stage(const ModelConfig& cfg, StageSpec spec, ParamStore& store, const at
     : impl_(std::make_unique<Impl>(cfg, std::move(spec), device)) {
   Impl& m = *impl_;
   for (const LayerSpec& spec_l : m.spec.layers) {
-    // The layer's parameters in the order model_spec lists them (shared ones included).
+    // The layer's parameters in the order architecture.h lists them (shared ones included).
     const std::vector<ParamSpec> ps = params_of(cfg, {spec_l}, m.spec.total_decoders);
     size_t i = 0;
     Impl::Layer l{spec_l.kind};

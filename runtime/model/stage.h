@@ -1,4 +1,4 @@
-// The model's modules on LibTorch, built from the layout (model_spec.h says which layers and
+// The model's modules on LibTorch, built from the layout (architecture.h says which layers and
 // parameters there are). A rank owns its parameters in a ParamStore, one tensor per global name,
 // however many of its stages use it; a Stage runs the layers of one layout stage.
 //
@@ -14,9 +14,10 @@
 //
 // Every parameter is used through one of three operations (a matmul with a weight, a per-channel
 // scale, an embedding lookup) whose backward either adds the weight gradient to the parameter's
-// .grad at once (B) or, when the microbatch's GradStash (ops.h) defers it (I), keeps the operation's input
-// and output gradient so that W does that later without repeating the backward. Autograd itself
-// never carries a weight gradient: a matmul's product accumulates into .grad in place.
+// .grad at once (B) or, when the microbatch's GradStash (ops.h) defers it (I), keeps the
+// operation's input and output gradient so that W does that later without repeating the backward.
+// Autograd itself never carries a weight gradient: a matmul's product accumulates into .grad in
+// place.
 //
 // Included only by LibTorch translation units.
 #pragma once
@@ -31,8 +32,8 @@
 #include <vector>
 
 #include "runtime/model/architecture.h"
-#include "runtime/model/ops.h"
 #include "runtime/model/config.h"
+#include "runtime/model/ops.h"
 
 namespace pprt {
 

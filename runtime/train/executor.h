@@ -7,10 +7,10 @@
 //    A receive is waited for just before the compute that needs it; sends are waited for at the
 //    end of the step. Stages on the same rank pass tensors locally.
 //  - Every stage gets the microbatch's token rows; the first stage of each model copy starts from
-//    them, the others from the state of their boundary (model_spec.h: the hidden states stacked
-//    [streams, b, seq, hidden], a placeholder before E, the loss after L). The stage holding L
-//    outputs its microbatch loss divided by the number of microbatches, so the accumulated
-//    gradients are those of the mean loss.
+//    them, the others from the state of their boundary (model/architecture.h: the hidden states
+//    stacked [streams, b, seq, hidden], a placeholder before E, the loss after L). The stage
+//    holding L outputs its microbatch loss divided by the number of microbatches, so the
+//    accumulated gradients are those of the mean loss.
 //  - It counts in-flight activations (F done, B or I not yet), whose peak must equal the
 //    compiler's prediction (ppc::peak_inflight).
 // Included only by LibTorch translation units.

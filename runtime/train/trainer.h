@@ -21,9 +21,9 @@ struct RankGroups {
 };
 
 // Runs global rank `rank` of `job` over `groups`; `store` is the rendezvous store (gathering
-// reports, diagnosing a lost rank). Throws RunFailure (failure.h) when the run
+// reports, diagnosing a lost rank). Throws RunFailure (launch/failure.h) when the run
 // fails, ppc::UserError for bad input found late (an output file that cannot be written).
-// `hosts_store`: this process serves the store (it lingers after a failure, see failure.h).
+// `hosts_store`: this process serves the store (it lingers after a failure, see launch/failure.h).
 void train_rank(const Job& job, int rank, int local_rank, const RankGroups& groups, Store& store,
                 bool hosts_store);
 

@@ -8,7 +8,7 @@
 //  - A send is matched with the receive of the same tag posted by its peer (Gloo), or, for
 //    transports without tags (NCCL), with the peer's receive of the same position among the
 //    operations between those two ranks: the k-th send from rank a to rank b meets the k-th
-//    receive on b from a. check_fifo_order() (plan_load.h) checks that a plan keeps this.
+//    receive on b from a. check_fifo_order() (launch/plan_load.h) checks that a plan keeps this.
 //  - A tensor given to post() must stay alive and unchanged (send) or untouched (receive) until
 //    its Work has been waited for.
 //  - allreduce_sum(), allreduce_async() and barrier() are collective: every rank of the group

@@ -1,5 +1,5 @@
-// The checkpoint directory (runtime/checkpoint.h), without LibTorch: the state file, which step
-// directory is the latest, the crash-safe commit, --keep, and everything that must be refused
+// The checkpoint directory (runtime/checkpoint/format.h), without LibTorch: the state file, which
+// step directory is the latest, the crash-safe commit, --keep, and everything that must be refused
 // with a message naming the file and the tensor or field.
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// runtime/safetensors.h against the published format: hand-built files byte by byte, the header
-// rules, padding and alignment, the order of offsets, every rejection and its message, a round
-// trip of every dtype, and a file that an independent reader (Python and torch) loads.
+// runtime/checkpoint/safetensors.h against the published format: hand-built files byte by byte, the
+// header rules, padding and alignment, the order of offsets, every rejection and its message, a
+// round trip of every dtype, and a file that an independent reader (Python and torch) loads.
 #include "runtime/checkpoint/safetensors.h"
 
 #include <fcntl.h>

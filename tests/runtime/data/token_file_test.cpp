@@ -1,6 +1,6 @@
-// runtime/token_file.h and the file side of runtime/data.h: flat uint16/uint32 token files,
-// Megatron indexed datasets built byte by byte from the format, format detection, validation
-// messages, windows, determinism, batch slices over replicas, and check_unchanged().
+// runtime/data/token_file.h and the file side of runtime/data/token_source.h: flat uint16/uint32
+// token files, Megatron indexed datasets built byte by byte from the format, format detection,
+// validation messages, windows, determinism, batch slices over replicas, and check_unchanged().
 #include "runtime/data/token_file.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
-// The fused CPU loops (runtime/cpu_kernels.h) against their definitions, computed here in double
-// precision element by element: odd widths (so that the vectorized loops' tails run), rows with
-// gaps between them, and accumulation into gradients that already hold values.
+// The fused CPU loops (runtime/model/cpu_kernels.h) against their definitions, computed here in
+// double precision element by element: odd widths (so that the vectorized loops' tails run), rows
+// with gaps between them, and accumulation into gradients that already hold values.
 #include "runtime/model/cpu_kernels.h"
 
 #include <gtest/gtest.h>

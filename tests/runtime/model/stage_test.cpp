@@ -219,9 +219,9 @@ TEST(Model, StagesAccumulateGradientsOverMicrobatches) {
   }
 }
 
-// An independent formulation of the model's definition (model.h), with plain ATen ops on the
-// parameters by name: the decoder layer, then multi-token prediction as DeepSeek-V3 defines it
-// (depth k embeds token i+k, concatenates [RMSNorm(emb) ; RMSNorm(h^{k-1})], projects 2H -> H,
+// An independent formulation of the model's definition (runtime/model/stage.h), with plain ATen ops
+// on the parameters by name: the decoder layer, then multi-token prediction as DeepSeek-V3 defines
+// it (depth k embeds token i+k, concatenates [RMSNorm(emb) ; RMSNorm(h^{k-1})], projects 2H -> H,
 // runs a decoder layer and a final norm) and the loss CE_main + lambda/D sum_k CE_k, where depth k
 // predicts token i+1+k and positions past the sequence are masked out of the mean.
 struct Reference {

@@ -212,6 +212,17 @@ int run_worker(const Job& job, const LaunchEnv& env) {
   std::unique_ptr<Store> store;
   std::unique_ptr<Transport> transport, pipeline, replicas;
   const bool hosts_store = env.rank == 0 && !env.external_store;
+  // Says why the run failed and exits 1, without running the destructors (the transport may be
+  // wedged); the store's host first waits for the other ranks' reports.
+  auto fail_run = [&](const std::string& message) {
+    std::fprintf(stderr, "pprun: %s\n", message.c_str());
+    if (hosts_store)
+      linger_for_reports(store.get(), env.world,
+                         std::min(job.timeout, std::chrono::milliseconds(3000)));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  };
   try {
     StoreOptions so;
     so.host = env.master_addr;
@@ -245,22 +256,10 @@ int run_worker(const Job& job, const LaunchEnv& env) {
     }
     train_rank(job, env.rank, env.local_rank, groups, *store, hosts_store);
   } catch (const RunFailure& e) {
-    std::fprintf(stderr, "pprun: %s\n", e.what());
-    if (hosts_store)
-      linger_for_reports(store.get(), env.world,
-                         std::min(job.timeout, std::chrono::milliseconds(3000)));
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(1);  // the transport may be wedged: do not run its destructors
+    fail_run(e.what());
   } catch (const TransportError& e) {
     report_failure(store.get(), env.rank, e.what());
-    std::fprintf(stderr, "pprun: rank %d: %s\n", env.rank, e.what());
-    if (hosts_store)
-      linger_for_reports(store.get(), env.world,
-                         std::min(job.timeout, std::chrono::milliseconds(3000)));
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(1);
+    fail_run(fmt::format("rank {}: {}", env.rank, e.what()));
   }
   return 0;
 }

@@ -16,61 +16,26 @@ namespace pprt {
 
 using nlohmann::json;
 
+// The store's format of a report (written and read by the same pprun): a span as [wait, start,
+// end], the rest as objects.
+void to_json(json& j, const ActionSpan& a) {
+  j = json::array({a.wait, a.start, a.end});
+}
+void from_json(const json& j, ActionSpan& a) {
+  a = ActionSpan{j.at(0).get<int64_t>(), j.at(1).get<int64_t>(), j.at(2).get<int64_t>()};
+}
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepTiming, step, begin_unix_us, wall_ns, compute_ns, wait_ns,
+                                   post_ns, optimizer_ns, actions, spans)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DpReport, steps, bytes, buckets, span_ns, exposed_ns)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankReport, rank, peak_inflight, steps, save_seconds, save_bytes,
+                                   load_seconds, load_bytes, dp)
+
 std::string to_json(const RankReport& r) {
-  json steps = json::array();
-  for (const StepTiming& s : r.steps) {
-    json spans = json::array();
-    for (const ActionSpan& a : s.spans) spans.push_back({a.wait, a.start, a.end});
-    steps.push_back({{"step", s.step},
-                     {"begin_unix_us", s.begin_unix_us},
-                     {"wall_ns", s.wall_ns},
-                     {"compute_ns", s.compute_ns},
-                     {"wait_ns", s.wait_ns},
-                     {"post_ns", s.post_ns},
-                     {"optimizer_ns", s.optimizer_ns},
-                     {"actions", s.actions},
-                     {"spans", std::move(spans)}});
-  }
-  return json{{"rank", r.rank},
-              {"peak_inflight", r.peak_inflight},
-              {"steps", std::move(steps)},
-              {"save_seconds", r.save_seconds},
-              {"save_bytes", r.save_bytes},
-              {"load_seconds", r.load_seconds},
-              {"load_bytes", r.load_bytes},
-              {"dp", {r.dp.steps, r.dp.bytes, r.dp.buckets, r.dp.span_ns, r.dp.exposed_ns}}}
-      .dump();
+  return json(r).dump();
 }
 
 RankReport rank_report_from_json(const std::string& text) {
-  const json j = json::parse(text);
-  RankReport r;
-  r.rank = j.at("rank").get<int>();
-  r.peak_inflight = j.at("peak_inflight").get<int>();
-  r.save_seconds = j.value("save_seconds", std::vector<double>{});
-  r.save_bytes = j.value("save_bytes", std::vector<uint64_t>{});
-  r.load_seconds = j.value("load_seconds", 0.0);
-  r.load_bytes = j.value("load_bytes", uint64_t{0});
-  if (j.contains("dp")) {
-    const auto& d = j.at("dp");
-    r.dp = DpReport{d.at(0).get<int>(), d.at(1).get<uint64_t>(), d.at(2).get<int>(),
-                    d.at(3).get<int64_t>(), d.at(4).get<int64_t>()};
-  }
-  for (const json& s : j.at("steps")) {
-    StepTiming t;
-    t.step = s.at("step").get<int>();
-    t.begin_unix_us = s.at("begin_unix_us").get<int64_t>();
-    t.wall_ns = s.at("wall_ns").get<int64_t>();
-    t.compute_ns = s.at("compute_ns").get<int64_t>();
-    t.wait_ns = s.at("wait_ns").get<int64_t>();
-    t.post_ns = s.at("post_ns").get<int64_t>();
-    t.optimizer_ns = s.at("optimizer_ns").get<int64_t>();
-    t.actions = s.at("actions").get<size_t>();
-    for (const json& a : s.at("spans"))
-      t.spans.push_back({a[0].get<int64_t>(), a[1].get<int64_t>(), a[2].get<int64_t>()});
-    r.steps.push_back(std::move(t));
-  }
-  return r;
+  return json::parse(text).get<RankReport>();
 }
 
 void publish_report(Store& store, int rank, const RankReport& report) {

@@ -120,7 +120,6 @@ StepLog::StepLog(const Job& job, bool active, FailureWatch* watch)
     metrics_.emplace(job.out.metrics_path, "--metrics");
     if (watch) watch->remove_on_stop(metrics_->temp_path());
   }
-  start_ = Clock::now();
 }
 
 void StepLog::step(int step, const StepStats& stats, double step_time_s) {

@@ -65,6 +65,8 @@ class StepLog {
  public:
   // `watch`: removes the metrics' temporary file if it stops the rank (null: none).
   StepLog(const Job& job, bool active, FailureWatch* watch);
+  // Starts the clock (elapsed time, the final line's duration): before the first step.
+  void start() { start_ = Clock::now(); }
   void step(int step, const StepStats& stats, double step_time_s);
   // Commits the metrics and prints "pprun: done: N steps in S s, loss A -> B".
   void finish();

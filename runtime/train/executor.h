@@ -52,14 +52,11 @@ struct ExecutorOptions {
   size_t kill_action = 0;  // ... before this action
 };
 
-struct StepReport {
-  int64_t begin_ns = 0;       // steady clock at the start of the step
-  int64_t begin_unix_us = 0;  // the same instant on the wall clock (aligns ranks in traces)
-  int64_t wall_ns = 0;        // from the start to the last send waited for
-  int64_t compute_ns = 0, wait_ns = 0, post_ns = 0;
-  size_t actions = 0;
-  std::vector<ActionSpan> spans;  // per lowered action
-  // Per microbatch, the losses this rank computed (0 for microbatches whose L is elsewhere): the
+// A step as the executor replayed it: its timing (report.h; step and optimizer_ns are the
+// trainer's), and
+struct StepReport : StepTiming {
+  int64_t begin_ns = 0;  // steady clock at the start of the step (begin_unix_us on the wall clock)
+  // per microbatch, the losses this rank computed (0 for microbatches whose L is elsewhere): the
   // main cross-entropy and the mean of the MTP depths' cross-entropies (0 without m).
   std::vector<double> losses, mtp_losses;
   bool has_losses = false;  // this rank holds an L stage

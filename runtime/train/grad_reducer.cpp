@@ -20,6 +20,30 @@ int64_t now_ns() {
       .count();
 }
 
+// The gradients of `params` end to end in one flat tensor (zeros for a parameter without one).
+at::Tensor flat_grads(const std::vector<at::Tensor*>& params) {
+  std::vector<at::Tensor> parts;
+  parts.reserve(params.size());
+  for (at::Tensor* p : params)
+    parts.push_back(p->grad().defined() ? p->grad().reshape({-1})
+                                        : at::zeros({p->numel()}, p->options()));
+  return at::cat(parts);
+}
+
+// Sets the gradients of `params` from `flat` (as flat_grads laid them out).
+void set_grads(const std::vector<at::Tensor*>& params, const at::Tensor& flat) {
+  at::NoGradGuard no_grad;
+  int64_t at = 0;
+  for (at::Tensor* p : params) {
+    at::Tensor part = flat.narrow(0, at, p->numel()).view_as(*p);
+    at += p->numel();
+    if (p->grad().defined())
+      p->mutable_grad().copy_(part);
+    else
+      p->mutable_grad() = part.clone();
+  }
+}
+
 }  // namespace
 
 GradReducer::GradReducer(const ppc::Plan& plan, int pipeline_rank, const ModelConfig& config,
@@ -67,12 +91,7 @@ GradReducer::GradReducer(const ppc::Plan& plan, int pipeline_rank, const ModelCo
 GradReducer::~GradReducer() = default;
 
 void GradReducer::start(Bucket& b) {
-  std::vector<at::Tensor> parts;
-  parts.reserve(b.params.size());
-  for (at::Tensor* p : b.params)
-    parts.push_back(p->grad().defined() ? p->grad().reshape({-1})
-                                        : at::zeros({p->numel()}, p->options()));
-  b.flat = at::cat(parts);
+  b.flat = flat_grads(b.params);
   b.started = now_ns();
   b.finished = 0;
   b.work = group_.allreduce_async(b.flat);
@@ -102,17 +121,8 @@ ReduceStats GradReducer::finish() {
     if (!b.finished) b.finished = now_ns();
     first = first ? std::min(first, b.started) : b.started;
     last = std::max(last, b.finished);
-    int64_t at = 0;
-    at::NoGradGuard no_grad;
     b.flat.mul_(scale_);
-    for (at::Tensor* p : b.params) {
-      at::Tensor part = b.flat.narrow(0, at, p->numel()).view_as(*p);
-      at += p->numel();
-      if (p->grad().defined())
-        p->mutable_grad().copy_(part);
-      else
-        p->mutable_grad() = part.clone();
-    }
+    set_grads(b.params, b.flat);
     b.work.reset();
     st.bytes += static_cast<uint64_t>(b.elements) * sizeof(float);
   }
@@ -141,20 +151,9 @@ SharedGradSum::SharedGradSum(const ppc::Plan& plan, const ModelConfig& config, i
 
 void SharedGradSum::sum(std::chrono::milliseconds timeout) {
   for (Group& g : groups_) {
-    std::vector<at::Tensor> flat;
-    for (at::Tensor* p : g.params)
-      flat.push_back(p->grad().defined() ? p->grad().reshape({-1}) : at::zeros_like(*p).view({-1}));
-    at::Tensor buf = at::cat(flat);
-    g.transport->allreduce_sum(buf, timeout);
-    int64_t at = 0;
-    for (at::Tensor* p : g.params) {
-      at::Tensor part = buf.narrow(0, at, p->numel()).view_as(*p);
-      at += p->numel();
-      if (p->grad().defined())
-        p->mutable_grad().copy_(part);
-      else
-        p->mutable_grad() = part.clone();
-    }
+    at::Tensor flat = flat_grads(g.params);
+    g.transport->allreduce_sum(flat, timeout);
+    set_grads(g.params, flat);
   }
 }
 

@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 
 #include "compiler/atomic_file.h"
@@ -17,7 +16,6 @@
 #include "compiler/verify.h"
 #include "runtime/checkpoint/save_load.h"
 #include "runtime/data/token_source.h"
-#include "runtime/fail.h"
 #include "runtime/launch/failure.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/param_dump.h"
@@ -165,8 +163,7 @@ class AccumulatedGradients final : public StepGradients {
   Stage& model_;
 };
 
-// --- the step loop
-// --------------------------------------------------------------------------------
+// --- the step loop ----------------------------------------------------------------------------
 
 // Where the trainer sits in the job: the rows of each step's global batch it trains on (replica
 // `replica` of `replicas`), and where the gradient norm and the losses are summed.
@@ -243,11 +240,10 @@ void keep_timing(const Job& job, int step, StepReport& rep, Clock::time_point re
   constexpr int kAnalysedSteps = 20;
   report.peak_inflight = std::max(report.peak_inflight, rep.peak_inflight);
   if (step != job.start_step && step < job.last_step() - kAnalysedSteps) return;
-  const int64_t optimizer_ns =
+  StepTiming& t = report.steps.emplace_back(std::move(rep));
+  t.step = step;
+  t.optimizer_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - replayed).count();
-  report.steps.push_back(StepTiming{step, rep.begin_unix_us, rep.wall_ns, rep.compute_ns,
-                                    rep.wait_ns, rep.post_ns, optimizer_ns, rep.actions,
-                                    std::move(rep.spans)});
 }
 
 bool save_due(const Job& job, int done) {
@@ -255,11 +251,19 @@ bool save_due(const Job& job, int done) {
          (done == job.last_step() || (job.save_every > 0 && done % job.save_every == 0));
 }
 
-// From the checkpoint's step (or the first) to the last: the same loop for a rank of the pipeline
-// and for the reference, which differ in `grads` and `place`.
-void train_steps(const Job& job, const Place& place, LocalModel& model, torch::optim::AdamW& opt,
-                 StepGradients& grads, const TokenSource& data, const SaveContext& saver,
-                 StepLog& log, RankReport& report) {
+// The training of a rank of the pipeline or of the reference, which differ in `place` and `grads`:
+// AdamW over `model`'s parameters (from the checkpoint, with --resume), then the steps from the
+// checkpoint's (or the first) to the last. `save`: where the process sits for checkpoints.
+RankReport train(const Job& job, const Place& place, LocalModel& model, StepGradients& grads,
+                 const TokenSource& data, SaveContext save, StepLog& log) {
+  auto opt = make_optimizer(model.store, job.train);
+  RankReport report;
+  resume(job, model.store, *opt, report);
+  save.job = &job;
+  save.store = &model.store;
+  save.opt = opt.get();
+  save.data = &data;
+  log.start();
   for (int step = static_cast<int>(job.start_step); step < job.last_step(); ++step) {
     const auto t0 = Clock::now();
     zero_grads(model.store);
@@ -268,20 +272,20 @@ void train_steps(const Job& job, const Place& place, LocalModel& model, torch::o
     const auto replayed = Clock::now();
     const StepStats stats = gather_stats(model.store, rep, job, place, model.device);
     clip_gradients(model.store, job.train, stats.grad_norm);
-    optimizer_step(opt, job.train, step);
+    optimizer_step(*opt, job.train, step);
     const double step_s = seconds_since(t0);
     keep_timing(job, step, rep, replayed, report);
     log.step(step, stats, step_s);
     if (save_due(job, step + 1)) {
-      const SaveResult saved = save_checkpoint(saver, step + 1);
+      const SaveResult saved = save_checkpoint(save, step + 1);
       report.save_seconds.push_back(saved.seconds);
       report.save_bytes.push_back(saved.bytes);
     }
   }
+  return report;
 }
 
-// --- after the last step
-// --------------------------------------------------------------------------
+// --- after the last step ----------------------------------------------------------------------
 
 // The plan as a checkpoint records it (ppcompile's JSON).
 std::string plan_json(const ppc::Plan& plan, bool verify) {
@@ -291,12 +295,7 @@ std::string plan_json(const ppc::Plan& plan, bool verify) {
 }
 
 void dump_params(const Job& job, int rank, const ParamStore& store) {
-  if (job.out.dump_dir.empty()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(job.out.dump_dir, ec);
-  if (ec)
-    fail("--dump-params",
-         fmt::format("cannot create directory '{}': {}", job.out.dump_dir, ec.message()));
+  if (job.out.dump_dir.empty()) return;  // (make_job created the directory)
   ppc::AtomicFile f(fmt::format("{}/params.rank{}.jsonl", job.out.dump_dir, rank), "--dump-params");
   for (const NamedParam& p : store.params()) {
     const at::Tensor t = p.tensor.detach().to(at::kCPU).contiguous();
@@ -320,26 +319,21 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   for (int s : plan.placement.rank_stages[static_cast<size_t>(prank)])
     model.add(job.model, specs[static_cast<size_t>(plan.layout_stage(s))]);
   PipelineGradients grads(job, rank, groups, model);
-  auto opt = make_optimizer(model.store, job.train);
-  RankReport report;
-  report.rank = prank;
-  resume(job, model.store, *opt, report);
-  const SaveContext saver{
-      .job = &job,
-      .store = &model.store,
-      .opt = opt.get(),
-      .data = &data,
-      .world = groups.world,
-      .rank = rank,
-      .writes = replica == 0,
-      .shard = prank,
-      .shards = plan.pp(),
-      .not_owned = &grads.counted_elsewhere(),
-      .plan_json = rank == 0 && !job.save_dir.empty() ? plan_json(plan, true) : "",
-  };
   StepLog log(job, reporter, &watch);
   const Place place{replica, job.dp, groups.world, replica == 0, &grads.counted_elsewhere()};
-  train_steps(job, place, model, *opt, grads, data, saver, log, report);
+  RankReport report =
+      train(job, place, model, grads, data,
+            SaveContext{
+                .world = groups.world,
+                .rank = rank,
+                .writes = replica == 0,
+                .shard = prank,
+                .shards = plan.pp(),
+                .not_owned = &grads.counted_elsewhere(),
+                .plan_json = rank == 0 && !job.save_dir.empty() ? plan_json(plan, true) : "",
+            },
+            log);
+  report.rank = prank;
   dump_params(job, rank, model.store);
   publish_report(store, rank, report);
   if (reporter) {
@@ -392,18 +386,10 @@ void train_reference(const Job& job) {
   LocalModel model(job.train.seed, device_for(job, 0));
   model.add(job.model, whole_model_spec(job.plan.layout, job.train.mtp_loss_weight));
   AccumulatedGradients grads(job, *model.stages.front());
-  auto opt = make_optimizer(model.store, job.train);
-  RankReport report;
-  resume(job, model.store, *opt, report);
-  const SaveContext saver{
-      .job = &job,
-      .store = &model.store,
-      .opt = opt.get(),
-      .data = &data,
-      .plan_json = job.save_dir.empty() ? "" : plan_json(job.plan, false),
-  };
   StepLog log(job, true, nullptr);
-  train_steps(job, Place{}, model, *opt, grads, data, saver, log, report);
+  const RankReport report =
+      train(job, Place{}, model, grads, data,
+            SaveContext{.plan_json = job.save_dir.empty() ? "" : plan_json(job.plan, false)}, log);
   dump_params(job, 0, model.store);
   log.finish();
   TimingSummary summary;

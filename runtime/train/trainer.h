@@ -1,8 +1,10 @@
-// Training: one rank of a pipelined job (the executor replays the plan each step), or the
-// unpipelined reference (the whole model in one process, the same microbatches with gradient
-// accumulation). Both: AdamW, linear warm-up then cosine decay, clipping by the global gradient
-// norm (over all ranks), the same data. The loss rank prints progress and writes the metrics,
-// the trace and the summary. The interface has no LibTorch type.
+// Training: one rank of a pipelined job, or the unpipelined reference. One step loop (trainer.cpp:
+// train) for both, which differ only in how a step's gradients are made: the executor replaying
+// the rank's actions, then data parallelism's average and the shared weights' sum (grad_reducer.h),
+// or the whole model in one process accumulating the same microbatches. Both: AdamW, linear
+// warm-up then cosine decay, clipping by the global gradient norm (over all ranks), the same data,
+// checkpoints (checkpoint/save_load.h). The loss rank prints progress and writes the metrics, the
+// trace and the summary (output/). The interface has no LibTorch type.
 #pragma once
 
 #include <string>

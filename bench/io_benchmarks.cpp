@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 
 namespace {
 

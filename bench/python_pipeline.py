@@ -6,8 +6,8 @@ process per stage launched by torchrun, batched point-to-point ops (batch_isend_
 the backward, torch.optim.AdamW. It sets no thread counts of its own: torchrun exports
 OMP_NUM_THREADS=1, and that is all.
 
-The model, data and training step are pprun's (runtime/model*.cpp, runtime/data.cpp,
-runtime/trainer.cpp): the same Llama-style layers and parameter names, the same initialisation
+The model, data and training step are pprun's (runtime/model/, runtime/data/token_source.cpp,
+runtime/train/trainer.cpp): the same Llama-style layers and parameter names, the same initialisation
 from (seed, name), the same synthetic language, AdamW with warm-up + cosine, global-norm clipping.
 So its losses equal `pprun --reference` (bench/vs_python.sh --check compares them).
 
@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-# --- pprun's counter-based random numbers (runtime/data.cpp), vectorised over uint64 arrays ---
+# --- pprun's counter-based random numbers (runtime/data/token_source.cpp), vectorised over uint64 arrays ---
 U64 = np.uint64
 
 

@@ -19,11 +19,11 @@
 #include <thread>
 
 #include "compiler/compile.h"
-#include "runtime/data.h"
-#include "runtime/executor.h"
-#include "runtime/model.h"
-#include "runtime/trainer.h"
-#include "runtime/transport.h"
+#include "runtime/data/token_source.h"
+#include "runtime/model/stage.h"
+#include "runtime/train/executor.h"
+#include "runtime/train/trainer.h"
+#include "runtime/transport/transport.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// pprun's checkpoint reader (runtime/checkpoint.h), as `pprun --resume DIR` and `pprun --export DIR
+// pprun's checkpoint reader (checkpoint/format.h), as `pprun --resume DIR` and `pprun --export DIR
 // OUT` run it before any compute. The input is a checkpoint directory DIR, packed as an archive of
 // named files (fuzz/fuzz_files.h): usually `latest` and a step directory's state, indexes and
 // safetensors shards; files at the top level make DIR a step directory itself.
@@ -20,10 +20,10 @@
 #include "compiler/layout.h"
 #include "fuzz/fuzz_files.h"
 #include "fuzz/fuzz_target.h"
-#include "runtime/checkpoint.h"
-#include "runtime/model_config.h"
-#include "runtime/model_spec.h"
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/format.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/model/architecture.h"
+#include "runtime/model/config.h"
 
 PP_FUZZ_TARGET(checkpoint) {
   const auto files = ppfuzz::split_files(input);

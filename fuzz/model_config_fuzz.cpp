@@ -1,8 +1,8 @@
-// pprun's model size file (pprun --config FILE, runtime/model_config.h): parse and check.
+// pprun's model size file (pprun --config FILE, runtime/model/config.h): parse and check.
 #include "compiler/layout.h"
 #include "fuzz/fuzz_target.h"
-#include "runtime/model_config.h"
-#include "runtime/model_spec.h"
+#include "runtime/model/architecture.h"
+#include "runtime/model/config.h"
 
 PP_FUZZ_TARGET(model_config) {
   auto config =

@@ -1,4 +1,4 @@
-// The safetensors reader (runtime/safetensors.h), which opens every checkpoint shard: the input is
+// The safetensors reader (checkpoint/safetensors.h), opening every checkpoint shard: the input is
 // the file. Its header is validated when it is opened (the 8-byte little-endian size, the JSON
 // header, dtypes, shapes, data_offsets against the shapes and the file, __metadata__, no holes,
 // overlaps or duplicates). An accepted file must read every tensor (by name, dtype and shape as
@@ -10,7 +10,7 @@
 
 #include "fuzz/fuzz_files.h"
 #include "fuzz/fuzz_target.h"
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 
 PP_FUZZ_TARGET(safetensors) {
   const std::string& scratch = ppfuzz::scratch_dir();

@@ -1,4 +1,4 @@
-// pprun --data FILE: the token-file reader (runtime/token_file.h), which maps and checks the data
+// pprun --data FILE: the token-file reader (data/token_file.h), which maps and checks the data
 // before any compute. The input is an archive of named files (fuzz/fuzz_files.h) whose first file,
 // `args`, holds the command line's part: "FORMAT VOCAB SEQ_LEN PATH" (FORMAT as --data-format:
 // auto, text, uint16, uint32 or megatron; VOCAB and SEQ_LEN the model's, in pprun's ranges; PATH
@@ -23,7 +23,7 @@
 
 #include "fuzz/fuzz_files.h"
 #include "fuzz/fuzz_target.h"
-#include "runtime/token_file.h"
+#include "runtime/data/token_file.h"
 
 PP_FUZZ_TARGET(token_file) {
   const auto files = ppfuzz::split_files(input);

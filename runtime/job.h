@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "compiler/plan.h"
-#include "runtime/model_config.h"
-#include "runtime/token_file.h"
+#include "runtime/data/token_file.h"
+#include "runtime/model/config.h"
 
 namespace pprt {
 

@@ -11,10 +11,10 @@
 #include "compiler/layout.h"
 #include "fuzz/fuzz_files.h"
 #include "fuzz/fuzz_target.h"
-#include "runtime/checkpoint.h"
-#include "runtime/model_spec.h"
-#include "runtime/safetensors.h"
-#include "runtime/token_file.h"
+#include "runtime/checkpoint/format.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/data/token_file.h"
+#include "runtime/model/architecture.h"
 #include "tests/test_util.h"
 
 namespace {

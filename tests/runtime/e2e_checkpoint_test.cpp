@@ -13,7 +13,7 @@
 #include <cmath>
 
 #include "e2e_util.h"
-#include "runtime/param_dump.h"
+#include "runtime/output/param_dump.h"
 
 namespace {
 

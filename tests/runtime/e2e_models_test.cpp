@@ -8,7 +8,7 @@
 #include <regex>
 
 #include "e2e_util.h"
-#include "runtime/param_dump.h"
+#include "runtime/output/param_dump.h"
 
 namespace {
 

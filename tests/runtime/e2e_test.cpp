@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "e2e_util.h"
-#include "runtime/param_dump.h"
+#include "runtime/output/param_dump.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/transport.h"
+#include "runtime/transport/transport.h"
 
 namespace pprt_test {
 

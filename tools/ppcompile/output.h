@@ -1,17 +1,19 @@
 // Where ppcompile writes its output: stdout, or -o FILE atomically.
 //
 // The output is opened once the plan has been built and verified, and the emitter writes into
-// stream() as it goes (large writes; the text is not held in memory). A FILE is written as a
-// temporary file next to it and renamed into place by commit(): on any failure before that the
-// temporary file is removed and an existing FILE is left as it was.
+// stream() as it goes (large writes; the text is not held in memory). A FILE is an AtomicFile
+// (compiler/atomic_file.h): written beside its name and renamed into place by commit(); on any
+// failure before that an existing FILE is left as it was.
 #pragma once
 
-#include <fstream>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <streambuf>
 #include <string>
 #include <vector>
+
+#include "compiler/atomic_file.h"
 
 class Output {
  public:
@@ -19,16 +21,13 @@ class Output {
   explicit Output(std::string path);
   Output(const Output&) = delete;
   Output& operator=(const Output&) = delete;
-  ~Output();  // removes the temporary file unless committed
 
   std::ostream& stream();
   // Flushes, and renames the temporary file into place. Throws ppc::UserError on failure.
   void commit();
 
  private:
-  std::string path_, tmp_;
-  std::ofstream file_;
-  bool committed_ = false;
+  std::optional<ppc::AtomicFile> file_;  // none: stdout
 };
 
 // Text held in memory until it may be written (ppcompile writes a plan's text beside its

@@ -7,8 +7,8 @@
 #include <iostream>
 
 #include "compiler/diagnostic.h"
-#include "runtime/failure.h"
-#include "runtime/run.h"
+#include "runtime/launch/failure.h"
+#include "runtime/launch/run.h"
 
 int main(int argc, char** argv) {
   pprt::RunOptions o;

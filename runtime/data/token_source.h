@@ -1,0 +1,73 @@
+// Training data: token sequences that every rank reads identically for a given step, so that
+// the first stage (token ids) and the last stage (targets) agree without exchanging them.
+//
+// - synthetic (the default): a small learnable language. Each token has four possible
+//   successors with fixed probabilities (a sparse bigram chain, entropy about 1.1 nats), and in
+//   half of the sequences the second half repeats the first (learnable through attention only).
+//   A model starts at ln(vocab) and goes well below 2 nats within a few hundred steps.
+// - a data file (--data FILE, --data-format): byte-level text, flat uint16/uint32 token ids, or a
+//   Megatron indexed dataset (token_file.h), memory-mapped and validated when opened.
+//   Each sequence is a window at an offset drawn from (seed, step, row).
+// Row j of step s depends on (seed, s, j) alone, so that any rank can draw any slice of a step's
+// global batch without communication (data parallelism: replica r takes rows [r G/dp,
+// (r+1) G/dp)).
+// No LibTorch: rows are plain int64 vectors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/data/token_file.h"
+
+namespace pprt {
+
+struct Job;
+
+class TokenSource {
+ public:
+  // Opens a data file (TokenFile::open): throws ppc::UserError naming the file if it cannot be
+  // read, is malformed, holds a token id >= vocab or is shorter than one sequence, or, for text,
+  // if vocab < 256.
+  static TokenSource from_file(const std::string& path, int vocab, int seq_len, uint64_t seed,
+                               DataFormat format = DataFormat::Auto);
+  static TokenSource synthetic(int vocab, uint64_t seed);
+
+  // Rows [first_row, first_row + rows) of step `step`'s global batch, `len` tokens each,
+  // row-major, into `out` (resized). Global row j is drawn from (seed, step, j) alone.
+  void batch(int64_t step, int64_t first_row, int rows, int len, std::vector<int64_t>& out) const;
+  // The first `rows` rows.
+  void batch(int64_t step, int rows, int len, std::vector<int64_t>& out) const {
+    batch(step, 0, rows, len, out);
+  }
+
+  // "synthetic language (vocab 256)", "bytes of FILE (12345 bytes)", "uint16 tokens of FILE (N
+  // tokens)", "Megatron dataset PREFIX (...)"
+  std::string describe() const;
+  // What the data is (for a checkpoint; format "synthetic" without a file).
+  DataIdentity identity() const;
+  // Throws ppc::UserError if the data file was replaced or modified since it was opened (one
+  // stat per file; nothing for the synthetic language).
+  void check_unchanged() const;
+
+ private:
+  TokenSource() = default;
+  void synthetic_row(uint64_t key, int len, int64_t* out) const;
+
+  std::shared_ptr<const TokenFile> file_;  // mapped data, shared by copies
+  int vocab_ = 0;
+  uint64_t seed_ = 0;
+  std::vector<int32_t> successors_;  // synthetic: 4 per token
+};
+
+// The data a job trains on: --data with --data-format, or the synthetic language.
+TokenSource open_training_data(const Job& job);
+
+// Counter-based random numbers (splitmix64): the same on every rank and platform.
+uint64_t mix64(uint64_t x);
+inline uint64_t mix64(uint64_t a, uint64_t b) {
+  return mix64(a ^ mix64(b + 0x9E3779B97F4A7C15ull));
+}
+
+}  // namespace pprt

@@ -1,0 +1,76 @@
+#include "runtime/launch/process_setup.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <malloc.h>
+#include <signal.h>
+#include <torch/version.h>
+
+#include <algorithm>
+
+#include "compiler/diagnostic.h"
+#include "runtime/fail.h"
+#include "runtime/transport/transport.h"
+
+namespace pprt {
+
+void check_device(const std::string& device) {
+  if (device == "cpu") return;
+  if (device != "cuda")
+    fail("--device", fmt::format("unknown device '{}' (expected cpu or cuda)", device));
+  if (!at::hasCUDA())
+    fail("--device", fmt::format("cuda: this LibTorch ({}) was built without CUDA; use a CUDA "
+                                 "build of LibTorch, or --device cpu",
+                                 TORCH_VERSION));
+  if (!nccl_available())
+    fail("--device",
+         "cuda: this pprun was built without the NCCL transport (CMake found no CUDA toolkit or "
+         "NCCL)");
+  if (at::detail::getCUDAHooks().getNumGPUs() < 1)
+    fail("--device", "cuda: no CUDA device is visible");
+}
+
+void report_broken_pipes() {
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int blas_threads() {
+  using Get = int (*)();
+  const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get ? get() : -1;
+}
+
+void keep_freed_memory() {
+  // glibc returns a freed block of 128 KiB or more (the size of most activations) to the kernel,
+  // and the next step's tensor of the same size faults its pages in again, zeroed: about 10,000
+  // page faults per microbatch on a small model. Keep freed memory in the heap for reuse instead.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+std::string thread_pools() {
+  const int blas = blas_threads();
+  return fmt::format("OpenMP {}{}", at::get_num_threads(),
+                     blas < 0 ? "" : fmt::format(", OpenBLAS {}", blas));
+}
+
+void set_threads(int threads) {
+  threads = std::max(1, threads);
+  at::set_num_threads(threads);
+  // LibTorch limits its OpenMP pool, but Debian's LibTorch calls OpenBLAS (pthreads build), which
+  // keeps its own pool sized by the cores of the machine: with several ranks per machine that
+  // oversubscribes the cores (2 ranks x 2 BLAS threads on 2 cores). Limit it too, found at run
+  // time so that a LibTorch on MKL or another BLAS needs nothing.
+  using Set = void (*)(int);
+  if (const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set(threads);
+  try {
+    at::set_num_interop_threads(1);
+  } catch (const std::exception&) {  // already set (several ranks in one process)
+  }
+}
+
+}  // namespace pprt

@@ -1,0 +1,319 @@
+#include "runtime/launch/run.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "compiler/atomic_file.h"
+#include "compiler/diagnostic.h"
+#include "compiler/layout.h"
+#include "runtime/checkpoint/format.h"
+#include "runtime/data/token_source.h"
+#include "runtime/fail.h"
+#include "runtime/launch/failure.h"
+#include "runtime/launch/plan_load.h"
+#include "runtime/launch/spawn.h"
+#include "runtime/model/architecture.h"
+#include "runtime/train/trainer.h"
+#include "runtime/transport/transport.h"
+
+namespace pprt {
+
+namespace {
+
+ppc::Plan reference_plan(const RunOptions& o) {
+  if (o.layout.empty())
+    fail("--reference", "give the model as --plan FILE, or as --layout STR with --microbatches M");
+  if (!o.microbatches) fail("--microbatches", "--reference --layout needs --microbatches");
+  ppc::Plan plan;
+  plan.layout = ppc::parse_layout(o.layout);
+  plan.has_model = true;
+  plan.microbatches = *o.microbatches;
+  plan.schedule = "reference";
+  plan.placement = ppc::make_placement(1, 1, ppc::PlacementStyle::Loop);
+  plan.compute.assign(1, {});  // one rank, whose order gradient accumulation replaces
+  check_runnable(plan, "--layout");
+  return plan;
+}
+
+// An output file must be creatable before anything runs (it is written atomically at the end).
+void check_writable(const std::string& path, const std::string& flag) {
+  if (path.empty()) return;
+  ppc::AtomicFile probe(path, flag);  // throws naming the flag; leaves nothing behind
+}
+
+void parse_fault(const std::string& text, Job& job) {
+  int rank = -1;
+  long long step = -1;
+  char where[8] = {0};
+  const int n = std::sscanf(text.c_str(), "%d:%lld:%7s", &rank, &step, where);
+  const std::string at = where;
+  if (n < 2 || rank < 0 || step < 1 || (n == 3 && at != "save" && at != "commit"))
+    fail("--fault-kill",
+         fmt::format("expected RANK:STEP[:save|commit] (STEP from 1), got '{}'", text));
+  job.kill_rank = rank;
+  job.kill_step = step - 1;
+  job.kill_at = at == "save"     ? Job::KillAt::Save
+                : at == "commit" ? Job::KillAt::Commit
+                                 : Job::KillAt::Step;
+}
+
+// --resume: the checkpoint's model (the file and flags given may change it, as long as it stays
+// the same model: Checkpoint::check_params), seed and step.
+void resume_from(const RunOptions& o, Job& job) {
+  const Checkpoint ckpt(o.resume_dir);
+  const CheckpointState& st = ckpt.state();
+  job.model = resolve_model_config(o.config_path, o.model, st.model);
+  if (o.seed_given && o.train.seed != st.train.seed)
+    fail("--seed", fmt::format("is {}, but the checkpoint {} was trained with seed {} (which also "
+                               "orders the data): leave --seed out to resume",
+                               o.train.seed, ckpt.dir(), st.train.seed));
+  job.train.seed = st.train.seed;
+  ckpt.check_params(model_params(job.model, job.plan.layout), job.model, job.plan.layout);
+  job.resume_path = ckpt.dir();
+  job.start_step = st.step;
+}
+
+// The data must be the data the checkpoint was trained on (its position is the step).
+void check_same_data(const Job& job, const TokenSource& data) {
+  const CheckpointState st = Checkpoint(job.resume_path).state();
+  const DataIdentity now = data.identity();
+  if (now.format != st.data.format || now.fingerprint != st.data.fingerprint ||
+      now.tokens != st.data.tokens)
+    fail("--data", fmt::format("the checkpoint {} was trained on {} data{}, this run's is {}{}: "
+                               "resume on the same data",
+                               job.resume_path, st.data.format,
+                               st.data.path.empty() ? "" : " from " + st.data.path, now.format,
+                               now.path.empty() ? "" : " from " + now.path));
+}
+
+}  // namespace
+
+Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
+  Job job;
+  if (!o.plan_path.empty())
+    job.plan = load_plan(o.plan_path);
+  else if (o.reference)
+    job.plan = reference_plan(o);
+  else
+    fail("--plan",
+         "a plan is required: pprun --plan plan.json (write one with ppcompile --emit json -o "
+         "plan.json)");
+  if (o.microbatches && *o.microbatches != job.plan.microbatches)
+    fail("--microbatches", fmt::format("is {}, but the plan {} was compiled for {} microbatches",
+                                       *o.microbatches, o.plan_path, job.plan.microbatches));
+  if (job.plan.microbatches < 1) fail("--microbatches", "must be at least 1");
+
+  job.train = o.train;
+  if (!o.resume_dir.empty())
+    resume_from(o, job);
+  else
+    job.model = resolve_model_config(o.config_path, o.model);
+  const TrainOptions& t = job.train;
+  if (t.steps < 1) fail("--steps", fmt::format("must be at least 1, got {}", t.steps));
+  if (o.dp < 1) fail("--dp", fmt::format("must be at least 1, got {}", o.dp));
+  job.dp = o.reference ? 1 : o.dp;  // the reference trains on the same global batch alone
+  if (t.global_batch < 1 || t.global_batch % (job.dp * job.plan.microbatches) != 0)
+    fail("--global-batch",
+         job.dp > 1 ? fmt::format("{} is not a positive multiple of --dp {} x the plan's {} "
+                                  "microbatches",
+                                  t.global_batch, job.dp, job.plan.microbatches)
+                    : fmt::format("{} is not a positive multiple of the plan's {} microbatches",
+                                  t.global_batch, job.plan.microbatches));
+  if (!(t.lr > 0)) fail("--lr", "must be positive");
+  if (t.clip < 0) fail("--clip", "must be at least 0 (0 = no clipping)");
+  if (!(t.mtp_loss_weight >= 0)) fail("--mtp-loss-weight", "must be at least 0");
+  if (const int depths = mtp_depths(job.plan.layout); depths >= job.model.seq_len)
+    fail("--seq-len",
+         fmt::format("is {}, but the layout's {} MTP depths need at least {} tokens per sequence",
+                     job.model.seq_len, depths, depths + 1));
+  const TokenSource data = open_training_data(job);  // opens and validates the data file
+  if (!job.resume_path.empty()) check_same_data(job, data);
+  if (o.save_every < 0) fail("--save-every", "must be at least 0 (0: only at the end)");
+  if (o.keep < 0) fail("--keep", "must be at least 0 (0: keep every checkpoint)");
+  if ((o.save_every > 0 || o.keep > 0) && o.save_dir.empty())
+    fail(o.save_every > 0 ? "--save-every" : "--keep", "needs --save DIR");
+  if (o.stop_after < 0) fail("--stop-after", "must be at least 0 (0: train to --steps)");
+  job.stop_after = o.stop_after;
+  job.save_dir = o.save_dir;
+  job.save_every = o.save_every;
+  job.keep = o.keep;
+
+  job.out = o.out;
+  std::string progress = o.progress;
+  if (progress == "auto" && env && !env->progress.empty()) progress = env->progress;
+  if (progress == "auto") progress = isatty(STDOUT_FILENO) ? "bar" : "lines";
+  if (progress == "bar")
+    job.out.progress = ProgressMode::Bar;
+  else if (progress == "lines")
+    job.out.progress = ProgressMode::Lines;
+  else if (progress == "none")
+    job.out.progress = ProgressMode::None;
+  else
+    fail("--progress",
+         fmt::format("unknown mode '{}' (expected auto, bar, lines or none)", progress));
+
+  job.device = o.device;
+  check_device(job.device);
+  if (job.device == "cuda" && !o.reference)
+    if (auto bad = check_fifo_order(job.plan))
+      fail(o.plan_path,
+           "the NCCL transport needs sends and receives between two ranks in the same order: " +
+               *bad);
+  if (!(o.timeout_s > 0)) fail("--timeout", "must be positive");
+  job.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+
+  int local_ranks = o.reference ? 1 : job.topology().world();
+  if (env && env->local_world > 0) local_ranks = env->local_world;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  job.threads = o.threads > 0 ? o.threads : std::max(1, cores / local_ranks);
+  if (!o.fault_kill.empty()) parse_fault(o.fault_kill, job);
+  // Outputs last: nothing is created if anything above is wrong.
+  check_writable(job.out.metrics_path, "--metrics");
+  check_writable(job.out.trace_path, "--trace");
+  if (!job.save_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(job.save_dir, ec);
+    if (ec || access(job.save_dir.c_str(), W_OK) != 0)
+      fail("--save", fmt::format("cannot write to directory '{}'{}", job.save_dir,
+                                 ec ? ": " + ec.message() : ""));
+  }
+  if (!job.out.dump_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(job.out.dump_dir, ec);
+    if (ec)
+      fail("--dump-params",
+           fmt::format("cannot create directory '{}': {}", job.out.dump_dir, ec.message()));
+  }
+  return job;
+}
+
+namespace {
+
+int run_worker(const Job& job, const LaunchEnv& env) {
+  const Topology topo = job.topology();
+  if (env.world != topo.world())
+    fail("environment",
+         fmt::format("the plan is for {} ranks (pp {}{}), but {} is {} (from {}){}", topo.world(),
+                     topo.pp, topo.dp > 1 ? fmt::format(" x dp {}", topo.dp) : "",
+                     env.launcher == "SLURM" ? "SLURM_NTASKS" : "WORLD_SIZE", env.world,
+                     env.launcher,
+                     env.world % topo.pp == 0 && env.world / topo.pp != topo.dp
+                         ? fmt::format("; for {} data-parallel replicas give --dp {}",
+                                       env.world / topo.pp, env.world / topo.pp)
+                         : ""));
+  set_threads(job.threads);
+  keep_freed_memory();
+  report_broken_pipes();
+  const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Transport> transport, pipeline, replicas;
+  const bool hosts_store = env.rank == 0 && !env.external_store;
+  // Says why the run failed and exits 1, without running the destructors (the transport may be
+  // wedged); the store's host first waits for the other ranks' reports.
+  auto fail_run = [&](const std::string& message) {
+    std::fprintf(stderr, "pprun: %s\n", message.c_str());
+    if (hosts_store)
+      linger_for_reports(store.get(), env.world,
+                         std::min(job.timeout, std::chrono::milliseconds(3000)));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  };
+  try {
+    StoreOptions so;
+    so.host = env.master_addr;
+    so.port = env.master_port;
+    so.is_server = hosts_store;
+    so.world_size = env.world;
+    so.timeout = job.timeout;
+    so.prefix = env.store_prefix;
+    store = make_tcp_store(so);
+    if (job.device == "cuda") {
+      transport = make_nccl_transport(*store, env.rank, env.world, env.local_rank, job.timeout);
+    } else {
+      GlooOptions go;
+      go.interface = env.gloo_interface;
+      go.hostname = local ? "127.0.0.1" : "";
+      go.timeout = job.timeout;
+      transport = make_gloo_transport(*store, env.rank, env.world, go);
+    }
+    RankGroups groups{transport.get(), transport.get(), nullptr};
+    if (topo.dp > 1) {  // every rank makes its pipeline's group, then its replicas' group
+      const int d = topo.replica(env.rank), p = topo.pipeline_rank(env.rank);
+      groups.pipeline = nullptr;
+      if (topo.pp > 1)
+        groups.pipeline =
+            (pipeline = transport->new_group(topo.pipeline(d), fmt::format("pipeline:{}", d)))
+                .get();
+      replicas = transport->new_group(topo.replicas(p), fmt::format("replicas:{}", p));
+      groups.replicas = replicas.get();
+    } else if (topo.pp == 1) {
+      groups.pipeline = nullptr;
+    }
+    train_rank(job, env.rank, env.local_rank, groups, *store, hosts_store);
+  } catch (const RunFailure& e) {
+    fail_run(e.what());
+  } catch (const TransportError& e) {
+    report_failure(store.get(), env.rank, e.what());
+    fail_run(fmt::format("rank {}: {}", env.rank, e.what()));
+  }
+  return 0;
+}
+
+int spawn(const Job& job, const RunOptions& o) {
+  StoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  so.is_server = true;
+  so.world_size = job.topology().world();
+  so.timeout = job.timeout;
+  so.prefix = "pprun/0/";
+  std::unique_ptr<Store> store = make_tcp_store(so);
+  SpawnOptions sp;
+  sp.exe = o.exe;
+  sp.args = o.args;
+  sp.world = job.topology().world();
+  sp.port = store_port(*store);
+  if (o.progress == "auto")
+    sp.env.emplace_back("PPRUN_PROGRESS", isatty(STDOUT_FILENO) ? "bar" : "lines");
+  sp.grace = job.timeout + std::chrono::seconds(5);
+  sp.store = store.get();
+  std::printf("pprun: starting %d ranks on this machine (rendezvous 127.0.0.1:%d)\n", sp.world,
+              sp.port);
+  std::fflush(stdout);
+  return spawn_ranks(sp);
+}
+
+}  // namespace
+
+int run(const RunOptions& o, const GetEnv& getenv) {
+  if (!o.export_args.empty()) {
+    const size_t n = export_checkpoint(o.export_args.at(0), o.export_args.at(1));
+    std::printf("pprun: wrote the %zu model tensors of %s to %s\n", n,
+                find_checkpoint(o.export_args.at(0)).c_str(), o.export_args.at(1).c_str());
+    return 0;
+  }
+  const std::optional<LaunchEnv> env = o.reference ? std::nullopt : launch_env(getenv);
+  const Job job = make_job(o, env);
+  if (job.start_step >= job.last_step()) {
+    if (!env || env->rank == 0)
+      std::printf("pprun: the checkpoint %s has completed %lld steps%s: nothing to train\n",
+                  job.resume_path.c_str(), static_cast<long long>(job.start_step),
+                  job.stop_after > 0 ? " (--stop-after)" : " (--steps)");
+    return 0;
+  }
+  if (o.reference) {
+    set_threads(job.threads);
+    keep_freed_memory();
+    train_reference(job);
+    return 0;
+  }
+  if (env) return run_worker(job, *env);
+  return spawn(job, o);
+}
+
+}  // namespace pprt

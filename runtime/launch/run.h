@@ -1,0 +1,50 @@
+// pprun's top level: turns the command line's options into a Job, checks everything the user
+// gave before any compute, and runs it: the unpipelined reference, one rank under torchrun or
+// SLURM, or (by default) one process per rank spawned on this machine. No LibTorch.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/job.h"
+#include "runtime/launch/env.h"
+#include "runtime/model/config.h"
+
+namespace pprt {
+
+struct RunOptions {
+  std::string plan_path;
+  bool reference = false;
+  std::string layout;               // --reference without a plan
+  std::optional<int> microbatches;  // must agree with the plan
+  std::string config_path;
+  ModelOverrides model;
+  TrainOptions train;
+  OutputOptions out;
+  std::string progress = "auto";  // auto, bar, lines, none
+  std::string device = "cpu";
+  double timeout_s = 300;
+  int threads = 0;          // 0 = cores / ranks on this machine
+  std::string fault_kill;   // "RANK:STEP[:save|commit]" (tests): that rank kills itself mid-step
+  bool seed_given = false;  // --seed was on the command line
+  int dp = 1;               // --dp: data-parallel replicas
+  int stop_after = 0;       // --stop-after
+  std::string save_dir;     // --save
+  int save_every = 0;       // --save-every
+  int keep = 0;             // --keep
+  std::string resume_dir;   // --resume
+  std::vector<std::string> export_args;  // --export DIR OUT
+  std::string exe;                       // this program (spawning)
+  std::vector<std::string> args;         // its arguments, passed on to spawned ranks
+};
+
+// Checks and resolves the options (plan, model, data, device, ...). Throws ppc::UserError.
+// `env` is the rank environment, if any (the ranks on this machine decide the default thread
+// count).
+Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env);
+
+// Runs pprun; returns the process exit code. Throws ppc::UserError for bad input (exit 2).
+int run(const RunOptions& o, const GetEnv& getenv);
+
+}  // namespace pprt

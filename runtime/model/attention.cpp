@@ -1,0 +1,185 @@
+// Grouped-query causal attention with rotary embedding (ops.h). LibTorch 1.13 has no
+// scaled_dot_product_attention: attention is written out (matmul, causal mask, softmax).
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "runtime/model/cpu_kernels.h"
+#include "runtime/model/ops.h"
+
+namespace pprt {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// Heads [first, first + n) of a fused q/k/v tensor [b, T, (heads + 2 kv_heads) * hd], as a view
+// [b, n, T, hd].
+at::Tensor heads_of(const at::Tensor& qkv, int64_t first, int64_t n, int64_t hd) {
+  return qkv.narrow(-1, first * hd, n * hd).view({qkv.size(0), qkv.size(1), n, hd}).transpose(1, 2);
+}
+
+// Rotary embedding of x [..., T, hd] (any strides) into `out` (same shape):
+// out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
+void rotate(const at::Tensor& x, at::Tensor out, const at::Tensor& cos, const at::Tensor& sin,
+            bool fused) {
+  const int64_t half = x.size(-1) / 2;
+  if (fused && cpu_float({&x, &out, &cos, &sin}) && x.stride(-1) == 1 && out.stride(-1) == 1 &&
+      cos.is_contiguous() && sin.is_contiguous()) {
+    // One [T, hd] block per index of the leading dimensions.
+    const int64_t lead = x.dim() - 2, T = x.size(-2);
+    std::vector<int64_t> idx(static_cast<size_t>(lead), 0);
+    const float* xp = x.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    for (int64_t blocks = x.numel() / (T * 2 * half); blocks > 0; --blocks) {
+      int64_t xo = 0, oo = 0;
+      for (int64_t d = 0; d < lead; ++d) {
+        xo += idx[static_cast<size_t>(d)] * x.stride(d);
+        oo += idx[static_cast<size_t>(d)] * out.stride(d);
+      }
+      kernels::rotate_block(xp + xo, x.stride(-2), op + oo, out.stride(-2), cos.data_ptr<float>(),
+                            sin.data_ptr<float>(), T, half);
+      for (int64_t d = lead; d-- > 0;) {
+        if (++idx[static_cast<size_t>(d)] < x.size(d)) break;
+        idx[static_cast<size_t>(d)] = 0;
+      }
+    }
+    return;
+  }
+  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  at::Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);
+  at::mul_out(o1, x1, cos.narrow(-1, 0, half));
+  o1.addcmul_(x2, sin.narrow(-1, 0, half), -1);
+  at::mul_out(o2, x2, cos.narrow(-1, half, half));
+  o2.addcmul_(x1, sin.narrow(-1, half, half));
+}
+// Causal attention in blocks of query positions: positions [t0, t1) read keys [0, t1) only, so
+// that the products and the softmax skip most of the masked half of the scores (a quarter of
+// attention's products with two blocks). Blocks of at least 64 positions, at most 8 of them.
+struct CausalBlock {
+  int64_t t0, t1;
+};
+std::vector<CausalBlock> causal_blocks(int64_t T) {
+  const int64_t n = std::clamp<int64_t>(T / 64, 1, 8);
+  std::vector<CausalBlock> blocks;
+  for (int64_t i = 0; i < n; ++i) blocks.push_back({T * i / n, T * (i + 1) / n});
+  return blocks;
+}
+
+// Grouped-query causal attention from the fused q/k/v product's output to the heads'
+// concatenated outputs [b, T, heads * hd], rotary embedding included, with its backward written
+// out. Query head j*group + r reads key/value head j (as repeat_interleave would give): the
+// group's queries are stacked, position-major, [b*kv, T*group, hd] (row t*group + r), so that
+// each key/value head is multiplied once, by one larger product per block of positions
+// (causal_blocks, whose rows are then contiguous), and never copied. The scale and the causal
+// mask (stacked likewise) go into that product (baddbmm). The gradient comes back as one tensor
+// in the fused product's layout.
+struct AttentionFn : torch::autograd::Function<AttentionFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& qkv, const AttentionConsts* c) {
+    const int64_t b = qkv.size(0), T = qkv.size(1), hd = c->head_dim, h = c->heads,
+                  kv = c->kv_heads, group = h / kv;
+    at::Tensor q = at::empty({b, kv, T, group, hd}, qkv.options());
+    at::Tensor k = at::empty({b, kv, T, hd}, qkv.options());
+    const bool fused = c->kernels == Kernels::Auto;
+    rotate(heads_of(qkv, 0, h, hd).view({b, kv, group, T, hd}), q.permute({0, 1, 3, 2, 4}), c->cos,
+           c->sin, fused);
+    rotate(heads_of(qkv, h, kv, hd), k, c->cos, c->sin, fused);
+    const at::Tensor qs = q.view({b * kv, T * group, hd}), ks = k.view({b * kv, T, hd});
+    const at::Tensor vs = heads_of(qkv, h + kv, kv, hd).contiguous().view({b * kv, T, hd});
+    at::Tensor out = at::empty({b, T, kv, group, hd}, qkv.options());
+    std::vector<at::Tensor> saved = {qs, ks, vs};  // then each block's probabilities
+    for (const CausalBlock& blk : causal_blocks(T)) {
+      const int64_t n = blk.t1 - blk.t0;
+      const at::Tensor mask = c->mask.narrow(0, blk.t0 * group, n * group).narrow(1, 0, blk.t1);
+      const at::Tensor p =
+          at::softmax(at::baddbmm(mask, qs.narrow(1, blk.t0 * group, n * group),
+                                  ks.narrow(1, 0, blk.t1).transpose(1, 2), 1.0, c->scale),
+                      -1);
+      out.narrow(1, blk.t0, n)
+          .copy_(
+              p.bmm(vs.narrow(1, 0, blk.t1)).view({b, kv, n, group, hd}).permute({0, 2, 1, 3, 4}));
+      saved.push_back(p);
+    }
+    ctx->save_for_backward(saved);
+    ctx->saved_data["consts"] = reinterpret_cast<int64_t>(c);
+    return out.view({b, T, h * hd});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &qs = saved[0], &ks = saved[1], &vs = saved[2];
+    const auto* c = reinterpret_cast<const AttentionConsts*>(ctx->saved_data["consts"].toInt());
+    const int64_t b = grads[0].size(0), T = grads[0].size(1), hd = c->head_dim, h = c->heads,
+                  kv = c->kv_heads, group = h / kv;
+    const at::Tensor go = grads[0].reshape({b, T, kv, group, hd});
+    at::Tensor dq = at::empty({b, kv, T, group, hd}, grads[0].options());
+    at::Tensor dk, dv;  // [b*kv, T, hd], made by the last block (which reads every key)
+    const std::vector<CausalBlock> blocks = causal_blocks(T);
+    for (size_t i = blocks.size(); i-- > 0;) {
+      const CausalBlock& blk = blocks[i];
+      const int64_t n = blk.t1 - blk.t0;
+      const at::Tensor& p = saved[3 + i];
+      const at::Tensor gi = go.narrow(1, blk.t0, n)
+                                .permute({0, 2, 1, 3, 4})
+                                .contiguous()
+                                .view({b * kv, n * group, hd});
+      const at::Tensor qi = qs.narrow(1, blk.t0 * group, n * group);
+      const at::Tensor ki = ks.narrow(1, 0, blk.t1), vi = vs.narrow(1, 0, blk.t1);
+      const at::Tensor ds =
+          at::_softmax_backward_data(gi.bmm(vi.transpose(1, 2)), p, -1, p.scalar_type());
+      dq.narrow(2, blk.t0, n).copy_(ds.bmm(ki).view({b, kv, n, group, hd}));
+      if (blk.t1 == T) {
+        dk = ds.transpose(1, 2).bmm(qi);
+        dv = p.transpose(1, 2).bmm(gi);
+      } else {
+        dk.narrow(1, 0, blk.t1).baddbmm_(ds.transpose(1, 2), qi);
+        dv.narrow(1, 0, blk.t1).baddbmm_(p.transpose(1, 2), gi);
+      }
+    }
+    at::Tensor d = at::empty({b, T, (h + 2 * kv) * hd}, grads[0].options());
+    // The rotation's transpose, with the scores' softmax scale, through the backward's tables.
+    const bool fused = c->kernels == Kernels::Auto;
+    rotate(dq.permute({0, 1, 3, 2, 4}), heads_of(d, 0, h, hd).view({b, kv, group, T, hd}),
+           c->cos_back, c->sin_back, fused);
+    rotate(dk.view({b, kv, T, hd}), heads_of(d, h, kv, hd), c->cos_back, c->sin_back, fused);
+    heads_of(d, h + kv, kv, hd).copy_(dv.view({b, kv, T, hd}));
+    return {d, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device,
+                                 Kernels kernels) {
+  AttentionConsts c;
+  c.kernels = kernels;
+  const int64_t T = cfg.seq_len, hd = cfg.head_dim();
+  at::Tensor inv =
+      at::pow(cfg.rope_theta, -at::arange(0, hd, 2, at::kDouble) / static_cast<double>(hd));
+  at::Tensor ang = at::outer(at::arange(T, at::kDouble), inv);
+  ang = at::cat({ang, ang}, -1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  c.cos = ang.cos().to(at::kFloat).to(device);
+  c.sin = ang.sin().to(at::kFloat).to(device);
+  c.cos_back = (ang.cos() * scale).to(at::kFloat).to(device);
+  c.sin_back = (ang.sin() * -scale).to(at::kFloat).to(device);
+  c.mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat)
+               .triu(1)
+               .repeat_interleave(cfg.heads / cfg.kv_heads, 0)
+               .to(device);
+  c.heads = cfg.heads;
+  c.kv_heads = cfg.kv_heads;
+  c.head_dim = hd;
+  c.scale = scale;
+  return c;
+}
+
+at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c) {
+  return AttentionFn::apply(qkv, &c);
+}
+
+}  // namespace pprt

@@ -1,0 +1,118 @@
+#include "runtime/model/config.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+#include "runtime/fail.h"
+
+namespace pprt {
+
+ModelConfig parse_model_config(std::string_view text, const std::string& input, ModelConfig c) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {  // syntax, or a number too large to hold
+    fail(input, fmt::format("not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) fail(input, "expected a JSON object such as {\"hidden\": 64, \"heads\": 4}");
+  for (const auto& item : j.items()) {
+    // Not a structured binding: the lambdas below capture these (clang 14, the fuzz build's
+    // compiler, cannot capture structured bindings).
+    const std::string& key = item.key();
+    const nlohmann::json& v = item.value();
+    auto integer = [&](int& out) {
+      if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 24))
+        fail(input, fmt::format("{}: expected a positive integer, got {}", key, v.dump()));
+      out = v.get<int>();
+    };
+    auto number = [&](double& out) {
+      if (!v.is_number() || !(v.get<double>() > 0))
+        fail(input, fmt::format("{}: expected a positive number, got {}", key, v.dump()));
+      out = v.get<double>();
+    };
+    if (key == "hidden")
+      integer(c.hidden);
+    else if (key == "heads")
+      integer(c.heads);
+    else if (key == "kv_heads")
+      integer(c.kv_heads);
+    else if (key == "ffn")
+      integer(c.ffn);
+    else if (key == "vocab")
+      integer(c.vocab);
+    else if (key == "seq_len")
+      integer(c.seq_len);
+    else if (key == "rope_theta")
+      number(c.rope_theta);
+    else if (key == "norm_eps")
+      number(c.norm_eps);
+    else if (key == "tie_embeddings") {
+      if (!v.is_boolean())
+        fail(input, fmt::format("{}: expected true or false, got {}", key, v.dump()));
+      c.tie_embeddings = v.get<bool>();
+    } else
+      fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, "
+                              "seq_len, rope_theta, "
+                              "norm_eps, tie_embeddings)",
+                              ppc::printable(key)));
+  }
+  check_model_config(c, input);
+  return c;
+}
+
+nlohmann::ordered_json model_config_json(const ModelConfig& c) {
+  return nlohmann::ordered_json{{"hidden", c.hidden},
+                                {"heads", c.heads},
+                                {"kv_heads", c.kv_heads},
+                                {"ffn", c.ffn},
+                                {"vocab", c.vocab},
+                                {"seq_len", c.seq_len},
+                                {"rope_theta", c.rope_theta},
+                                {"norm_eps", c.norm_eps},
+                                {"tie_embeddings", c.tie_embeddings}};
+}
+
+ModelConfig resolve_model_config(const std::string& path, const ModelOverrides& o,
+                                 ModelConfig base) {
+  ModelConfig c = base;
+  if (!path.empty()) c = parse_model_config(ppc::read_file(path), path, c);
+  if (o.hidden) c.hidden = *o.hidden;
+  if (o.heads) c.heads = *o.heads;
+  if (o.kv_heads) c.kv_heads = *o.kv_heads;
+  if (o.ffn) c.ffn = *o.ffn;
+  if (o.vocab) c.vocab = *o.vocab;
+  if (o.seq_len) c.seq_len = *o.seq_len;
+  if (o.tie_embeddings) c.tie_embeddings = true;
+  check_model_config(c, path.empty() ? "model" : path + " and flags");
+  return c;
+}
+
+void check_model_config(const ModelConfig& c, const std::string& where) {
+  auto positive = [&](int v, const char* name, int hi) {
+    if (v < 1 || v > hi) fail(where, fmt::format("{} is {}; expected 1..{}", name, v, hi));
+  };
+  positive(c.hidden, "hidden", 1 << 16);
+  positive(c.heads, "heads", 1024);
+  positive(c.kv_heads, "kv_heads", 1024);
+  positive(c.ffn, "ffn", 1 << 18);
+  positive(c.vocab, "vocab", 1 << 22);
+  positive(c.seq_len, "seq_len", 1 << 16);
+  if (c.hidden % c.heads != 0)
+    fail(where, fmt::format("hidden {} is not a multiple of heads {}", c.hidden, c.heads));
+  if (c.head_dim() % 2 != 0)
+    fail(where, fmt::format("the head size hidden/heads = {} must be even (rotary embedding)",
+                            c.head_dim()));
+  if (c.heads % c.kv_heads != 0)
+    fail(where, fmt::format("heads {} is not a multiple of kv_heads {}", c.heads, c.kv_heads));
+}
+
+std::string describe(const ModelConfig& c) {
+  return fmt::format("hidden {}, heads {} (kv {}), ffn {}, vocab {}, seq {}{}", c.hidden, c.heads,
+                     c.kv_heads, c.ffn, c.vocab, c.seq_len,
+                     c.tie_embeddings ? ", tied embeddings" : "");
+}
+
+}  // namespace pprt

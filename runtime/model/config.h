@@ -1,0 +1,55 @@
+// The size of the model pprun builds from a layout: flags, or a JSON config file
+// (examples/tiny-model.json). Plain data, no LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pprt {
+
+struct ModelConfig {
+  int hidden = 64;   // model width
+  int heads = 4;     // attention heads
+  int kv_heads = 2;  // key/value heads (grouped-query attention); divides heads
+  int ffn = 176;     // SwiGLU hidden width
+  int vocab = 256;   // tokens (byte-level data needs at least 256)
+  int seq_len = 64;  // tokens per sequence
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  bool tie_embeddings = false;  // the output head uses the token embedding's weight
+
+  int head_dim() const { return hidden / heads; }
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// Values given on the command line; each overrides the config file.
+struct ModelOverrides {
+  std::optional<int> hidden, heads, kv_heads, ffn, vocab, seq_len;
+  bool tie_embeddings = false;  // --tie-embeddings (a flag can only turn it on)
+};
+
+// Parses a JSON object holding any of "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",
+// "rope_theta", "norm_eps", "tie_embeddings" over `base`. Throws ppc::UserError naming the input
+// and the field (unknown fields are errors: a typo must not silently train another model).
+ModelConfig parse_model_config(std::string_view json_text, const std::string& input_name,
+                               ModelConfig base = {});
+
+// The JSON object parse_model_config reads, every field (a checkpoint's "model").
+nlohmann::ordered_json model_config_json(const ModelConfig& c);
+
+// `base` (the defaults, or a checkpoint's model), then the file (if any), then the overrides;
+// then checks the result.
+ModelConfig resolve_model_config(const std::string& config_path, const ModelOverrides& overrides,
+                                 ModelConfig base = {});
+
+// Throws ppc::UserError (naming the field, as `where`) if the sizes do not fit together: all
+// positive, heads divides hidden with an even head size, kv_heads divides heads, limits.
+void check_model_config(const ModelConfig& c, const std::string& where);
+
+// "hidden 64, heads 4 (kv 2), ffn 176, vocab 256, seq 64" (+ ", tied embeddings")
+std::string describe(const ModelConfig& c);
+
+}  // namespace pprt

@@ -1,0 +1,383 @@
+// The model's operations (ops.h), attention apart (attention.cpp).
+#include "runtime/model/ops.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "compiler/diagnostic.h"
+#include "runtime/model/cpu_kernels.h"
+
+namespace pprt {
+
+bool cpu_float(std::initializer_list<const at::Tensor*> ts) {
+  for (const at::Tensor* t : ts)
+    if (!t->device().is_cpu() || t->scalar_type() != at::kFloat) return false;
+  return true;
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// Weight gradients, added to the parameters' .grad. The first one of a step (after zero_grads,
+// .grad is undefined) becomes .grad; later ones are added in place, by the product itself where
+// there is one (addmm_ into .grad: no gradient tensor per microbatch, and no second pass over it).
+// B and W both come here, in the same order, so I then W gives B's gradients bit for bit.
+void accumulate(at::Tensor& param, const at::Tensor& g) {
+  at::Tensor& grad = param.mutable_grad();
+  if (!grad.defined())
+    grad = g;
+  else
+    grad.add_(g);
+}
+at::Tensor rows_of(const at::Tensor& t) {
+  return t.reshape({-1, t.size(-1)});
+}
+
+// y = x W^T: dW = gy^T x.
+void accumulate_linear(at::Tensor& param, const at::Tensor& x, const at::Tensor& gy) {
+  at::Tensor& grad = param.mutable_grad();
+  const at::Tensor x2 = rows_of(x), gy2 = rows_of(gy);
+  if (!grad.defined())
+    grad = gy2.t().mm(x2);
+  else
+    grad.addmm_(gy2.t(), x2);
+}
+// y = x [W_0; W_1; ...]^T: each weight's gradient from its own columns of gy.
+void accumulate_fused_linear(const std::vector<at::Tensor*>& params, const at::Tensor& x,
+                             const at::Tensor& gy) {
+  const at::Tensor gy2 = rows_of(gy);
+  int64_t first = 0;
+  for (at::Tensor* p : params) {
+    accumulate_linear(*p, x, gy2.narrow(1, first, p->size(0)));
+    first += p->size(0);
+  }
+}
+void accumulate_scale(at::Tensor& param, const at::Tensor& x, const at::Tensor& gy, bool fused) {
+  if (fused && cpu_float({&param, &x, &gy})) {
+    at::Tensor& grad = param.mutable_grad();
+    if (!grad.defined()) grad = at::zeros_like(param);
+    const at::Tensor xc = x.contiguous(), gyc = gy.contiguous();
+    const int64_t n = xc.size(-1);
+    kernels::scale_grad_accumulate(gyc.data_ptr<float>(), xc.data_ptr<float>(), xc.numel() / n, n,
+                                   grad.data_ptr<float>());
+    return;
+  }
+  accumulate(param, rows_of(gy * x).sum(0));
+}
+void accumulate_embedding(at::Tensor& param, const at::Tensor& ids, const at::Tensor& gy) {
+  at::Tensor& grad = param.mutable_grad();
+  if (!grad.defined()) grad = at::zeros_like(param);
+  grad.index_add_(0, ids.reshape({-1}), rows_of(gy));
+}
+
+GradStash* stash_of(AutogradContext* ctx) {
+  return reinterpret_cast<GradStash*>(ctx->saved_data["stash"].toInt());
+}
+at::Tensor* param_of(AutogradContext* ctx) {
+  return reinterpret_cast<at::Tensor*>(ctx->saved_data["param"].toInt());
+}
+void remember(AutogradContext* ctx, GradStash* stash, at::Tensor* param) {
+  ctx->saved_data["stash"] = reinterpret_cast<int64_t>(stash);
+  ctx->saved_data["param"] = reinterpret_cast<int64_t>(param);
+}
+
+// The backward of y = x W^T (+ r): the input's gradient gy W, and W's gradient now (B) or kept
+// for W. The stash keeps `gy` itself, not a view of it: autograd adds another gradient into a
+// returned one in place only when nothing else holds that tensor (ResidualLinearFn returns gy).
+at::Tensor linear_backward(AutogradContext* ctx, const at::Tensor& gy) {
+  const auto saved = ctx->get_saved_variables();
+  const at::Tensor& x = saved[0];
+  const at::Tensor& w = saved[1];
+  at::Tensor gx = gy.matmul(w);
+  GradStash* stash = stash_of(ctx);
+  if (stash && stash->defer)
+    stash->push({GradStash::Op::Linear, param_of(ctx), x, gy});
+  else
+    accumulate_linear(*param_of(ctx), x, gy);
+  return gx;
+}
+
+// y = x @ W^T
+struct LinearFn : torch::autograd::Function<LinearFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            GradStash* stash, at::Tensor* param) {
+    ctx->save_for_backward({x, w});
+    remember(ctx, stash, param);
+    return x.matmul(w.t());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {linear_backward(ctx, grads[0]), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// y = r + x @ W^T, the residual added by the product itself (addmm: no pass of its own, and the
+// BLAS does not clear the output first). r's gradient is gy.
+struct ResidualLinearFn : torch::autograd::Function<ResidualLinearFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& r, const at::Tensor& x,
+                            const at::Tensor& w, GradStash* stash, at::Tensor* param) {
+    ctx->save_for_backward({x, w});
+    remember(ctx, stash, param);
+    return at::addmm(rows_of(r), rows_of(x), w.t()).view(r.sizes());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor& gy = grads[0];
+    return {gy, linear_backward(ctx, gy), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// y = x @ [W_0; W_1; ...]^T: linear maps of one input as one matrix product (q, k and v; gate
+// and up), which the BLAS runs faster than two or three narrower ones. `wf` is the weights'
+// concatenation (FusedWeight, made once per optimizer step); the weights themselves are inputs
+// only so that the output requires their gradients. The backward is one product for the input's
+// gradient, and one per weight that accumulates into its .grad (from that weight's columns of the
+// output gradient).
+at::Tensor fused_linear_forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& wf,
+                                GradStash* stash, const std::vector<at::Tensor*>& params) {
+  ctx->save_for_backward({x, wf});
+  ctx->saved_data["stash"] = reinterpret_cast<int64_t>(stash);
+  std::vector<int64_t> ps;
+  for (at::Tensor* p : params) ps.push_back(reinterpret_cast<int64_t>(p));
+  ctx->saved_data["params"] = ps;
+  return x.matmul(wf.t());
+}
+
+// The gradients of x, then none for the weights (added to their .grad here, or kept for W) and
+// wf, and `extra` undefined ones (the non-tensor arguments).
+variable_list fused_linear_backward(AutogradContext* ctx, const variable_list& grads,
+                                    size_t extra) {
+  const auto saved = ctx->get_saved_variables();
+  const at::Tensor& x = saved[0];
+  const at::Tensor& w = saved[1];
+  const at::Tensor& gy = grads[0];
+  std::vector<at::Tensor*> params;
+  for (int64_t p : ctx->saved_data["params"].toIntVector())
+    params.push_back(reinterpret_cast<at::Tensor*>(p));
+  variable_list out(2 + params.size() + extra);
+  out[0] = gy.matmul(w);
+  GradStash* stash = stash_of(ctx);
+  if (stash && stash->defer)
+    stash->push({GradStash::Op::FusedLinear, params.front(), x, gy, std::move(params)});
+  else
+    accumulate_fused_linear(params, x, gy);
+  return out;
+}
+
+struct FusedLinear2Fn : torch::autograd::Function<FusedLinear2Fn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor& wf, GradStash* stash,
+                            at::Tensor* p0, at::Tensor* p1) {
+    return fused_linear_forward(ctx, x, wf, stash, {p0, p1});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return fused_linear_backward(ctx, grads, 3);
+  }
+};
+
+struct FusedLinear3Fn : torch::autograd::Function<FusedLinear3Fn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor&, const at::Tensor& wf,
+                            GradStash* stash, at::Tensor* p0, at::Tensor* p1, at::Tensor* p2) {
+    return fused_linear_forward(ctx, x, wf, stash, {p0, p1, p2});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return fused_linear_backward(ctx, grads, 4);
+  }
+};
+
+// y = silu(g) * u, where [g, u] is the fused gate/up product's output: the gradient comes back
+// as one tensor [dg, du], the layout that product's backward takes, with no concatenation.
+// On the CPU (Kernels::Auto) the forward keeps sigmoid(g), so that the backward is one loop with
+// no exponential; ATen's path keeps silu(g).
+struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu, bool fused) {
+    const int64_t f = gu.size(-1) / 2;
+    fused = fused && cpu_float({&gu});
+    ctx->saved_data["fused"] = fused;
+    if (fused) {
+      const at::Tensor guc = gu.contiguous();
+      const at::Tensor s = at::sigmoid(guc.narrow(-1, 0, f));  // contiguous
+      auto sizes = guc.sizes().vec();
+      sizes.back() = f;
+      at::Tensor y = at::empty(sizes, guc.options());
+      kernels::swiglu_forward(guc.data_ptr<float>(), s.data_ptr<float>(), s.numel() / f, f,
+                              y.data_ptr<float>());
+      ctx->save_for_backward({guc, s});
+      return y;
+    }
+    const at::Tensor a = at::silu(gu.narrow(-1, 0, f));
+    ctx->save_for_backward({gu, a});
+    return a * gu.narrow(-1, f, f);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& gu = saved[0];
+    const at::Tensor& gy = grads[0];
+    const int64_t f = gu.size(-1) / 2;
+    at::Tensor d = at::empty(gu.sizes(), gu.options());
+    if (ctx->saved_data["fused"].toBool()) {
+      const at::Tensor& s = saved[1];
+      const at::Tensor gyc = gy.contiguous();
+      kernels::swiglu_backward(gyc.data_ptr<float>(), gu.data_ptr<float>(), s.data_ptr<float>(),
+                               s.numel() / f, f, d.data_ptr<float>());
+      return {d, at::Tensor()};
+    }
+    const at::Tensor& a = saved[1];
+    at::Tensor dg = d.narrow(-1, 0, f), du = d.narrow(-1, f, f);
+    at::silu_backward_out(dg, gy * gu.narrow(-1, f, f), gu.narrow(-1, 0, f));
+    at::mul_out(du, gy, a);
+    return {d, at::Tensor()};
+  }
+};
+
+// y = g * x / sqrt(mean(x^2) + eps): RMSNorm as one function, whose backward is written out
+// (d/dx = rstd * (gy*g - xn * mean(gy*g * xn))) rather than recorded op by op.
+struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& g,
+                            double eps, GradStash* stash, at::Tensor* param, bool fused) {
+    remember(ctx, stash, param);
+    fused = fused && cpu_float({&x, &g});
+    ctx->saved_data["fused"] = fused;
+    if (fused) {
+      const at::Tensor xc = x.contiguous(), gc = g.contiguous();
+      const int64_t n = xc.size(-1), rows = xc.numel() / n;
+      at::Tensor xn = at::empty_like(xc), y = at::empty_like(xc);
+      auto sizes = xc.sizes().vec();
+      sizes.back() = 1;
+      at::Tensor rstd = at::empty(sizes, xc.options());
+      kernels::rms_norm_forward(xc.data_ptr<float>(), gc.data_ptr<float>(), static_cast<float>(eps),
+                                rows, n, xn.data_ptr<float>(), y.data_ptr<float>(),
+                                rstd.data_ptr<float>());
+      ctx->save_for_backward({xn, rstd, gc});
+      return y;
+    }
+    const at::Tensor rstd = (x.square().mean({-1}, true) + eps).rsqrt();
+    const at::Tensor xn = x * rstd;
+    ctx->save_for_backward({xn, rstd, g});
+    return xn * g;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& xn = saved[0];
+    const at::Tensor& rstd = saved[1];
+    const at::Tensor& g = saved[2];
+    const bool fused = ctx->saved_data["fused"].toBool();
+    at::Tensor gy = grads[0], gx;
+    if (fused) {
+      // Contiguous, also for the weight gradient kept in the stash (the stash keeps what it is
+      // given: see linear_backward).
+      gy = gy.contiguous();
+      gx = at::empty_like(xn);
+      const int64_t n = xn.size(-1);
+      kernels::rms_norm_backward(gy.data_ptr<float>(), g.data_ptr<float>(), xn.data_ptr<float>(),
+                                 rstd.data_ptr<float>(), xn.numel() / n, n, gx.data_ptr<float>());
+    } else {
+      const at::Tensor gxn = gy * g;
+      gx = (gxn - xn * (gxn * xn).mean({-1}, true)) * rstd;
+    }
+    GradStash* stash = stash_of(ctx);
+    if (stash && stash->defer)
+      stash->push({GradStash::Op::Scale, param_of(ctx), xn, gy, {}, fused});
+    else
+      accumulate_scale(*param_of(ctx), xn, gy, fused);
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// y = W[ids]
+struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& w, const at::Tensor& ids,
+                            GradStash* stash, at::Tensor* param) {
+    ctx->save_for_backward({ids});
+    remember(ctx, stash, param);
+    auto sizes = ids.sizes().vec();
+    sizes.push_back(w.size(1));
+    return w.index_select(0, ids.reshape({-1})).reshape(sizes);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor ids = ctx->get_saved_variables()[0];
+    const at::Tensor& gy = grads[0];
+    GradStash* stash = stash_of(ctx);
+    at::Tensor* param = param_of(ctx);
+    if (stash && stash->defer)
+      stash->push({GradStash::Op::Embedding, param, ids, gy});
+    else
+      accumulate_embedding(*param, ids, gy);
+    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+const at::Tensor& FusedWeight::of(const std::vector<at::Tensor*>& ps) {
+  bool fresh = w.defined() && data.size() == ps.size();
+  for (size_t i = 0; fresh && i < ps.size(); ++i)
+    fresh = ps[i]->data_ptr() == data[i] && ps[i]->_version() == versions[i];
+  if (fresh) return w;
+  std::vector<at::Tensor> ws;
+  data.clear();
+  versions.clear();
+  for (const at::Tensor* p : ps) {
+    ws.push_back(p->detach());
+    data.push_back(p->data_ptr());
+    versions.push_back(static_cast<int64_t>(p->_version()));
+  }
+  w = at::cat(ws);
+  return w;
+}
+
+at::Tensor linear(const at::Tensor& x, at::Tensor* w, GradStash* stash) {
+  return LinearFn::apply(x, *w, stash, w);
+}
+
+at::Tensor residual_linear(const at::Tensor& r, const at::Tensor& x, at::Tensor* w,
+                           GradStash* stash) {
+  return ResidualLinearFn::apply(r, x, *w, stash, w);
+}
+
+at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws, FusedWeight& wf,
+                        GradStash* stash) {
+  const at::Tensor& w = wf.of(ws);
+  if (ws.size() == 2) return FusedLinear2Fn::apply(x, *ws[0], *ws[1], w, stash, ws[0], ws[1]);
+  PPC_INTERNAL_ASSERT(ws.size() == 3, "a fused linear map of two or three weights");
+  return FusedLinear3Fn::apply(x, *ws[0], *ws[1], *ws[2], w, stash, ws[0], ws[1], ws[2]);
+}
+
+at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, GradStash* stash,
+                    Kernels kernels) {
+  return RmsNormFn::apply(x, *g, eps, stash, g, kernels == Kernels::Auto);
+}
+
+at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, GradStash* stash) {
+  return EmbeddingFn::apply(*w, ids, stash, w);
+}
+
+at::Tensor swiglu(const at::Tensor& gate_up, Kernels kernels) {
+  return SwiGluFn::apply(gate_up, kernels == Kernels::Auto);
+}
+
+void GradStash::run_weight_grads() {
+  for (Item& it : items_) {
+    switch (it.op) {
+      case Op::Linear:
+        accumulate_linear(*it.param, it.input, it.grad);
+        break;
+      case Op::FusedLinear:
+        accumulate_fused_linear(it.fused, it.input, it.grad);
+        break;
+      case Op::Scale:
+        accumulate_scale(*it.param, it.input, it.grad, it.cpu_loops);
+        break;
+      case Op::Embedding:
+        accumulate_embedding(*it.param, it.input, it.grad);
+        break;
+    }
+  }
+  items_.clear();
+}
+
+}  // namespace pprt

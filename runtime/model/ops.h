@@ -1,0 +1,107 @@
+// The model's operations (stage.h): a matmul with a weight (alone, or several weights fused into
+// one product), RMSNorm's per-channel scale, the embedding lookup, SwiGLU, and grouped-query causal
+// attention with rotary embedding. Each is a custom autograd function whose backward is written
+// out; the weight gradients go straight into the parameters' .grad, at once (B) or through the
+// microbatch's GradStash (I, then W).
+//
+// Included only by LibTorch translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "runtime/model/config.h"
+
+namespace pprt {
+
+// How the model's element-wise operations run. Auto: the fused loops of cpu_kernels.h on float32
+// CPU tensors, ATen's operations elsewhere. Generic: ATen's operations everywhere, which is what
+// other devices run (the tests compare the two on the CPU).
+enum class Kernels : uint8_t { Auto, Generic };
+
+// What one microbatch's backward leaves for its weight-gradient step.
+class GradStash {
+ public:
+  enum class Op : uint8_t { Linear, FusedLinear, Scale, Embedding };
+  struct Item {
+    Op op;
+    at::Tensor* param;  // the parameter (owned by a ParamStore)
+    at::Tensor input;   // the operation's input (token ids for Embedding)
+    at::Tensor grad;    // the gradient of its output
+    // FusedLinear: the parameters whose outputs `grad` holds side by side (`param` is the first).
+    // W computes their gradients with the very products the backward without deferral runs, so
+    // that I then W gives B's gradients bit for bit whatever kernels the BLAS picks per shape.
+    std::vector<at::Tensor*> fused = {};
+    // Scale: the fused CPU loop may compute it (Kernels::Auto), as the backward without deferral
+    // would.
+    bool cpu_loops = true;
+  };
+
+  // When `defer` is set while the backward runs, weight gradients are kept here (I), else they
+  // are computed during the backward (B).
+  bool defer = false;
+
+  void push(Item item) { items_.push_back(std::move(item)); }
+  // W: computes the kept weight gradients, adds them to the parameters' .grad, and forgets them.
+  void run_weight_grads();
+  bool empty() const { return items_.empty(); }
+
+ private:
+  std::vector<Item> items_;
+};
+
+// What attention needs besides its input: the rotary tables [T, head_dim], the causal mask with
+// each row repeated once per query head of a key/value head's group ([T * heads / kv_heads, T],
+// row t * group + r), and the head counts.
+// Both halves of a rotary table hold the same angles, so the rotation's transpose (for gradients)
+// is the rotation by the opposite angle: `rotate` with the sine negated. The backward's tables
+// also carry the softmax scale of the scores' product.
+struct AttentionConsts {
+  at::Tensor cos, sin, cos_back, sin_back, mask;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  double scale = 1;
+  Kernels kernels = Kernels::Auto;
+};
+
+// The rotary tables and the causal mask of `cfg` (computed in double for exactness), on `device`.
+AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device,
+                                 Kernels kernels = Kernels::Auto);
+
+// The concatenation [W_0; W_1; ...] of a fused linear map's weights, kept from one microbatch to
+// the next and made again only when a weight changed (each in-place update, the optimizer's
+// included, bumps a tensor's version; checkpoint loading bumps it too).
+struct FusedWeight {
+  at::Tensor w;
+  std::vector<const void*> data;
+  std::vector<int64_t> versions;
+
+  const at::Tensor& of(const std::vector<at::Tensor*>& ps);
+};
+
+// Whether the fused CPU loops of cpu_kernels.h take these tensors: float32 on the CPU.
+bool cpu_float(std::initializer_list<const at::Tensor*> ts);
+
+// y = x W^T.
+at::Tensor linear(const at::Tensor& x, at::Tensor* w, GradStash* stash);
+// y = r + x W^T (the residual stream r and a branch's output x).
+at::Tensor residual_linear(const at::Tensor& r, const at::Tensor& x, at::Tensor* w,
+                           GradStash* stash);
+// y = x [W_0; W_1; ...]^T for two or three weights (q, k and v; gate and up) as one product; `wf`
+// keeps their concatenation.
+at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws, FusedWeight& wf,
+                        GradStash* stash);
+// y = g * x / sqrt(mean(x^2) + eps).
+at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, GradStash* stash,
+                    Kernels kernels = Kernels::Auto);
+// y = W[ids].
+at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, GradStash* stash);
+// y = silu(g) * u, where gate_up = [g, u] (the fused gate/up product's output).
+at::Tensor swiglu(const at::Tensor& gate_up, Kernels kernels = Kernels::Auto);
+// Attention from the fused q/k/v product's output to the heads' concatenated outputs. `c` must
+// outlive the autograd graph. (attention.cpp)
+at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c);
+
+}  // namespace pprt

@@ -1,0 +1,243 @@
+#include "runtime/output/report.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "compiler/dependencies.h"
+#include "compiler/execute.h"
+#include "compiler/verify.h"
+
+namespace pprt {
+
+using nlohmann::json;
+
+// The store's format of a report (written and read by the same pprun): a span as [wait, start,
+// end], the rest as objects.
+void to_json(json& j, const ActionSpan& a) {
+  j = json::array({a.wait, a.start, a.end});
+}
+void from_json(const json& j, ActionSpan& a) {
+  a = ActionSpan{j.at(0).get<int64_t>(), j.at(1).get<int64_t>(), j.at(2).get<int64_t>()};
+}
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepTiming, step, begin_unix_us, wall_ns, compute_ns, wait_ns,
+                                   post_ns, optimizer_ns, actions, spans)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DpReport, steps, bytes, buckets, span_ns, exposed_ns)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankReport, rank, peak_inflight, steps, save_seconds, save_bytes,
+                                   load_seconds, load_bytes, dp)
+
+std::string to_json(const RankReport& r) {
+  return json(r).dump();
+}
+
+RankReport rank_report_from_json(const std::string& text) {
+  return json::parse(text).get<RankReport>();
+}
+
+void publish_report(Store& store, int rank, const RankReport& report) {
+  store.set(fmt::format("report/{}", rank), to_json(report));
+}
+
+std::vector<RankReport> gather_reports(Store& store, const Topology& topology) {
+  std::vector<RankReport> out;
+  for (int r = 0; r < topology.pp; ++r)
+    out.push_back(
+        rank_report_from_json(store.get(fmt::format("report/{}", topology.global(r, 0)))));
+  return out;
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The simulated makespan (ns) of the plan when each compute action takes what it took in `step`.
+double simulated_makespan(const ppc::Plan& plan, const std::vector<RankReport>& ranks, size_t k) {
+  const auto& order = plan.order();
+  std::vector<std::unordered_map<ppc::Action, double, ppc::ActionHash>> dur(
+      static_cast<size_t>(plan.pp()));
+  for (const RankReport& r : ranks) {
+    const auto& acts = order[static_cast<size_t>(r.rank)];
+    const auto& spans = r.steps[k].spans;
+    for (size_t i = 0; i < acts.size() && i < spans.size(); ++i)
+      if (!ppc::is_comm(acts[i].kind))
+        dur[static_cast<size_t>(r.rank)][acts[i]] =
+            static_cast<double>(spans[i].end - spans[i].start);
+  }
+  ppc::ExecCosts costs;
+  costs.compute = [&](const ppc::Action& a, int rank) {
+    const auto& m = dur[static_cast<size_t>(rank)];
+    auto it = m.find(a);
+    return it == m.end() ? 0.0 : it->second;
+  };
+  const ppc::Execution ex = ppc::execute(plan, &costs, true);
+  double makespan = 0;
+  for (const auto& times : ex.times)
+    for (const ppc::Interval& iv : times) makespan = std::max(makespan, iv.end);
+  return makespan;
+}
+
+}  // namespace
+
+TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& ranks) {
+  TimingSummary s;
+  s.predicted_inflight = ppc::peak_inflight(plan);
+  s.peak_inflight.assign(static_cast<size_t>(plan.pp()), 0);
+  for (const RankReport& r : ranks) s.peak_inflight[static_cast<size_t>(r.rank)] = r.peak_inflight;
+  if (ranks.empty() || ranks.front().steps.empty()) return s;
+  const size_t nsteps = ranks.front().steps.size();
+  for (const RankReport& r : ranks)
+    if (r.steps.size() != nsteps) return s;
+  // Skip the run's first step (allocations, first-touch) when there are others.
+  const size_t first = (nsteps > 1 && ranks.front().steps.front().step == 0) ? 1 : 0;
+  double overhead = 0, post = 0;
+  size_t actions = 0, comm_actions = 0;
+  std::map<std::string, std::pair<double, size_t>> kinds;  // total ns, count
+  std::vector<double> walls, sims, ratios;
+  for (size_t k = first; k < nsteps; ++k) {
+    double wall = 0;
+    bool spans = true;
+    for (const RankReport& r : ranks) {
+      const StepTiming& t = r.steps[k];
+      overhead += static_cast<double>(t.wall_ns - t.compute_ns - t.wait_ns - t.post_ns);
+      post += static_cast<double>(t.post_ns);
+      actions += t.actions;
+      for (const ppc::Action& a : plan.order()[static_cast<size_t>(r.rank)])
+        comm_actions += ppc::is_comm(a.kind);
+      wall = std::max(wall, static_cast<double>(t.wall_ns));
+      spans = spans && t.spans.size() == t.actions;
+      const auto& acts = plan.order()[static_cast<size_t>(r.rank)];
+      for (size_t i = 0; i < acts.size() && i < t.spans.size(); ++i) {
+        if (ppc::is_comm(acts[i].kind)) continue;
+        auto& k = kinds[ppc::kind_name(acts[i].kind)];
+        k.first += static_cast<double>(t.spans[i].end - t.spans[i].start);
+        ++k.second;
+      }
+    }
+    if (!spans) continue;
+    const double sim = simulated_makespan(plan, ranks, k);
+    walls.push_back(wall);
+    sims.push_back(sim);
+    if (sim > 0) ratios.push_back(wall / sim);
+  }
+  s.analysed_steps = static_cast<int>(nsteps - first);
+  s.overhead_us_per_action = actions ? overhead / static_cast<double>(actions) / 1e3 : 0;
+  s.post_us_per_action = comm_actions ? post / static_cast<double>(comm_actions) / 1e3 : 0;
+  s.step_ms = median(walls) / 1e6;
+  s.simulated_ms = median(sims) / 1e6;
+  s.ratio = median(ratios);
+  for (const char* k : {"F", "B", "I", "W", "OVERLAP_F_B"}) {
+    auto it = kinds.find(k);
+    if (it != kinds.end())
+      s.mean_ms.emplace_back(k, it->second.first / static_cast<double>(it->second.second) / 1e6);
+  }
+  return s;
+}
+
+TimingSummary summarise(const ppc::Plan& plan, const std::vector<RankReport>& ranks, int replicas) {
+  TimingSummary s = analyse(plan, ranks);
+  summarise_saves(ranks, s);
+  summarise_dp(ranks, replicas, s);
+  return s;
+}
+
+std::string summary_text(const TimingSummary& s) {
+  std::string out =
+      fmt::format("peak in-flight activations per rank: {} (the plan predicts {}){}\n",
+                  fmt::join(s.peak_inflight, " "), fmt::join(s.predicted_inflight, " "),
+                  s.peak_inflight == s.predicted_inflight ? "" : "  MISMATCH");
+  if (s.analysed_steps > 0)
+    out += fmt::format(
+        "timing over {} steps: runtime overhead {:.2f} us/action (posting to the transport {:.1f} "
+        "us/op); "
+        "step {:.2f} ms, simulated makespan from the measured action times {:.2f} ms, ratio "
+        "{:.3f}\n",
+        s.analysed_steps, s.overhead_us_per_action, s.post_us_per_action, s.step_ms, s.simulated_ms,
+        s.ratio);
+  if (!s.mean_ms.empty()) {
+    std::string kinds;
+    for (const auto& [k, ms] : s.mean_ms)
+      kinds += fmt::format("{}{} {:.3f} ms", kinds.empty() ? "" : ", ", k, ms);
+    out += "mean compute time per action: " + kinds + "\n";
+  }
+  return out + saves_text(s);
+}
+
+void summarise_dp(const std::vector<RankReport>& ranks, int replicas, TimingSummary& s) {
+  s.replicas = replicas;
+  int64_t span = 0, exposed = 0;
+  int counted = 0;
+  for (const RankReport& r : ranks) {
+    if (r.dp.steps == 0) continue;
+    s.dp_bytes += r.dp.bytes;
+    s.dp_buckets += r.dp.buckets;
+    span += r.dp.span_ns / r.dp.steps;
+    exposed += r.dp.exposed_ns / r.dp.steps;
+    ++counted;
+  }
+  if (counted == 0) return;
+  s.dp_span_ms = span / 1e6 / counted;
+  s.dp_exposed_ms = exposed / 1e6 / counted;
+  s.dp_hidden = span > 0 ? std::max(0.0, 1.0 - static_cast<double>(exposed) / span) : 1.0;
+}
+
+std::string saves_text(const TimingSummary& s) {
+  std::string out;
+  if (s.replicas > 1 && s.dp_buckets > 0)
+    out += fmt::format(
+        "data parallelism: {} replicas; per step a pipeline's ranks all-reduce {:.2f} MB of "
+        "gradients in {} buckets, {:.2f} ms per rank from the first bucket's start to the last "
+        "one's end, {:.2f} ms of it waited for after the pipeline: {:.0f} % hidden\n",
+        s.replicas, s.dp_bytes / 1e6, s.dp_buckets, s.dp_span_ms, s.dp_exposed_ms,
+        100 * s.dp_hidden);
+  if (s.load_bytes > 0)
+    out += fmt::format(
+        "resumed: read {:.1f} MB of checkpoint in {:.3f} s (slowest rank): {:.0f} MB/s\n",
+        s.load_bytes / 1e6, s.load_s, s.load_mb_per_s);
+  if (s.saves > 0)
+    out += fmt::format(
+        "checkpoints: {} saved, {:.1f} MB each; training paused {:.3f} s per save (median, "
+        "slowest rank): {:.0f} MB/s\n",
+        s.saves, s.save_bytes / 1e6, s.save_pause_s, s.save_mb_per_s);
+  return out;
+}
+
+void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
+  for (const RankReport& r : ranks) {
+    s.load_s = std::max(s.load_s, r.load_seconds);
+    s.load_bytes += r.load_bytes;
+  }
+  if (s.load_s > 0) s.load_mb_per_s = s.load_bytes / 1e6 / s.load_s;
+  size_t saves = 0;
+  for (const RankReport& r : ranks) saves = std::max(saves, r.save_seconds.size());
+  std::vector<double> pauses, rates;
+  for (size_t i = 0; i < saves; ++i) {
+    double pause = 0;
+    uint64_t bytes = 0;
+    for (const RankReport& r : ranks) {
+      if (i < r.save_seconds.size()) pause = std::max(pause, r.save_seconds[i]);
+      if (i < r.save_bytes.size()) bytes += r.save_bytes[i];
+    }
+    pauses.push_back(pause);
+    rates.push_back(pause > 0 ? bytes / 1e6 / pause : 0);
+    s.save_bytes = bytes;
+  }
+  if (saves == 0) return;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  s.saves = static_cast<int>(saves);
+  s.save_pause_s = median(pauses);
+  s.save_mb_per_s = median(rates);
+}
+
+}  // namespace pprt

@@ -1,0 +1,126 @@
+// What each rank measured, gathered on the loss rank at the end of a run: the peak of in-flight
+// activations, per-step timings and the span of every action. From them: the runtime's own
+// overhead per action, the measured step time against the makespan the compiler's simulator
+// gives for the per-action times of the same step, and the Chrome trace (trace.h). No LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/plan.h"
+#include "runtime/job.h"
+#include "runtime/transport/transport.h"
+
+namespace pprt {
+
+// Times of one lowered action in a step, in nanoseconds since the step began.
+struct ActionSpan {
+  int64_t wait = 0;   // compute: when it began (waiting for a received input first); comm: posted
+  int64_t start = 0;  // compute: when it began computing; comm: posted
+  int64_t end = 0;    // compute: done; comm: its Work waited for
+};
+
+struct StepTiming {
+  int step = 0;               // 0-based
+  int64_t begin_unix_us = 0;  // wall clock at the start of the step (aligns ranks in the trace)
+  int64_t wall_ns = 0;        // action replay, sends waited for
+  int64_t compute_ns = 0;     // inside compute actions, waits excluded
+  int64_t wait_ns = 0;        // waiting for receives and sends
+  int64_t post_ns = 0;        // posting batches to the transport
+  int64_t optimizer_ns = 0;   // after the replay: gradient clipping (all-reduce) and AdamW
+  size_t actions = 0;
+  std::vector<ActionSpan> spans;  // per lowered action (empty if not kept)
+};
+
+// One step's data-parallel gradient reduction on one rank (grad_reducer.h).
+struct ReduceStats {
+  uint64_t bytes = 0;  // gradient bytes this rank all-reduced
+  int buckets = 0;
+  int64_t span_ns = 0;     // from the first bucket's start to the last one seen finished
+  int64_t exposed_ns = 0;  // the step's wait at its end for reductions still running
+};
+
+// A rank's reductions over the steps it measured.
+struct DpReport {
+  int steps = 0;
+  uint64_t bytes = 0;  // per step
+  int buckets = 0;
+  int64_t span_ns = 0, exposed_ns = 0;  // summed over the steps
+  void add(const ReduceStats& r) {
+    ++steps;
+    bytes = r.bytes;
+    buckets = r.buckets;
+    span_ns += r.span_ns;
+    exposed_ns += r.exposed_ns;
+  }
+};
+
+struct RankReport {
+  int rank = 0;
+  int peak_inflight = 0;
+  std::vector<StepTiming> steps;  // the steps kept for analysis and the trace
+  // Checkpoints saved: per save, the seconds this rank spent in it (training paused) and the
+  // tensor bytes it wrote.
+  std::vector<double> save_seconds;
+  std::vector<uint64_t> save_bytes;
+  double load_seconds = 0;  // --resume: reading its parameters and AdamW state
+  uint64_t load_bytes = 0;
+  DpReport dp;  // data parallelism (steps 0 without)
+};
+
+std::string to_json(const RankReport& r);
+RankReport rank_report_from_json(const std::string& text);
+
+// At the end of a run every rank puts its report in the rendezvous store; the loss rank gathers
+// replica 0's, by pipeline rank.
+void publish_report(Store& store, int rank, const RankReport& report);
+std::vector<RankReport> gather_reports(Store& store, const Topology& topology);
+
+struct TimingSummary {
+  std::vector<int> peak_inflight;       // measured, per rank
+  std::vector<int> predicted_inflight;  // ppc::peak_inflight(plan)
+  double overhead_us_per_action = 0;    // wall - compute - wait - post, per action, all ranks
+  double post_us_per_action = 0;        // posting to the transport, per communication batch action
+  double step_ms = 0;                   // median over the analysed steps of max over ranks of wall
+  double simulated_ms = 0;  // median simulated makespan from the same steps' action times
+  double ratio = 0;         // median of step / simulated
+  int analysed_steps = 0;
+  std::vector<std::pair<std::string, double>>
+      mean_ms;  // per compute kind ("F", "B", "I", ...): mean duration
+  // Checkpoints: how many were saved, the bytes of one (all ranks), and over the saves the median
+  // of the slowest rank's pause and the write rate that gives.
+  int saves = 0;
+  uint64_t save_bytes = 0;
+  double save_pause_s = 0;
+  double save_mb_per_s = 0;
+  double load_s = 0;  // --resume: the slowest rank's load, and the read rate over all ranks
+  uint64_t load_bytes = 0;
+  double load_mb_per_s = 0;
+  // Data parallelism (replicas > 1): per step, the gradient bytes all-reduced by a pipeline's
+  // ranks together, the buckets, the mean over ranks of the reduction's span and of the part of
+  // it the step waited for at its end, and the fraction hidden behind the pipeline.
+  int replicas = 1;
+  uint64_t dp_bytes = 0;
+  int dp_buckets = 0;
+  double dp_span_ms = 0, dp_exposed_ms = 0, dp_hidden = 0;
+};
+
+// The data-parallel part of a summary from the ranks' reports (one replica's ranks).
+void summarise_dp(const std::vector<RankReport>& ranks, int replicas, TimingSummary& s);
+
+// The checkpoint part of a summary from the ranks' save records.
+void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s);
+
+// Analyses the steps with spans (skipping the first step of the run when others exist).
+TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
+
+// All of it: analyse, then the checkpoints' and data parallelism's parts.
+TimingSummary summarise(const ppc::Plan& plan, const std::vector<RankReport>& ranks, int replicas);
+
+// The summary lines the loss rank prints at the end (ending with saves_text).
+std::string summary_text(const TimingSummary& s);
+// The checkpoint line, if any checkpoint was saved.
+std::string saves_text(const TimingSummary& s);
+
+}  // namespace pprt

@@ -1,0 +1,168 @@
+#include "runtime/output/step_log.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/data/token_source.h"
+#include "runtime/launch/failure.h"
+#include "runtime/launch/process_setup.h"
+#include "runtime/model/architecture.h"
+
+namespace pprt {
+
+std::string metrics_json(const StepMetrics& m) {
+  nlohmann::ordered_json j;
+  j["step"] = m.step;
+  j["loss"] = m.loss;
+  if (m.mtp_loss) j["mtp_loss"] = *m.mtp_loss;
+  j["lr"] = m.lr;
+  j["grad_norm"] = m.grad_norm;
+  j["step_time_s"] = m.step_time_s;
+  j["tokens_per_s"] = m.tokens_per_s;
+  j["elapsed_s"] = m.elapsed_s;
+  return j.dump();
+}
+
+namespace {
+
+std::string clock_text(double s) {
+  const long t = std::lround(std::max(0.0, s));
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
+                   : fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+std::string rate_text(double tokens_per_s) {
+  return tokens_per_s >= 1e6   ? fmt::format("{:.2f}M", tokens_per_s / 1e6)
+         : tokens_per_s >= 1e3 ? fmt::format("{:.1f}k", tokens_per_s / 1e3)
+                               : fmt::format("{:.0f}", tokens_per_s);
+}
+
+std::string mtp_text(const StepMetrics& m) {
+  return m.mtp_loss ? fmt::format(" mtp-loss {:.4f}", *m.mtp_loss) : "";
+}
+
+}  // namespace
+
+Progress::Progress(ProgressMode mode, int steps, int log_every, std::FILE* out, int done_before)
+    : mode_(mode),
+      steps_(steps),
+      every_(log_every > 0 ? log_every : std::max(1, (steps - done_before) / 20)),
+      done_before_(done_before),
+      out_(out) {}
+
+void Progress::update(const StepMetrics& m) {
+  const int run = m.step - done_before_;  // steps of this run so far
+  const double eta = run > 0 ? m.elapsed_s / run * (steps_ - m.step) : 0;
+  if (mode_ == ProgressMode::Bar) {
+    constexpr int kWidth = 24;
+    const int filled = steps_ > 0 ? m.step * kWidth / steps_ : kWidth;
+    std::fprintf(out_, "\r\033[Kstep %*d/%d [%s%s] loss %.4f%s | %s tok/s | ETA %s",
+                 static_cast<int>(std::to_string(steps_).size()), m.step, steps_,
+                 std::string(static_cast<size_t>(filled), '#').c_str(),
+                 std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), m.loss,
+                 mtp_text(m).c_str(), rate_text(m.tokens_per_s).c_str(), clock_text(eta).c_str());
+    std::fflush(out_);
+    drawn_ = true;
+  } else if (mode_ == ProgressMode::Lines &&
+             (m.step % every_ == 0 || m.step == done_before_ + 1 || m.step == steps_)) {
+    std::fprintf(out_, "step %d/%d loss %.4f%s lr %.3g grad-norm %.3f tok/s %s eta %s\n", m.step,
+                 steps_, m.loss, mtp_text(m).c_str(), m.lr, m.grad_norm,
+                 rate_text(m.tokens_per_s).c_str(), clock_text(eta).c_str());
+    std::fflush(out_);
+  }
+}
+
+void Progress::finish() {
+  if (drawn_) std::fputc('\n', out_);
+  drawn_ = false;
+  std::fflush(out_);
+}
+
+std::string run_header(const Job& job, const TokenSource& data, const std::string& transport,
+                       bool reference) {
+  const ppc::Plan& p = job.plan;
+  const int replicas = reference ? 1 : job.dp;
+  const int b = job.train.global_batch / replicas / p.microbatches;
+  const std::string what =
+      reference    ? "reference (unpipelined, 1 process)"
+      : job.dp > 1 ? fmt::format("{} on {} ranks (vpp {}) x {} data-parallel replicas = {} ranks",
+                                 p.schedule, p.pp(), p.vpp(), job.dp, p.pp() * job.dp)
+                   : fmt::format("{} on {} ranks (vpp {})", p.schedule, p.pp(), p.vpp());
+  const int decoders = p.layout.count(ppc::LayerKind::Decoder);
+  const int depths = mtp_depths(p.layout);
+  const std::string layers =
+      depths ? fmt::format("{} layers + {} MTP depth{} (loss weight {:g})", decoders, depths,
+                           depths == 1 ? "" : "s", job.train.mtp_loss_weight)
+             : fmt::format("{} layers", decoders);
+  return fmt::format(
+      "{}, {} microbatches of {} sequences{}\n"
+      "model {} = {}, {:.2f}M parameters ({}); data: {}; {}, {}, {} thread{} per rank ({})\n",
+      what, p.microbatches, b, replicas > 1 ? " per replica" : "", p.layout.source, layers,
+      count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(), transport,
+      job.device, job.threads, job.threads == 1 ? "" : "s", thread_pools());
+}
+
+void print_lines(const std::string& text) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) std::printf("pprun: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+StepLog::StepLog(const Job& job, bool active, FailureWatch* watch)
+    : job_(job),
+      active_(active),
+      progress_(job.out.progress, job.last_step(), job.out.log_every, stdout,
+                static_cast<int>(job.start_step)) {
+  if (active_ && !job.out.metrics_path.empty()) {
+    metrics_.emplace(job.out.metrics_path, "--metrics");
+    if (watch) watch->remove_on_stop(metrics_->temp_path());
+  }
+}
+
+void StepLog::step(int step, const StepStats& stats, double step_time_s) {
+  if (!active_) return;
+  auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return v.empty() ? 0 : sum / static_cast<double>(v.size());
+  };
+  StepMetrics m;
+  m.step = step + 1;
+  m.loss = mean(stats.losses);
+  if (mtp_depths(job_.plan.layout) > 0) m.mtp_loss = mean(stats.mtp_losses);
+  m.lr = learning_rate(job_.train, step);
+  m.grad_norm = stats.grad_norm;
+  m.step_time_s = step_time_s;
+  m.tokens_per_s = step_time_s > 0 ? job_.train.global_batch *
+                                         static_cast<double>(job_.model.seq_len) / step_time_s
+                                   : 0;
+  m.elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
+  if (m.step == job_.start_step + 1) first_loss_ = m.loss;
+  last_loss_ = m.loss;
+  if (metrics_) {
+    metrics_->write(metrics_json(m) + "\n");
+    metrics_->flush();
+  }
+  progress_.update(m);
+}
+
+void StepLog::finish() {
+  if (!active_) return;
+  progress_.finish();
+  if (metrics_) metrics_->commit();
+  metrics_.reset();
+  const int run = job_.last_step() - static_cast<int>(job_.start_step);
+  const bool part = job_.start_step > 0 || job_.last_step() < job_.train.steps;
+  std::printf("pprun: done: %d step%s in %.2f s, loss %.4f -> %.4f%s\n", run, run == 1 ? "" : "s",
+              std::chrono::duration<double>(Clock::now() - start_).count(), first_loss_, last_loss_,
+              part ? fmt::format(" (steps {}-{} of {})", job_.start_step + 1, job_.last_step(),
+                                 job_.train.steps)
+                         .c_str()
+                   : "");
+  std::fflush(stdout);
+}
+
+}  // namespace pprt

@@ -1,0 +1,84 @@
+// What a run prints and writes as it trains: its first lines, each step's metrics (JSON lines) and
+// progress (a bar or log lines), the line at the end and the summary after it. The loss rank
+// writes them (or the reference). No LibTorch.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/atomic_file.h"
+#include "runtime/job.h"
+
+namespace pprt {
+
+class FailureWatch;
+class TokenSource;
+
+// The run's first two lines: what runs (the schedule on its ranks and replicas, or the
+// reference), the microbatches; the model, the data, the transport and the threads.
+std::string run_header(const Job& job, const TokenSource& data, const std::string& transport,
+                       bool reference);
+
+// Prints each line of `text` as "pprun: LINE" on stdout, and flushes it.
+void print_lines(const std::string& text);
+
+struct StepMetrics {
+  int step = 0;                            // 1-based
+  double loss = 0, lr = 0, grad_norm = 0;  // loss: the main next-token cross-entropy
+  double step_time_s = 0;          // wall time of the step on the loss rank (replay + optimizer)
+  double tokens_per_s = 0;         // global_batch * seq_len / step_time
+  double elapsed_s = 0;            // since the first step began
+  std::optional<double> mtp_loss;  // with m layers: the mean over MTP depths of CE_k
+};
+
+std::string metrics_json(const StepMetrics& m);
+
+// The loss rank's display: a progress bar on a terminal (step, loss, tokens/s, ETA), plain log
+// lines otherwise.
+class Progress {
+ public:
+  // `steps`: the last step; `done_before`: steps a resumed run had completed already.
+  Progress(ProgressMode mode, int steps, int log_every, std::FILE* out, int done_before = 0);
+  void update(const StepMetrics& m);
+  void finish();  // ends the bar's line
+
+ private:
+  ProgressMode mode_;
+  int steps_, every_, done_before_;
+  std::FILE* out_;
+  bool drawn_ = false;
+};
+
+// What every rank learns at the end of a step (one all-reduce): the global gradient norm and each
+// microbatch's losses (each computed on one rank).
+struct StepStats {
+  double grad_norm = 0;
+  std::vector<double> losses, mtp_losses;
+};
+
+// The loss rank's output as it trains: the metrics file and the progress display, then the line
+// that ends the run. Does nothing where not `active` (the other ranks).
+class StepLog {
+ public:
+  // `watch`: removes the metrics' temporary file if it stops the rank (null: none).
+  StepLog(const Job& job, bool active, FailureWatch* watch);
+  // Starts the clock (elapsed time, the final line's duration): before the first step.
+  void start() { start_ = Clock::now(); }
+  void step(int step, const StepStats& stats, double step_time_s);
+  // Commits the metrics and prints "pprun: done: N steps in S s, loss A -> B".
+  void finish();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const Job& job_;
+  bool active_;
+  Progress progress_;
+  std::optional<ppc::AtomicFile> metrics_;
+  Clock::time_point start_;
+  double first_loss_ = 0, last_loss_ = 0;
+};
+
+}  // namespace pprt

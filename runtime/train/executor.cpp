@@ -1,0 +1,336 @@
+#include "runtime/train/executor.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <csignal>
+
+#include "compiler/diagnostic.h"
+
+namespace pprt {
+
+using ppc::Action;
+using ppc::ActionKind;
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// What a (stage, microbatch) holds between its actions within a step.
+struct Slot {
+  at::Tensor input;       // F's input leaf (hidden states); its .grad() is the input gradient
+  at::Tensor output;      // F's output (the stage's out boundary, or the scaled loss)
+  StageLosses losses;     // the stage holding L: the microbatch's losses
+  at::Tensor grad_input;  // from B/I, until it is sent or used by the previous local stage
+  at::Tensor recv_act, recv_grad;
+  std::unique_ptr<Work> recv_act_work, recv_grad_work;
+  size_t recv_act_index = 0, recv_grad_index = 0;
+  GradStash stash;
+};
+
+struct PendingSend {
+  at::Tensor tensor;
+  std::unique_ptr<Work> work;
+  size_t index;
+};
+
+}  // namespace
+
+struct Executor::Impl {
+  const ppc::Plan& plan;
+  const int rank;
+  std::vector<Stage*> stages;
+  std::vector<int> local;  // plan stage -> index in `stages`, -1 if not on this rank
+  ModelConfig cfg;
+  Transport* transport;
+  at::Device device;
+  ExecutorOptions opts;
+  const std::vector<Action>& actions;
+  std::vector<size_t> batch_end;  // per comm action: one past its batch's last action
+  int mbs, b = 0;
+  double inv_mbs;
+
+  // Per step.
+  std::vector<Slot> slots;  // [local stage][microbatch]
+  std::vector<PendingSend> sends;
+  at::Tensor tokens;
+  StepReport* rep = nullptr;
+  int inflight = 0;
+  int64_t waited = 0;  // within the current compute action
+
+  Impl(const ppc::Plan& p, int r, std::vector<Stage*> st, const ModelConfig& c, Transport* t,
+       const at::Device& d, ExecutorOptions o)
+      : plan(p),
+        rank(r),
+        stages(std::move(st)),
+        cfg(c),
+        transport(t),
+        device(d),
+        opts(o),
+        actions(p.order()[static_cast<size_t>(r)]),
+        mbs(p.microbatches),
+        inv_mbs(1.0 / p.microbatches) {
+    local.assign(static_cast<size_t>(plan.num_stages()), -1);
+    const auto& held = plan.placement.rank_stages[static_cast<size_t>(rank)];
+    PPC_INTERNAL_ASSERT(held.size() == stages.size(), "one Stage per stage the rank holds");
+    for (size_t i = 0; i < held.size(); ++i)
+      local[static_cast<size_t>(held[i])] = static_cast<int>(i);
+    batch_end.assign(actions.size(), 0);
+    for (size_t i = actions.size(); i-- > 0;)
+      if (ppc::is_comm(actions[i].kind))
+        batch_end[i] = (i + 1 < actions.size() && ppc::is_comm(actions[i + 1].kind))
+                           ? batch_end[i + 1]
+                           : i + 1;
+    slots.resize(stages.size() * static_cast<size_t>(mbs));
+  }
+
+  Slot& slot(int stage, int mb) {
+    return slots[static_cast<size_t>(local[static_cast<size_t>(stage)]) * static_cast<size_t>(mbs) +
+                 static_cast<size_t>(mb)];
+  }
+  Stage& stage_of(int stage) {
+    return *stages[static_cast<size_t>(local[static_cast<size_t>(stage)])];
+  }
+  bool is_local(int stage) const { return stage >= 0 && local[static_cast<size_t>(stage)] >= 0; }
+
+  uint32_t tag(int sender_stage, int mb, bool backward) const {
+    return static_cast<uint32_t>((static_cast<int64_t>(sender_stage) * mbs + mb) * 2 +
+                                 (backward ? 1 : 0));
+  }
+
+  [[noreturn]] void comm_failed(size_t index, const std::exception& e, int peer) {
+    throw CommFailure(
+        fmt::format("action {} ({}): {}", index, ppc::to_string(actions[index]), e.what()), peer);
+  }
+
+  // Waits for a pending receive or send; returns how long it waited.
+  int64_t wait(std::unique_ptr<Work>& w, size_t index) {
+    PPC_INTERNAL_ASSERT(w != nullptr,
+                        fmt::format("rank {}: nothing pending for action {}", rank, index));
+    const int64_t t0 = now_ns();
+    try {
+      w->wait(opts.timeout);
+    } catch (const TransportError& e) {
+      comm_failed(index, e, actions[index].peer);
+    }
+    w.reset();
+    const int64_t t1 = now_ns();
+    rep->spans[index].end = t1 - rep->begin_ns;
+    return t1 - t0;
+  }
+
+  // A receive buffer for the state crossing `boundary`.
+  at::Tensor buffer(const Boundary& boundary) const {
+    return at::empty(boundary.shape(b, cfg), at::TensorOptions().dtype(at::kFloat).device(device));
+  }
+
+  void post_batch(size_t begin, size_t end) {
+    std::vector<P2POp> ops;
+    ops.reserve(end - begin);
+    const size_t first_send = sends.size();
+    for (size_t j = begin; j < end; ++j) {
+      const Action& a = actions[j];
+      Slot& sl = slot(a.stage, a.microbatch);
+      switch (a.kind) {
+        case ActionKind::SendF:
+          sends.push_back(PendingSend{sl.output.detach().contiguous(), nullptr, j});
+          ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, false),
+                              &sends.back().tensor});
+          break;
+        case ActionKind::SendB:
+          sends.push_back(PendingSend{std::move(sl.grad_input).contiguous(), nullptr, j});
+          ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, true),
+                              &sends.back().tensor});
+          break;
+        case ActionKind::RecvF:
+          sl.recv_act = buffer(stage_of(a.stage).spec().in);
+          sl.recv_act_index = j;
+          ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
+                              tag(plan.prev_stage(a.stage), a.microbatch, false), &sl.recv_act});
+          break;
+        case ActionKind::RecvB:
+          sl.recv_grad = buffer(stage_of(a.stage).spec().out);
+          sl.recv_grad_index = j;
+          ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
+                              tag(plan.next_stage(a.stage), a.microbatch, true), &sl.recv_grad});
+          break;
+        default:
+          PPC_INTERNAL_ASSERT(false, "a batch holds only SEND/RECV");
+      }
+    }
+    // `sends` must not reallocate while ops point into it: reserved for the whole step.
+    std::vector<std::unique_ptr<Work>> works;
+    try {
+      works = transport->post(ops);
+    } catch (const TransportError& e) {
+      comm_failed(begin, e, actions[begin].peer);
+    }
+    size_t next_send = first_send;
+    for (size_t j = begin, k = 0; j < end; ++j, ++k) {
+      const Action& a = actions[j];
+      if (ppc::is_send(a.kind))
+        sends[next_send++].work = std::move(works[k]);
+      else if (a.kind == ActionKind::RecvF)
+        slot(a.stage, a.microbatch).recv_act_work = std::move(works[k]);
+      else
+        slot(a.stage, a.microbatch).recv_grad_work = std::move(works[k]);
+    }
+  }
+
+  void forward(int s, int mb) {
+    Slot& sl = slot(s, mb);
+    Stage& st = stage_of(s);
+    const int p = plan.prev_stage(s);
+    at::Tensor input;  // undefined for the first stage of a model copy: it starts from the tokens
+    if (p < 0) {
+    } else if (is_local(p)) {
+      input = slot(p, mb).output.detach().requires_grad_(true);
+    } else {
+      waited += wait(sl.recv_act_work, sl.recv_act_index);
+      input = std::move(sl.recv_act).requires_grad_(true);
+    }
+    const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
+    at::Tensor out = st.forward(input, rows, &sl.stash, &sl.losses);
+    if (st.has_loss()) out = out * inv_mbs;
+    if (p >= 0) sl.input = std::move(input);
+    sl.output = std::move(out);
+    rep->peak_inflight = std::max(rep->peak_inflight, ++inflight);
+  }
+
+  void backward(int s, int mb, bool input_only) {
+    Slot& sl = slot(s, mb);
+    const int n = plan.next_stage(s);
+    at::Tensor grad_out;
+    if (n >= 0 && is_local(n)) {
+      grad_out = std::move(slot(n, mb).grad_input);
+    } else if (n >= 0) {
+      waited += wait(sl.recv_grad_work, sl.recv_grad_index);
+      grad_out = std::move(sl.recv_grad);
+    }
+    sl.stash.defer = input_only;
+    if (grad_out.defined())
+      torch::autograd::backward({sl.output}, {grad_out});
+    else
+      torch::autograd::backward({sl.output});
+    if (sl.input.defined())  // a stage that starts with E ignores its input: a zero gradient
+      sl.grad_input = sl.input.grad().defined() ? sl.input.grad() : at::zeros_like(sl.input);
+    sl.input = at::Tensor();
+    sl.output = at::Tensor();
+    --inflight;
+  }
+
+  void weight(int s, int mb) { slot(s, mb).stash.run_weight_grads(); }
+
+  void compute(const Action& a, size_t index) {
+    ActionSpan& span = rep->spans[index];
+    const int64_t t0 = now_ns();
+    waited = 0;
+    switch (a.kind) {
+      case ActionKind::F:
+        forward(a.stage, a.microbatch);
+        break;
+      case ActionKind::B:
+        backward(a.stage, a.microbatch, false);
+        break;
+      case ActionKind::I:
+        backward(a.stage, a.microbatch, true);
+        break;
+      case ActionKind::W:
+        weight(a.stage, a.microbatch);
+        break;
+      case ActionKind::OverlapFB: {
+        forward(a.stage, a.microbatch);
+        const Action bp = a.backward_part();
+        backward(bp.stage, bp.microbatch, bp.kind == ActionKind::I);
+        break;
+      }
+      default:
+        PPC_INTERNAL_ASSERT(false, "not a compute action");
+    }
+    const int64_t t1 = now_ns();
+    // Shown as waiting first, then computing (an OVERLAP_F_B may wait between its parts).
+    span = ActionSpan{t0 - rep->begin_ns, t0 + waited - rep->begin_ns, t1 - rep->begin_ns};
+    rep->compute_ns += t1 - t0 - waited;
+    rep->wait_ns += waited;
+  }
+
+  StepReport run(const at::Tensor& tokens, int64_t step) {
+    StepReport r;
+    rep = &r;
+    r.begin_ns = now_ns();
+    r.begin_unix_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+    r.spans.assign(actions.size(), ActionSpan{});
+    r.actions = actions.size();
+    PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "global batch divisible by microbatches");
+    b = static_cast<int>(tokens.size(0) / mbs);
+    this->tokens = tokens;
+    inflight = 0;
+    sends.clear();
+    sends.reserve(actions.size());
+    for (size_t i = 0; i < actions.size();) {
+      if (step == opts.kill_step && i >= opts.kill_action) std::raise(SIGKILL);
+      const Action& a = actions[i];
+      if (ppc::is_comm(a.kind)) {
+        const size_t end = batch_end[i];
+        const int64_t t0 = now_ns() - r.begin_ns;
+        post_batch(i, end);
+        const int64_t t1 = now_ns() - r.begin_ns;
+        for (size_t j = i; j < end; ++j) r.spans[j] = ActionSpan{t0, t0, t1};
+        r.post_ns += t1 - t0;
+        i = end;
+        continue;
+      }
+      compute(a, i);
+      if (opts.after_compute) opts.after_compute(i);
+      ++i;
+    }
+    for (PendingSend& s : sends) {
+      r.wait_ns += wait(s.work, s.index);
+      s.tensor = at::Tensor();
+    }
+    sends.clear();
+    r.losses.assign(static_cast<size_t>(mbs), 0.0);
+    r.mtp_losses.assign(static_cast<size_t>(mbs), 0.0);
+    for (int s = 0; s < plan.num_stages(); ++s) {
+      if (!is_local(s)) continue;
+      for (int mb = 0; mb < mbs; ++mb) {
+        Slot& sl = slot(s, mb);
+        if (sl.losses.main.defined()) {
+          r.losses[static_cast<size_t>(mb)] = sl.losses.main.item<double>();
+          r.has_losses = true;
+        }
+        if (sl.losses.mtp.defined())
+          r.mtp_losses[static_cast<size_t>(mb)] = sl.losses.mtp.mean().item<double>();
+        PPC_INTERNAL_ASSERT(
+            sl.stash.empty() && !sl.output.defined() && !sl.recv_act_work && !sl.recv_grad_work,
+            fmt::format("rank {}: stage {} microbatch {} has work left at the end of the step",
+                        rank, s, mb));
+        sl = Slot{};
+      }
+    }
+    r.wall_ns = now_ns() - r.begin_ns;
+    rep = nullptr;
+    return r;
+  }
+};
+
+Executor::Executor(const ppc::Plan& plan, int rank, std::vector<Stage*> stages,
+                   const ModelConfig& config, Transport* transport, const at::Device& device,
+                   ExecutorOptions options)
+    : impl_(std::make_unique<Impl>(plan, rank, std::move(stages), config, transport, device,
+                                   options)) {}
+
+Executor::~Executor() = default;
+
+StepReport Executor::run_step(const at::Tensor& tokens, int64_t step) {
+  return impl_->run(tokens, step);
+}
+
+}  // namespace pprt

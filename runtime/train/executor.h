@@ -1,0 +1,83 @@
+// The executor: replays one rank's lowered action list of a plan for one training step.
+//
+//  - F, B, I, W run on the rank's stages; OVERLAP_F_B runs its forward part, then its backward
+//    part. I computes only the input gradient and keeps what W needs (model/ops.h: GradStash); W
+//    computes the weight gradients from it.
+//  - A maximal run of consecutive SEND/RECV actions is posted as one batch (Transport::post).
+//    A receive is waited for just before the compute that needs it; sends are waited for at the
+//    end of the step. Stages on the same rank pass tensors locally.
+//  - Every stage gets the microbatch's token rows; the first stage of each model copy starts from
+//    them, the others from the state of their boundary (model/architecture.h: the hidden states
+//    stacked [streams, b, seq, hidden], a placeholder before E, the loss after L). The stage
+//    holding L outputs its microbatch loss divided by the number of microbatches, so the
+//    accumulated gradients are those of the mean loss.
+//  - It counts in-flight activations (F done, B or I not yet), whose peak must equal the
+//    compiler's prediction (ppc::peak_inflight).
+// Included only by LibTorch translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "compiler/plan.h"
+#include "runtime/model/stage.h"
+#include "runtime/output/report.h"
+#include "runtime/transport/transport.h"
+
+namespace pprt {
+
+// A communication failure, located: which rank, which action, which peer.
+class CommFailure : public std::runtime_error {
+ public:
+  CommFailure(const std::string& what, int peer) : std::runtime_error(what), peer_(peer) {}
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
+};
+
+struct ExecutorOptions {
+  std::chrono::milliseconds timeout{300'000};
+  // Called after each compute action with its index in the rank's order (data parallelism starts
+  // its gradient reductions from here: grad_reducer.h).
+  std::function<void(size_t)> after_compute;
+  int64_t kill_step = -1;  // fault injection for tests: raise SIGKILL at this step ...
+  size_t kill_action = 0;  // ... before this action
+};
+
+// A step as the executor replayed it: its timing (report.h; step and optimizer_ns are the
+// trainer's), and
+struct StepReport : StepTiming {
+  int64_t begin_ns = 0;  // steady clock at the start of the step (begin_unix_us on the wall clock)
+  // per microbatch, the losses this rank computed (0 for microbatches whose L is elsewhere): the
+  // main cross-entropy and the mean of the MTP depths' cross-entropies (0 without m).
+  std::vector<double> losses, mtp_losses;
+  bool has_losses = false;  // this rank holds an L stage
+  int peak_inflight = 0;
+};
+
+class Executor {
+ public:
+  // `stages`: the rank's stages in the order of plan.placement.rank_stages[rank]. `transport`
+  // may be null when the plan needs no communication (pp 1).
+  Executor(const ppc::Plan& plan, int rank, std::vector<Stage*> stages, const ModelConfig& config,
+           Transport* transport, const at::Device& device, ExecutorOptions options);
+  ~Executor();
+
+  // tokens: [global_batch, seq_len + 1] int64 on the device; microbatch mb is rows
+  // [mb * b, (mb + 1) * b). Throws CommFailure on a communication failure.
+  StepReport run_step(const at::Tensor& tokens, int64_t step);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pprt

@@ -1,0 +1,160 @@
+#include "runtime/train/grad_reducer.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+
+#include "compiler/diagnostic.h"
+#include "runtime/model/architecture.h"
+
+namespace pprt {
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The gradients of `params` end to end in one flat tensor (zeros for a parameter without one).
+at::Tensor flat_grads(const std::vector<at::Tensor*>& params) {
+  std::vector<at::Tensor> parts;
+  parts.reserve(params.size());
+  for (at::Tensor* p : params)
+    parts.push_back(p->grad().defined() ? p->grad().reshape({-1})
+                                        : at::zeros({p->numel()}, p->options()));
+  return at::cat(parts);
+}
+
+// Sets the gradients of `params` from `flat` (as flat_grads laid them out).
+void set_grads(const std::vector<at::Tensor*>& params, const at::Tensor& flat) {
+  at::NoGradGuard no_grad;
+  int64_t at = 0;
+  for (at::Tensor* p : params) {
+    at::Tensor part = flat.narrow(0, at, p->numel()).view_as(*p);
+    at += p->numel();
+    if (p->grad().defined())
+      p->mutable_grad().copy_(part);
+    else
+      p->mutable_grad() = part.clone();
+  }
+}
+
+}  // namespace
+
+GradReducer::GradReducer(const ppc::Plan& plan, int pipeline_rank, const ModelConfig& config,
+                         ParamStore& store, Transport& group, std::chrono::milliseconds timeout,
+                         size_t bucket_bytes)
+    : group_(group), timeout_(timeout), scale_(1.0 / group.size()) {
+  // When each local stage's weight gradients are final: its last B or W in the rank's order.
+  const auto& order = plan.order()[static_cast<size_t>(pipeline_rank)];
+  std::map<int, size_t> last;  // plan stage -> action index
+  for (size_t i = 0; i < order.size(); ++i)
+    if (ppc::is_compute(order[i].kind))
+      ppc::for_each_part(order[i], [&](const ppc::Action& a) {
+        if (a.kind == ppc::ActionKind::B || a.kind == ppc::ActionKind::W) last[a.stage] = i;
+      });
+  // Each parameter is final after the last of those of the stages that use it.
+  const auto specs = stage_specs(plan.layout, 0);
+  std::map<std::string, size_t> ready;
+  for (int s : plan.placement.rank_stages[static_cast<size_t>(pipeline_rank)]) {
+    const StageSpec& spec = specs[static_cast<size_t>(plan.layout_stage(s))];
+    for (const ParamSpec& p : params_of(config, spec.layers, spec.total_decoders)) {
+      PPC_INTERNAL_ASSERT(last.count(s), "a stage with parameters has a backward");
+      ready[p.name] = std::max(ready[p.name], last[s]);
+    }
+  }
+  // Buckets in the order of readiness (the store's order within one moment: the same on every
+  // replica, which runs the same plan rank).
+  std::vector<std::pair<size_t, NamedParam*>> order_of;
+  for (NamedParam& p : store.params()) {
+    auto it = ready.find(p.name);
+    PPC_INTERNAL_ASSERT(it != ready.end(), "every parameter of the rank belongs to a stage");
+    order_of.push_back({it->second, &p});
+  }
+  std::stable_sort(order_of.begin(), order_of.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  const int64_t cap = static_cast<int64_t>(std::max<size_t>(bucket_bytes / sizeof(float), 1));
+  for (const auto& [at, p] : order_of) {
+    const int64_t n = p->tensor.numel();
+    if (buckets_.empty() || buckets_.back().ready_at != at || buckets_.back().elements + n > cap)
+      buckets_.push_back(Bucket{{}, at, 0, {}, nullptr, 0, 0});
+    buckets_.back().params.push_back(&p->tensor);
+    buckets_.back().elements += n;
+  }
+}
+
+GradReducer::~GradReducer() = default;
+
+void GradReducer::start(Bucket& b) {
+  b.flat = flat_grads(b.params);
+  b.started = now_ns();
+  b.finished = 0;
+  b.work = group_.allreduce_async(b.flat);
+}
+
+void GradReducer::poll() {
+  for (size_t i = 0; i < next_; ++i) {
+    Bucket& b = buckets_[i];
+    if (b.work && !b.finished && b.work->done()) b.finished = now_ns();
+  }
+}
+
+void GradReducer::action_done(size_t index) {
+  poll();
+  while (next_ < buckets_.size() && buckets_[next_].ready_at <= index) start(buckets_[next_++]);
+}
+
+ReduceStats GradReducer::finish() {
+  while (next_ < buckets_.size()) start(buckets_[next_++]);
+  poll();
+  ReduceStats st;
+  int64_t first = 0, last = 0;
+  for (Bucket& b : buckets_) {
+    const int64_t w0 = now_ns();
+    b.work->wait(timeout_);
+    st.exposed_ns += now_ns() - w0;
+    if (!b.finished) b.finished = now_ns();
+    first = first ? std::min(first, b.started) : b.started;
+    last = std::max(last, b.finished);
+    b.flat.mul_(scale_);
+    set_grads(b.params, b.flat);
+    b.work.reset();
+    st.bytes += static_cast<uint64_t>(b.elements) * sizeof(float);
+  }
+  st.span_ns = last - first;
+  st.buckets = static_cast<int>(buckets_.size());
+  next_ = 0;
+  return st;
+}
+
+SharedGradSum::SharedGradSum(const ppc::Plan& plan, const ModelConfig& config, int pipeline_rank,
+                             ParamStore& store, Transport& pipeline) {
+  for (const SharedGroup& g : shared_groups(plan, config)) {
+    if (!std::binary_search(g.ranks.begin(), g.ranks.end(), pipeline_rank)) continue;
+    Group group;
+    group.transport =
+        pipeline.new_group(g.ranks, fmt::format("shared:{}", fmt::join(g.ranks, ",")));
+    for (const std::string& name : g.names) {
+      NamedParam* p = store.find(name);
+      PPC_INTERNAL_ASSERT(p != nullptr, "a shared parameter is held by every rank of its group");
+      group.params.push_back(&p->tensor);
+      if (g.ranks.front() != pipeline_rank) counted_elsewhere_.insert(name);
+    }
+    groups_.push_back(std::move(group));
+  }
+}
+
+void SharedGradSum::sum(std::chrono::milliseconds timeout) {
+  for (Group& g : groups_) {
+    at::Tensor flat = flat_grads(g.params);
+    g.transport->allreduce_sum(flat, timeout);
+    set_grads(g.params, flat);
+  }
+}
+
+}  // namespace pprt

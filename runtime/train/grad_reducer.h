@@ -1,0 +1,98 @@
+// The gradient reductions after a step's actions: data parallelism's average over the replicas
+// (GradReducer) and the sum over the copies of a shared parameter (SharedGradSum).
+//
+// Data parallelism's gradient average: after a step every replica must hold the same gradients,
+// the mean of the replicas'. A rank's gradients are summed with those of the same pipeline rank in
+// every other replica (one process group per pipeline rank) and divided by the replica count.
+//
+// Like DDP's and Megatron's overlapped gradient reduction, the parameters are grouped in buckets
+// by the moment their gradients are final in the step: the last backward of the rank's plan that
+// adds to them (a B, or the W of a split backward; an I adds nothing, its weight gradients wait
+// for their W). Each bucket's all-reduce starts, asynchronously, right after that action, so the
+// reductions overlap the rest of the pipeline (its cool-down), and the step waits at its end only
+// for what is still running. Buckets hold at most `bucket_bytes` of gradients (parameters of one
+// readiness moment share buckets). Every replica starts them in the same order.
+// Included only by LibTorch translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "compiler/plan.h"
+#include "runtime/model/stage.h"
+#include "runtime/output/report.h"
+#include "runtime/transport/transport.h"
+
+namespace pprt {
+
+class GradReducer {
+ public:
+  // `pipeline_rank`'s parameters in `store` (built from `plan`), reduced over `group` (the
+  // replicas of this pipeline rank).
+  GradReducer(const ppc::Plan& plan, int pipeline_rank, const ModelConfig& config,
+              ParamStore& store, Transport& group, std::chrono::milliseconds timeout,
+              size_t bucket_bytes = size_t{25} << 20);
+  ~GradReducer();
+
+  // The executor's hook after each compute action of the step (its index in the rank's order):
+  // starts the buckets that became ready, notes the ones that finished.
+  void action_done(size_t index);
+  // After the step's actions: starts any bucket not started, waits for all, and replaces each
+  // gradient by the replicas' mean. Throws TransportError on a failure.
+  ReduceStats finish();
+
+  int buckets() const { return static_cast<int>(buckets_.size()); }
+
+ private:
+  struct Bucket {
+    std::vector<at::Tensor*> params;
+    size_t ready_at = 0;  // index of the action after which its gradients are final
+    int64_t elements = 0;
+    at::Tensor flat;
+    std::unique_ptr<Work> work;
+    int64_t started = 0, finished = 0;  // steady clock, ns
+  };
+  void start(Bucket& b);
+  void poll();
+
+  Transport& group_;
+  std::chrono::milliseconds timeout_;
+  double scale_;
+  std::vector<Bucket> buckets_;  // in the order they start
+  size_t next_ = 0;              // the first bucket not started
+};
+
+// The parameters a rank holds with other ranks (architecture.h: shared_groups; the embedding of
+// E, of every m and of a tied head, DualPipe's two copies): after each step their gradients are
+// summed over a process group per set of ranks holding them, so that the copies stay identical.
+class SharedGradSum {
+ public:
+  SharedGradSum() = default;  // nothing shared
+  // The groups of `pipeline_rank`'s shared parameters in `store`, made over `pipeline` (every
+  // member makes them, in the one global order of the groups).
+  SharedGradSum(const ppc::Plan& plan, const ModelConfig& config, int pipeline_rank,
+                ParamStore& store, Transport& pipeline);
+
+  // One flat all-reduce per group (its parameters in name order: the same on every member).
+  void sum(std::chrono::milliseconds timeout);
+
+  // The shared parameters whose group's lowest rank is another: that rank counts them in the
+  // global gradient norm and writes them to checkpoints.
+  const std::unordered_set<std::string>& counted_elsewhere() const { return counted_elsewhere_; }
+
+ private:
+  struct Group {
+    std::unique_ptr<Transport> transport;
+    std::vector<at::Tensor*> params;
+  };
+  std::vector<Group> groups_;
+  std::unordered_set<std::string> counted_elsewhere_;
+};
+
+}  // namespace pprt

@@ -1,0 +1,400 @@
+#include "runtime/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/optim/adamw.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "compiler/atomic_file.h"
+#include "compiler/diagnostic.h"
+#include "compiler/emit.h"
+#include "compiler/verify.h"
+#include "runtime/checkpoint/save_load.h"
+#include "runtime/data/token_source.h"
+#include "runtime/launch/failure.h"
+#include "runtime/model/stage.h"
+#include "runtime/output/param_dump.h"
+#include "runtime/output/report.h"
+#include "runtime/output/step_log.h"
+#include "runtime/output/trace.h"
+#include "runtime/train/executor.h"
+#include "runtime/train/grad_reducer.h"
+
+namespace pprt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+at::Device device_for(const Job& job, int local_rank) {
+  if (job.device != "cuda") return at::Device(at::kCPU);
+  const int n = std::max(1, static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()));
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % n));
+}
+
+// A process's parameters and the stages that use them (a rank's stages, or the whole model).
+struct LocalModel {
+  at::Device device;
+  ParamStore store;
+  std::vector<std::unique_ptr<Stage>> owned;
+  std::vector<Stage*> stages;
+  LocalModel(uint64_t seed, const at::Device& d) : device(d), store(seed, d) {}
+  void add(const ModelConfig& c, StageSpec spec) {
+    owned.push_back(std::make_unique<Stage>(c, std::move(spec), store, device));
+    stages.push_back(owned.back().get());
+  }
+};
+
+std::unique_ptr<torch::optim::AdamW> make_optimizer(ParamStore& store, const TrainOptions& o) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (NamedParam& p : store.params()) (p.decay ? decay : no_decay).push_back(p.tensor);
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!decay.empty()) groups.emplace_back(decay, options(o.weight_decay));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(o.lr));
+}
+
+// --resume: the parameters and AdamW state from the checkpoint.
+void resume(const Job& job, ParamStore& store, torch::optim::AdamW& opt, RankReport& report) {
+  if (job.resume_path.empty()) return;
+  const auto t0 = Clock::now();
+  report.load_bytes = load_checkpoint(Checkpoint(job.resume_path), store, opt);
+  report.load_seconds = seconds_since(t0);
+}
+
+// --- the two ways to make a step's gradients --------------------------------------------------
+
+class StepGradients {
+ public:
+  virtual ~StepGradients() = default;
+  // Leaves the gradients of the step's mean loss in the parameters' .grad (the same in every copy
+  // of a shared parameter, the mean over data-parallel replicas) and returns what the step
+  // measured, its microbatches' losses among it.
+  virtual StepReport run(const at::Tensor& tokens, int step, RankReport& report) = 0;
+};
+
+// A rank of the pipeline: the executor replays its actions, then data parallelism averages the
+// gradients over the replicas and the copies of shared parameters are summed.
+class PipelineGradients final : public StepGradients {
+ public:
+  PipelineGradients(const Job& job, int rank, const RankGroups& groups, LocalModel& model)
+      : job_(job) {
+    const ppc::Plan& plan = job.plan;
+    const int prank = job.topology().pipeline_rank(rank);
+    if (groups.pipeline)
+      shared_ = SharedGradSum(plan, job.model, prank, model.store, *groups.pipeline);
+    ExecutorOptions eo;
+    eo.timeout = job.timeout;
+    if (rank == job.kill_rank && job.kill_at == Job::KillAt::Step) {
+      eo.kill_step = job.kill_step;
+      eo.kill_action = plan.order()[static_cast<size_t>(prank)].size() / 2;
+    }
+    if (groups.replicas) {
+      reducer_ = std::make_unique<GradReducer>(plan, prank, job.model, model.store,
+                                               *groups.replicas, job.timeout);
+      eo.after_compute = [r = reducer_.get()](size_t i) { r->action_done(i); };
+    }
+    exec_ = std::make_unique<Executor>(plan, prank, model.stages, job.model, groups.pipeline,
+                                       model.device, eo);
+  }
+
+  StepReport run(const at::Tensor& tokens, int step, RankReport& report) override {
+    StepReport rep = exec_->run_step(tokens, step);
+    if (reducer_) {
+      const ReduceStats r = reducer_->finish();
+      // The run's first step warms up: it counts only in a run of one step.
+      if (step > job_.start_step || job_.start_step + 1 == job_.last_step()) report.dp.add(r);
+    }
+    shared_.sum(job_.timeout);
+    return rep;
+  }
+
+  const std::unordered_set<std::string>& counted_elsewhere() const {
+    return shared_.counted_elsewhere();
+  }
+
+ private:
+  const Job& job_;
+  SharedGradSum shared_;
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<Executor> exec_;
+};
+
+// The reference: the whole model in one process, the microbatches' gradients accumulated.
+class AccumulatedGradients final : public StepGradients {
+ public:
+  AccumulatedGradients(const Job& job, Stage& model) : job_(job), model_(model) {}
+
+  StepReport run(const at::Tensor& tokens, int, RankReport&) override {
+    const int mbs = job_.plan.microbatches;
+    const int b = job_.train.global_batch / mbs;
+    StepReport rep;  // the losses, as a rank holding every L reports them
+    rep.has_losses = true;
+    for (int mb = 0; mb < mbs; ++mb) {
+      const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
+      StageLosses parts;
+      const at::Tensor loss = model_.forward(at::Tensor(), rows, nullptr, &parts);
+      rep.losses.push_back(parts.main.item<double>());
+      rep.mtp_losses.push_back(parts.mtp.defined() ? parts.mtp.mean().item<double>() : 0.0);
+      torch::autograd::backward({loss * (1.0 / mbs)});
+    }
+    return rep;
+  }
+
+ private:
+  const Job& job_;
+  Stage& model_;
+};
+
+// --- the step loop ----------------------------------------------------------------------------
+
+// Where the trainer sits in the job: the rows of each step's global batch it trains on (replica
+// `replica` of `replicas`), and where the gradient norm and the losses are summed.
+struct Place {
+  int replica = 0, replicas = 1;
+  Transport* world = nullptr;  // every rank (null: alone)
+  bool counts_norm = true;     // its gradients count in the norm (replica 0's: after data
+                               // parallelism's average every replica holds the same)
+  const std::unordered_set<std::string>* counted_elsewhere = nullptr;  // shared parameters
+};
+
+at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step, const Place& place,
+                        const at::Device& device) {
+  std::vector<int64_t> rows;
+  const int len = job.model.seq_len + 1;
+  const int share = job.train.global_batch / place.replicas;
+  data.batch(step, static_cast<int64_t>(place.replica) * share, share, len, rows);
+  return at::from_blob(rows.data(), {share, len}, at::kLong).clone().to(device);
+}
+
+void zero_grads(ParamStore& store) {
+  for (NamedParam& p : store.params()) p.tensor.mutable_grad() = at::Tensor();
+}
+
+// The squared gradient norm (shared parameters counted once) and each microbatch's losses (each
+// computed on one rank; averaged over the replicas), summed over every rank in one all-reduce.
+StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job, const Place& place,
+                       const at::Device& device) {
+  const int mbs = job.plan.microbatches;
+  at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  for (NamedParam& p : store.params())
+    if (place.counts_norm && p.tensor.grad().defined() &&
+        !(place.counted_elsewhere && place.counted_elsewhere->count(p.name)))
+      sq += p.tensor.grad().to(at::kDouble).pow(2).sum();
+  std::vector<double> v(1 + 2 * static_cast<size_t>(mbs), 0.0);
+  if (rep.has_losses) {
+    std::copy(rep.losses.begin(), rep.losses.end(), v.begin() + 1);
+    std::copy(rep.mtp_losses.begin(), rep.mtp_losses.end(), v.begin() + 1 + mbs);
+  }
+  at::Tensor all = at::tensor(v, at::kDouble).to(device);
+  all.narrow(0, 0, 1).add_(sq);
+  if (place.world && place.world->size() > 1) place.world->allreduce_sum(all, job.timeout);
+  const at::Tensor cpu = all.cpu();
+  const double* d = cpu.data_ptr<double>();
+  StepStats out;
+  out.grad_norm = std::sqrt(d[0]);
+  out.losses.assign(d + 1, d + 1 + mbs);
+  out.mtp_losses.assign(d + 1 + mbs, d + 1 + 2 * mbs);
+  for (double& x : out.losses) x /= place.replicas;
+  for (double& x : out.mtp_losses) x /= place.replicas;
+  return out;
+}
+
+// Clips by the global norm (like torch.nn.utils.clip_grad_norm_).
+void clip_gradients(ParamStore& store, const TrainOptions& o, double norm) {
+  if (o.clip <= 0) return;
+  const double coef = o.clip / (norm + 1e-6);
+  if (coef < 1)
+    for (NamedParam& p : store.params())
+      if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(coef);
+}
+
+void optimizer_step(torch::optim::AdamW& opt, const TrainOptions& o, int step) {
+  const double lr = learning_rate(o, step);
+  for (auto& group : opt.param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  opt.step();
+}
+
+// Keeps what the step measured for the summary and the trace: the first step of the run and the
+// last kAnalysedSteps.
+void keep_timing(const Job& job, int step, StepReport& rep, Clock::time_point replayed,
+                 RankReport& report) {
+  constexpr int kAnalysedSteps = 20;
+  report.peak_inflight = std::max(report.peak_inflight, rep.peak_inflight);
+  if (step != job.start_step && step < job.last_step() - kAnalysedSteps) return;
+  StepTiming& t = report.steps.emplace_back(std::move(rep));
+  t.step = step;
+  t.optimizer_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - replayed).count();
+}
+
+bool save_due(const Job& job, int done) {
+  return !job.save_dir.empty() &&
+         (done == job.last_step() || (job.save_every > 0 && done % job.save_every == 0));
+}
+
+// The training of a rank of the pipeline or of the reference, which differ in `place` and `grads`:
+// AdamW over `model`'s parameters (from the checkpoint, with --resume), then the steps from the
+// checkpoint's (or the first) to the last. `save`: where the process sits for checkpoints.
+RankReport train(const Job& job, const Place& place, LocalModel& model, StepGradients& grads,
+                 const TokenSource& data, SaveContext save, StepLog& log) {
+  auto opt = make_optimizer(model.store, job.train);
+  RankReport report;
+  resume(job, model.store, *opt, report);
+  save.job = &job;
+  save.store = &model.store;
+  save.opt = opt.get();
+  save.data = &data;
+  log.start();
+  for (int step = static_cast<int>(job.start_step); step < job.last_step(); ++step) {
+    const auto t0 = Clock::now();
+    zero_grads(model.store);
+    data.check_unchanged();  // a data file replaced or modified mid-run stops the job
+    StepReport rep = grads.run(batch_tensor(data, job, step, place, model.device), step, report);
+    const auto replayed = Clock::now();
+    const StepStats stats = gather_stats(model.store, rep, job, place, model.device);
+    clip_gradients(model.store, job.train, stats.grad_norm);
+    optimizer_step(*opt, job.train, step);
+    const double step_s = seconds_since(t0);
+    keep_timing(job, step, rep, replayed, report);
+    log.step(step, stats, step_s);
+    if (save_due(job, step + 1)) {
+      const SaveResult saved = save_checkpoint(save, step + 1);
+      report.save_seconds.push_back(saved.seconds);
+      report.save_bytes.push_back(saved.bytes);
+    }
+  }
+  return report;
+}
+
+// --- after the last step ----------------------------------------------------------------------
+
+// The plan as a checkpoint records it (ppcompile's JSON).
+std::string plan_json(const ppc::Plan& plan, bool verify) {
+  std::ostringstream os;
+  ppc::emit_json(plan, verify ? ppc::verify(plan) : ppc::VerifyReport{}, os);
+  return os.str();
+}
+
+void dump_params(const Job& job, int rank, const ParamStore& store) {
+  if (job.out.dump_dir.empty()) return;  // (make_job created the directory)
+  ppc::AtomicFile f(fmt::format("{}/params.rank{}.jsonl", job.out.dump_dir, rank), "--dump-params");
+  for (const NamedParam& p : store.params()) {
+    const at::Tensor t = p.tensor.detach().to(at::kCPU).contiguous();
+    f.write(param_dump_line(p.name, t.sizes().vec(), t.data_ptr<float>(),
+                            static_cast<size_t>(t.numel())));
+  }
+  f.commit();
+}
+
+void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups& groups,
+                     Store& store, FailureWatch& watch) {
+  const ppc::Plan& plan = job.plan;
+  const Topology topo = job.topology();
+  const int prank = topo.pipeline_rank(rank), replica = topo.replica(rank);
+  const bool reporter = rank == topo.global(loss_rank(plan), 0);
+  const TokenSource data = open_training_data(job);
+  if (reporter)
+    print_lines(run_header(job, data, groups.world ? groups.world->name() : "no transport", false));
+  LocalModel model(job.train.seed, device_for(job, local_rank));
+  const auto specs = stage_specs(plan.layout, job.train.mtp_loss_weight);
+  for (int s : plan.placement.rank_stages[static_cast<size_t>(prank)])
+    model.add(job.model, specs[static_cast<size_t>(plan.layout_stage(s))]);
+  PipelineGradients grads(job, rank, groups, model);
+  StepLog log(job, reporter, &watch);
+  const Place place{replica, job.dp, groups.world, replica == 0, &grads.counted_elsewhere()};
+  RankReport report =
+      train(job, place, model, grads, data,
+            SaveContext{
+                .world = groups.world,
+                .rank = rank,
+                .writes = replica == 0,
+                .shard = prank,
+                .shards = plan.pp(),
+                .not_owned = &grads.counted_elsewhere(),
+                .plan_json = rank == 0 && !job.save_dir.empty() ? plan_json(plan, true) : "",
+            },
+            log);
+  report.rank = prank;
+  dump_params(job, rank, model.store);
+  publish_report(store, rank, report);
+  if (reporter) {
+    const std::vector<RankReport> all = gather_reports(store, topo);
+    log.finish();
+    print_lines(summary_text(summarise(plan, all, job.dp)));
+    if (!job.out.trace_path.empty())
+      ppc::write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
+  }
+  watch.stop();  // after the barrier the store's host may be gone
+  if (groups.world && groups.world->size() > 1) groups.world->barrier(job.timeout);
+}
+
+}  // namespace
+
+void train_rank(const Job& job, int rank, int local_rank, const RankGroups& groups, Store& store,
+                bool hosts_store) {
+  const std::chrono::milliseconds grace = std::min(job.timeout, std::chrono::milliseconds(3000));
+  const int world = job.topology().world();
+  FailureWatch watch(&store, rank, world, grace, hosts_store);
+  auto lost = [&](const std::string& what) {
+    watch.main_failing();
+    const std::string cause = diagnose_lost_rank(&store, rank, world, what, grace);
+    return RunFailure(fmt::format("rank {}: {}; it stopped at {}", rank, cause, what));
+  };
+  try {
+    train_rank_impl(job, rank, local_rank, groups, store, watch);
+  } catch (const CommFailure& e) {
+    throw lost(e.what());
+  } catch (const TransportError& e) {
+    throw lost(e.what());
+  } catch (const ppc::UserError& e) {
+    watch.main_failing();
+    report_failure(&store, rank, first_line(e.format()));  // with its place: "FILE: ..."
+    throw;
+  } catch (const ppc::InternalError& e) {
+    watch.main_failing();
+    report_failure(&store, rank, e.what());
+    throw;
+  } catch (const std::exception& e) {
+    watch.main_failing();
+    report_failure(&store, rank, first_line(e.what()));
+    throw RunFailure(fmt::format("rank {}: {}", rank, first_line(e.what())));
+  }
+}
+
+void train_reference(const Job& job) {
+  const TokenSource data = open_training_data(job);
+  print_lines(run_header(job, data, "no transport", true));
+  LocalModel model(job.train.seed, device_for(job, 0));
+  model.add(job.model, whole_model_spec(job.plan.layout, job.train.mtp_loss_weight));
+  AccumulatedGradients grads(job, *model.stages.front());
+  StepLog log(job, true, nullptr);
+  const RankReport report =
+      train(job, Place{}, model, grads, data,
+            SaveContext{.plan_json = job.save_dir.empty() ? "" : plan_json(job.plan, false)}, log);
+  dump_params(job, 0, model.store);
+  log.finish();
+  TimingSummary summary;
+  summarise_saves({report}, summary);
+  print_lines(saves_text(summary));
+}
+
+}  // namespace pprt

@@ -1,0 +1,233 @@
+// The c10d side of the transport: TCPStore and ProcessGroupGloo, hidden behind transport.h.
+// The only translation unit that includes c10d headers.
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <ATen/ATen.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "runtime/transport/transport.h"
+
+namespace pprt {
+
+namespace {
+
+std::vector<uint8_t> bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string text(const std::vector<uint8_t>& b) {
+  return {b.begin(), b.end()};
+}
+
+class TcpStore final : public Store {
+ public:
+  explicit TcpStore(const StoreOptions& o) : prefix_(o.prefix), port_(o.port) {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<std::uint16_t>(o.port);
+    opts.isServer = o.is_server;
+    opts.waitWorkers = false;
+    opts.timeout = o.timeout;
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
+    } catch (const std::exception& e) {
+      throw TransportError(fmt::format("cannot {} the rendezvous store at {}:{}: {}",
+                                       o.is_server ? "start" : "connect to", o.host, o.port,
+                                       first_line(e.what())));
+    }
+    port_ = store_->getPort();
+    if (!o.is_server) probe(o);
+  }
+
+  void set(const std::string& key, const std::string& value) override {
+    guard("set", key, [&] { store_->set(prefix_ + key, bytes(value)); });
+  }
+  std::string get(const std::string& key) override {
+    std::string out;
+    guard("get", key, [&] { out = text(store_->get(prefix_ + key)); });
+    return out;
+  }
+  bool check(const std::string& key) override {
+    bool out = false;
+    guard("check", key, [&] { out = store_->check({prefix_ + key}); });
+    return out;
+  }
+  std::string set_if_absent(const std::string& key, const std::string& value) override {
+    std::string out;
+    guard("compare-set", key,
+          [&] { out = text(store_->compareSet(prefix_ + key, {}, bytes(value))); });
+    return out;
+  }
+
+  c10::intrusive_ptr<c10d::Store> c10d_store() const { return store_; }
+  const std::string& prefix() const { return prefix_; }
+  int port() const { return port_; }
+
+  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+ private:
+  template <class Fn>
+  void guard(const char* op, const std::string& key, Fn&& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      throw TransportError(
+          fmt::format("rendezvous store {} '{}' failed: {}", op, key, first_line(e.what())));
+    }
+  }
+
+  // A client checks that what it connected to answers as a store: a port held by another
+  // program (the store's host could not bind it) must not hang every rank until the timeout.
+  // A store answers a wait for a key just set at once.
+  void probe(const StoreOptions& o) {
+    const auto wait = std::min(o.timeout, std::chrono::milliseconds(5000));
+    const std::string key = fmt::format("{}probe/{}", prefix_, ::getpid());
+    try {
+      store_->set(key, bytes("1"));
+      store_->wait({key}, wait);
+    } catch (const std::exception& e) {
+      throw TransportError(fmt::format(
+          "the rendezvous store at {}:{} does not answer within {:g} s ({}): another program may "
+          "hold the port, or the store's host (rank 0 or the launcher) is not running",
+          o.host, o.port, wait.count() / 1000.0, first_line(e.what())));
+    }
+  }
+
+  std::string prefix_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  int port_;
+};
+
+class GlooWork final : public Work {
+ public:
+  GlooWork(c10::intrusive_ptr<c10d::Work> w, std::string what)
+      : w_(std::move(w)), what_(std::move(what)) {}
+  void wait(std::chrono::milliseconds timeout) override {
+    try {
+      w_->wait(timeout);
+    } catch (const std::exception& e) {
+      throw TransportError(fmt::format("{} failed: {}", what_, TcpStore::first_line(e.what())));
+    }
+  }
+  bool done() override { return w_->isCompleted(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> w_;
+  std::string what_;
+};
+
+class GlooTransport final : public Transport {
+ public:
+  // `key`: the group's name under the store's "gloo" prefix (empty for the world).
+  GlooTransport(TcpStore& store, int rank, int size, const GlooOptions& o,
+                const std::string& key = "")
+      : store_(store), options_(o), key_(key), rank_(rank), size_(size) {
+    auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
+    try {
+      if (!o.interface.empty())
+        opts->devices = {c10d::ProcessGroupGloo::createDeviceForInterface(o.interface)};
+      else if (!o.hostname.empty())
+        opts->devices = {c10d::ProcessGroupGloo::createDeviceForHostname(o.hostname)};
+      else
+        opts->devices = {c10d::ProcessGroupGloo::createDefaultDevice()};
+      opts->threads = 1;
+      auto prefixed =
+          c10::make_intrusive<c10d::PrefixStore>(store.prefix() + "gloo" + key, store.c10d_store());
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
+    } catch (const std::exception& e) {
+      throw TransportError(fmt::format("cannot connect the {} ranks{} with Gloo: {}", size,
+                                       key.empty() ? "" : " of group " + key,
+                                       TcpStore::first_line(e.what())));
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "gloo"; }
+
+  std::vector<std::unique_ptr<Work>> post(const std::vector<P2POp>& ops) override {
+    std::vector<std::unique_ptr<Work>> works;
+    works.reserve(ops.size());
+    for (const P2POp& op : ops) {
+      std::vector<at::Tensor> t{*op.tensor};
+      const bool send = op.kind == P2POp::Kind::Send;
+      try {
+        auto w = send ? pg_->send(t, op.peer, static_cast<int>(op.tag))
+                      : pg_->recv(t, op.peer, static_cast<int>(op.tag));
+        works.push_back(std::make_unique<GlooWork>(
+            std::move(w), fmt::format("{} rank {}", send ? "send to" : "receive from", op.peer)));
+      } catch (const std::exception& e) {
+        throw TransportError(fmt::format("posting a {} rank {} failed: {}",
+                                         send ? "send to" : "receive from", op.peer,
+                                         TcpStore::first_line(e.what())));
+      }
+    }
+    return works;
+  }
+
+  void allreduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) override {
+    std::vector<at::Tensor> t{tensor};
+    run_collective("all-reduce", timeout, [&] { return pg_->allreduce(t); });
+  }
+  std::unique_ptr<Work> allreduce_async(at::Tensor& tensor) override {
+    std::vector<at::Tensor> t{tensor};
+    try {
+      return std::make_unique<GlooWork>(pg_->allreduce(t), "all-reduce");
+    } catch (const std::exception& e) {
+      throw TransportError(
+          fmt::format("starting an all-reduce failed: {}", TcpStore::first_line(e.what())));
+    }
+  }
+  std::unique_ptr<Transport> new_group(const std::vector<int>& ranks,
+                                       const std::string& key) override {
+    const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end())
+      throw TransportError(fmt::format("rank {} is not in group {}", rank_, key));
+    return std::make_unique<GlooTransport>(store_, static_cast<int>(it - ranks.begin()),
+                                           static_cast<int>(ranks.size()), options_,
+                                           key_ + "/group/" + key);
+  }
+  void barrier(std::chrono::milliseconds timeout) override {
+    run_collective("barrier", timeout, [&] { return pg_->barrier(); });
+  }
+
+ private:
+  template <class Fn>
+  void run_collective(const char* what, std::chrono::milliseconds timeout, Fn&& fn) {
+    try {
+      fn()->wait(timeout);
+    } catch (const std::exception& e) {
+      throw TransportError(fmt::format("{} failed: {}", what, TcpStore::first_line(e.what())));
+    }
+  }
+
+  TcpStore& store_;
+  GlooOptions options_;
+  std::string key_;  // nested groups' keys extend it: unique wherever the group is made from
+  int rank_, size_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+}  // namespace
+
+std::unique_ptr<Store> make_tcp_store(const StoreOptions& opts) {
+  return std::make_unique<TcpStore>(opts);
+}
+
+int store_port(const Store& store) {
+  const auto* s = dynamic_cast<const TcpStore*>(&store);
+  return s ? s->port() : 0;
+}
+
+std::unique_ptr<Transport> make_gloo_transport(Store& store, int rank, int size,
+                                               const GlooOptions& opts) {
+  auto* s = dynamic_cast<TcpStore*>(&store);
+  if (!s) throw TransportError("the Gloo transport needs a TCP rendezvous store");
+  return std::make_unique<GlooTransport>(*s, rank, size, opts);
+}
+
+}  // namespace pprt

@@ -1,0 +1,286 @@
+// The NCCL transport: ncclSend/ncclRecv grouped per batch, for CUDA tensors. Compiled only when
+// CMake finds the CUDA toolkit and NCCL (PPRT_HAVE_NCCL); it includes no LibTorch CUDA header, so
+// it builds against a CPU-only LibTorch too (it then never runs: pprun refuses --device cuda
+// before creating it).
+//
+// Streams: the operations run on a stream of our own, created as a blocking stream, which the
+// CUDA legacy default stream (LibTorch's default stream) synchronises with implicitly: kernels
+// queued by LibTorch before a batch finish before its transfers start, and LibTorch work queued
+// after a Work::wait() runs after the transfer.
+//
+// Failures: the communicator is non-blocking (ncclConfig_t::blocking = 0), so every wait polls
+// ncclCommGetAsyncError and gives up after its timeout with ncclCommAbort: no wait can hang.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "compiler/diagnostic.h"
+#include "runtime/transport/transport.h"
+
+namespace pprt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw TransportError(
+        fmt::format("{}: CUDA error {}: {}", what, static_cast<int>(e), cudaGetErrorString(e)));
+}
+
+ncclDataType_t nccl_type(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kLong:
+      return ncclInt64;
+    case at::kInt:
+      return ncclInt32;
+    default:
+      throw TransportError(fmt::format("the NCCL transport cannot send tensors of type {}",
+                                       std::string(t.dtype().name())));
+  }
+}
+
+class Comm {
+ public:
+  // `key`: the communicator's name in the store ("" for the world, else a group's key).
+  Comm(Store& store, int rank, int size, int device, std::chrono::milliseconds timeout,
+       const std::string& key)
+      : rank_(rank), size_(size), timeout_(timeout) {
+    int count = 0;
+    check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    if (count < 1) throw TransportError("no CUDA device is visible");
+    check_cuda(cudaSetDevice(device % count), "cudaSetDevice");
+    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    ncclUniqueId id;
+    if (rank == 0) {
+      check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      store.set("nccl/" + key + "id", std::string(reinterpret_cast<const char*>(&id), sizeof id));
+    } else {
+      const std::string b = store.get("nccl/" + key + "id");
+      if (b.size() != sizeof id)
+        throw TransportError("malformed NCCL unique id in the rendezvous store");
+      std::memcpy(&id, b.data(), sizeof id);
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclCommInitRankConfig");
+    settle("joining the NCCL communicator", Clock::now() + timeout);
+  }
+  ~Comm() {
+    if (comm_) {
+      if (failed_)
+        ncclCommAbort(comm_);
+      else
+        ncclCommDestroy(comm_);
+    }
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  ncclComm_t comm() const { return comm_; }
+  cudaStream_t stream() const { return stream_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  void check(ncclResult_t r, const char* what) {
+    if (r == ncclSuccess || r == ncclInProgress) return;
+    fail(fmt::format("{}: {} ({})", what, ncclGetErrorString(r),
+                     ncclGetLastError(comm_) ? ncclGetLastError(comm_) : ""));
+  }
+
+  // Polls a non-blocking call until it has been issued.
+  void settle(const char* what, Clock::time_point deadline) {
+    for (;;) {
+      ncclResult_t st = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &st);
+      if (st == ncclSuccess) return;
+      if (st != ncclInProgress) check(st, what);
+      if (Clock::now() > deadline)
+        fail(fmt::format("{}: timed out after {} ms", what, timeout_.count()));
+      std::this_thread::yield();
+    }
+  }
+
+  // Waits for `event` (recorded after a group), watching the communicator for errors.
+  void wait_event(cudaEvent_t event, const std::string& what, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      const cudaError_t e = cudaEventQuery(event);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) {
+        failed_ = true;
+        check_cuda(e, what.c_str());
+      }
+      ncclResult_t st = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &st);
+      if (st != ncclSuccess && st != ncclInProgress) check(st, what.c_str());
+      if (Clock::now() > deadline)
+        fail(fmt::format("{}: timed out after {} ms (a peer rank was lost or stopped)", what,
+                         timeout.count()));
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& msg) {
+    failed_ = true;
+    if (comm_) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    throw TransportError(msg);
+  }
+
+  int rank_, size_;
+  std::chrono::milliseconds timeout_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool failed_ = false;
+};
+
+// One event per batch, shared by the batch's Works.
+struct Event {
+  cudaEvent_t ev = nullptr;
+  Event() { check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate"); }
+  ~Event() { cudaEventDestroy(ev); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(Comm& comm, std::shared_ptr<Event> ev, std::string what)
+      : comm_(comm), ev_(std::move(ev)), what_(std::move(what)) {}
+  void wait(std::chrono::milliseconds timeout) override {
+    comm_.wait_event(ev_->ev, what_, timeout);
+  }
+  bool done() override { return cudaEventQuery(ev_->ev) == cudaSuccess; }
+
+ private:
+  Comm& comm_;
+  std::shared_ptr<Event> ev_;
+  std::string what_;
+};
+
+class NcclTransport final : public Transport {
+ public:
+  NcclTransport(Store& store, int rank, int size, int device, std::chrono::milliseconds timeout,
+                const std::string& key = "")
+      : store_(store), device_(device), key_(key), comm_(store, rank, size, device, timeout, key) {
+    check_cuda(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc");
+  }
+  ~NcclTransport() override { cudaFree(scratch_); }
+
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  const char* name() const override { return "nccl"; }
+
+  std::vector<std::unique_ptr<Work>> post(const std::vector<P2POp>& ops) override {
+    auto ev = std::make_shared<Event>();
+    comm_.check(ncclGroupStart(), "ncclGroupStart");
+    for (const P2POp& op : ops) {
+      at::Tensor& t = *op.tensor;
+      if (!t.is_cuda()) throw TransportError("the NCCL transport needs CUDA tensors");
+      if (op.kind == P2POp::Kind::Send)
+        comm_.check(ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), op.peer,
+                             comm_.comm(), comm_.stream()),
+                    "ncclSend");
+      else
+        comm_.check(ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), op.peer,
+                             comm_.comm(), comm_.stream()),
+                    "ncclRecv");
+    }
+    comm_.check(ncclGroupEnd(), "ncclGroupEnd");
+    comm_.settle("posting a batch", Clock::now() + comm_.timeout());
+    check_cuda(cudaEventRecord(ev->ev, comm_.stream()), "cudaEventRecord");
+    std::vector<std::unique_ptr<Work>> works;
+    for (const P2POp& op : ops)
+      works.push_back(std::make_unique<NcclWork>(
+          comm_, ev,
+          fmt::format("{} rank {}", op.kind == P2POp::Kind::Send ? "send to" : "receive from",
+                      op.peer)));
+    return works;
+  }
+
+  void allreduce_sum(at::Tensor& t, std::chrono::milliseconds timeout) override {
+    if (!t.is_cuda()) throw TransportError("the NCCL transport needs CUDA tensors");
+    Event ev;
+    comm_.check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                              nccl_type(t), ncclSum, comm_.comm(), comm_.stream()),
+                "ncclAllReduce");
+    comm_.settle("all-reduce", Clock::now() + timeout);
+    check_cuda(cudaEventRecord(ev.ev, comm_.stream()), "cudaEventRecord");
+    comm_.wait_event(ev.ev, "all-reduce", timeout);
+  }
+
+  std::unique_ptr<Work> allreduce_async(at::Tensor& t) override {
+    if (!t.is_cuda()) throw TransportError("the NCCL transport needs CUDA tensors");
+    auto ev = std::make_shared<Event>();
+    comm_.check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                              nccl_type(t), ncclSum, comm_.comm(), comm_.stream()),
+                "ncclAllReduce");
+    comm_.settle("all-reduce", Clock::now() + comm_.timeout());
+    check_cuda(cudaEventRecord(ev->ev, comm_.stream()), "cudaEventRecord");
+    return std::make_unique<NcclWork>(comm_, ev, "all-reduce");
+  }
+
+  std::unique_ptr<Transport> new_group(const std::vector<int>& ranks,
+                                       const std::string& key) override {
+    const auto it = std::find(ranks.begin(), ranks.end(), comm_.rank());
+    if (it == ranks.end())
+      throw TransportError(fmt::format("rank {} is not in group {}", comm_.rank(), key));
+    return std::make_unique<NcclTransport>(store_, static_cast<int>(it - ranks.begin()),
+                                           static_cast<int>(ranks.size()), device_, comm_.timeout(),
+                                           key_ + "group/" + key + "/");
+  }
+
+  void barrier(std::chrono::milliseconds timeout) override {
+    Event ev;
+    comm_.check(
+        ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_.comm(), comm_.stream()),
+        "ncclAllReduce");
+    comm_.settle("barrier", Clock::now() + timeout);
+    check_cuda(cudaEventRecord(ev.ev, comm_.stream()), "cudaEventRecord");
+    comm_.wait_event(ev.ev, "barrier", timeout);
+  }
+
+ private:
+  Store& store_;
+  int device_;
+  std::string key_;  // nested groups' keys extend it
+  Comm comm_;
+  void* scratch_ = nullptr;
+};
+
+}  // namespace
+
+bool nccl_available() {
+  return true;
+}
+
+std::unique_ptr<Transport> make_nccl_transport(Store& store, int rank, int size, int device_index,
+                                               std::chrono::milliseconds timeout) {
+  return std::make_unique<NcclTransport>(store, rank, size, device_index, timeout);
+}
+
+}  // namespace pprt

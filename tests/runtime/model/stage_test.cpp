@@ -1,0 +1,399 @@
+// The model built from layout stages: deterministic initialisation, stages that chain into the
+// whole model, the split backward (I then W) that gives exactly what the full backward (B) gives,
+// multi-token prediction against an independent formulation of its definition, tied embeddings.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <map>
+
+#include "compiler/layout.h"
+#include "runtime/data/token_source.h"
+#include "runtime/model/stage.h"
+
+namespace {
+
+using pprt::GradStash;
+using pprt::LayerSpec;
+using pprt::ModelConfig;
+using pprt::Stage;
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.hidden = 32;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn = 64;
+  c.vocab = 256;
+  c.seq_len = 16;
+  return c;
+}
+
+// One rank's worth of model: every stage of `layout` over one parameter store.
+struct Model {
+  std::unique_ptr<pprt::ParamStore> store;
+  std::vector<Stage> stages;
+  Stage& operator[](size_t i) { return stages[i]; }
+  Stage& front() { return stages.front(); }
+  Stage& back() { return stages.back(); }
+};
+
+Model build(const std::string& layout, const ModelConfig& c, uint64_t seed = 7,
+            double mtp_weight = 0.1, pprt::Kernels kernels = pprt::Kernels::Auto) {
+  const ppc::Layout l = ppc::parse_layout(layout);
+  Model m{std::make_unique<pprt::ParamStore>(seed, at::Device(at::kCPU)), {}};
+  for (auto& spec : pprt::stage_specs(l, mtp_weight))
+    m.stages.emplace_back(c, std::move(spec), *m.store, at::Device(at::kCPU), kernels);
+  return m;
+}
+
+std::map<std::string, at::Tensor> by_name(Model& m) {
+  std::map<std::string, at::Tensor> out;
+  for (auto& p : m.store->params()) out[p.name] = p.tensor;
+  return out;
+}
+
+void zero(Model& m) {
+  for (auto& p : m.store->params()) p.tensor.mutable_grad() = at::Tensor();
+}
+
+// Runs the stages one after the other on one microbatch.
+at::Tensor chain(Model& m, const at::Tensor& rows, pprt::StageLosses* losses = nullptr) {
+  at::Tensor x;
+  for (Stage& s : m.stages) x = s.forward(x, rows, nullptr, losses);
+  return x;
+}
+
+at::Tensor tokens(const ModelConfig& c, int rows, int64_t step = 0) {
+  std::vector<int64_t> v;
+  pprt::TokenSource::synthetic(c.vocab, 1).batch(step, rows, c.seq_len + 1, v);
+  return at::from_blob(v.data(), {rows, c.seq_len + 1}, at::kLong).clone();
+}
+
+TEST(Model, NumbersDecoderLayersAndMtpDepthsGloballyInModelOrder) {
+  const auto specs = pprt::number_layers(ppc::parse_layout("Et|tt|tm|mL"));
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_EQ(specs[0][1].index, 0);
+  EXPECT_EQ(specs[1][0].index, 1);
+  EXPECT_EQ(specs[1][1].index, 2);
+  EXPECT_EQ(specs[2][0].index, 3);
+  EXPECT_EQ(specs[2][1].kind, ppc::LayerKind::Mtp);
+  EXPECT_EQ(specs[2][1].index, 0);
+  EXPECT_EQ(specs[3][0].index, 1);
+  EXPECT_EQ(specs[3][1].kind, ppc::LayerKind::Loss);
+}
+
+TEST(Model, InitialWeightsDependOnlyOnNameAndSeed) {
+  const ModelConfig c = small_config();
+  auto split = build("Et|tt|tL", c);
+  auto whole = build("EttttL", c);
+  auto a = by_name(split), b = by_name(whole);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(at::equal(t, b[name])) << name;
+  }
+  EXPECT_TRUE(a.count("layers.3.mlp.w2.weight"));
+  EXPECT_TRUE(at::equal(a["layers.0.attn_norm.weight"], at::ones({c.hidden})));
+  auto other_seed = build("EttttL", c, 8);
+  EXPECT_FALSE(at::equal(by_name(other_seed)["embed.weight"], b["embed.weight"]));
+}
+
+TEST(Model, StagesChainIntoTheWholeModel) {
+  const ModelConfig c = small_config();
+  auto split = build("Et|tt|tL", c);
+  auto whole = build("EttttL", c);
+  const at::Tensor tk = tokens(c, 2);
+  const at::Tensor x = chain(split, tk);
+  const at::Tensor ref = chain(whole, tk);
+  EXPECT_TRUE(at::allclose(x, ref, 1e-6, 1e-6)) << x.item<double>() << " vs " << ref.item<double>();
+  // An untrained model predicts about uniformly: the loss starts near ln(vocab).
+  EXPECT_NEAR(ref.item<double>(), std::log(256.0), 0.1);
+  EXPECT_FALSE(split.front().has_loss());
+  EXPECT_TRUE(split.back().has_loss());
+  // The hidden state crosses a boundary as one stream [1, b, seq, hidden].
+  EXPECT_EQ(split[0].forward(at::Tensor(), tk, nullptr, nullptr).sizes().vec(),
+            (std::vector<int64_t>{1, 2, c.seq_len, c.hidden}));
+}
+
+// Backward of one stage for one microbatch, as B (weights at once) or as I then W.
+struct Grads {
+  std::map<std::string, at::Tensor> params;
+  at::Tensor input;
+};
+
+Grads backward(Model& m, Stage& stage, const at::Tensor& input, const at::Tensor& rows,
+               const at::Tensor& grad_out, bool split) {
+  zero(m);
+  at::Tensor in = input.defined() ? input.detach().clone().requires_grad_(true) : input;
+  GradStash stash;
+  at::Tensor out = stage.forward(in, rows, &stash, nullptr);
+  stash.defer = split;
+  if (grad_out.defined())
+    torch::autograd::backward({out}, {grad_out});
+  else
+    torch::autograd::backward({out});
+  Grads g;
+  if (split) {
+    for (auto& p : m.store->params())
+      EXPECT_FALSE(p.tensor.grad().defined()) << p.name << " got its gradient in I";
+    EXPECT_FALSE(stash.empty());
+    stash.run_weight_grads();
+    EXPECT_TRUE(stash.empty());
+  }
+  for (auto& p : m.store->params())
+    if (p.tensor.grad().defined()) g.params[p.name] = p.tensor.grad().clone();
+  if (in.defined()) g.input = in.grad().clone();
+  return g;
+}
+
+void expect_same(const Grads& a, const Grads& b) {
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (const auto& [name, t] : a.params) {
+    ASSERT_TRUE(t.defined()) << name;
+    EXPECT_TRUE(at::equal(t, b.params.at(name)))
+        << name << " differs by " << (t - b.params.at(name)).abs().max().item<double>();
+  }
+  ASSERT_EQ(a.input.defined(), b.input.defined());
+  if (a.input.defined()) {
+    EXPECT_TRUE(at::equal(a.input, b.input));
+  }
+}
+
+TEST(Model, InputThenWeightBackwardEqualsFullBackward) {
+  const ModelConfig c = small_config();
+  auto m = build("Et|tt|tL", c);
+  const at::Tensor tk = tokens(c, 2);
+  const at::Tensor hidden = at::randn({1, 2, c.seq_len, c.hidden}) * 0.5;
+  const at::Tensor grad = at::randn({1, 2, c.seq_len, c.hidden}) * 1e-3;
+  // First stage (token ids in, no input gradient), middle stage, loss stage.
+  expect_same(backward(m, m[0], at::Tensor(), tk, grad, false),
+              backward(m, m[0], at::Tensor(), tk, grad, true));
+  expect_same(backward(m, m[1], hidden, tk, grad, false),
+              backward(m, m[1], hidden, tk, grad, true));
+  expect_same(backward(m, m[2], hidden, tk, at::Tensor(), false),
+              backward(m, m[2], hidden, tk, at::Tensor(), true));
+}
+
+TEST(Model, InputThenWeightBackwardEqualsFullBackwardWithMtpAndTiedEmbeddings) {
+  ModelConfig c = small_config();
+  c.tie_embeddings = true;
+  auto m = build("Et|tm|mL", c);
+  const at::Tensor tk = tokens(c, 2);
+  const at::Tensor two = at::randn({2, 2, c.seq_len, c.hidden}) * 0.5;
+  const at::Tensor grad = at::randn({2, 2, c.seq_len, c.hidden}) * 1e-3;
+  expect_same(backward(m, m[1], two.narrow(0, 0, 1), tk, grad, false),
+              backward(m, m[1], two.narrow(0, 0, 1), tk, grad, true));
+  expect_same(backward(m, m[2], two, tk, at::Tensor(), false),
+              backward(m, m[2], two, tk, at::Tensor(), true));
+}
+
+TEST(Model, StagesAccumulateGradientsOverMicrobatches) {
+  const ModelConfig c = small_config();
+  auto m = build("EtL", c);
+  Stage& s = m[0];
+  const at::Tensor tk = tokens(c, 4);
+  // Three microbatches: split backward for the `split`th (I, then W with grad mode on) and full
+  // for the others (B, inside autograd's backward), against one batch. The first weight gradient
+  // of a step makes the .grads (those of a fused product as blocks of one matrix), in B or in W,
+  // and the later ones add to them in the other.
+  for (int split = 0; split < 3; ++split) {
+    zero(m);
+    for (int mb = 0; mb < 3; ++mb) {
+      const at::Tensor rows = tk.narrow(0, mb, 1);
+      GradStash stash;
+      at::Tensor loss = s.forward(at::Tensor(), rows, &stash, nullptr);
+      stash.defer = mb == split;
+      torch::autograd::backward({loss / 3.0});
+      stash.run_weight_grads();
+    }
+    std::map<std::string, at::Tensor> acc;
+    for (auto& p : m.store->params()) acc[p.name] = p.tensor.grad().clone();
+    zero(m);
+    at::Tensor loss = s.forward(at::Tensor(), tk.narrow(0, 0, 3), nullptr, nullptr);
+    torch::autograd::backward({loss});
+    for (auto& p : m.store->params())
+      EXPECT_TRUE(at::allclose(acc[p.name], p.tensor.grad(), 1e-5, 1e-7))
+          << p.name << " (split microbatch " << split << ")";
+  }
+}
+
+// An independent formulation of the model's definition (runtime/model/stage.h), with plain ATen ops
+// on the parameters by name: the decoder layer, then multi-token prediction as DeepSeek-V3 defines
+// it (depth k embeds token i+k, concatenates [RMSNorm(emb) ; RMSNorm(h^{k-1})], projects 2H -> H,
+// runs a decoder layer and a final norm) and the loss CE_main + lambda/D sum_k CE_k, where depth k
+// predicts token i+1+k and positions past the sequence are masked out of the mean.
+struct Reference {
+  std::map<std::string, at::Tensor> p;
+  ModelConfig c;
+
+  at::Tensor rms(const at::Tensor& x, const std::string& name) {
+    return x * at::rsqrt(x.pow(2).mean({-1}, true) + c.norm_eps) * p.at(name);
+  }
+  at::Tensor lin(const at::Tensor& x, const std::string& name) { return x.matmul(p.at(name).t()); }
+  at::Tensor rope(const at::Tensor& x) {
+    const int64_t T = c.seq_len, hd = c.head_dim();
+    at::Tensor inv = at::pow(c.rope_theta, -at::arange(0, hd, 2, at::kDouble) / double(hd));
+    at::Tensor ang = at::outer(at::arange(T, at::kDouble), inv);
+    ang = at::cat({ang, ang}, -1);
+    const int64_t h = hd / 2;
+    at::Tensor rot = at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
+    return x * ang.cos().to(at::kFloat) + rot * ang.sin().to(at::kFloat);
+  }
+  at::Tensor decoder(const at::Tensor& x, const std::string& pre) {
+    const int64_t b = x.size(0), T = x.size(1), hd = c.head_dim(), rep = c.heads / c.kv_heads;
+    at::Tensor h = rms(x, pre + "attn_norm.weight");
+    at::Tensor q = rope(lin(h, pre + "attn.wq.weight").view({b, T, c.heads, hd}).transpose(1, 2));
+    at::Tensor k =
+        rope(lin(h, pre + "attn.wk.weight").view({b, T, c.kv_heads, hd}).transpose(1, 2));
+    at::Tensor v = lin(h, pre + "attn.wv.weight").view({b, T, c.kv_heads, hd}).transpose(1, 2);
+    k = k.repeat_interleave(rep, 1);
+    v = v.repeat_interleave(rep, 1);
+    at::Tensor causal = at::ones({T, T}, at::kBool).tril();
+    at::Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(double(hd));
+    scores = scores.masked_fill(causal.logical_not(), -INFINITY);
+    at::Tensor o = at::softmax(scores, -1).matmul(v).transpose(1, 2).reshape({b, T, c.hidden});
+    at::Tensor x1 = x + lin(o, pre + "attn.wo.weight");
+    at::Tensor h2 = rms(x1, pre + "mlp_norm.weight");
+    return x1 + lin(at::silu(lin(h2, pre + "mlp.w1.weight")) * lin(h2, pre + "mlp.w3.weight"),
+                    pre + "mlp.w2.weight");
+  }
+  // Mean cross-entropy of `logits` [b, T, V] against token i+1+k at position i, over the
+  // positions whose target exists.
+  at::Tensor masked_ce(const at::Tensor& logits, const at::Tensor& rows, int64_t k) {
+    const int64_t T = c.seq_len;
+    at::Tensor pos = at::arange(T, at::kLong);
+    at::Tensor valid = (pos + 1 + k) <= T;
+    at::Tensor idx = (pos + 1 + k).clamp_max(T);
+    at::Tensor targets = rows.index_select(1, idx);
+    at::Tensor nll = -at::log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+    return (nll * valid.to(at::kFloat)).sum() / (valid.sum() * rows.size(0)).to(at::kFloat);
+  }
+  at::Tensor loss(const at::Tensor& rows, int layers, int depths, double lambda,
+                  std::vector<double>* mtp) {
+    const int64_t T = c.seq_len;
+    const std::string head = c.tie_embeddings ? "embed.weight" : "head.out.weight";
+    at::Tensor h = p.at("embed.weight").index_select(0, rows.narrow(1, 0, T).reshape({-1}));
+    h = h.view({rows.size(0), T, c.hidden});
+    for (int l = 0; l < layers; ++l) h = decoder(h, "layers." + std::to_string(l) + ".");
+    at::Tensor total = masked_ce(lin(rms(h, "head.norm.weight"), head), rows, 0);
+    at::Tensor prev = h;
+    for (int k = 1; k <= depths; ++k) {
+      const std::string pre = "mtp." + std::to_string(k - 1) + ".";
+      at::Tensor ids = at::zeros({rows.size(0), T}, at::kLong);  // token i+k, 0 past the end
+      ids.narrow(1, 0, T + 1 - k).copy_(rows.narrow(1, k, T + 1 - k));
+      at::Tensor e = p.at("embed.weight").index_select(0, ids.reshape({-1}));
+      e = e.view({rows.size(0), T, c.hidden});
+      at::Tensor x =
+          lin(at::cat({rms(e, pre + "enorm.weight"), rms(prev, pre + "hnorm.weight")}, -1),
+              pre + "eh_proj.weight");
+      prev = rms(decoder(x, pre + "layer."), pre + "final_norm.weight");
+      at::Tensor ce = masked_ce(lin(prev, head), rows, k);
+      mtp->push_back(ce.item<double>());
+      total = total + ce * (lambda / depths);
+    }
+    return total;
+  }
+};
+
+TEST(Model, MultiTokenPredictionFollowsItsDefinition) {
+  ModelConfig c = small_config();
+  for (bool tie : {false, true}) {
+    c.tie_embeddings = tie;
+    auto m = build("Et|tm|m|L", c, 7, 0.3);  // two decoder layers, two MTP depths
+    const at::Tensor tk = tokens(c, 3);
+    pprt::StageLosses parts;
+    const at::Tensor got = chain(m, tk, &parts);
+    Reference ref{by_name(m), c};
+    std::vector<double> mtp;
+    const at::Tensor want = ref.loss(tk, 2, 2, 0.3, &mtp);
+    EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << "tied " << tie;
+    ASSERT_TRUE(parts.mtp.defined());
+    ASSERT_EQ(parts.mtp.numel(), 2);
+    for (int k = 0; k < 2; ++k) EXPECT_NEAR(parts.mtp[k].item<double>(), mtp[size_t(k)], 1e-5);
+    EXPECT_NEAR(parts.main.item<double>(), std::log(256.0), 0.1);
+    // The state after the first m holds two streams, after the second three.
+    EXPECT_EQ(m[1].spec().out.streams, 2);
+    EXPECT_EQ(m[2].spec().out.streams, 3);
+    EXPECT_EQ(by_name(m).count("head.out.weight"), tie ? 0u : 1u);
+  }
+}
+
+// Attention runs in blocks of query positions that skip the keys past the block (64 positions
+// and more per block): at 200 positions, three blocks of 66, 67 and 67. Loss and every gradient
+// must equal the plain definition's (scores over all keys, masked), through autograd.
+TEST(Model, AttentionInCausalBlocksFollowsItsDefinition) {
+  ModelConfig c = small_config();
+  c.seq_len = 200;
+  for (const auto& [heads, kv] : {std::pair{4, 2}, std::pair{4, 4}}) {
+    c.heads = heads;
+    c.kv_heads = kv;
+    auto m = build("EttL", c);
+    const at::Tensor tk = tokens(c, 2);
+    const at::Tensor got = chain(m, tk);
+    got.backward();
+    std::map<std::string, at::Tensor> got_grads;
+    for (auto& p : m.store->params()) got_grads[p.name] = p.tensor.grad().clone();
+    zero(m);
+    Reference ref{by_name(m), c};
+    const at::Tensor want = ref.loss(tk, 2, 0, 0.0, nullptr);
+    want.backward();
+    EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << heads << "/" << kv;
+    for (auto& p : m.store->params()) {
+      const at::Tensor& w = p.tensor.grad();
+      ASSERT_TRUE(w.defined()) << p.name;
+      EXPECT_TRUE(at::allclose(got_grads[p.name], w, 1e-4, 1e-6))
+          << p.name << " differs by " << (got_grads[p.name] - w).abs().max().item<double>();
+    }
+  }
+}
+
+// The fused CPU loops (Kernels::Auto: RMSNorm, SwiGLU, the rotary embedding) against ATen's
+// operations (Kernels::Generic, what other devices run), on a whole model with MTP: the same loss
+// and gradients, with the full backward (B) and with I then W. Each is also checked against the
+// independent Reference above by the tests that use it (Auto) and here (Generic, B).
+TEST(Model, FusedCpuLoopsGiveWhatAtenOperationsGive) {
+  const ModelConfig c = small_config();
+  const at::Tensor tk = tokens(c, 3);
+  for (bool split : {false, true}) {
+    std::map<std::string, at::Tensor> grads[2];
+    double loss[2];
+    for (int i = 0; i < 2; ++i) {
+      const auto kernels = i == 0 ? pprt::Kernels::Auto : pprt::Kernels::Generic;
+      auto m = build("EttmL", c, 7, 0.3, kernels);
+      GradStash stash;
+      const at::Tensor l = m[0].forward(at::Tensor(), tk, &stash, nullptr);
+      stash.defer = split;
+      l.backward();
+      stash.run_weight_grads();
+      loss[i] = l.item<double>();
+      for (auto& p : m.store->params()) grads[i][p.name] = p.tensor.grad().clone();
+      if (i == 1 && !split) {  // Generic against the Reference
+        zero(m);
+        Reference ref{by_name(m), c};
+        std::vector<double> mtp;
+        EXPECT_NEAR(loss[1], ref.loss(tk, 2, 1, 0.3, &mtp).item<double>(), 1e-5);
+      }
+    }
+    EXPECT_NEAR(loss[0], loss[1], 1e-5) << "split " << split;
+    ASSERT_EQ(grads[0].size(), grads[1].size());
+    for (const auto& [name, g] : grads[0]) {
+      const at::Tensor& w = grads[1].at(name);
+      EXPECT_TRUE(at::allclose(g, w, 1e-4, 1e-6))
+          << name << " (split " << split << ") differs by " << (g - w).abs().max().item<double>();
+    }
+  }
+}
+
+TEST(Model, EmptyStagesAtEitherEndPassTheStateOn) {
+  const ModelConfig c = small_config();
+  auto padded = build("|Et|tL|", c);
+  auto plain = build("EttL", c);
+  const at::Tensor tk = tokens(c, 2);
+  EXPECT_TRUE(at::allclose(chain(padded, tk), chain(plain, tk), 1e-6, 1e-6));
+  EXPECT_EQ(padded[0].spec().out.kind, pprt::Boundary::Kind::Tokens);
+  EXPECT_EQ(padded[3].spec().in.kind, pprt::Boundary::Kind::Loss);
+}
+
+}  // namespace

@@ -1,0 +1,46 @@
+// What a run prints as it trains (runtime/output/step_log.h): the metrics line and the progress
+// lines.
+
+#include <gtest/gtest.h>
+#include <cstdio>
+#include <cstdlib>
+
+#include "runtime/output/step_log.h"
+
+namespace {
+
+TEST(StepLog, MetricsLineAndProgressLines) {
+  pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5, {}};
+  EXPECT_EQ(
+      pprt::metrics_json(m),
+      R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
+  char* buf = nullptr;
+  size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  pprt::Progress p(pprt::ProgressMode::Lines, 4, 2, f);
+  for (int s = 1; s <= 4; ++s)
+    p.update(pprt::StepMetrics{s, 5.0 - s, 1e-3, 1, 0.5, 2048, 0.5 * s, {}});
+  p.finish();
+  std::fclose(f);
+  const std::string out(buf, len);
+  std::free(buf);
+  EXPECT_EQ(out,
+            "step 1/4 loss 4.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:02\n"
+            "step 2/4 loss 3.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:01\n"
+            "step 4/4 loss 1.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:00\n");
+  // With multi-token prediction: its loss beside the main one, in the file and on the line.
+  m.mtp_loss = 2.75;
+  m.step = 4;
+  EXPECT_EQ(
+      pprt::metrics_json(m),
+      R"({"step":4,"loss":2.5,"mtp_loss":2.75,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
+  f = open_memstream(&buf, &len);
+  pprt::Progress q(pprt::ProgressMode::Lines, 4, 2, f);
+  q.update(m);
+  std::fclose(f);
+  EXPECT_EQ(std::string(buf, len),
+            "step 4/4 loss 2.5000 mtp-loss 2.7500 lr 0.001 grad-norm 0.750 tok/s 2.0k eta 0:00\n");
+  std::free(buf);
+}
+
+}  // namespace

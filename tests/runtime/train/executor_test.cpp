@@ -1,0 +1,280 @@
+// The executor on real ranks (one thread each, real c10d Gloo): for compiled plans of every kind
+// of schedule, and for plans transformed by hand (B split into I and W, F and B fused into
+// OVERLAP_F_B, V placement), one step gives the gradients and the losses of the unpipelined
+// model, and each rank's peak of in-flight activations is the compiler's prediction. Models with
+// multi-token prediction, tied embeddings, DualPipe's two copies and empty end stages included:
+// the gradients of a parameter held by several ranks add up to the unpipelined model's.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <map>
+#include <mutex>
+
+#include "compiler/compile.h"
+#include "compiler/lower_send_recv.h"
+#include "compiler/verify.h"
+#include "rank_threads.h"
+#include "runtime/data/token_source.h"
+#include "runtime/model/stage.h"
+#include "runtime/train/executor.h"
+
+namespace {
+
+using pprt::ModelConfig;
+using pprt::Stage;
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.hidden = 32;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn = 64;
+  c.seq_len = 16;
+  return c;
+}
+
+constexpr int kRows = 8;
+
+at::Tensor tokens(const ModelConfig& c) {
+  std::vector<int64_t> v;
+  pprt::TokenSource::synthetic(c.vocab, 3).batch(0, kRows, c.seq_len + 1, v);
+  return at::from_blob(v.data(), {kRows, c.seq_len + 1}, at::kLong).clone();
+}
+
+ppc::Plan compile(const std::string& layout, int pp, const std::string& schedule, int mbs) {
+  ppc::CompileOptions o;
+  o.layout = ppc::parse_layout(layout);
+  o.has_model = true;
+  o.pp = pp;
+  o.schedule = schedule;
+  o.microbatches = mbs;
+  o.lower = true;
+  return ppc::compile(o);
+}
+
+// Lowers a plan whose compute orders were changed, and checks it with the verifier.
+ppc::Plan relower(ppc::Plan plan) {
+  plan.lowered.clear();
+  plan = ppc::lower_send_recv(plan);
+  const auto rep = ppc::verify(plan);
+  EXPECT_TRUE(rep.ok()) << (rep.errors.empty() ? "" : rep.errors.front());
+  return plan;
+}
+
+struct Result {
+  std::map<std::string, at::Tensor> grads;  // summed over the ranks holding a copy
+  std::vector<int> peak;
+  std::vector<double> losses, mtp_losses;
+};
+
+// The stages rank `rank` of `plan` runs, over one parameter store.
+struct RankModel {
+  pprt::ParamStore store{11, at::Device(at::kCPU)};
+  std::vector<std::unique_ptr<Stage>> owned;
+  std::vector<Stage*> stages;
+  RankModel(const ppc::Plan& plan, int rank, const ModelConfig& c) {
+    const auto specs = pprt::stage_specs(plan.layout, 0.1);
+    for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)]) {
+      owned.push_back(std::make_unique<Stage>(c, specs[static_cast<size_t>(plan.layout_stage(s))],
+                                              store, at::Device(at::kCPU)));
+      stages.push_back(owned.back().get());
+    }
+  }
+};
+
+Result run_pipelined(const ppc::Plan& plan, const ModelConfig& c) {
+  Result res;
+  res.peak.assign(static_cast<size_t>(plan.pp()), -1);
+  res.losses.assign(static_cast<size_t>(plan.microbatches), 0.0);
+  res.mtp_losses = res.losses;
+  std::mutex m;
+  const at::Tensor tk = tokens(c);
+  pprt_test::run_ranks(plan.pp(), [&](int rank, pprt::Transport& t, pprt::Store&) {
+    RankModel model(plan, rank, c);
+    pprt::ExecutorOptions eo;
+    eo.timeout = std::chrono::seconds(30);
+    pprt::Executor exec(plan, rank, model.stages, c, &t, at::Device(at::kCPU), eo);
+    const pprt::StepReport rep = exec.run_step(tk, 0);
+    std::lock_guard<std::mutex> lock(m);
+    res.peak[static_cast<size_t>(rank)] = rep.peak_inflight;
+    for (size_t mb = 0; mb < rep.losses.size(); ++mb) {  // each microbatch's L is on one rank
+      res.losses[mb] += rep.losses[mb];
+      res.mtp_losses[mb] += rep.mtp_losses[mb];
+    }
+    for (auto& p : model.store.params()) {
+      auto [it, fresh] = res.grads.emplace(p.name, p.tensor.grad().clone());
+      if (!fresh) it->second += p.tensor.grad();
+    }
+  });
+  return res;
+}
+
+Result run_reference(const ppc::Layout& layout, int mbs, const ModelConfig& c) {
+  pprt::ParamStore store(11, at::Device(at::kCPU));
+  Stage whole(c, pprt::whole_model_spec(layout, 0.1), store, at::Device(at::kCPU));
+  const at::Tensor tk = tokens(c);
+  const int b = kRows / mbs;
+  Result res;
+  for (int mb = 0; mb < mbs; ++mb) {
+    const at::Tensor rows = tk.narrow(0, mb * b, b);
+    pprt::StageLosses parts;
+    at::Tensor loss = whole.forward(at::Tensor(), rows, nullptr, &parts);
+    res.losses.push_back(parts.main.item<double>());
+    res.mtp_losses.push_back(parts.mtp.defined() ? parts.mtp.mean().item<double>() : 0.0);
+    torch::autograd::backward({loss * (1.0 / mbs)});
+  }
+  for (auto& p : store.params()) res.grads[p.name] = p.tensor.grad().clone();
+  return res;
+}
+
+void expect_matches_reference(const ppc::Plan& plan, ModelConfig c = small_config()) {
+  const Result got = run_pipelined(plan, c);
+  const Result ref = run_reference(plan.layout, plan.microbatches, c);
+  EXPECT_EQ(got.peak, ppc::peak_inflight(plan))
+      << "measured peak in-flight activations differ from the plan's";
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-6 * ref.losses[i]) << "microbatch " << i;
+    EXPECT_NEAR(got.mtp_losses[i], ref.mtp_losses[i], 1e-6 * ref.mtp_losses[i])
+        << "microbatch " << i;
+  }
+  ASSERT_EQ(got.grads.size(), ref.grads.size());
+  for (const auto& [name, g] : ref.grads) {
+    ASSERT_TRUE(got.grads.count(name)) << name;
+    EXPECT_TRUE(at::allclose(got.grads.at(name), g, 1e-5, 1e-8))
+        << name << ": max difference " << (got.grads.at(name) - g).abs().max().item<double>();
+  }
+}
+
+TEST(Executor, OneFOneBMatchesTheUnpipelinedModel) {
+  expect_matches_reference(compile("Ettt|tttL", 2, "1F1B", 4));
+}
+
+TEST(Executor, InterleavedStagesPassTensorsLocally) {
+  expect_matches_reference(compile("Et|tt|tt|tL", 2, "Interleaved1F1B", 4));
+}
+
+TEST(Executor, ZeroBubbleInputAndWeightBackward) {
+  expect_matches_reference(compile("Ettt|tttL", 2, "ZB-H1", 4));
+}
+
+TEST(Executor, VPlacementWithZeroBubble) {
+  expect_matches_reference(compile("Et|tt|tt|tL", 2, "ZBVZeroBubble", 4));
+}
+
+TEST(Executor, OverlappedForwardBackwardPairs) {
+  const ppc::Plan plan = compile("Et|tt|tt|tL", 2, "DualPipeV", 4);
+  bool overlap = false;
+  for (const auto& order : plan.compute)
+    for (const auto& a : order) overlap = overlap || a.kind == ppc::ActionKind::OverlapFB;
+  ASSERT_TRUE(overlap) << "DualPipeV at pp 2 with 4 microbatches should have OVERLAP_F_B actions";
+  expect_matches_reference(plan);
+}
+
+// Independent of the compiler's zero-bubble schedules: 1F1B with every B split into I, and all
+// the W at the end of the step.
+TEST(Executor, EveryBackwardSplitWithWeightsDeferredToTheEnd) {
+  ppc::Plan plan = compile("Ettt|tttL", 2, "1F1B", 4);
+  for (auto& order : plan.compute) {
+    std::vector<ppc::Action> out, ws;
+    for (const auto& a : order) {
+      if (a.kind != ppc::ActionKind::B) {
+        out.push_back(a);
+        continue;
+      }
+      out.push_back(ppc::Action::compute(ppc::ActionKind::I, a.stage, a.microbatch));
+      ws.push_back(ppc::Action::compute(ppc::ActionKind::W, a.stage, a.microbatch));
+    }
+    out.insert(out.end(), ws.begin(), ws.end());
+    order = out;
+  }
+  expect_matches_reference(relower(plan));
+}
+
+// 1F1B with each steady-state "F then B" pair fused into one OVERLAP_F_B.
+TEST(Executor, HandFusedOverlapActions) {
+  ppc::Plan plan = compile("Ettt|tttL", 2, "1F1B", 4);
+  int fused = 0;
+  for (auto& order : plan.compute) {
+    std::vector<ppc::Action> out;
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (i + 1 < order.size() && order[i].kind == ppc::ActionKind::F &&
+          order[i + 1].kind == ppc::ActionKind::B) {
+        out.push_back(ppc::Action::overlap(order[i].stage, order[i].microbatch, ppc::ActionKind::B,
+                                           order[i + 1].stage, order[i + 1].microbatch));
+        ++i;
+        ++fused;
+        continue;
+      }
+      out.push_back(order[i]);
+    }
+    order = out;
+  }
+  ASSERT_GT(fused, 0);
+  expect_matches_reference(relower(plan));
+}
+
+// A V placement whose order is GPipe's, projected on each rank (rank r holds stages r and 3-r).
+TEST(Executor, HandWrittenVPlacement) {
+  ppc::Plan plan;
+  plan.layout = ppc::parse_layout("Et|tt|tt|tL");
+  plan.has_model = true;
+  plan.schedule = "hand-written";
+  plan.microbatches = 2;
+  plan.placement = ppc::make_placement(4, 2, ppc::PlacementStyle::V);
+  plan.compute.assign(2, {});
+  for (int s = 0; s < 4; ++s)
+    for (int mb = 0; mb < 2; ++mb)
+      plan.compute[static_cast<size_t>(plan.rank_of(s))].push_back(
+          ppc::Action::compute(ppc::ActionKind::F, s, mb));
+  for (int s = 3; s >= 0; --s)
+    for (int mb = 0; mb < 2; ++mb)
+      plan.compute[static_cast<size_t>(plan.rank_of(s))].push_back(
+          ppc::Action::compute(ppc::ActionKind::B, s, mb));
+  expect_matches_reference(relower(plan));
+}
+
+TEST(Executor, MultiTokenPredictionOnItsOwnStage) {
+  expect_matches_reference(compile("Et|tt|t,m|L", 2, "Interleaved1F1B", 4));
+}
+
+TEST(Executor, MultiTokenPredictionWithTheLossAndTwoDepthsWithZeroBubble) {
+  expect_matches_reference(compile("Ettt|tmmL", 2, "ZB-H1", 4));
+}
+
+TEST(Executor, MultiTokenPredictionInAVPlacement) {
+  expect_matches_reference(compile("Et|tt|tm|mL", 2, "DualPipeV", 4));
+}
+
+TEST(Executor, TiedEmbeddingsAcrossRanks) {
+  ModelConfig c = small_config();
+  c.tie_embeddings = true;
+  expect_matches_reference(compile("Ett|tt|tt,m|L", 4, "1F1B", 4), c);
+}
+
+TEST(Executor, DualPipesTwoModelCopies) {
+  const ppc::Plan plan = compile("Et|tt|tt|tL", 4, "DualPipe", 8);
+  ASSERT_EQ(plan.copies, 2);
+  expect_matches_reference(plan);
+}
+
+TEST(Executor, EmptyStagesAtBothEnds) {
+  expect_matches_reference(compile("|Ett|tt|tL|", 5, "1F1B", 4));
+}
+
+TEST(Executor, RunsAPlanWithoutTransportOnOneRank) {
+  const ppc::Plan plan = compile("Ett|ttL", 1, "Interleaved1F1B", 2);
+  const ModelConfig c = small_config();
+  RankModel model(plan, 0, c);
+  pprt::Executor exec(plan, 0, model.stages, c, nullptr, at::Device(at::kCPU), {});
+  const pprt::StepReport rep = exec.run_step(tokens(c), 0);
+  const Result ref = run_reference(plan.layout, 2, c);
+  ASSERT_EQ(rep.losses.size(), 2u);
+  EXPECT_NEAR(rep.losses[1], ref.losses[1], 1e-6);
+  EXPECT_EQ(rep.actions, plan.order()[0].size());
+  EXPECT_GT(rep.compute_ns, 0);
+  EXPECT_LE(rep.compute_ns + rep.wait_ns + rep.post_ns, rep.wall_ns);
+}
+
+}  // namespace

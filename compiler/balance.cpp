@@ -18,6 +18,7 @@
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
+#include "compiler/lower_for_model.h"
 #include "compiler/schedule.h"
 
 namespace ppc {

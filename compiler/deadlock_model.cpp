@@ -1,4 +1,4 @@
-#include "compiler/execute.h"
+#include "compiler/deadlock_model.h"
 
 #include <fmt/format.h>
 

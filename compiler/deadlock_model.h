@@ -60,8 +60,8 @@ struct Execution {
 Execution execute(const Plan& plan, const ExecCosts* costs, bool record_times,
                   size_t max_errors = 20);
 
-// execute() for a plan that is still being written (lower_and_verify): each rank runs as far as
-// the part of its order written so far lets it, and the run ends once all of it is there. The
+// execute() for a plan that is still being written (lower_while_verifying): each rank runs as far
+// as the part of its order written so far lets it, and the run ends once all of it is there. The
 // result equals execute()'s, since the model's outcome does not depend on the order in which
 // ranks advance. `orders` holds each rank's order (final_sizes[r] actions once written); the
 // actions made available must have passed the verifier's shape checks. `plan` must outlive the

@@ -1,19 +1,22 @@
-#include "compiler/check.h"
+#include "compiler/verify_and_lower.h"
+
+#include <fmt/format.h>
 
 #include <exception>
 #include <optional>
 #include <thread>
 #include <utility>
 
+#include "compiler/deadlock_model.h"
 #include "compiler/diagnostic.h"
-#include "compiler/execute.h"
+#include "compiler/lower_for_model.h"
 #include "compiler/lower_send_recv.h"
 
 namespace ppc {
 
-CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
-                            const Alongside& alongside) {
-  CheckedPlan out;
+VerifiedPlan verify_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
+                              const Alongside& alongside) {
+  VerifiedPlan out;
   // Lowering under unit costs (lower_for_model's, and the verifier's own check of the compute
   // order) is one and the same run: do it once, below.
   const bool lower_here = !plan.is_lowered() && cost.unit;
@@ -48,13 +51,13 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
     }
   };
   if (lower_here) {
-    // Lowering, with the lowered plan's verification beside it (lower_and_verify); the compute
+    // Lowering, with the lowered plan's verification beside it (lower_while_verifying); the compute
     // order's part of `alongside` beside both, then its whole plan's part beside the rest of that
     // verification.
     std::jthread beside;  // joined on the way out, even on a throw
     if (alongside.compute_order) beside = std::jthread([&] { call(alongside.compute_order); });
     try {  // out.report is not what `alongside` reads: it may be written meanwhile
-      out.report = lower_and_verify(out.plan, lowered, [&] {
+      out.report = lower_while_verifying(out.plan, lowered, [&] {
         if (!alongside.whole_plan) return;
         if (beside.joinable()) beside.join();  // the compute order's part comes first
         beside = std::jthread([&] { call(alongside.whole_plan); });
@@ -75,6 +78,24 @@ CheckedPlan check_and_lower(Plan plan, const CostModel& cost, SimulationNeed nee
   if (alongside_error) std::rethrow_exception(alongside_error);
   if (run) out.sim = run->finish(std::move(ex));
   return out;
+}
+
+VerifiedPlan verify_and_lower_or_throw(Plan plan, const CostModel& cost,
+                                       const std::string& imported_from, SimulationNeed need,
+                                       const Alongside& alongside) {
+  VerifiedPlan checked = verify_and_lower(std::move(plan), cost, need, alongside);
+  const VerifyReport& report = checked.report;
+  if (!report.ok()) {
+    const bool imported = !imported_from.empty();
+    std::string msg = imported ? "the plan is not valid:"
+                               : fmt::format("internal error: the generated {} plan is not valid:",
+                                             checked.plan.schedule);
+    for (const auto& e : report.errors) msg += "\n  " + e;
+    if (report.truncated) msg += "\n  (more errors not shown)";
+    if (imported) throw UserError(msg, input_location(imported_from));
+    throw InternalError(msg);
+  }
+  return checked;
 }
 
 }  // namespace ppc

@@ -1,4 +1,4 @@
-// check_and_lower runs each replay of a plan once; its results must equal the passes run one by
+// verify_and_lower runs each replay of a plan once; its results must equal the passes run one by
 // one, as ppcompile ran them before: verify the compute order, lower_for_model, verify, simulate.
 #include <gtest/gtest.h>
 
@@ -8,13 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "compiler/check.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
+#include "compiler/deadlock_model.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
-#include "compiler/execute.h"
+#include "compiler/lower_for_model.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/verify_and_lower.h"
 #include "tests/plan_fixtures.h"
 #include "tests/plan_text.h"
 
@@ -93,7 +94,7 @@ void expect_same(const Plan& built, const CostModel& cost) {
   const Separate want = separate(built, cost);
   for (SimulationNeed need :
        {SimulationNeed::None, SimulationNeed::Summary, SimulationNeed::Timeline}) {
-    const CheckedPlan got = check_and_lower(built, cost, need);
+    const VerifiedPlan got = verify_and_lower(built, cost, need);
     expect_same_report(got.report, want.report);
     if (!want.report.ok()) {
       EXPECT_FALSE(got.sim.has_value());
@@ -108,11 +109,11 @@ void expect_same(const Plan& built, const CostModel& cost) {
 using pptest::generated_plan;
 using pptest::mixed_costs;
 
-// `got`, check_and_lower(built, cost, SimulationNeed::Summary) with an `alongside`, is what it
+// `got`, verify_and_lower(built, cost, SimulationNeed::Summary) with an `alongside`, is what it
 // gives without one.
 void expect_same_as_without_alongside(const Plan& built, const CostModel& cost,
-                                      const CheckedPlan& got) {
-  const CheckedPlan plain = check_and_lower(built, cost, SimulationNeed::Summary);
+                                      const VerifiedPlan& got) {
+  const VerifiedPlan plain = verify_and_lower(built, cost, SimulationNeed::Summary);
   EXPECT_EQ(got.plan, plain.plan);
   expect_same_report(got.report, plain.report);
   ASSERT_TRUE(got.sim && plain.sim);
@@ -151,7 +152,7 @@ TEST(CheckAndLower, ImportedLoweredPlansAreVerifiedAsTheyAre) {
 
 TEST(CheckAndLower, AComputeOrderThatCannotRunFailsWithTheVerifiersMessage) {
   const Plan p = order_that_cannot_run();
-  const CheckedPlan got = check_and_lower(p, CostModel{}, SimulationNeed::Summary);
+  const VerifiedPlan got = verify_and_lower(p, CostModel{}, SimulationNeed::Summary);
   ASSERT_EQ(got.report.errors.size(), 1u);
   EXPECT_EQ(got.report.errors[0].rfind("the compute order cannot run: rank 0 waits at", 0), 0u)
       << got.report.errors[0];
@@ -162,7 +163,7 @@ TEST(CheckAndLower, AComputeOrderThatCannotRunFailsWithTheVerifiersMessage) {
 TEST(CheckAndLower, ABadComputeOrderIsNotLowered) {
   // Microbatch 1's forward appears twice and its backward never.
   const Plan p = pptest::text_plan(2, 2, 2, {"0F0 0F1 0F1 0B0", "1F0 1B0 1F1 1B1"}, false);
-  const CheckedPlan got = check_and_lower(p, CostModel{}, SimulationNeed::None);
+  const VerifiedPlan got = verify_and_lower(p, CostModel{}, SimulationNeed::None);
   EXPECT_FALSE(got.report.ok());
   EXPECT_FALSE(got.plan.is_lowered());
   expect_same(p, CostModel{});
@@ -173,7 +174,7 @@ TEST(CheckAndLower, ADeadlockedLoweredPlanIsReportedAndNotSimulated) {
                                    {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
                                     "1RECV_F1 1F1 1B1 1SEND_B1 1RECV_F0 1F0 1B0 1SEND_B0"},
                                    true);
-  const CheckedPlan got = check_and_lower(p, mixed_costs(), SimulationNeed::Timeline);
+  const VerifiedPlan got = verify_and_lower(p, mixed_costs(), SimulationNeed::Timeline);
   ASSERT_FALSE(got.report.ok());
   EXPECT_EQ(got.report.errors[0].rfind("deadlock: ", 0), 0u);
   EXPECT_FALSE(got.sim.has_value());
@@ -188,11 +189,11 @@ TEST(CheckAndLower, AlongsideSeesTheFinalPlanOnce) {
     for (const CostModel& cost : {CostModel{}, mixed_costs()}) {
       int calls = 0;
       Plan seen;
-      const CheckedPlan got =
-          check_and_lower(*built, cost, SimulationNeed::Summary, {.whole_plan = [&](const Plan& p) {
-            ++calls;
-            seen = p;
-          }});
+      const VerifiedPlan got = verify_and_lower(*built, cost, SimulationNeed::Summary,
+                                                {.whole_plan = [&](const Plan& p) {
+                                                  ++calls;
+                                                  seen = p;
+                                                }});
       ASSERT_TRUE(got.report.ok());
       EXPECT_EQ(calls, 1);
       EXPECT_EQ(seen, got.plan);
@@ -212,9 +213,9 @@ TEST(CheckAndLower, AlongsideIsNotCalledForAnInvalidPlan) {
                                             true);
   for (const Plan* p : {&bad_order, &deadlocked}) {
     int calls = 0;
-    const CheckedPlan got = check_and_lower(*p, CostModel{}, SimulationNeed::None,
-                                            {.compute_order = [&](const Plan&) { ++calls; },
-                                             .whole_plan = [&](const Plan&) { ++calls; }});
+    const VerifiedPlan got = verify_and_lower(*p, CostModel{}, SimulationNeed::None,
+                                              {.compute_order = [&](const Plan&) { ++calls; },
+                                               .whole_plan = [&](const Plan&) { ++calls; }});
     EXPECT_FALSE(got.report.ok());
     EXPECT_EQ(calls, 0);
   }
@@ -223,15 +224,15 @@ TEST(CheckAndLower, AlongsideIsNotCalledForAnInvalidPlan) {
 TEST(CheckAndLower, AnExceptionFromAlongsideReachesTheCaller) {
   const Plan built = generated_plan("1F1B", 4, 1, 8);
   const auto fail = [](const Plan&) { throw std::runtime_error("alongside failed"); };
-  EXPECT_THROW(check_and_lower(built, CostModel{}, SimulationNeed::None, {.whole_plan = fail}),
+  EXPECT_THROW(verify_and_lower(built, CostModel{}, SimulationNeed::None, {.whole_plan = fail}),
                std::runtime_error);
-  EXPECT_THROW(check_and_lower(built, CostModel{}, SimulationNeed::None, {.compute_order = fail}),
+  EXPECT_THROW(verify_and_lower(built, CostModel{}, SimulationNeed::None, {.compute_order = fail}),
                std::runtime_error);
   // A part after a throwing one is not called.
   bool second = false;
   EXPECT_THROW(
-      check_and_lower(built, CostModel{}, SimulationNeed::None,
-                      {.compute_order = fail, .whole_plan = [&](const Plan&) { second = true; }}),
+      verify_and_lower(built, CostModel{}, SimulationNeed::None,
+                       {.compute_order = fail, .whole_plan = [&](const Plan&) { second = true; }}),
       std::runtime_error);
   EXPECT_FALSE(second);
 }
@@ -247,14 +248,14 @@ TEST(CheckAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) 
       int calls = 0;
       std::vector<std::vector<Action>> seen;
       std::string table;
-      const CheckedPlan got = check_and_lower(*built, cost, SimulationNeed::Summary,
-                                              {.compute_order = [&](const Plan& p) {
-                                                ++calls;
-                                                seen = p.compute;
-                                                std::ostringstream os;
-                                                emit_table_rows(p, os, TableOptions{});
-                                                table = os.str();
-                                              }});
+      const VerifiedPlan got = verify_and_lower(*built, cost, SimulationNeed::Summary,
+                                                {.compute_order = [&](const Plan& p) {
+                                                  ++calls;
+                                                  seen = p.compute;
+                                                  std::ostringstream os;
+                                                  emit_table_rows(p, os, TableOptions{});
+                                                  table = os.str();
+                                                }});
       ASSERT_TRUE(got.report.ok());
       EXPECT_EQ(calls, 1);
       EXPECT_EQ(seen, got.plan.compute);
@@ -272,13 +273,13 @@ TEST(CheckAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) 
 TEST(CheckAndLower, AlongsideReadingTheComputeOrderOfAnOrderThatCannotRun) {
   const Plan p = order_that_cannot_run();
   int calls = 0;
-  const CheckedPlan got = check_and_lower(p, CostModel{}, SimulationNeed::Summary,
-                                          {.compute_order = [&](const Plan& plan) {
-                                            ++calls;
-                                            std::ostringstream os;
-                                            // throws: the order cannot run
-                                            emit_table_rows(plan, os, TableOptions{});
-                                          }});
+  const VerifiedPlan got = verify_and_lower(p, CostModel{}, SimulationNeed::Summary,
+                                            {.compute_order = [&](const Plan& plan) {
+                                              ++calls;
+                                              std::ostringstream os;
+                                              // throws: the order cannot run
+                                              emit_table_rows(plan, os, TableOptions{});
+                                            }});
   EXPECT_EQ(calls, 1);
   ASSERT_EQ(got.report.errors.size(), 1u);
   EXPECT_EQ(got.report.errors[0].rfind("the compute order cannot run: rank 0 waits at", 0), 0u)
@@ -287,7 +288,7 @@ TEST(CheckAndLower, AlongsideReadingTheComputeOrderOfAnOrderThatCannotRun) {
   EXPECT_FALSE(got.sim.has_value());
 }
 
-// lower_and_verify lowers on the calling thread while a second thread scans what lowering has
+// lower_while_verifying lowers on the calling thread while a second thread scans what lowering has
 // written so far. Plans large enough that lowering publishes its orders many times over (every
 // few thousand actions) must give what lowering, then verifying, gives.
 TEST(LowerAndVerify, EqualsLoweringThenVerifyingOnLargePlans) {
@@ -327,7 +328,7 @@ TEST(LowerAndVerify, EqualsLoweringThenVerifyingOnLargePlans) {
         got_opts.execution = &got_ex;
       }
       int calls = 0;
-      const VerifyReport got = lower_and_verify(plan, got_opts, [&] {
+      const VerifyReport got = lower_while_verifying(plan, got_opts, [&] {
         ++calls;
         EXPECT_EQ(plan.lowered, want_plan.lowered);  // complete when the hook runs
       });
@@ -346,7 +347,7 @@ TEST(LowerAndVerify, AComputeOrderThatCannotRunThrowsAndStaysComputeOnly) {
   const Plan before = p;
   int calls = 0;
   try {
-    lower_and_verify(p, VerifyOptions{}, [&] { ++calls; });
+    lower_while_verifying(p, VerifyOptions{}, [&] { ++calls; });
     FAIL() << "expected a UserError";
   } catch (const UserError& e) {
     EXPECT_EQ(e.message().rfind("the compute order cannot run: rank 0 waits at", 0), 0u)
@@ -358,7 +359,7 @@ TEST(LowerAndVerify, AComputeOrderThatCannotRunThrowsAndStaysComputeOnly) {
 
 TEST(LowerAndVerify, AnExceptionFromTheHookReachesTheCaller) {
   Plan p = generated_plan("Interleaved1F1B", 8, 2, 64);
-  EXPECT_THROW(lower_and_verify(p, VerifyOptions{}, [] { throw std::runtime_error("hook"); }),
+  EXPECT_THROW(lower_while_verifying(p, VerifyOptions{}, [] { throw std::runtime_error("hook"); }),
                std::runtime_error);
   EXPECT_TRUE(p.is_lowered());
 }
@@ -375,20 +376,20 @@ TEST(CheckAndLower, AlongsideInTwoPartsRunsThemInOrder) {
       std::atomic<bool> first_done{false};
       bool in_order = false, lowered = false;
       std::string json;
-      const CheckedPlan got = check_and_lower(*built, cost, SimulationNeed::Summary,
-                                              {.compute_order =
-                                                   [&](const Plan& p) {
-                                                     arrays = json_compute_arrays(p);
-                                                     first_done = true;
-                                                   },
-                                               .whole_plan =
-                                                   [&](const Plan& p) {
-                                                     in_order = first_done;
-                                                     lowered = p.is_lowered();
-                                                     std::ostringstream os;
-                                                     emit_json_plan(p, os, &arrays);
-                                                     json = os.str();
-                                                   }});
+      const VerifiedPlan got = verify_and_lower(*built, cost, SimulationNeed::Summary,
+                                                {.compute_order =
+                                                     [&](const Plan& p) {
+                                                       arrays = json_compute_arrays(p);
+                                                       first_done = true;
+                                                     },
+                                                 .whole_plan =
+                                                     [&](const Plan& p) {
+                                                       in_order = first_done;
+                                                       lowered = p.is_lowered();
+                                                       std::ostringstream os;
+                                                       emit_json_plan(p, os, &arrays);
+                                                       json = os.str();
+                                                     }});
       ASSERT_TRUE(got.report.ok());
       EXPECT_TRUE(in_order);
       EXPECT_TRUE(lowered);

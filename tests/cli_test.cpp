@@ -6,7 +6,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/emit.h"
-#include "compiler/prepare.h"
+#include "compiler/verify_and_lower.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -157,7 +157,8 @@ TEST(Cli, OutputsWrittenBesideVerificationEqualTheEmitters) {
     co.schedule = "Interleaved1F1B";
     co.microbatches = size.microbatches;
     co.lower = false;
-    const ppc::CheckedPlan checked = ppc::prepare_plan(ppc::compile(co), ppc::CostModel{}, "");
+    const ppc::VerifiedPlan checked =
+        ppc::verify_and_lower_or_throw(ppc::compile(co), ppc::CostModel{}, "");
     std::ostringstream table, csv, json;
     ppc::emit_table(checked.plan, checked.report, table, ppc::TableOptions{});
     ppc::emit_csv(checked.plan, csv, false);

@@ -1,7 +1,7 @@
 // compute_steps finds the terminal table's steps without lowering. They must be lowering's with
 // every compute lasting one step and free transfers: checked here against lowering under those
-// costs followed by the deadlock model's run of the lowered plan (execute.h), which records when
-// each compute starts. The golden tables pin the same steps for the committed configurations.
+// costs followed by the deadlock model's run of the lowered plan (deadlock_model.h), which records
+// when each compute starts. The golden tables pin the same steps for the committed configurations.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "compiler/compute_steps.h"
+#include "compiler/deadlock_model.h"
 #include "compiler/diagnostic.h"
-#include "compiler/execute.h"
 #include "compiler/lower_send_recv.h"
 #include "compiler/schedule.h"
 #include "tests/plan_fixtures.h"

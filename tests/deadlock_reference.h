@@ -2,10 +2,10 @@
 //
 // It is written from the documented semantics alone (docs/deadlock-model.md; the plan IR of
 // compiler/plan.h and compiler/action.h) and shares no code with the verifier: nothing from
-// compiler/verify.cpp, execute.cpp, dependencies.h, stuck.cpp or lower_send_recv.cpp. It decides
-// the same question differently: by exploring every interleaving of the ranks (an exhaustive
-// search of the state space, feasible for small plans), where the verifier runs one schedule of
-// an event-driven engine.
+// compiler/verify.cpp, deadlock_model.cpp, dependencies.h, stuck.cpp or lower_send_recv.cpp. It
+// decides the same question differently: by exploring every interleaving of the ranks (an
+// exhaustive search of the state space, feasible for small plans), where the verifier runs one
+// schedule of an event-driven engine.
 //
 // The rules, as the document states them:
 //  - shape: each action's stage exists and is held by the rank that runs it, its microbatch

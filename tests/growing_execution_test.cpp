@@ -1,13 +1,13 @@
 // GrowingExecution runs the deadlock model over orders that arrive piece by piece (as
-// lower_and_verify's scanner hands them over), indexing each piece as it comes. Whatever the pieces
-// and the order in which ranks get them, the run must equal execute()'s on the whole plan: the same
-// times, the same counts, the same deadlock.
+// lower_while_verifying's scanner hands them over), indexing each piece as it comes. Whatever the
+// pieces and the order in which ranks get them, the run must equal execute()'s on the whole plan:
+// the same times, the same counts, the same deadlock.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
-#include "compiler/execute.h"
+#include "compiler/deadlock_model.h"
 #include "compiler/simulate.h"
 #include "tests/plan_fixtures.h"
 #include "tests/plan_text.h"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compiler/compile.h"
+#include "compiler/lower_for_model.h"
 #include "compiler/lower_send_recv.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"

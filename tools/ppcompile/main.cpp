@@ -16,17 +16,16 @@
 
 #include "compiler/autotune.h"
 #include "compiler/balance.h"
-#include "compiler/check.h"
 #include "compiler/compare.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
-#include "compiler/prepare.h"
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
+#include "compiler/verify_and_lower.h"
 #include "tools/ppcompile/output.h"
 #include "tools/ppcompile/progress.h"
 
@@ -374,11 +373,12 @@ int run(const Options& o_given) {
     alongside.whole_plan = into_early(
         [&](const ppc::Plan& p, std::ostream& os) { ppc::emit_json_plan(p, os, &json_compute); });
   }
-  ppc::CheckedPlan checked = ppc::prepare_plan(build_plan(o), cost, imported_from,
-                                               o.emit == "stats" ? ppc::SimulationNeed::Summary
-                                               : timeline        ? ppc::SimulationNeed::Timeline
-                                                                 : ppc::SimulationNeed::None,
-                                               alongside);
+  ppc::VerifiedPlan checked =
+      ppc::verify_and_lower_or_throw(build_plan(o), cost, imported_from,
+                                     o.emit == "stats" ? ppc::SimulationNeed::Summary
+                                     : timeline        ? ppc::SimulationNeed::Timeline
+                                                       : ppc::SimulationNeed::None,
+                                     alongside);
   const ppc::Plan& plan = checked.plan;
   const ppc::VerifyReport& report = checked.report;
 

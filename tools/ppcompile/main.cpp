@@ -202,14 +202,14 @@ int run_compare(const Options& o) {
         "--compare compiles schedules for a model: give --layout, --layout-file or --stages");
   if (!o.schedule.empty())
     throw ppc::UserError("--compare runs every schedule; drop --schedule",
-                         ppc::SourceLocation{"--schedule", 0, 0, ""});
+                         ppc::input_location("--schedule"));
   if (o.vpp > 0)
     throw ppc::UserError("--compare picks the stages per rank each schedule needs; drop --vpp",
-                         ppc::SourceLocation{"--vpp", 0, 0, ""});
+                         ppc::input_location("--vpp"));
   if (o.emit != "table" && o.emit != "html")
     throw ppc::UserError(
         fmt::format("--compare prints a table (or --emit html); --emit {} does not apply", o.emit),
-        ppc::SourceLocation{"--emit", 0, 0, ""});
+        ppc::input_location("--emit"));
   ppc::CompareOptions co;
   std::tie(co.layout, co.has_model) = load_model(o, "");
   if (o.pp == -1) throw ppc::UserError("--pp is required");
@@ -241,10 +241,10 @@ ppc::BalanceResult run_balance(Options& o, const ppc::CostModel& cost,
     throw ppc::UserError(
         "--balance re-splits a model's layers: give --layout or --layout-file (not --stages, "
         "--from-csv or --from-json)",
-        ppc::SourceLocation{"--balance", 0, 0, ""});
+        ppc::input_location("--balance"));
   if (o.compare)
     throw ppc::UserError("--compare takes the layout as given; --autotune balances every schedule",
-                         ppc::SourceLocation{"--balance", 0, 0, ""});
+                         ppc::input_location("--balance"));
   ppc::BalanceOptions bo;
   bo.layout = load_model(o, "").first;
   if (o.pp == -1) throw ppc::UserError("--pp is required");
@@ -280,14 +280,14 @@ int run_autotune(const Options& o) {
     throw ppc::UserError(
         "--autotune balances a model's layers: give --layout or --layout-file (not --stages, "
         "--from-csv or --from-json)",
-        ppc::SourceLocation{"--autotune", 0, 0, ""});
+        ppc::input_location("--autotune"));
   if (o.compare || o.balance)
     throw ppc::UserError(fmt::format("--autotune already compares and balances; drop {}",
                                      o.compare ? "--compare" : "--balance"),
-                         ppc::SourceLocation{"--autotune", 0, 0, ""});
+                         ppc::input_location("--autotune"));
   if (o.vpp != -1)
     throw ppc::UserError("--autotune searches the stages per rank; drop --vpp",
-                         ppc::SourceLocation{"--vpp", 0, 0, ""});
+                         ppc::input_location("--vpp"));
   ppc::AutotuneOptions ao;
   ao.layout = load_model(o, "").first;
   if (o.pp == -1) throw ppc::UserError("--pp is required");
@@ -402,7 +402,7 @@ int run(const Options& o_given) {
   } else if (o.emit == "svg" || o.emit == "png") {
     if (o.emit == "png" && o.output.empty() && isatty(fileno(stdout)))
       throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png",
-                           ppc::SourceLocation{"--emit", 0, 0, ""});
+                           ppc::input_location("--emit"));
     std::ostringstream dot;
     ppc::emit_dot(plan, dot);
     out << ppc::render_dot(dot.str(), o.emit, report.compute_actions);

@@ -1,7 +1,6 @@
 // The versioned JSON plan (docs/plan-format.md).
 #include <fmt/format.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
@@ -9,7 +8,7 @@
 #include "compiler/block_writer.h"
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
+#include "compiler/plan_json.h"
 
 namespace ppc {
 
@@ -258,15 +257,6 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
       read_actions(rd.array(ranks[r], path, "actions"), path + ".actions", plan.lowered[r]);
   }
   return plan;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(fmt::format("cannot open '{}' for reading", path), input_location(path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw UserError(fmt::format("error reading '{}'", path), input_location(path));
-  return ss.str();
 }
 
 }  // namespace ppc

@@ -6,7 +6,8 @@
 #include <sstream>
 #include <string>
 
-#include "compiler/emit.h"
+#include "compiler/csv.h"
+#include "compiler/emit_text.h"
 #include "compiler/layout.h"
 #include "compiler/verify_and_lower.h"
 #include "fuzz/fuzz_target.h"

@@ -3,7 +3,7 @@
 // back (the same plan).
 #include <sstream>
 
-#include "compiler/emit.h"
+#include "compiler/plan_json.h"
 #include "compiler/verify_and_lower.h"
 #include "fuzz/fuzz_target.h"
 

@@ -15,7 +15,6 @@
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
 #include "tests/test_util.h"
 
 namespace ppc {

@@ -5,7 +5,9 @@
 #include <sstream>
 
 #include "compiler/compile.h"
-#include "compiler/emit.h"
+#include "compiler/csv.h"
+#include "compiler/emit_text.h"
+#include "compiler/plan_json.h"
 #include "compiler/verify_and_lower.h"
 #include "tests/test_util.h"
 

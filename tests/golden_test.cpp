@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "compiler/emit.h"
+#include "compiler/csv.h"
 #include "compiler/verify.h"
 #include "tests/test_util.h"
 

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
 #include "compiler/layout.h"
 #include "tests/megatron_model.h"
 #include "tests/test_util.h"

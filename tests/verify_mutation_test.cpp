@@ -24,9 +24,10 @@
 #include <regex>
 
 #include "compiler/compile.h"
+#include "compiler/csv.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
 #include "compiler/layout.h"
+#include "compiler/plan_json.h"
 #include "compiler/schedule.h"
 #include "compiler/verify.h"
 #include "tests/deadlock_reference.h"

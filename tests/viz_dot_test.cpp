@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
 #include "compiler/render_dot.h"
+#include "compiler/visualization.h"
 #include "compiler/viz_common.h"
 #include "tests/test_util.h"
 #include "tests/viz_test_util.h"

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "compiler/compare.h"
-#include "compiler/emit.h"
+#include "compiler/visualization.h"
 #include "compiler/viz_common.h"
 #include "tests/test_util.h"
 #include "tests/viz_test_util.h"

@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "compiler/emit.h"
+#include "compiler/visualization.h"
 #include "compiler/viz_common.h"
 #include "tests/test_util.h"
 #include "tests/viz_test_util.h"

@@ -5,7 +5,7 @@
 
 #include <sstream>
 
-#include "compiler/emit.h"
+#include "compiler/emit_text.h"
 #include "tests/viz_test_util.h"
 
 namespace {

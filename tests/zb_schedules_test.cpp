@@ -11,9 +11,10 @@
 #include <sstream>
 
 #include "compiler/compile.h"
+#include "compiler/csv.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/plan_json.h"
 #include "compiler/verify.h"
 #include "tests/plan_text.h"
 

@@ -60,7 +60,8 @@ CompareOptions compare_options(const AutotuneOptions& a, int m) {
   return c;
 }
 
-// The winner, compiled again from its layout string, verifies and simulates to its row.
+// The winner, compiled again from its layout string, verifies and simulates to its row, and is
+// the plan the row holds (ppcompile --autotune --emit writes that one); the other rows hold none.
 void expect_winner_reproduces(const Autotune& at, const AutotuneOptions& o) {
   ASSERT_FALSE(at.rows.empty());
   const AutotuneRow& w = at.rows.front();
@@ -76,6 +77,19 @@ void expect_winner_reproduces(const Autotune& at, const AutotuneOptions& o) {
   EXPECT_TRUE(again.report.ok());
   EXPECT_DOUBLE_EQ(again.sim.makespan, w.row.sim.makespan);
   EXPECT_EQ(again.fits, w.row.fits);
+  EXPECT_EQ(w.row.plan, again.plan);
+  EXPECT_EQ(w.row.plan.layout.source, w.layout);
+  EXPECT_TRUE(w.row.report.ok());
+  ASSERT_EQ(w.row.sim.times.size(), again.sim.times.size());
+  for (size_t r = 0; r < again.sim.times.size(); ++r) {
+    ASSERT_EQ(w.row.sim.times[r].size(), again.sim.times[r].size());
+    for (size_t i = 0; i < again.sim.times[r].size(); ++i) {
+      EXPECT_DOUBLE_EQ(w.row.sim.times[r][i].start, again.sim.times[r][i].start);
+      EXPECT_DOUBLE_EQ(w.row.sim.times[r][i].end, again.sim.times[r][i].end);
+    }
+  }
+  EXPECT_EQ(w.row.sim.memory.size(), again.sim.memory.size());
+  for (size_t i = 1; i < at.rows.size(); ++i) EXPECT_TRUE(at.rows[i].row.plan.compute.empty()) << i;
 }
 
 TEST(Autotune, WinnerIsNeverWorseThanAnythingCompareShows) {
@@ -163,6 +177,7 @@ TEST(Autotune, ThreadsDoNotChangeTheResult) {
     EXPECT_EQ(one.rows[i].row.schedule, three.rows[i].row.schedule);
     EXPECT_EQ(one.rows[i].row.sim.makespan, three.rows[i].row.sim.makespan);
   }
+  EXPECT_EQ(one.rows.front().row.plan, three.rows.front().row.plan);  // the winner's, kept
   EXPECT_EQ(one.simulations, three.simulations);
 }
 

@@ -15,7 +15,7 @@
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
-#include "tests/test_util.h"
+#include "tests/compiler/test_util.h"
 
 namespace ppc {
 namespace {

@@ -20,7 +20,7 @@
 #include "compiler/layout.h"
 #include "compiler/lower_for_model.h"
 #include "compiler/schedule.h"
-#include "tests/test_util.h"
+#include "tests/compiler/test_util.h"
 
 namespace ppc {
 namespace {

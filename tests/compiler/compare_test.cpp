@@ -8,7 +8,7 @@
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
 #include "compiler/schedule.h"
-#include "tests/test_util.h"
+#include "tests/compiler/test_util.h"
 
 namespace ppc {
 namespace {

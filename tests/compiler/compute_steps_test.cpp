@@ -14,8 +14,8 @@
 #include "compiler/diagnostic.h"
 #include "compiler/lower_send_recv.h"
 #include "compiler/schedule.h"
-#include "tests/plan_fixtures.h"
-#include "tests/plan_text.h"
+#include "tests/compiler/plan_fixtures.h"
+#include "tests/compiler/plan_text.h"
 
 namespace ppc {
 namespace {

@@ -8,7 +8,7 @@
 #include "compiler/lower_for_model.h"
 #include "compiler/lower_send_recv.h"
 #include "compiler/simulate.h"
-#include "tests/test_util.h"
+#include "tests/compiler/test_util.h"
 
 namespace ppc {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "compiler/deadlock_model.h"
 #include "compiler/simulate.h"
-#include "tests/plan_fixtures.h"
-#include "tests/plan_text.h"
+#include "tests/compiler/plan_fixtures.h"
+#include "tests/compiler/plan_text.h"
 
 namespace ppc {
 namespace {

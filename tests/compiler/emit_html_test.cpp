@@ -9,8 +9,8 @@
 #include "compiler/compare.h"
 #include "compiler/visualization.h"
 #include "compiler/viz_common.h"
-#include "tests/test_util.h"
-#include "tests/viz_test_util.h"
+#include "tests/compiler/test_util.h"
+#include "tests/compiler/viz_test_util.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "compiler/emit_text.h"
-#include "tests/viz_test_util.h"
+#include "tests/compiler/viz_test_util.h"
 
 namespace {
 

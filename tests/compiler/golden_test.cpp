@@ -1,4 +1,4 @@
-// Golden files: tests/golden/<schedule>/ppP_vppV.txt hold the output of ppcompile commands
+// Golden files: tests/compiler/golden/<schedule>/ppP_vppV.txt hold the output of ppcompile commands
 // (scripts/regen-golden.sh writes them). This test reruns every command with the real binary and
 // compares byte for byte, and verifies every CSV plan again through the importer and verifier.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 
 #include "compiler/csv.h"
 #include "compiler/verify.h"
-#include "tests/test_util.h"
+#include "tests/compiler/test_util.h"
 
 namespace {
 
@@ -52,7 +52,7 @@ std::vector<Section> parse_golden(const std::string& text) {
 std::vector<std::string> golden_files() {
   std::vector<std::string> files;
   for (const auto& e :
-       std::filesystem::recursive_directory_iterator(pptest::source_path("tests/golden")))
+       std::filesystem::recursive_directory_iterator(pptest::source_path("tests/compiler/golden")))
     if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   return files;

@@ -9,8 +9,8 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
-#include "tests/megatron_model.h"
-#include "tests/test_util.h"
+#include "tests/compiler/megatron_model.h"
+#include "tests/compiler/test_util.h"
 
 namespace ppc {
 namespace {

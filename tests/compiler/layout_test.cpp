@@ -18,7 +18,7 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
-#include "tests/megatron_model.h"
+#include "tests/compiler/megatron_model.h"
 
 namespace ppc {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "compiler/action.h"
 #include "compiler/plan.h"
-#include "tests/deadlock_reference.h"
+#include "tests/compiler/deadlock_reference.h"
 
 namespace mutants {
 

@@ -9,7 +9,7 @@
 #include "compiler/emit_text.h"
 #include "compiler/plan_json.h"
 #include "compiler/verify_and_lower.h"
-#include "tests/test_util.h"
+#include "tests/compiler/test_util.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include "compiler/lower_send_recv.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
-#include "tests/plan_text.h"
+#include "tests/compiler/plan_text.h"
 
 namespace ppc {
 namespace {

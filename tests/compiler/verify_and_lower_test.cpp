@@ -17,8 +17,8 @@
 #include "compiler/lower_send_recv.h"
 #include "compiler/plan_json.h"
 #include "compiler/verify_and_lower.h"
-#include "tests/plan_fixtures.h"
-#include "tests/plan_text.h"
+#include "tests/compiler/plan_fixtures.h"
+#include "tests/compiler/plan_text.h"
 
 namespace ppc {
 namespace {

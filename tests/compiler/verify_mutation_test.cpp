@@ -7,8 +7,9 @@
 // blocking exchanges: each rank sends before it receives, and both wait) and #127332
 // (Interleaved1F1B's communication crossing around the ring of ranks, and a step's forward and
 // backward exchanges batched together). The ground truth for each mutant is an exhaustive search
-// of its state space written from docs/deadlock-model.md alone (tests/deadlock_reference.h); the
-// verifier must agree, and when it rejects, its first message must name the rank and the action.
+// of its state space written from docs/deadlock-model.md alone
+// (tests/compiler/deadlock_reference.h); the verifier must agree, and when it rejects, its first
+// message must name the rank and the action.
 //
 // The corpus is deterministic (a fixed seed). PP_MUTANTS=N makes N mutants per operator and base
 // plan instead of the default (the larger run: scripts/verify-mutants.sh). PP_MUTANT_EXPORT=DIR
@@ -30,9 +31,9 @@
 #include "compiler/plan_json.h"
 #include "compiler/schedule.h"
 #include "compiler/verify.h"
-#include "tests/deadlock_reference.h"
-#include "tests/plan_mutants.h"
-#include "tests/plan_text.h"
+#include "tests/compiler/deadlock_reference.h"
+#include "tests/compiler/plan_mutants.h"
+#include "tests/compiler/plan_text.h"
 
 namespace {
 

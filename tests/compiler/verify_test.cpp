@@ -3,7 +3,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/lower_send_recv.h"
 #include "compiler/verify.h"
-#include "tests/plan_text.h"
+#include "tests/compiler/plan_text.h"
 
 namespace ppc {
 namespace {

@@ -16,7 +16,7 @@
 #include "compiler/lower_send_recv.h"
 #include "compiler/plan_json.h"
 #include "compiler/verify.h"
-#include "tests/plan_text.h"
+#include "tests/compiler/plan_text.h"
 
 namespace ppc {
 namespace {

@@ -15,7 +15,7 @@
 #include "runtime/model_spec.h"
 #include "runtime/safetensors.h"
 #include "runtime/token_file.h"
-#include "tests/test_util.h"
+#include "tests/compiler/test_util.h"
 
 namespace {
 

@@ -153,20 +153,7 @@ TEST(Compare, CommandLine) {
   }
   EXPECT_EQ(seen.size(), all_schedules().size()) << r.out;
   EXPECT_NE(r.out.find("\nconfigurations:\n  "), std::string::npos);
-
-  // Errors: one line, exit code 2.
-  const auto with_schedule = pptest::run_ppcompile(
-      {"--stages", "8", "--pp", "4", "--microbatches", "8", "--compare", "--schedule", "1F1B"});
-  EXPECT_EQ(with_schedule.exit_code, 2);
-  EXPECT_EQ(with_schedule.err,
-            "ppcompile: error: --schedule: --compare runs every schedule; drop --schedule\n");
-  const auto nothing = pptest::run_ppcompile(
-      {"--layout", "Et|tt|tt|tL", "--pp", "3", "--microbatches", "8", "--compare"});
-  EXPECT_EQ(nothing.exit_code, 2);
-  EXPECT_EQ(nothing.err,
-            "ppcompile: error: no schedule can run this configuration (GPipe: needs one stage per "
-            "rank (3 stages at "
-            "--pp 3); the layout's 4 stages cannot be merged into 3; and 9 more skipped)\n");
+  // Its errors: tests/compiler/errors/ppcompile.txt.
 }
 
 }  // namespace

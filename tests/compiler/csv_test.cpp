@@ -9,6 +9,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/lower_send_recv.h"
 #include "compiler/verify.h"
+#include "tests/compiler/error_cases.h"
 #include "tests/compiler/plan_text.h"
 
 namespace ppc {
@@ -88,22 +89,12 @@ TEST(Csv, ReadsVPlacementAndOverlap) {
   EXPECT_TRUE(r.ok()) << r.errors.front();
 }
 
+// Every case of tests/compiler/errors/csv.txt.
 TEST(Csv, ErrorsPointAtTheCell) {
   CsvImportOptions io;
   io.input_name = "bad.csv";
-  EXPECT_EQ(error_of([&] { read_csv("0F0,0B0\n1F0,1Q0\n", io); }),
-            "bad.csv:2:5: '1Q0': unknown action kind\n  1F0,1Q0\n      ^");
-  EXPECT_EQ(error_of([&] { read_csv("0F0,1F0\n1F0\n", io); }),
-            "bad.csv:2:1: stage 1 appears on rank 0 and on rank 1\n  1F0\n  ^");
-  EXPECT_EQ(error_of([&] { read_csv("0F0,\"0B0\n", io); }),
-            "bad.csv:1:5: unterminated quoted cell\n  0F0,\"0B0\n      ^");
-  EXPECT_EQ(error_of([&] { read_csv("", io); }),
-            "bad.csv: the CSV has no rows (one row per rank expected)");
-  EXPECT_EQ(error_of([&] { read_csv("0F0,2F0\n1F0\n", io); }),
-            "bad.csv: the CSV uses 3 stages on 2 ranks (rows); the stage count must be a multiple "
-            "of the rank count");
-  EXPECT_EQ(error_of([&] { read_csv("0F0,3F0\n1F0,2F0\n2F0\n", io); }).substr(0, 40),
-            "bad.csv:3:1: stage 2 appears on rank 1 a");
+  for (const pptest::ErrorCase& c : pptest::error_cases("csv"))
+    pptest::expect_message(c, error_of([&] { read_csv(c["csv"], io); }));
 }
 
 // A CSV row is a rank's whole order (tens of kilobytes for a large plan): the error shows 100

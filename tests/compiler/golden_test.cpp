@@ -12,43 +12,6 @@
 
 namespace {
 
-struct Section {
-  std::vector<std::string> args;
-  int exit_code = 0;
-  std::string expected;
-  int line = 0;
-};
-
-std::vector<Section> parse_golden(const std::string& text) {
-  std::vector<Section> out;
-  std::istringstream in(text);
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.rfind("# ", 0) == 0 && out.empty()) continue;
-    if (line.rfind("$ ppcompile ", 0) == 0) {
-      Section s;
-      s.line = n;
-      std::string cmd = line.substr(12);
-      const std::string exit_tag = " (exit ";
-      if (auto p = cmd.find(exit_tag); p != std::string::npos) {
-        s.exit_code = std::stoi(cmd.substr(p + exit_tag.size()));
-        cmd = cmd.substr(0, p);
-      }
-      std::istringstream words(cmd);
-      std::string w;
-      while (words >> w) s.args.push_back(w);
-      out.push_back(std::move(s));
-      continue;
-    }
-    if (out.empty())
-      throw std::runtime_error("golden line " + std::to_string(n) + " outside a section");
-    out.back().expected += line + "\n";
-  }
-  return out;
-}
-
 std::vector<std::string> golden_files() {
   std::vector<std::string> files;
   for (const auto& e :
@@ -63,7 +26,7 @@ TEST(Golden, EveryCommandReproducesItsOutput) {
   ASSERT_FALSE(files.empty());
   size_t sections = 0, plans = 0;
   for (const auto& f : files) {
-    for (const Section& s : parse_golden(pptest::slurp(f))) {
+    for (const pptest::TranscriptCommand& s : pptest::parse_transcript(pptest::slurp(f))) {
       ++sections;
       auto r = pptest::run_ppcompile(s.args);
       ASSERT_EQ(r.exit_code, s.exit_code) << f << ":" << s.line << "\n" << r.err;

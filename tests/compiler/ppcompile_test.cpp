@@ -37,45 +37,20 @@ TEST(Cli, EmitLayoutIsOneLinePerStage) {
             "stage 3 rank 1 chunk 1: t L\n");
 }
 
-TEST(Cli, UserErrorsExitTwoWithOneLine) {
-  struct Case {
-    std::vector<std::string> args;
-    std::string first_line;
-  };
-  const std::vector<Case> cases = {
-      {{"--stages", "4", "--schedule", "1F1B", "--microbatches", "4"},
-       "ppcompile: error: --pp is required"},
-      {{"--stages", "4", "--pp", "4", "--schedule", "Nope", "--microbatches", "4"},
-       "ppcompile: error: --schedule: unknown schedule 'Nope'"},
-      {{"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches", "0"},
-       "ppcompile: error: --microbatches must be between 1 and 1048576, got 0"},
-      {{"--stages", "4", "--pp", "4", "--schedule", "1F1B", "--microbatches", "4", "--emit", "pdf"},
-       "ppcompile: error: --emit: pdf not in {"},
-      {{"--pp", "4", "--schedule", "1F1B", "--microbatches", "4"},
-       "ppcompile: error: give the model as --layout STR, --layout-file FILE or --stages N (or "
-       "--from-csv FILE)"},
-      {{"--from-csv", "/nonexistent/x.csv"},
-       "ppcompile: error: /nonexistent/x.csv: cannot open '/nonexistent/x.csv'"},
-      {{"--stages", "4", "--pp", "x"}, "ppcompile: error: Could not convert: --pp = x"},
-  };
-  for (const auto& c : cases) {
-    auto r = run_ppcompile(c.args);
-    EXPECT_EQ(r.exit_code, 2) << c.first_line;
-    EXPECT_EQ(r.out, "");
-    EXPECT_EQ(r.err.substr(0, c.first_line.size()), c.first_line) << r.err;
+// Every command of tests/compiler/errors/ppcompile.txt exits and prints exactly as shown there (a
+// message on stderr, nothing on stdout).
+TEST(Cli, MessagesOfBadCommandLines) {
+  const std::string file = "tests/compiler/errors/ppcompile.txt";
+  const auto commands = pptest::parse_transcript(pptest::slurp(pptest::source_path(file)));
+  ASSERT_GT(commands.size(), 10u);
+  for (const auto& c : commands) {
+    const auto r = run_ppcompile(c.args);
+    EXPECT_EQ(r.exit_code, c.exit_code) << file << ":" << c.line;
+    if (c.exit_code != 0) {
+      EXPECT_EQ(r.out, "") << file << ":" << c.line;
+    }
+    EXPECT_EQ(r.out + r.err, c.expected) << file << ":" << c.line;
   }
-}
-
-TEST(Cli, LayoutErrorsShowACaret) {
-  auto r = run_ppcompile(
-      {"--layout", "Et*3|tx|L", "--pp", "3", "--schedule", "1F1B", "--microbatches", "4"});
-  EXPECT_EQ(r.exit_code, 2);
-  // First line names the column; the next two show the text and a caret under that column.
-  const auto nl = r.err.find('\n');
-  ASSERT_NE(nl, std::string::npos);
-  EXPECT_EQ(r.err.substr(0, 27), "ppcompile: error: layout:1:");
-  EXPECT_NE(r.err.find("  Et*3|tx|L\n"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("  Et*3|tx|L\n        ^\n"), std::string::npos) << r.err;
 }
 
 TEST(Cli, NothingWrittenOnFailure) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,45 @@ inline std::string source_path(const std::string& rel) {
 #else
   return rel;
 #endif
+}
+
+// One command of a transcript (the golden files, tests/compiler/errors/ppcompile.txt): a line
+// "$ ppcompile ARGS", or "$ ppcompile ARGS (exit N)", then what it prints (stdout, then stderr).
+// ARGS are split at spaces. Lines starting "# " before the first command are comments.
+struct TranscriptCommand {
+  std::vector<std::string> args;
+  int exit_code = 0;
+  std::string expected;
+  int line = 0;
+};
+
+inline std::vector<TranscriptCommand> parse_transcript(const std::string& text) {
+  std::vector<TranscriptCommand> out;
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.rfind("# ", 0) == 0 && out.empty()) continue;
+    if (line.rfind("$ ppcompile ", 0) == 0) {
+      TranscriptCommand c;
+      c.line = n;
+      std::string cmd = line.substr(12);
+      const std::string exit_tag = " (exit ";
+      if (auto p = cmd.find(exit_tag); p != std::string::npos) {
+        c.exit_code = std::stoi(cmd.substr(p + exit_tag.size()));
+        cmd = cmd.substr(0, p);
+      }
+      std::istringstream words(cmd);
+      for (std::string w; words >> w;) c.args.push_back(w);
+      out.push_back(std::move(c));
+      continue;
+    }
+    if (out.empty())
+      throw std::runtime_error("transcript line " + std::to_string(n) + " outside a command");
+    out.back().expected += line + "\n";
+  }
+  return out;
 }
 
 }  // namespace pptest

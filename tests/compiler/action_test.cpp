@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "compiler/action.h"
+#include "tests/compiler/error_cases.h"
 
 namespace ppc {
 namespace {
@@ -76,20 +77,10 @@ TEST(Action, ParsesFields) {
   EXPECT_EQ(o->backward_part(), Action::compute(ActionKind::B, 3, 1));
 }
 
+// Every case of tests/compiler/errors/action.txt.
 TEST(Action, RejectsMalformedText) {
-  EXPECT_EQ(parse_error(""), "empty action");
-  EXPECT_EQ(parse_error("F1"), "expected a stage number at the start");
-  EXPECT_EQ(parse_error("1X2"), "unknown action kind");
-  EXPECT_EQ(parse_error("1F"), "expected a microbatch number after 'F'");
-  EXPECT_EQ(parse_error("1F2x"), "unexpected text after the microbatch number");
-  EXPECT_EQ(parse_error("1F99999999999"), "expected a microbatch number after 'F'");
-  EXPECT_EQ(parse_error("0UNSHARD"), "FSDP action 'UNSHARD' is not a pipeline action");
-  EXPECT_EQ(parse_error("(0F3;3B1)"), "a compound action must end with ')OVERLAP_F_B'");
-  EXPECT_EQ(parse_error("(0F3)OVERLAP_F_B"),
-            "OVERLAP_F_B must hold exactly two actions, a forward and a backward");
-  EXPECT_EQ(parse_error("(0B3;3F1)OVERLAP_F_B"),
-            "OVERLAP_F_B must hold a forward (F) then a backward (B or I)");
-  EXPECT_EQ(parse_error("(0F3;3Q1)OVERLAP_F_B"), "in OVERLAP_F_B: unknown action kind");
+  for (const pptest::ErrorCase& c : pptest::error_cases("action"))
+    pptest::expect_message(c, parse_error(c["action"]));
 }
 
 TEST(Action, KindPredicates) {

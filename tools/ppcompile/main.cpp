@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -121,6 +122,15 @@ std::pair<ppc::Layout, bool> load_model(const Options& o, const char* also) {
       fmt::format("give the model as --layout STR, --layout-file FILE or --stages N{}", also));
 }
 
+// --balance and --autotune (`flag`, which `does` something to the layers) need a model's layout.
+void require_layout(const Options& o, const char* flag, const char* does) {
+  if (!o.from_csv.empty() || !o.from_json.empty() || o.stages != -1)
+    throw ppc::UserError(fmt::format("{} {} a model's layers: give --layout or --layout-file (not "
+                                     "--stages, --from-csv or --from-json)",
+                                     flag, does),
+                         ppc::input_location(flag));
+}
+
 // The model whose layers --balance and --autotune split again, checked against --num-layers
 // before the search (a split keeps the layers).
 ppc::Layout model_to_split(const Options& o) {
@@ -198,16 +208,14 @@ std::optional<double> memory_limit(const Options& o) {
 
 // What an emitter's parts share while one plan is written.
 struct Emit {
-  Emit(const Options& o, const ppc::CostModel& cost, std::optional<double> limit)
-      : o(o), cost(cost), limit(limit) {}
   const Options& o;
   const ppc::CostModel& cost;
   std::optional<double> limit;
   const ppc::BalanceResult* balanced = nullptr;  // --balance's search (--emit stats shows it)
-  ppc::TableOptions table;
-  HeldText early;  // written beside verification; reaches the output once the plan is valid
+  ppc::TableOptions table = {};
+  HeldText early = {};  // written beside verification; reaches the output once the plan is valid
   int table_steps = 0;
-  std::vector<std::string> json_compute;
+  std::vector<std::string> json_compute = {};
 };
 
 // One --emit: the simulation it needs, the work it starts beside verification (into
@@ -289,6 +297,14 @@ const Emitter kEmitters[] = {
      }},
 };
 
+// The values of --emit (a name with a space is another flag's variant of one).
+std::vector<std::string> emit_names() {
+  std::vector<std::string> names;
+  for (const Emitter& e : kEmitters)
+    if (std::string_view(e.name).find(' ') == std::string_view::npos) names.push_back(e.name);
+  return names;
+}
+
 // Emits the plan that `verified` makes valid (it runs `alongside` on it, maybe beside its
 // verification), as --emit asks.
 using Verifier = std::function<VerifiedPlan(SimulationNeed, const ppc::Alongside&)>;
@@ -349,11 +365,7 @@ int run_compare(const Options& o) {
 // --balance: the model's layers split again for the schedule (balance.h).
 ppc::BalanceResult run_balance(const Options& o, const ppc::CostModel& cost,
                                std::optional<double> limit) {
-  if (!o.from_csv.empty() || !o.from_json.empty() || o.stages != -1)
-    throw ppc::UserError(
-        "--balance re-splits a model's layers: give --layout or --layout-file (not --stages, "
-        "--from-csv or --from-json)",
-        ppc::input_location("--balance"));
+  require_layout(o, "--balance", "re-splits");
   if (o.compare)
     throw ppc::UserError("--compare takes the layout as given; --autotune balances every schedule",
                          ppc::input_location("--balance"));
@@ -379,11 +391,7 @@ ppc::BalanceResult run_balance(const Options& o, const ppc::CostModel& cost,
 
 // --autotune: the table of the best configurations, or the winner emitted like any plan.
 int run_autotune(const Options& o) {
-  if (!o.from_csv.empty() || !o.from_json.empty() || o.stages != -1)
-    throw ppc::UserError(
-        "--autotune balances a model's layers: give --layout or --layout-file (not --stages, "
-        "--from-csv or --from-json)",
-        ppc::input_location("--autotune"));
+  require_layout(o, "--autotune", "balances");
   if (o.compare || o.balance)
     throw ppc::UserError(fmt::format("--autotune already compares and balances; drop {}",
                                      o.compare ? "--compare" : "--balance"),
@@ -419,7 +427,7 @@ int run_autotune(const Options& o) {
   // Any other output: the winner, lowered, verified and simulated by the search, emitted.
   ppc::CompareRow& best = at.rows.front().row;
   VerifiedPlan winner{std::move(best.plan), std::move(best.report), std::move(best.sim)};
-  Emit e{o, cost, ao.memory_limit};
+  Emit e{.o = o, .cost = cost, .limit = ao.memory_limit};
   return emit(e, [&](SimulationNeed, const ppc::Alongside& alongside) {
     if (alongside.compute_order) alongside.compute_order(winner.plan);
     if (alongside.whole_plan) alongside.whole_plan(winner.plan);
@@ -439,7 +447,7 @@ int run(Options o) {
     o.microbatches = ppc::parse_microbatch_count(o.microbatches_text);
   if (o.compare && !o.balance) return run_compare(o);
   const ppc::CostModel cost = cost_model(o);
-  Emit e{o, cost, memory_limit(o)};
+  Emit e{.o = o, .cost = cost, .limit = memory_limit(o)};
   std::optional<ppc::BalanceResult> balanced;
   ppc::Plan plan;
   if (o.balance) {
@@ -492,8 +500,7 @@ int main(int argc, char** argv) {
   app.add_option("--emit", o.emit,
                  "Output: table, csv, json, stats, layout, layout-string, svg, dot, png, trace or "
                  "html")
-      ->check(CLI::IsMember({"table", "csv", "json", "stats", "layout", "layout-string", "svg",
-                             "dot", "png", "trace", "html"}))
+      ->check(CLI::IsMember(emit_names()))
       ->capture_default_str();
   app.add_option("--engine", o.engine,
                  "SVG: timeline (simulated lanes) or dot (dependency graph via Graphviz)")

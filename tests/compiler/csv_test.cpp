@@ -10,19 +10,11 @@
 #include "compiler/lower_send_recv.h"
 #include "compiler/verify.h"
 #include "tests/compiler/error_cases.h"
+#include "tests/compiler/plan_fixtures.h"
 #include "tests/compiler/plan_text.h"
 
 namespace ppc {
 namespace {
-
-Plan interleaved(int pp, int vpp, int m) {
-  CompileOptions o;
-  o.layout = generic_layout(pp * vpp);
-  o.pp = pp;
-  o.schedule = "Interleaved1F1B";
-  o.microbatches = m;
-  return compile(o);
-}
 
 std::string csv_of(const Plan& p, bool compute_only) {
   std::ostringstream ss;
@@ -30,17 +22,8 @@ std::string csv_of(const Plan& p, bool compute_only) {
   return ss.str();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.format();
-  }
-  return "(no error)";
-}
-
 TEST(Csv, LoweredPlanRoundTrips) {
-  Plan p = interleaved(4, 2, 6);
+  Plan p = pptest::generated_plan("Interleaved1F1B", 4, 2, 6, true);
   CsvImportOptions io;
   io.input_name = "plan.csv";
   Plan q = read_csv(csv_of(p, false), io);
@@ -52,7 +35,7 @@ TEST(Csv, LoweredPlanRoundTrips) {
 }
 
 TEST(Csv, ComputeOnlyImportIsLoweredLikeOurOwn) {
-  Plan p = interleaved(2, 2, 4);
+  Plan p = pptest::generated_plan("Interleaved1F1B", 2, 2, 4, true);
   CsvImportOptions io;
   io.input_name = "plan.csv";
   Plan q = read_csv(csv_of(p, true), io);
@@ -94,7 +77,7 @@ TEST(Csv, ErrorsPointAtTheCell) {
   CsvImportOptions io;
   io.input_name = "bad.csv";
   for (const pptest::ErrorCase& c : pptest::error_cases("csv"))
-    pptest::expect_message(c, error_of([&] { read_csv(c["csv"], io); }));
+    pptest::expect_message(c, pptest::message_of([&] { read_csv(c["csv"], io); }));
 }
 
 // A CSV row is a rank's whole order (tens of kilobytes for a large plan): the error shows 100
@@ -105,7 +88,7 @@ TEST(Csv, ErrorsInALongRowShowTheCellsNeighbourhood) {
   std::string row;
   for (int mb = 0; mb < 2000; ++mb) row += fmt::format("0F{},", mb);
   const std::string middle = row + "0Q7," + row + "0F9";
-  const std::string e = error_of([&] { read_csv(middle + "\n", io); });
+  const std::string e = pptest::message_of([&] { read_csv(middle + "\n", io); });
   const size_t column = row.size() + 1;
   ASSERT_EQ(e.substr(0, e.find('\n')),
             fmt::format("long.csv:1:{}: '0Q7': unknown action kind", column));
@@ -117,11 +100,11 @@ TEST(Csv, ErrorsInALongRowShowTheCellsNeighbourhood) {
   EXPECT_EQ(caret.back(), '^');
   EXPECT_EQ(shown.substr(caret.size() - 1, 4), "0Q7,") << shown << "\n" << caret;
   // Near the start of the line: no leading "...", the caret at the column itself.
-  const std::string early = error_of([&] { read_csv("0F0,0Q1," + row + "\n", io); });
+  const std::string early = pptest::message_of([&] { read_csv("0F0,0Q1," + row + "\n", io); });
   EXPECT_NE(early.find("\n  0F0,0Q1,0F0,"), std::string::npos) << early.substr(0, 300);
   EXPECT_NE(early.find("...\n      ^"), std::string::npos) << early.substr(0, 300);
   // Near the end: no trailing "...".
-  const std::string late = error_of([&] { read_csv(row + "0Q1\n", io); });
+  const std::string late = pptest::message_of([&] { read_csv(row + "0Q1\n", io); });
   EXPECT_EQ(late.substr(late.find('\n') + 1, 5), "  ...");
   EXPECT_NE(late.find("0Q1\n"), std::string::npos);
 }

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/diagnostic.h"
 #include "tests/compiler/test_util.h"
 
 namespace pptest {
@@ -104,6 +105,17 @@ inline std::vector<ErrorCase> error_cases(const std::string& name) {
   }
   if (cases.empty()) throw std::runtime_error(rel + ": no cases");
   return cases;
+}
+
+// The message (UserError::format()) of what `f` throws; "(no error)" if it throws nothing.
+template <typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const ppc::UserError& e) {
+    return e.format();
+  }
+  return "(no error)";
 }
 
 // `message` begins with the lines the case gives (all of them, when it gives every line).

@@ -1,7 +1,6 @@
 // The JSON plan (plan_json.h): written and read back, and the errors of the reader.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <sstream>
 
 #include "compiler/compile.h"
@@ -10,30 +9,13 @@
 #include "compiler/plan_json.h"
 #include "compiler/verify.h"
 #include "tests/compiler/error_cases.h"
+#include "tests/compiler/plan_fixtures.h"
 
 namespace ppc {
 namespace {
 
-Plan interleaved(int pp, int vpp, int m) {
-  CompileOptions o;
-  o.layout = generic_layout(pp * vpp);
-  o.pp = pp;
-  o.schedule = "Interleaved1F1B";
-  o.microbatches = m;
-  return compile(o);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.format();
-  }
-  return "(no error)";
-}
-
 TEST(Json, RoundTrips) {
-  Plan p = interleaved(4, 2, 5);
+  Plan p = pptest::generated_plan("Interleaved1F1B", 4, 2, 5, true);
   p.layout = parse_layout("E|t*2|t|tt|t|t|t|tL");
   p.has_model = true;
   std::ostringstream ss;
@@ -44,7 +26,7 @@ TEST(Json, RoundTrips) {
 
 // Every case of tests/compiler/errors/plan_json.txt, and a plan cut short.
 TEST(Json, ErrorsNameTheField) {
-  Plan p = interleaved(2, 1, 2);
+  Plan p = pptest::generated_plan("Interleaved1F1B", 2, 1, 2, true);
   std::ostringstream ss;
   emit_json(p, verify(p), ss);
   const std::string good = ss.str();
@@ -55,11 +37,12 @@ TEST(Json, ErrorsNameTheField) {
       ASSERT_NE(at, std::string::npos) << c.where;
       text.replace(at, c["replace"].size(), c["with"]);
     }
-    pptest::expect_message(c, error_of([&] { read_plan_json(text, "plan.json"); }));
+    pptest::expect_message(c, pptest::message_of([&] { read_plan_json(text, "plan.json"); }));
   }
-  EXPECT_EQ(
-      error_of([&] { read_plan_json(good.substr(0, good.size() / 2), "plan.json"); }).substr(0, 30),
-      "plan.json: not valid JSON: [js");
+  EXPECT_EQ(pptest::message_of([&] {
+              read_plan_json(good.substr(0, good.size() / 2), "plan.json");
+            }).substr(0, 30),
+            "plan.json: not valid JSON: [js");
 }
 
 }  // namespace

@@ -12,39 +12,32 @@
 #include "compiler/lower_send_recv.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
+#include "tests/compiler/plan_fixtures.h"
 #include "tests/compiler/plan_text.h"
 
 namespace ppc {
 namespace {
 
-Plan compile_generic(const std::string& schedule, int pp, int vpp, int m, bool lower = true) {
-  CompileOptions o;
-  o.layout = generic_layout(pp * vpp);
-  o.pp = pp;
-  o.schedule = schedule;
-  o.microbatches = m;
-  o.lower = lower;
-  return compile(o);
-}
+using pptest::generated_plan;
 
 std::string compute_text(const Plan& p) {
   return pptest::orders_text(p.compute);
 }
 
 TEST(Schedules, GPipeOrder) {
-  EXPECT_EQ(compute_text(compile_generic("GPipe", 2, 1, 3, false)),
+  EXPECT_EQ(compute_text(generated_plan("GPipe", 2, 1, 3, false)),
             "0F0 0F1 0F2 0B0 0B1 0B2\n"
             "1F0 1F1 1F2 1B0 1B1 1B2\n");
 }
 
 TEST(Schedules, OneFOneBOrder) {
   // Rank r: pp-1-r warm-up forwards, then F,B pairs, then the remaining backwards.
-  EXPECT_EQ(compute_text(compile_generic("1F1B", 3, 1, 4, false)),
+  EXPECT_EQ(compute_text(generated_plan("1F1B", 3, 1, 4, false)),
             "0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3\n"
             "1F0 1F1 1B0 1F2 1B1 1F3 1B2 1B3\n"
             "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3\n");
   // Fewer microbatches than ranks: the warm-up is all of them.
-  EXPECT_EQ(compute_text(compile_generic("schedule1f1b", 4, 1, 2, false)),
+  EXPECT_EQ(compute_text(generated_plan("schedule1f1b", 4, 1, 2, false)),
             "0F0 0F1 0B0 0B1\n"
             "1F0 1F1 1B0 1B1\n"
             "2F0 2F1 2B0 2B1\n"
@@ -54,7 +47,7 @@ TEST(Schedules, OneFOneBOrder) {
 TEST(Schedules, LoopedBFSOrder) {
   // PyTorch's ScheduleLoopedBFS: forwards stage by stage, backwards from the last local stage,
   // microbatches in reverse.
-  EXPECT_EQ(compute_text(compile_generic("LoopedBFS", 2, 2, 2, false)),
+  EXPECT_EQ(compute_text(generated_plan("LoopedBFS", 2, 2, 2, false)),
             "0F0 0F1 2F0 2F1 2B1 2B0 0B1 0B0\n"
             "1F0 1F1 3F0 3F1 3B1 3B0 1B1 1B0\n");
 }
@@ -62,7 +55,7 @@ TEST(Schedules, LoopedBFSOrder) {
 TEST(Schedules, InterleavedOrderSmall) {
   // pp 2, 2 stages per rank, 4 microbatches: 2 rounds of 2. Rank 0 warms up with
   // (2-1)*2 + 2*(2-1-0) = 4 forwards.
-  EXPECT_EQ(compute_text(compile_generic("Interleaved1F1B", 2, 2, 4, false)),
+  EXPECT_EQ(compute_text(generated_plan("Interleaved1F1B", 2, 2, 4, false)),
             "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3\n"
             "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3\n");
 }
@@ -118,7 +111,7 @@ TEST(Schedules, InterleavedEqualsPyTorchWhereverPyTorchAccepts) {
       for (int m = 1; m <= 40; ++m) {
         auto expected = torch_interleaved(pp, n, m);
         if (!expected) continue;
-        Plan p = compile_generic("Interleaved1F1B", pp, n, m, false);
+        Plan p = generated_plan("Interleaved1F1B", pp, n, m, false);
         ASSERT_EQ(pptest::orders_text(p.compute), pptest::orders_text(*expected))
             << "pp " << pp << " n " << n << " m " << m;
         ++compared;
@@ -132,12 +125,12 @@ TEST(Schedules, InterleavedWherePyTorchRejects) {
     for (int n = 2; n <= 4; ++n)
       for (int m = pp; m <= 40; ++m) {
         if (torch_interleaved(pp, n, m)) continue;
-        Plan p = compile_generic("Interleaved1F1B", pp, n, m);
+        Plan p = generated_plan("Interleaved1F1B", pp, n, m, true);
         VerifyReport r = verify(p);
         ASSERT_TRUE(r.ok()) << "pp " << pp << " n " << n << " m " << m << ": " << r.errors.front();
       }
   // pp 4, 9 microbatches: rounds = 2 groups, 5 then 4.
-  Plan p = compile_generic("Interleaved1F1B", 4, 2, 9, false);
+  Plan p = generated_plan("Interleaved1F1B", 4, 2, 9, false);
   EXPECT_EQ(p.compute[3].size(), 36u);
 }
 
@@ -149,7 +142,7 @@ TEST(Schedules, EveryClassicPlanVerifies) {
         const ScheduleInfo* info = find_schedule(s);
         if (info->vpp_rule == VppRule::One && vpp != 1) continue;
         for (int m = 1; m <= 20; ++m) {
-          Plan p = compile_generic(s, pp, vpp, m);
+          Plan p = generated_plan(s, pp, vpp, m, true);
           VerifyReport r = verify(p);
           ASSERT_TRUE(r.ok()) << s << " pp " << pp << " vpp " << vpp << " m " << m << ": "
                               << r.errors.front();
@@ -169,7 +162,7 @@ TEST(Schedules, LoweringIsDeadlockFreeForAnyCosts) {
       const int pp = 2 + trial % 5,
                 vpp = find_schedule(s)->vpp_rule == VppRule::One ? 1 : 1 + trial % 3;
       const int m = 1 + (trial * 7) % 13;
-      Plan p = compile_generic(s, pp, vpp, m, false);
+      Plan p = generated_plan(s, pp, vpp, m, false);
       std::map<std::pair<int, int>, double> table;
       LoweringCosts costs;
       costs.compute = [&](const Action& a, int) {
@@ -197,7 +190,7 @@ TEST(Schedules, LoweringForACostModelKeepsTheFasterPlacement) {
     for (int pp : {2, 3, 5})
       for (int m : {4, 9, 16}) {
         const int vpp = find_schedule(s)->vpp_rule == VppRule::One ? 1 : 2;
-        Plan p = compile_generic(s, pp, vpp, m, false);
+        Plan p = generated_plan(s, pp, vpp, m, false);
         Plan best = lower_for_model(p, model);
         ASSERT_TRUE(verify(best).ok());
         LoweringCosts eager = lowering_costs(p, model), held = eager;
@@ -213,7 +206,7 @@ TEST(Schedules, OneFOneBMakespanMatchesTheory) {
   // Unit costs F=1, B=2: 1F1B takes (m + p - 1) * 3 and idles (p-1)/(m+p-1) of it.
   for (int p = 1; p <= 8; ++p)
     for (int m = p; m <= 3 * p; ++m) {
-      Simulation sim = simulate(compile_generic("1F1B", p, 1, m), CostModel{});
+      Simulation sim = simulate(generated_plan("1F1B", p, 1, m, true), CostModel{});
       EXPECT_DOUBLE_EQ(sim.makespan, 3.0 * (m + p - 1)) << "p " << p << " m " << m;
       EXPECT_NEAR(sim.bubble, double(p - 1) / (m + p - 1), 1e-12);
     }
@@ -230,7 +223,7 @@ TEST(Schedules, NamesAreCaseInsensitiveWithPyTorchAliases) {
 
 TEST(Schedules, RejectsStagesPerRankTheScheduleCannotRun) {
   try {
-    compile_generic("1F1B", 2, 2, 4);
+    generated_plan("1F1B", 2, 2, 4, true);
     FAIL();
   } catch (const UserError& e) {
     EXPECT_EQ(e.message(),

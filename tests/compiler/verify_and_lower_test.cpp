@@ -128,7 +128,7 @@ Plan order_that_cannot_run() {
       2, 2, 4, {"0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", "1B3 1F0 1B0 1F1 1B1 1F2 1B2 1F3"}, false);
 }
 
-TEST(CheckAndLower, EqualsThePassesOneByOneForEverySchedule) {
+TEST(VerifyAndLower, EqualsThePassesOneByOneForEverySchedule) {
   struct Case {
     const char* schedule;
     int pp, vpp, m;
@@ -145,13 +145,13 @@ TEST(CheckAndLower, EqualsThePassesOneByOneForEverySchedule) {
   }
 }
 
-TEST(CheckAndLower, ImportedLoweredPlansAreVerifiedAsTheyAre) {
+TEST(VerifyAndLower, ImportedLoweredPlansAreVerifiedAsTheyAre) {
   Plan p = lower_send_recv(generated_plan("Interleaved1F1B", 2, 2, 4));
   expect_same(p, CostModel{});
   expect_same(p, mixed_costs());
 }
 
-TEST(CheckAndLower, AComputeOrderThatCannotRunFailsWithTheVerifiersMessage) {
+TEST(VerifyAndLower, AComputeOrderThatCannotRunFailsWithTheVerifiersMessage) {
   const Plan p = order_that_cannot_run();
   const VerifiedPlan got = verify_and_lower(p, CostModel{}, SimulationNeed::Summary);
   ASSERT_EQ(got.report.errors.size(), 1u);
@@ -161,7 +161,7 @@ TEST(CheckAndLower, AComputeOrderThatCannotRunFailsWithTheVerifiersMessage) {
   expect_same(p, mixed_costs());
 }
 
-TEST(CheckAndLower, ABadComputeOrderIsNotLowered) {
+TEST(VerifyAndLower, ABadComputeOrderIsNotLowered) {
   // Microbatch 1's forward appears twice and its backward never.
   const Plan p = pptest::text_plan(2, 2, 2, {"0F0 0F1 0F1 0B0", "1F0 1B0 1F1 1B1"}, false);
   const VerifiedPlan got = verify_and_lower(p, CostModel{}, SimulationNeed::None);
@@ -170,7 +170,7 @@ TEST(CheckAndLower, ABadComputeOrderIsNotLowered) {
   expect_same(p, CostModel{});
 }
 
-TEST(CheckAndLower, ADeadlockedLoweredPlanIsReportedAndNotSimulated) {
+TEST(VerifyAndLower, ADeadlockedLoweredPlanIsReportedAndNotSimulated) {
   const Plan p = pptest::text_plan(2, 2, 2,
                                    {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
                                     "1RECV_F1 1F1 1B1 1SEND_B1 1RECV_F0 1F0 1B0 1SEND_B0"},
@@ -183,7 +183,7 @@ TEST(CheckAndLower, ADeadlockedLoweredPlanIsReportedAndNotSimulated) {
 }
 
 // `alongside` sees the final plan once, whichever thread runs it, and changes nothing else.
-TEST(CheckAndLower, AlongsideSeesTheFinalPlanOnce) {
+TEST(VerifyAndLower, AlongsideSeesTheFinalPlanOnce) {
   const Plan generated = generated_plan("Interleaved1F1B", 4, 2, 8);        // lowered here, beside
   const Plan imported = lower_send_recv(generated_plan("ZB-H2", 4, 1, 8));  // verified, then called
   for (const Plan* built : {&generated, &imported}) {
@@ -204,7 +204,7 @@ TEST(CheckAndLower, AlongsideSeesTheFinalPlanOnce) {
   }
 }
 
-TEST(CheckAndLower, AlongsideIsNotCalledForAnInvalidPlan) {
+TEST(VerifyAndLower, AlongsideIsNotCalledForAnInvalidPlan) {
   // A bad compute order (microbatch 1's forward twice, its backward never), and an imported
   // lowered plan that deadlocks.
   const Plan bad_order = pptest::text_plan(2, 2, 2, {"0F0 0F1 0F1 0B0", "1F0 1B0 1F1 1B1"}, false);
@@ -222,7 +222,7 @@ TEST(CheckAndLower, AlongsideIsNotCalledForAnInvalidPlan) {
   }
 }
 
-TEST(CheckAndLower, AnExceptionFromAlongsideReachesTheCaller) {
+TEST(VerifyAndLower, AnExceptionFromAlongsideReachesTheCaller) {
   const Plan built = generated_plan("1F1B", 4, 1, 8);
   const auto fail = [](const Plan&) { throw std::runtime_error("alongside failed"); };
   EXPECT_THROW(verify_and_lower(built, CostModel{}, SimulationNeed::None, {.whole_plan = fail}),
@@ -241,7 +241,7 @@ TEST(CheckAndLower, AnExceptionFromAlongsideReachesTheCaller) {
 // The compute order's part of `alongside` starts before lowering (beside it, for a plan
 // lowered here): it sees the plan's compute order, and what the caller gets is what it gets
 // without one. The table's rows are such a reader.
-TEST(CheckAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) {
+TEST(VerifyAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) {
   const Plan generated = generated_plan("Interleaved1F1B", 8, 2, 64);       // lowered here
   const Plan imported = lower_send_recv(generated_plan("ZB-H2", 4, 1, 8));  // verified, then called
   for (const Plan* built : {&generated, &imported}) {
@@ -271,7 +271,7 @@ TEST(CheckAndLower, AlongsideReadingTheComputeOrderSeesItOnceAndChangesNothing) 
 // Started before lowering, that part also runs for a compute order that passes the
 // verifier's checks but cannot run; the report is lowering's error, and the alongside's own
 // failure (the table cannot be laid out either) does not reach the caller.
-TEST(CheckAndLower, AlongsideReadingTheComputeOrderOfAnOrderThatCannotRun) {
+TEST(VerifyAndLower, AlongsideReadingTheComputeOrderOfAnOrderThatCannotRun) {
   const Plan p = order_that_cannot_run();
   int calls = 0;
   const VerifiedPlan got = verify_and_lower(p, CostModel{}, SimulationNeed::Summary,
@@ -292,7 +292,7 @@ TEST(CheckAndLower, AlongsideReadingTheComputeOrderOfAnOrderThatCannotRun) {
 // lower_while_verifying lowers on the calling thread while a second thread scans what lowering has
 // written so far. Plans large enough that lowering publishes its orders many times over (every
 // few thousand actions) must give what lowering, then verifying, gives.
-TEST(LowerAndVerify, EqualsLoweringThenVerifyingOnLargePlans) {
+TEST(LowerWhileVerifying, EqualsLoweringThenVerifyingOnLargePlans) {
   struct Case {
     const char* schedule;
     int pp, vpp, m;
@@ -343,7 +343,7 @@ TEST(LowerAndVerify, EqualsLoweringThenVerifyingOnLargePlans) {
   }
 }
 
-TEST(LowerAndVerify, AComputeOrderThatCannotRunThrowsAndStaysComputeOnly) {
+TEST(LowerWhileVerifying, AComputeOrderThatCannotRunThrowsAndStaysComputeOnly) {
   Plan p = order_that_cannot_run();
   const Plan before = p;
   int calls = 0;
@@ -358,7 +358,7 @@ TEST(LowerAndVerify, AComputeOrderThatCannotRunThrowsAndStaysComputeOnly) {
   EXPECT_EQ(p, before);
 }
 
-TEST(LowerAndVerify, AnExceptionFromTheHookReachesTheCaller) {
+TEST(LowerWhileVerifying, AnExceptionFromTheHookReachesTheCaller) {
   Plan p = generated_plan("Interleaved1F1B", 8, 2, 64);
   EXPECT_THROW(lower_while_verifying(p, VerifyOptions{}, [] { throw std::runtime_error("hook"); }),
                std::runtime_error);
@@ -368,7 +368,7 @@ TEST(LowerAndVerify, AnExceptionFromTheHookReachesTheCaller) {
 // Both parts, as ppcompile's JSON uses them: the compute order's part has returned before the
 // whole plan's part starts, which sees the lowered plan; the JSON made from the two equals
 // emit_json_plan's, and what the caller gets is what it gets without them.
-TEST(CheckAndLower, AlongsideInTwoPartsRunsThemInOrder) {
+TEST(VerifyAndLower, AlongsideInTwoPartsRunsThemInOrder) {
   const Plan generated = generated_plan("Interleaved1F1B", 8, 2, 64);       // lowered here
   const Plan imported = lower_send_recv(generated_plan("ZB-H2", 4, 1, 8));  // verified, then called
   for (const Plan* built : {&generated, &imported}) {

@@ -16,6 +16,7 @@
 #include "compiler/lower_send_recv.h"
 #include "compiler/plan_json.h"
 #include "compiler/verify.h"
+#include "tests/compiler/plan_fixtures.h"
 #include "tests/compiler/plan_text.h"
 
 namespace ppc {
@@ -23,14 +24,9 @@ namespace {
 
 using Orders = std::vector<std::vector<Action>>;
 
+// `stages` generic stages on `pp` ranks.
 Plan compile_generic(const std::string& schedule, int pp, int stages, int m, bool lower = true) {
-  CompileOptions o;
-  o.layout = generic_layout(stages);
-  o.pp = pp;
-  o.schedule = schedule;
-  o.microbatches = m;
-  o.lower = lower;
-  return compile(o);
+  return pptest::generated_plan(schedule, pp, stages / pp, m, lower);
 }
 
 std::string compute_text(const Plan& p) {

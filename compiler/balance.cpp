@@ -17,7 +17,8 @@
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
+#include "compiler/layout.h"
+#include "compiler/lower_for_model.h"
 #include "compiler/schedule.h"
 
 namespace ppc {

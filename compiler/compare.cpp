@@ -16,11 +16,11 @@
 #include <algorithm>
 #include <ostream>
 
-#include "compiler/check.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/verify_and_lower.h"
 
 namespace ppc {
 
@@ -133,18 +133,13 @@ std::optional<Config> configure(const ScheduleInfo& info, const CompareOptions& 
 
 }  // namespace
 
-CompareRow measure_plan(Plan plan, const CostModel& cost, std::optional<double> memory_limit) {
-  // Verified, lowered, verified again and simulated, with each replay run once (check.h).
-  CheckedPlan checked = check_and_lower(std::move(plan), cost, SimulationNeed::Timeline);
-  plan = std::move(checked.plan);
+CompareRow compare_row(VerifiedPlan checked, std::optional<double> memory_limit) {
   CompareRow row;
-  row.report = std::move(checked.report);
-  if (!row.report.ok())
-    throw InternalError(fmt::format("internal error: the generated {} plan is not valid: {}",
-                                    plan.schedule, row.report.errors.front()));
+  const Plan& plan = checked.plan;
   row.schedule = plan.schedule;
   row.vpp = plan.vpp();
   row.placement = plan.placement.style;
+  row.report = std::move(checked.report);
   row.sim = std::move(*checked.sim);
   for (int r = 0; r < plan.pp(); ++r) {
     const size_t ru = static_cast<size_t>(r);
@@ -161,8 +156,14 @@ CompareRow measure_plan(Plan plan, const CostModel& cost, std::optional<double> 
   row.comm_bytes = row.sim.comm_bytes;
   row.messages = row.sim.messages;
   row.fits = !memory_limit || row.peak_total <= *memory_limit;
-  row.plan = std::move(plan);
+  row.plan = std::move(checked.plan);
   return row;
+}
+
+CompareRow measure_plan(Plan plan, const CostModel& cost, std::optional<double> memory_limit) {
+  // Verified, lowered, verified again and simulated, with each replay run once.
+  return compare_row(verify_and_lower_or_throw(std::move(plan), cost, "", SimulationNeed::Timeline),
+                     memory_limit);
 }
 
 Comparison compare_schedules(const CompareOptions& opts) {

@@ -14,7 +14,7 @@ const ScheduleInfo& resolve_schedule(const std::string& name) {
   if (!info)
     throw UserError(fmt::format("unknown schedule '{}' (known: {}; see --list-schedules)", name,
                                 schedule_names()),
-                    SourceLocation{"--schedule", 0, 0, ""});
+                    input_location("--schedule"));
   return *info;
 }
 

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <memory>
 
 #include "compiler/diagnostic.h"
 
@@ -68,26 +67,6 @@ std::string format_memory(double value, bool in_bytes) {
 double message_time(const CostModel& model) {
   if (model.unit) return 0.0;
   return model.latency + (model.bandwidth > 0 ? model.message_bytes / model.bandwidth : 0.0);
-}
-
-LoweringCosts lowering_costs(const Plan& plan, const CostModel& model) {
-  if (model.unit) return {};
-  auto costs = std::make_shared<const std::vector<StageCost>>(stage_costs(plan, model));
-  LoweringCosts lc;
-  lc.compute = [costs, model](const Action& a, int) { return action_cost(a, *costs, model); };
-  const double per_message = message_time(model);
-  if (per_message > 0) lc.transfer = [per_message](const Action&) { return per_message; };
-  return lc;
-}
-
-Plan lower_for_model(const Plan& plan, const CostModel& model) {
-  if (model.unit) return lower_send_recv(plan);
-  LoweringCosts eager = lowering_costs(plan, model);
-  LoweringCosts held = eager;
-  held.defer_sends = true;
-  Plan a = lower_send_recv(plan, eager);
-  Plan b = lower_send_recv(plan, held);
-  return simulate(b, model).makespan < simulate(a, model).makespan ? std::move(b) : std::move(a);
 }
 
 Simulation simulate(const Plan& plan, const CostModel& model) {

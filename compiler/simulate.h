@@ -1,5 +1,5 @@
 // The simulator: start and end of every action of a lowered plan under a cost model, following
-// the deadlock model's semantics (execute.h): compute takes its cost, a communication batch
+// the deadlock model's semantics (deadlock_model.h): compute takes its cost, a communication batch
 // waits for its peers' matching batches and then for the transfer.
 #pragma once
 
@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/execute.h"
-#include "compiler/lower_send_recv.h"
+#include "compiler/deadlock_model.h"
 #include "compiler/plan.h"
 
 namespace ppc {
@@ -57,16 +56,6 @@ std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model);
 double action_cost(const Action& a, const std::vector<StageCost>& costs, const CostModel& model);
 // Duration of one message: latency + message_bytes / bandwidth (0 under unit costs).
 double message_time(const CostModel& model);
-// Durations for lower_send_recv, so that its batches follow the model's timing. Empty (lowering's
-// own unit costs, which equal the unit model's) when model.unit.
-LoweringCosts lowering_costs(const Plan& plan, const CostModel& model);
-
-// Lowers a compute-only plan for a cost model. Under unit costs this is lower_send_recv(plan).
-// Otherwise both placements of SENDs (posted at once, or held back while the receiver computes;
-// see LoweringCosts::defer_sends) are lowered and simulated, and the one with the shorter
-// makespan is returned (the first on a tie).
-Plan lower_for_model(const Plan& plan, const CostModel& model);
-
 struct MemoryPoint {
   double time;
   double value;
@@ -98,7 +87,7 @@ struct Simulation {
 Simulation simulate(const Plan& plan, const CostModel& model);
 
 // The simulator in two steps, so that another run of the deadlock model can serve it (the
-// verifier's, in check_and_lower): run `plan` under execute() with costs() (recording times when
+// verifier's, in verify_and_lower): run `plan` under execute() with costs() (recording times when
 // timeline()), then finish() the run. The result equals simulate(plan, model)'s, except that
 // without a timeline `times` and `memory` are left empty (what --emit stats needs).
 class SimulationRun {

@@ -1,6 +1,7 @@
 #include "runtime/grad_reducer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <map>

@@ -8,7 +8,8 @@ are not multiples of pp, wherever torch accepts the configuration:
     REDUCE_GRAD cells the single-stage classes add), imports with `ppcompile --from-csv` and
     verifies; so does _dump_csv(format="compute_comms") of the multi-stage classes: torch's own
     lowering, with its UNSHARD, RESHARD, REDUCE_GRAD and SEND/RECV cells;
-  - torch's compute order equals ppcompile's for the same schedule, pp, stages and microbatches.
+  - torch's compute order equals ppcompile's for the same schedule, pp, stages and microbatches
+    (and ScheduleInterleavedZeroBubble with one stage per rank equals ppcompile's ZB-H1).
 Where torch rejects a configuration, ppcompile still compiles a verified plan (docs/schedules.md,
 "Differences from PyTorch"). The one difference in torch's orders is a bug in
 Schedule1F1B._get_pipeline_order (test_1f1b_last_rank_is_off_by_one below).
@@ -78,6 +79,8 @@ class TorchIntoOurs(unittest.TestCase):
                 else:
                     self.import_and_verify(path)
                     self.assertEqual(order, P.ppcompile_order(ours, pp, pp * v, m))
+                    if CLASS == "ScheduleInterleavedZeroBubble" and v == 1:  # ZB1P on one stage
+                        self.assertEqual(order, P.ppcompile_order("ZB-H1", pp, pp, m))
                 if isinstance(schedule, P.S._PipelineScheduleRuntime):
                     lowered = os.path.join(self.dir.name, "torch-lowered.csv")
                     schedule._dump_csv(lowered, format="compute_comms")

@@ -21,7 +21,7 @@ if(NOT PP_PYTHON)
     message(FATAL_ERROR
       "No Python environment with torch: ${PROJECT_SOURCE_DIR}/.venv/bin/python does not exist.\n"
       "Run scripts/install-deps.sh (it makes .venv/ with torch 2.13), or name an interpreter whose "
-      "torch to link: -DPP_PYTHON=/path/to/bin/python (see README.md, 'Building').")
+      "torch to link: -DPP_PYTHON=/path/to/bin/python (see docs/building.md).")
   endif()
 endif()
 
@@ -70,9 +70,9 @@ endif()
 # Debian's libgloo: every Gloo symbol pprun calls is LibTorch's. This is sound as long as the gloo
 # types reach our code only behind pointers (shared_ptr<gloo::transport::Device>,
 # shared_ptr<gloo::Context>) and torch's own headers give the layout of every class we construct,
-# which holds for the calls runtime/transport_gloo.cpp makes (docs/pprun.md, "LibTorch and
-# Gloo"). The check below fails the configure step, with what to do, when the two stop agreeing at
-# the source level; a change inside gloo that keeps its headers compiling but moves a field torch's
+# which holds for the calls runtime/transport_gloo.cpp makes (docs/building.md, "Gloo"). The
+# check below fails the configure step, with what to do, when the two stop agreeing at the source
+# level; a change inside gloo that keeps its headers compiling but moves a field torch's
 # inline code reads would not be caught here: runtime/transport_gloo.cpp's tests are what would
 # show it (pprt.GlooTransport, the multi-rank end-to-end tests).
 include(CheckCXXSourceCompiles)
@@ -100,7 +100,8 @@ if(NOT PP_GLOO_HEADERS_COMPILE)
     "against the gloo headers on this machine. PyTorch wheels ship no gloo/ headers; pprun takes "
     "them from Debian's libgloo-dev (apt-get install libgloo-dev; scripts/install-deps.sh does). "
     "If libgloo-dev is installed, this torch expects a newer gloo than those headers: see "
-    "docs/pprun.md, 'LibTorch and Gloo'. The compiler's output is in "
-    "${CMAKE_BINARY_DIR}/CMakeFiles/CMakeConfigureLog.yaml; re-run cmake after fixing "
+    "docs/building.md, 'Gloo'. The compiler's output is in "
+    "${CMAKE_BINARY_DIR}/CMakeFiles/CMakeError.log (CMakeConfigureLog.yaml from CMake 3.26); re-run "
+    "cmake after fixing "
     "(cmake -U PP_GLOO_HEADERS_COMPILE ...).")
 endif()

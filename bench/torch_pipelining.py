@@ -25,8 +25,9 @@ OMP_NUM_THREADS=1), nothing is set here.
 
 Timing (steps 2..N, every rank): the time spent inside the stages' forward_one_chunk,
 backward_one_chunk (B, or I when the backward is split) and backward_weight_one_chunk (W) per
-action, posting (_batch_p2p) and waiting (_wait_batch_p2p) on communication, and the rest of each
-step per action: the runtime's own overhead, measured as pprun measures its own. --metrics FILE
+action, posting (_batch_p2p) and waiting (_wait_batch_p2p) on communication, and the rest of the
+time inside the schedule's step() per action: the runtime's own overhead, measured as pprun
+measures its own (the optimizer step is outside it on both sides). --metrics FILE
 writes one JSON line per step (pprun's fields) and a last line with the timing summary.
 """
 import argparse
@@ -147,14 +148,16 @@ class Timers:
 
         S._batch_p2p, S._wait_batch_p2p = timed_post, timed_wait
 
-    def summary(self, step_seconds):
+    def summary(self, schedule_seconds):
+        """`schedule_seconds`: the time inside the schedule's step() (the optimizer step, which
+        pprun does not count either, is left out)."""
         compute = sum(s for s, _ in self.compute.values())
         actions = sum(n for _, n in self.compute.values())
-        rest = step_seconds - compute - self.post[0] - self.wait
+        rest = schedule_seconds - compute - self.post[0] - self.wait
         return {"compute_s": {k: v[0] for k, v in self.compute.items()},
                 "actions": {k: v[1] for k, v in self.compute.items()},
                 "post_s": self.post[0], "posts": self.post[1], "wait_s": self.wait,
-                "steps_s": step_seconds, "overhead_s": rest, "action_count": actions}
+                "schedule_s": schedule_seconds, "overhead_s": rest, "action_count": actions}
 
 
 def csv_stages(path, rank):
@@ -219,7 +222,7 @@ def pipelined(a):
         return t
 
     metrics = open(a.metrics, "w") if a.metrics and has_last else None
-    times, spent = [], 0.0
+    times, in_schedule = [], 0.0  # step times; time inside schedule.step() over steps 2..N
     if has_last:
         what = a.csv and f"{a.csv} ({a.csv_format})" or a.schedule
         print(f"torch_pipelining: {what} on {world} ranks, layout {a.layout}, {M} microbatches of "
@@ -234,12 +237,13 @@ def pipelined(a):
         losses = []
         args = (tokens,) if has_first else ()
         kwargs = {"target": labels, "losses": losses} if has_last else {}
+        t1 = time.perf_counter()
         schedule.step(*args, **kwargs)
+        if step > 0:
+            in_schedule += time.perf_counter() - t1
         lr, norm = clip_and_step(a, step, params, opt, world_sum)
         dt = time.perf_counter() - t0
         times.append(dt)
-        if step > 0:
-            spent += dt
         if has_last:
             loss = sum(x.item() for x in losses)  # each is CE / M
             tok = a.global_batch * a.seq_len / dt
@@ -250,7 +254,7 @@ def pipelined(a):
                                           "grad_norm": norm, "step_time_s": dt,
                                           "tokens_per_s": tok}) + "\n")
     per_rank = [None] * world
-    dist.all_gather_object(per_rank, timers.summary(spent))
+    dist.all_gather_object(per_rank, timers.summary(in_schedule))
     if has_last and a.steps > 1:
         report(a, times, per_rank, metrics)
     if metrics:
@@ -261,17 +265,19 @@ def pipelined(a):
 
 def report(a, times, per_rank, metrics):
     """The timing summary over steps 2..N: per-action compute times over every rank, posting per
-    operation, and the runtime's overhead per action (step time not spent computing, posting or
-    waiting, summed over the ranks, over their actions)."""
+    operation, and the runtime's overhead per action (time inside the schedule's step() not spent
+    computing, posting or waiting, summed over the ranks, over their actions)."""
     med = statistics.median(times[1:])
     compute, count = {}, {}
     for r in per_rank:
         for k, s in r["compute_s"].items():
             compute[k] = compute.get(k, 0.0) + s
             count[k] = count.get(k, 0) + r["actions"][k]
-    actions = sum(r["action_count"] for r in per_rank)
-    overhead = sum(r["overhead_s"] for r in per_rank) / max(1, actions)
     posts = sum(r["posts"] for r in per_rank)
+    # per action as pprun counts them: its plan's compute and SEND/RECV actions; torch's runtime
+    # posts one batch per SEND/RECV action of its order (the single-stage classes fuse pairs)
+    actions = sum(r["action_count"] for r in per_rank) + posts
+    overhead = sum(r["overhead_s"] for r in per_rank) / max(1, actions)
     post = sum(r["post_s"] for r in per_rank) / max(1, posts)
     wait = [r["wait_s"] / (a.steps - 1) for r in per_rank]
     kinds = [k for k in ("F", "B", "I", "W") if k in compute]

@@ -32,8 +32,9 @@
 # Per run, from each runtime's own report (torch: bench/torch_pipelining.py --metrics, pprun:
 # --metrics and its timing lines): the median step time and tokens/s over steps 2..N, the mean
 # compute time per action (F, B, I, W; pprun also OVERLAP_F_B, which torch runs as F then B),
-# the runtime's overhead per action (step time not spent computing, posting or waiting on
-# communication, per action) and the loss after the last step. Per system: the median over rounds.
+# the runtime's overhead per action (the time of the schedule's run, without the optimizer step,
+# not spent computing, posting or waiting on communication, per action) and the loss after the
+# last step. Per system: the median over rounds.
 # Ratios: pprun tokens/s over torch's, overall and paired by round. Goal: pprun >= 1.3x torch under
 # every schedule, pprun's best >= 1.5x torch's best. `uptime` is recorded before every run; compare
 # only runs taken in alternation on a quiet machine.
@@ -230,8 +231,8 @@ for (p, s, system), rs in runs.items():
     cols = " ".join(f"{med(rs, k):>7}" for k in ("F", "B", "I", "W", "OVERLAP_F_B"))
     print(f"   {p:>5} {s:<30} {system:<6} {rs[0]['threads']:>3} {cols} {med(rs, 'overhead', '{:.1f}'):>18} "
           f"{med(rs, 'post', '{:.0f}'):>10}")
-print("   F&B: pprun's OVERLAP_F_B (torch runs the pair as F then B). overhead: step time not spent in")
-print("   compute, posting or waiting on communication, per action (pprun's definition, both sides).")
+print("   F&B: pprun's OVERLAP_F_B (torch runs the pair as F then B). overhead: the schedule's run (no")
+print("   optimizer step) less compute, posting and waiting, per action (pprun's definition, both sides).")
 
 print(f"== losses after {steps} steps (same model, initialisation and data: they should agree closely)")
 worst_all = 0.0

@@ -53,11 +53,11 @@ TORCH_SCHEDULES = {
 }
 
 
-def microbatch_counts(pp, stages):
-    """The microbatch counts the grids use for `stages` stages on `pp` ranks: every count up to
-    two per stage plus two (where the warm-up and the rounds of the interleaved schedules change),
-    then a few larger multiples of pp and counts that are not multiples."""
-    small = range(1, 2 * stages + 3)
+def microbatch_counts(pp):
+    """The microbatch counts the grids use on `pp` ranks: every count up to 2pp + 2 (fewer than
+    pp, one and two rounds of the interleaved schedules, DualPipeV's 2pp), then larger multiples
+    of pp and counts that are not (up to five rounds)."""
+    small = range(1, 2 * pp + 3)
     large = [3 * pp, 3 * pp + 1, 4 * pp, 4 * pp + 3, 5 * pp + 2]
     return sorted(set(small) | set(large))
 

@@ -32,7 +32,7 @@ def configurations():
     ours, stages_per_rank = P.TORCH_SCHEDULES[CLASS]
     for pp in range(1, 9):
         for v in stages_per_rank:
-            for m in P.microbatch_counts(pp, pp * v):
+            for m in P.microbatch_counts(pp):
                 yield pp, v, m
 
 

@@ -33,7 +33,7 @@ def configurations(schedule):
         if schedule == "DualPipe" and pp % 2:
             continue  # DualPipe needs an even pp
         for v in stages_per_rank:
-            for m in P.microbatch_counts(pp, pp * v):
+            for m in P.microbatch_counts(pp):
                 if schedule == "DualPipe" and m < 2:
                     continue  # one microbatch per model copy at least
                 yield pp, v, m, placement

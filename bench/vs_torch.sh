@@ -37,7 +37,12 @@
 # last step. Per system: the median over rounds.
 # Ratios: pprun tokens/s over torch's, overall and paired by round. Goal: pprun >= 1.3x torch under
 # every schedule, pprun's best >= 1.5x torch's best. `uptime` is recorded before every run; compare
-# only runs taken in alternation on a quiet machine.
+# only runs taken in alternation on a quiet machine. On a loaded machine the comparison is biased
+# towards torch: with Linux's autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled = 1)
+# every session shares the CPU equally, torchrun starts each rank in a session of its own, and
+# pprun's ranks stay in their launcher's session, so under load each torch rank gets the share a
+# whole other session gets and pprun's ranks split one (seen here: pprun's per-action times 2-2.7x
+# torch's with other jobs running, at no higher CPU time per step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -117,6 +122,7 @@ timed() {  # wall, user and sys seconds of the run (needs /usr/bin/time, Debian 
 
 echo "== vs_torch: $(nproc) cores, $(uname -r), torch $("$PY" -c 'import torch; print(torch.__version__)'), logs in $OUT"
 echo "   model: $LAYERS decoder layers, ${MODEL[*]}, $MB microbatches; $STEPS steps per run, medians over steps 2..$STEPS"
+echo "   load now: $(load); autogroup scheduling: $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo '?') (see --help: measure on a quiet machine)"
 [ -n "$THREADS" ] && echo "   --threads $THREADS: both runtimes forced to $THREADS threads per rank (NOT out of the box)"
 
 # Plans and layouts.

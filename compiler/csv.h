@@ -25,8 +25,9 @@ struct CsvImportOptions {
 };
 // Reads PyTorch's CSV (compute-only, or with SEND/RECV). Ranks are rows; the stage -> rank
 // mapping is inferred from where each stage's actions are (it must be loop or V placement); the
-// microbatch count is the largest microbatch + 1. UNSHARD/RESHARD/REDUCE_GRAD (FSDP) cells are
-// skipped. With comms, the plan is lowered (compute = its compute actions); without, compute only.
+// microbatch count is the largest microbatch + 1. torch's UNSHARD/RESHARD (FSDP) and REDUCE_GRAD
+// cells are checked (a stage of the row's rank) and dropped. With comms, the plan is lowered
+// (compute = its compute actions); without, compute only.
 Plan read_csv(std::string_view text, const CsvImportOptions& opts);
 
 }  // namespace ppc

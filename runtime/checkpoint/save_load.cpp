@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <torch/optim/adamw.h>
 
@@ -22,8 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string state_key(const at::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
+// AdamW's state key for a parameter: its TensorImpl (LibTorch keys the state by pointer since 2.2).
+void* state_key(const at::Tensor& param) {
+  return param.unsafeGetTensorImpl();
 }
 
 torch::optim::AdamWParamState* adam_state(torch::optim::AdamW& opt, const at::Tensor& param) {

@@ -98,8 +98,7 @@ class JsonReader {
       fail(stages ? "stages" : "boundaries",
            "per-stage costs need the layout they were measured on: add \"layout\": \"...\"");
     const json& l = j["layout"];
-    if (!l.is_string())
-      fail("layout", fmt::format("expected a layout string, got {}", l.dump()));
+    if (!l.is_string()) fail("layout", fmt::format("expected a layout string, got {}", l.dump()));
     auto mc = std::make_shared<MeasuredCosts>();
     mc->input = name;
     mc->layout = parse_layout(l.get<std::string>(), name + ": layout");
@@ -109,10 +108,11 @@ class JsonReader {
     if (stages) {
       const json& a = j["stages"];
       if (!a.is_array() || a.size() != S)
-        fail("stages", fmt::format("expected an array of {} entries (one per stage of the layout, "
-                                   "null for one not measured), got {}",
-                                   S, a.is_array() ? fmt::format("{} entries", a.size())
-                                                   : a.dump().substr(0, 40)));
+        fail("stages",
+             fmt::format(
+                 "expected an array of {} entries (one per stage of the layout, "
+                 "null for one not measured), got {}",
+                 S, a.is_array() ? fmt::format("{} entries", a.size()) : a.dump().substr(0, 40)));
       for (size_t k = 0; k < S; ++k) {
         if (a[k].is_null()) continue;
         const LayerCost c = layer(a[k], fmt::format("stages[{}]", k));
@@ -123,11 +123,11 @@ class JsonReader {
       const json& a = j["boundaries"];
       if (!a.is_array() || a.size() != mc->boundaries.size())
         fail("boundaries",
-             fmt::format("expected an array of {} entries (one per boundary between stages k and "
-                         "k+1, null for one not measured), got {}",
-                         mc->boundaries.size(),
-                         a.is_array() ? fmt::format("{} entries", a.size())
-                                      : a.dump().substr(0, 40)));
+             fmt::format(
+                 "expected an array of {} entries (one per boundary between stages k and "
+                 "k+1, null for one not measured), got {}",
+                 mc->boundaries.size(),
+                 a.is_array() ? fmt::format("{} entries", a.size()) : a.dump().substr(0, 40)));
       for (size_t k = 0; k < mc->boundaries.size(); ++k) {
         if (a[k].is_null()) continue;
         const std::string path = fmt::format("boundaries[{}]", k);

@@ -26,6 +26,7 @@
 #include "compiler/prepare.h"
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
+#include "compiler/synthesize.h"
 #include "compiler/verify.h"
 #include "tools/ppcompile/output.h"
 #include "tools/ppcompile/progress.h"
@@ -64,17 +65,21 @@ struct Options {
 
 void list_schedules(std::ostream& os) {
   size_t width = 17;
-  for (const auto& s : ppc::all_schedules()) width = std::max(width, s.name.size());
+  std::vector<const ppc::ScheduleInfo*> listed;  // the named schedules, then Auto
+  for (const auto& s : ppc::all_schedules()) listed.push_back(&s);
+  listed.push_back(&ppc::auto_schedule());
+  for (const auto* s : listed) width = std::max(width, s->name.size());
   os << fmt::format("{:<{}} {:<9} {:<10} {}\n", "schedule", width, "vpp", "placement",
                     "description");
-  for (const auto& s : ppc::all_schedules()) {
+  for (const auto* sp : listed) {
+    const ppc::ScheduleInfo& s = *sp;
     const char* vpp = s.vpp_rule == ppc::VppRule::One   ? "1"
                       : s.vpp_rule == ppc::VppRule::Two ? "2"
                                                         : "any";
     std::string aliases;
     for (const auto& a : s.aliases) aliases += (aliases.empty() ? "" : ", ") + a;
     os << fmt::format("{:<{}} {:<9} {:<10} {}{}\n", s.name, width, vpp,
-                      ppc::placement_name(s.placement), s.summary,
+                      ppc::is_auto(s) ? "loop, v" : ppc::placement_name(s.placement), s.summary,
                       aliases.empty() ? "" : " (also: " + aliases + ")");
   }
 }
@@ -108,7 +113,8 @@ std::pair<ppc::Layout, bool> load_model(const Options& o, const char* also) {
       fmt::format("give the model as --layout STR, --layout-file FILE or --stages N{}", also));
 }
 
-ppc::Plan build_plan(const Options& o) {
+// `cost` and `limit`: what --schedule Auto synthesizes its order for.
+ppc::Plan build_plan(const Options& o, const ppc::CostModel& cost, std::optional<double> limit) {
   if (!o.from_csv.empty()) {
     ppc::CsvImportOptions io;
     io.input_name = o.from_csv;
@@ -141,6 +147,8 @@ ppc::Plan build_plan(const Options& o) {
   co.schedule = o.schedule;
   co.microbatches = o.microbatches;
   co.lower = false;
+  co.cost = &cost;
+  co.memory_limit = limit;
   return ppc::compile(co);
 }
 
@@ -374,7 +382,7 @@ int run(const Options& o_given) {
     alongside.whole_plan = into_early(
         [&](const ppc::Plan& p, std::ostream& os) { ppc::emit_json_plan(p, os, &json_compute); });
   }
-  ppc::CheckedPlan checked = ppc::prepare_plan(build_plan(o), cost, imported_from,
+  ppc::CheckedPlan checked = ppc::prepare_plan(build_plan(o, cost, limit), cost, imported_from,
                                                o.emit == "stats" ? ppc::SimulationNeed::Summary
                                                : timeline        ? ppc::SimulationNeed::Timeline
                                                                  : ppc::SimulationNeed::None,
@@ -393,6 +401,8 @@ int run(const Options& o_given) {
     ppc::emit_stats(plan, report, *checked.sim, out);
     if (limit) out << ppc::memory_check(*checked.sim, *limit, cost.memory_in_bytes) << "\n";
     if (balanced) out << ppc::describe_balance(*balanced);
+    if (plan.schedule == ppc::auto_schedule().name)
+      out << ppc::describe_bound(plan, cost, checked.sim->makespan) << "\n";
   } else if (o.emit == "layout") {
     ppc::emit_layout(plan, out);
   } else if (o.emit == "layout-string") {
@@ -444,7 +454,8 @@ int main(int argc, char** argv) {
   app.add_option("--pp", o.pp, "Pipeline size (ranks)");
   app.add_option("--vpp", o.vpp, "Stages per rank (inferred from the layout; must agree if given)");
   app.add_option("--schedule", o.schedule,
-                 "Schedule name, case-insensitive (see --list-schedules)");
+                 "Schedule name, case-insensitive (see --list-schedules); Auto synthesizes one "
+                 "from the costs and --memory-limit");
   app.add_option("--microbatches", o.microbatches_text,
                  "Microbatches per step (--autotune: also a list 8,16,32 or a range 8-64)");
   app.add_option("--num-layers", o.num_layers,

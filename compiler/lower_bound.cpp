@@ -101,6 +101,24 @@ LowerBound makespan_lower_bound(const Plan& plan, const CostModel& model) {
     rb.unhidden = std::clamp(rb.first_backward - rb.start, 0.0, sum_f);
     rb.bound = rb.first_backward + rb.work - rb.unhidden -
                ov * std::min(matching, std::max(0.0, capped - rho * rb.unhidden));
+    // The drain: every forward part runs in an action of its own, at least F long, so the last
+    // forward of stage s starts no earlier than the rank's first start plus all its forward work
+    // less F (or, counting stage s alone, than s's first start plus m - 1 F), and that
+    // microbatch's backward at s then starts at least bstart - fstart after its forward did.
+    double drain = 0, last_forward = std::numeric_limits<double>::infinity();
+    for (int s : stages) {
+      const double m = microbatches_of(s);
+      if (m <= 0) continue;
+      const StageCost& k = sc(s);
+      // From a forward's start to the end of its microbatch's backward here: a B, or an I and
+      // then its W.
+      const double round_trip = bstart[static_cast<size_t>(s)] - fstart[static_cast<size_t>(s)] +
+                                std::min(k.b, k.i + k.w);
+      drain = std::max(drain, fstart[static_cast<size_t>(s)] + (m - 1) * k.f + round_trip);
+      last_forward = std::min(last_forward, round_trip - k.f);
+    }
+    rb.drain = std::max(drain, rb.start + sum_f + last_forward);
+    rb.bound = std::max(rb.bound, rb.drain);
     if (rb.bound > lb.value) {
       lb.value = rb.bound;
       lb.rank = r;

@@ -19,6 +19,12 @@
 // backward) / F over r's stages (1 when every forward is at most the largest backward). The
 // bound of the configuration is the largest over ranks. Without overlap (overlap 0) it is
 // h + P: the busiest rank's work after its unavoidable start.
+//
+// The drain: the last forward a rank runs cannot end before h plus all its forward work (each
+// forward part runs in an action of its own, at least F long), nor the last forward of a stage s
+// before s's earliest forward start plus m F; that microbatch's backward at s then waits for its
+// round trip (the forwards after s, the backwards back down to s, the messages) and takes min(B,
+// I + W) (a B, or an I and later its W). The rank's bound is the larger of the two.
 #pragma once
 
 #include <vector>
@@ -34,7 +40,8 @@ struct RankBound {
   double work = 0;            // P: work without overlaps
   double max_saving = 0;      // overlap * M: what overlaps could save with every forward paired
   double unhidden = 0;        // u: forward work before R that no overlap hides
-  double bound = 0;           // the rank's bound
+  double drain = 0;           // the drain bound (below)
+  double bound = 0;           // the rank's bound: the larger of the two
 };
 
 struct LowerBound {

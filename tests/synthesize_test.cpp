@@ -241,6 +241,9 @@ TEST(LowerBound, AHandWorkedCase) {
   EXPECT_DOUBLE_EQ(lb.ranks[1].work, 9);
   EXPECT_DOUBLE_EQ(lb.value, 10);
   EXPECT_DOUBLE_EQ(simulate(lower_send_recv(plan), CostModel{}).makespan, 10);
+  // Rank 0's drain: its last forward starts at 2 at the earliest, the round trip to its backward
+  // takes 2 (F and I of stage 1), then B (or I and W) 2: 6.
+  EXPECT_DOUBLE_EQ(lb.ranks[0].drain, 6);
   // With overlap 1 (OVERLAP_F_B(F, X) takes max(F, X)): per pair, min(F, X) = 1 is saved. Rank
   // 0: its first backward at R = 2 (rank 1's I may start with its own F at 1), work 9, three
   // forwards to pair (M = 3), but the forward work before R (u = 2) cannot be: 2 + 9 - 2 - (3 -

@@ -7,10 +7,10 @@
 //    SEND/RECV a rendezvous between two ranks that are between computes, then the message's
 //    time) and, whenever a rank is free, picks what to run from what is ready: an
 //    OVERLAP_F_B of a forward and a backward where overlapping saves time, a backward (I, or B),
-//    a forward, or a held-back W, by the policy's priorities. A microbatch enters the pipeline
-//    only once every rank has room for all its activations under the memory limit (and the
-//    policy's cap on microbatches in flight), so the order never exceeds the limit and never
-//    waits for memory that cannot come.
+//    a forward, or a held-back W, by the policy's priorities. A forward runs only if the memory
+//    it takes leaves every microbatch in the pipeline able to finish within the limit (the
+//    banker's algorithm), so the order never exceeds the limit and never waits for memory that
+//    cannot come.
 //  - synthesize (compiler/synthesize.cpp), the search: list_schedule under a set of policies on
 //    each placement that fits (loop, and V with two stages per rank), every order lowered and
 //    simulated exactly as ppcompile does; the named one-copy schedules that run the same
@@ -57,9 +57,6 @@ struct ListPolicy {
   double partner_wait = 0;
   // Most microbatches in the pipeline at once (entered, last backward not done); 0 = no cap.
   int max_in_flight = 0;
-  // Hold a SEND back to the sender's next boundary while its receiver computes (lowering's
-  // defer_sends); false: post it and wait for the receiver.
-  bool defer_sends = false;
   std::string describe() const;
 };
 

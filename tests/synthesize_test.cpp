@@ -231,6 +231,39 @@ TEST(LowerBound, NoPlanSimulatesBelowIt) {
   EXPECT_GT(checked, 3000);
 }
 
+// list_schedule's own run times its order exactly as lowering's "post at once" placement and the
+// simulator do, when no rank waits for a partner (docs/schedules.md says so).
+TEST(Synthesize, TheListSchedulersRunIsTheSimulatorsTiming) {
+  int checked = 0;
+  for (const CostCase& cc : cost_cases())
+    for (const Config& c : configs()) {
+      if (c.m < 3) continue;
+      CompileOptions co;
+      co.layout = c.layout;
+      co.has_model = c.has_model;
+      co.pp = c.pp;
+      co.microbatches = c.m;
+      const Plan base = plan_skeleton(co, auto_schedule());
+      for (int bits = 0; bits < 8; ++bits) {
+        ListPolicy p;
+        p.split_backward = bits & 1;
+        p.backward_deepest_first = bits & 2;
+        p.max_in_flight = bits & 4 ? c.pp : 0;
+        ListScheduleInput in;
+        in.skeleton = &base;
+        in.cost = &cc.cost;
+        const ListSchedule ls = list_schedule(in, p);
+        Plan plan = base;
+        plan.compute = ls.orders;
+        const Plan lowered = lower_send_recv(plan, lowering_costs(plan, cc.cost));
+        EXPECT_NEAR(simulate(lowered, cc.cost).makespan, ls.makespan, 1e-9 * ls.makespan)
+            << cc.name << ": " << c.what << ": " << p.describe();
+        ++checked;
+      }
+    }
+  EXPECT_GT(checked, 800);
+}
+
 // Hand-worked: two ranks, one stage each, unit costs (F = I = W = 1, B = 2), m = 3. Rank 1's
 // first forward can start at 1 (h), its work is 3 x 3 = 9: the bound is 10, and ZB-H1 reaches it.
 TEST(LowerBound, AHandWorkedCase) {

@@ -3,14 +3,18 @@
 // Every rank runs in simulated time under the cost model. A SEND/RECV is a rendezvous as lowering
 // places it (lower_send_recv.h): when a compute ends, each output another rank needs is sent
 // right away if that rank is between computes; otherwise the sender waits for the receiver's
-// boundary, or, with defer_sends, keeps computing and sends at its own next boundary. The
-// message's time then passes for both. Whenever a rank is free it picks, from what is ready:
+// boundary. The message's time then passes for both. (So this run times the order exactly as
+// lowering's "post at once" placement does, unless the policy makes ranks wait for partners;
+// ppcompile lowers it both ways and keeps the better.)
+// Whenever a rank is free it picks, from what is ready:
 //   1. an OVERLAP_F_B of a ready forward and a ready backward, the pair that saves the most time
 //      (overlap * min(F, X)), when the cost model overlaps;
 //   2. a backward (I, or B without splitting): the deepest stage or the oldest microbatch first;
 //   3. a forward of a microbatch already in the pipeline: the deepest stage or the oldest first;
 //   4. a W or the forward that lets a new microbatch in, in the policy's order;
 //   5. a W.
+// Ranks that are not the busiest (by the lower bound) may run a W before a lone backward or
+// forward once they hold many, and may wait a while for a partner to pair a lone one with.
 // A forward runs only if the memory it takes keeps the pipeline safe in the banker's sense (every
 // microbatch in the pipeline can still finish, oldest first, within each rank's budget: the
 // memory limit less its parameters), and a new microbatch enters only while fewer than
@@ -48,10 +52,9 @@ struct Transfer {
 
 struct RankState {
   bool computing = false;
-  double end = 0;              // of the running compute
-  double batch_done = 0;       // when the transfers of the open batch are done
-  int unmatched = 0;           // SENDs waiting for their receiver's boundary
-  std::vector<Transfer> held;  // SENDs of this rank held back to its next boundary
+  double end = 0;         // of the running compute
+  double batch_done = 0;  // when the transfers of the open batch are done
+  int unmatched = 0;      // SENDs waiting for their receiver's boundary
   std::vector<Candidate> fwd, bwd;
   std::vector<Candidate> w;  // W ready to run (their I ran here), oldest first
   size_t w_head = 0;
@@ -230,16 +233,6 @@ class ListScheduler {
     if (pol_.pair_full_backward && std::min(f, c(s).b) > std::min(f, c(s).i) + 1e-12)
       return ActionKind::B;
     return ActionKind::I;
-  }
-
-  bool has_ready(int r, double t) {
-    RankState& s = st(r);
-    if (s.w_head < s.w.size()) return true;
-    for (const Candidate& k : s.fwd)
-      if (k.ready <= t && can_forward(r, k)) return true;
-    for (const Candidate& k : s.bwd)
-      if (k.ready <= t) return true;
-    return r == rank(0) && can_admit();
   }
 
   // Picks and starts rank r's next compute at t; false if nothing is ready.
@@ -485,48 +478,17 @@ class ListScheduler {
       match(from, x, t);
       if (--st(from).unmatched == 0) wake(from, std::max(t, st(from).batch_done));
     }
-    std::vector<Transfer> held;
-    held.swap(s.held);
     const std::vector<Transfer> out = outgoing_;
-    for (const Transfer& x : held) post(r, x, t, true);
-    for (const Transfer& x : out) post(r, x, t, pol_.defer_sends);
+    for (const Transfer& x : out) post(r, x, t);
     if (s.unmatched == 0) wake(r, std::max(t, s.batch_done));
     if (freed_ && rank(0) != r) wake(rank(0), t);
   }
 
-  // The shortest compute rank r could start at t, or -1 if none is ready.
-  double shortest_ready(int r, double t) {
-    RankState& s = st(r);
-    double d = kInf;
-    if (s.w_head < s.w.size()) d = std::min(d, c(s.w[s.w_head].stage).w);
-    for (const Candidate& k : s.fwd)
-      if (k.ready <= t && can_forward(r, k)) d = std::min(d, c(k.stage).f);
-    for (const Candidate& k : s.bwd)
-      if (k.ready <= t) d = std::min(d, pol_.split_backward ? c(k.stage).i : c(k.stage).b);
-    if (r == rank(0) && can_admit()) d = std::min(d, c(0).f);
-    return std::isfinite(d) ? d : -1;
-  }
-
-  // Lowering's rule for a SEND whose receiver computes (lower_send_recv.cpp, should_defer): hold
-  // it back if the receiver will have other work at its boundary (it does not need this next);
-  // otherwise only if the receiver would wait less for this rank's next boundary than this rank
-  // would wait for the receiver's.
-  bool should_defer(int r, const Transfer& x, double t) {
-    const RankState& q = st(x.to);
-    if (shortest_ready(x.to, q.end) >= 0) return true;
-    const double d = shortest_ready(r, t);
-    if (d < 0) return false;
-    return (t + d) - q.end < q.end - t;
-  }
-
-  void post(int r, const Transfer& x, double t, bool may_defer) {
-    RankState& q = st(x.to);
-    if (!q.computing) {
+  // Posts a SEND at rank r's boundary t: matched at once if the receiver is between computes,
+  // else r waits for the receiver's boundary (lowering's placement: lower_send_recv.h).
+  void post(int r, const Transfer& x, double t) {
+    if (!st(x.to).computing) {
       match(r, x, t);
-      return;
-    }
-    if (may_defer && should_defer(r, x, t)) {
-      st(r).held.push_back(x);
       return;
     }
     waiting_[static_cast<size_t>(x.to)].emplace_back(x, r);
@@ -540,14 +502,7 @@ class ListScheduler {
       wake(r, s.batch_done);
       return;
     }
-    if (start_next(r, t)) return;
-    // Nothing to run: held SENDs cannot wait any longer.
-    if (!s.held.empty()) {
-      std::vector<Transfer> held;
-      held.swap(s.held);
-      for (const Transfer& x : held) post(r, x, t, false);
-      if (s.unmatched == 0 && s.batch_done > t) wake(r, s.batch_done);
-    }
+    start_next(r, t);  // or nothing is ready: an arrival or a freed microbatch wakes it
   }
 
   const Plan& plan_;
@@ -591,7 +546,6 @@ std::string ListPolicy::describe() const {
   if (max_held_w > 0) s += fmt::format(", at most {} Ws held back", max_held_w);
   if (partner_wait > 0) s += fmt::format(", waits {:g}x for a partner", partner_wait);
   if (max_in_flight > 0) s += fmt::format(", at most {} in flight", max_in_flight);
-  if (defer_sends) s += ", sends held back";
   return s;
 }
 

@@ -21,7 +21,9 @@
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
+#include "compiler/measured_costs.h"
 #include "compiler/schedule.h"
+#include "compiler/synthesize.h"
 
 namespace ppc {
 
@@ -105,8 +107,10 @@ Autotune autotune(const AutotuneOptions& opts) {
                       input_location("--schedule"));
     schedules.push_back(info);
   }
-  if (schedules.empty())
+  if (schedules.empty()) {
     for (const ScheduleInfo& info : all_schedules()) schedules.push_back(&info);
+    schedules.push_back(&auto_schedule());  // synthesized (synthesize.h)
+  }
   auto searched = [&](const std::string& name) {
     return std::any_of(schedules.begin(), schedules.end(),
                        [&](const ScheduleInfo* s) { return s->name == name; });
@@ -167,6 +171,40 @@ Autotune autotune(const AutotuneOptions& opts) {
       return fmt::format("--compare's configurations{}", at_m);
     }
     const Config& c = *t.config;
+    if (is_auto(*c.info)) {
+      // Its order depends on the split, so --balance's search does not apply: synthesized once,
+      // on the bottleneck-optimal split of the layers into pp x vpp stages.
+      try {
+        const std::vector<LayerKind> layers = model_layers(opts.layout);
+        std::vector<double> weights;
+        for (const StageCost& l : model_layer_costs(cost, layers))
+          weights.push_back(l.f + std::min(l.b, l.i + l.w));
+        const LayerCost& e = cost.empty_stage;
+        const BottleneckSplit split =
+            min_bottleneck_split(weights, opts.pp * c.vpp, e.f + std::min(e.backward(), e.i + e.w));
+        CompileOptions cc;
+        cc.layout = split_layers(layers, split.cuts);
+        cc.layout.source = layout_string(cc.layout);
+        cc.layout.input = "balanced layout";
+        cc.has_model = true;
+        cc.pp = opts.pp;
+        cc.vpp = c.vpp;
+        cc.schedule = c.info->name;
+        cc.microbatches = t.m;
+        cc.lower = false;
+        cc.cost = &cost;
+        cc.memory_limit = opts.memory_limit;
+        AutotuneRow r;
+        r.row = measure_plan(compile(cc), cost, opts.memory_limit);
+        r.microbatches = t.m;
+        r.balanced = true;
+        r.layout = cc.layout.source;
+        out.rows.push_back(std::move(r));
+      } catch (const UserError& e) {
+        out.skipped.push_back({fmt::format("{} vpp {}", c.info->name, c.vpp), e.message() + at_m});
+      }
+      return fmt::format("{} vpp {}{}", c.info->name, c.vpp, at_m);
+    }
     try {
       BalanceOptions bo;
       bo.layout = opts.layout;

@@ -20,6 +20,7 @@
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/synthesize.h"
 #include "compiler/verify_and_lower.h"
 
 namespace ppc {
@@ -176,7 +177,11 @@ Comparison compare_schedules(const CompareOptions& opts) {
   const CostModel base = opts.cost.unit ? unit_layer_costs() : opts.cost;
 
   Comparison cmp;
-  for (const ScheduleInfo& info : all_schedules()) {
+  std::vector<const ScheduleInfo*> schedules;  // the named ones, then Auto (synthesize.h)
+  for (const ScheduleInfo& info : all_schedules()) schedules.push_back(&info);
+  schedules.push_back(&auto_schedule());
+  for (const ScheduleInfo* schedule : schedules) {
+    const ScheduleInfo& info = *schedule;
     std::string why;
     auto config = configure(info, opts, base, &why);
     if (!config) {
@@ -190,6 +195,8 @@ Comparison compare_schedules(const CompareOptions& opts) {
     co.schedule = info.name;
     co.microbatches = opts.microbatches;
     co.lower = false;
+    co.cost = &config->cost;  // Auto synthesizes for these
+    co.memory_limit = opts.memory_limit;
     Plan plan;
     try {
       plan = compile(co);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,15 @@ struct LayerCost {
   double backward() const { return b ? *b : i + w; }
 };
 
+struct MeasuredCosts;  // measured_costs.h
+
+// Per plan stage s: time[2s] and bytes[2s] of SEND_F(s) (to the next stage), time[2s + 1] and
+// bytes[2s + 1] of SEND_B(s) (to the previous one). See message_costs() in measured_costs.h.
+struct MessageCosts {
+  std::vector<double> time, bytes;
+  bool uniform = true;  // every entry the same
+};
+
 struct CostModel {
   // Unit costs: every stage, whatever its layers, costs F=1, B=2, I=W=1 and keeps 1 unit of
   // activation per in-flight microbatch; no communication cost. Otherwise costs come from layers.
@@ -40,6 +50,9 @@ struct CostModel {
   // Activation and parameter memory are in bytes (a cost file or flag gave them); otherwise they
   // count units (one per layer or stage and microbatch). Only changes how memory is printed.
   bool memory_in_bytes = false;
+  // Per-stage and per-boundary entries of a cost file (measured_costs.h), which override the
+  // per-layer costs and the message costs where they apply; null when the file has none.
+  std::shared_ptr<const MeasuredCosts> measured;
 };
 
 // "97.9 GiB" when in bytes, else the plain number ("31").
@@ -112,6 +125,7 @@ class SimulationRun {
   ExecCosts exec_;
   Simulation sim_;
   std::vector<double> mem_;  // per rank: activation memory now
+  MessageCosts messages_;    // per-boundary message costs (measured costs only)
 };
 
 }  // namespace ppc

@@ -32,6 +32,7 @@
 #include "compiler/read_file.h"
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
+#include "compiler/synthesize.h"
 #include "compiler/verify_and_lower.h"
 #include "compiler/visualization.h"
 #include "tools/ppcompile/output.h"
@@ -70,17 +71,21 @@ struct Options {
 
 void list_schedules(std::ostream& os) {
   size_t width = 17;
-  for (const auto& s : ppc::all_schedules()) width = std::max(width, s.name.size());
+  std::vector<const ppc::ScheduleInfo*> listed;  // the named schedules, then Auto
+  for (const auto& s : ppc::all_schedules()) listed.push_back(&s);
+  listed.push_back(&ppc::auto_schedule());
+  for (const auto* s : listed) width = std::max(width, s->name.size());
   os << fmt::format("{:<{}} {:<9} {:<10} {}\n", "schedule", width, "vpp", "placement",
                     "description");
-  for (const auto& s : ppc::all_schedules()) {
+  for (const auto* sp : listed) {
+    const ppc::ScheduleInfo& s = *sp;
     const char* vpp = s.vpp_rule == ppc::VppRule::One   ? "1"
                       : s.vpp_rule == ppc::VppRule::Two ? "2"
                                                         : "any";
     std::string aliases;
     for (const auto& a : s.aliases) aliases += (aliases.empty() ? "" : ", ") + a;
     os << fmt::format("{:<{}} {:<9} {:<10} {}{}\n", s.name, width, vpp,
-                      ppc::placement_name(s.placement), s.summary,
+                      ppc::is_auto(s) ? "loop, v" : ppc::placement_name(s.placement), s.summary,
                       aliases.empty() ? "" : " (also: " + aliases + ")");
   }
 }
@@ -139,9 +144,11 @@ ppc::Layout model_to_split(const Options& o) {
   return layout;
 }
 
-// The compute order of `model` under --schedule (verify_and_lower lowers it).
+// The compute order of `model` under --schedule (verify_and_lower lowers it). `cost` and `limit`:
+// what --schedule Auto synthesizes its order for.
 ppc::Plan compile_model(const Options& o, std::pair<ppc::Layout, bool> model,
-                        std::optional<int> vpp) {
+                        std::optional<int> vpp, const ppc::CostModel& cost,
+                        std::optional<double> limit) {
   ppc::CompileOptions co;
   std::tie(co.layout, co.has_model) = std::move(model);
   require_sizes(o, true);
@@ -151,11 +158,13 @@ ppc::Plan compile_model(const Options& o, std::pair<ppc::Layout, bool> model,
   co.schedule = o.schedule;
   co.microbatches = o.microbatches;
   co.lower = false;
+  co.cost = &cost;
+  co.memory_limit = limit;
   return ppc::compile(co);
 }
 
-// The plan of --from-csv or --from-json, or the model compiled.
-ppc::Plan build_plan(const Options& o) {
+// The plan of --from-csv or --from-json, or the model compiled (for `cost` and `limit`: Auto).
+ppc::Plan build_plan(const Options& o, const ppc::CostModel& cost, std::optional<double> limit) {
   if (!o.from_csv.empty()) {
     ppc::CsvImportOptions io;
     io.input_name = o.from_csv;
@@ -177,7 +186,7 @@ ppc::Plan build_plan(const Options& o) {
   }
   if (!o.from_json.empty()) return ppc::read_plan_json(ppc::read_file(o.from_json), o.from_json);
   return compile_model(o, load_model(o, " (or --from-csv FILE)"),
-                       o.vpp != -1 ? std::optional<int>(o.vpp) : std::nullopt);
+                       o.vpp != -1 ? std::optional<int>(o.vpp) : std::nullopt, cost, limit);
 }
 
 ppc::TimelineOptions timeline_options(const Options& o, const ppc::CostModel& cost) {
@@ -277,6 +286,8 @@ const Emitter kEmitters[] = {
        ppc::emit_stats(v.plan, v.report, *v.sim, os);
        if (e.limit) os << ppc::memory_check(*v.sim, *e.limit, e.cost.memory_in_bytes) << "\n";
        if (e.balanced) os << ppc::describe_balance(*e.balanced);
+       if (v.plan.schedule == ppc::auto_schedule().name)
+         os << ppc::describe_bound(v.plan, e.cost, v.sim->makespan) << "\n";
      }},
     {"layout", SimulationNeed::None, nullptr, of_plan<ppc::emit_layout>},
     {"layout-string", SimulationNeed::None, nullptr, of_plan<ppc::emit_layout_string>},
@@ -453,9 +464,9 @@ int run(Options o) {
   if (o.balance) {
     balanced = run_balance(o, cost, e.limit);
     e.balanced = &*balanced;
-    plan = compile_model(o, {balanced->layout, true}, balanced->vpp);
+    plan = compile_model(o, {balanced->layout, true}, balanced->vpp, cost, e.limit);
   } else {
-    plan = build_plan(o);
+    plan = build_plan(o, cost, e.limit);
   }
   const std::string imported_from = !o.from_csv.empty() ? o.from_csv : o.from_json;
   // Verify the compute order (lowering assumes a well-formed one), lower, verify the lowered plan
@@ -492,7 +503,8 @@ int main(int argc, char** argv) {
   app.add_option("--pp", o.pp, "Pipeline size (ranks)");
   app.add_option("--vpp", o.vpp, "Stages per rank (inferred from the layout; must agree if given)");
   app.add_option("--schedule", o.schedule,
-                 "Schedule name, case-insensitive (see --list-schedules)");
+                 "Schedule name, case-insensitive (see --list-schedules); Auto synthesizes one "
+                 "from the costs and --memory-limit");
   app.add_option("--microbatches", o.microbatches_text,
                  "Microbatches per step (--autotune: also a list 8,16,32 or a range 8-64)");
   app.add_option("--num-layers", o.num_layers,

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
 #include "compiler/measured_costs.h"
+#include "compiler/read_file.h"
 
 namespace ppc {
 

@@ -1,4 +1,6 @@
 // PyTorch's CSV schedule format: one row per rank, one action per cell.
+#include "compiler/csv.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include "compiler/block_writer.h"
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
 
 namespace ppc {
 

@@ -60,23 +60,44 @@ bool wait_for_listener(const std::string& host, int port, std::chrono::milliseco
 
 struct NoAnswer {};  // connect_client: the server took the connection but did not answer
 
-// Why a store could not listen on `port` (all interfaces, as TCPStore's server binds), or "" if it
-// can. LibTorch 2.x's own error for a taken port is a libuv dump ("code: -98, name: EADDRINUSE,
-// ..."); this says it the way the system does, before the server tries.
-std::string cannot_listen(int port) {
+// How long a store that took a connection has to answer. LibTorch 2.x names every socket it
+// connects or accepts by reverse DNS (getnameinfo, in c10d's SocketImpl), so a resolver that drops
+// a query (glibc: 5 s, tried twice) can hold a rank's connect for 10 s. Past this, the port is
+// taken to be held by something that is not a store.
+constexpr std::chrono::milliseconds kStoreAnswerLimit{15000};
+
+// The store server's listening socket: IPv4, all interfaces, as an fd for TCPStore to adopt. c10d
+// would listen dual-stack, and then every rank's connection arrives as ::ffff:a.b.c.d, an address
+// /etc/hosts never names, so the server's one event loop asks DNS about each before answering
+// anyone: with a resolver that drops queries the whole rendezvous stalls for seconds, under load
+// past the timeout. IPv4 peers resolve from /etc/hosts at once when local. Returns the fd, or -1
+// and why (as the system says it: a taken port is `Address already in use`, not 2.x's libuv dump).
+int listen_ipv4(int port, std::string& why) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return "";
+  if (fd < 0) {
+    why = std::strerror(errno);
+    return -1;
+  }
   const int on = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  std::string why;
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(fd, SOMAXCONN) != 0) {
     why = std::strerror(errno);
-  ::close(fd);
-  return why;
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int bound_port(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return ntohs(addr.sin_port);
 }
 
 // A TCPStore client. LibTorch 2.x's constructor connects (retrying until the timeout), then pings
@@ -110,15 +131,22 @@ class TcpStore final : public Store {
     opts.isServer = o.is_server;
     opts.waitWorkers = false;
     opts.timeout = o.timeout;
-    const auto answer_within = std::min(o.timeout, std::chrono::milliseconds(5000));
+    const auto answer_within = std::min(o.timeout, kStoreAnswerLimit);
     if (!o.is_server && !wait_for_listener(o.host, o.port, o.timeout))
       throw TransportError(fmt::format(
           "cannot connect to the rendezvous store at {}:{}: nothing accepts connections there "
           "after {:g} s (is the store's host, rank 0 or the launcher, running?)",
           o.host, o.port, o.timeout.count() / 1000.0));
-    if (const std::string why = o.is_server && o.port ? cannot_listen(o.port) : ""; !why.empty())
-      throw TransportError(
-          fmt::format("cannot start the rendezvous store at {}:{}: {}", o.host, o.port, why));
+    // An IPv6 store host keeps c10d's own (dual-stack) listening socket.
+    if (o.is_server && o.host.find(':') == std::string::npos) {
+      std::string why;
+      const int fd = listen_ipv4(o.port, why);
+      if (fd < 0)
+        throw TransportError(
+            fmt::format("cannot start the rendezvous store at {}:{}: {}", o.host, o.port, why));
+      opts.masterListenFd = fd;
+      opts.port = static_cast<std::uint16_t>(bound_port(fd));
+    }
     try {
       store_ = o.is_server ? c10::make_intrusive<c10d::TCPStore>(o.host, opts)
                            : connect_client(o.host, opts, answer_within);
@@ -178,7 +206,7 @@ class TcpStore final : public Store {
   // program (the store's host could not bind it) must not hang every rank until the timeout.
   // A store answers a wait for a key just set at once.
   void probe(const StoreOptions& o) {
-    const auto wait = std::min(o.timeout, std::chrono::milliseconds(5000));
+    const auto wait = std::min(o.timeout, kStoreAnswerLimit);
     const std::string key = fmt::format("{}probe/{}", prefix_, ::getpid());
     try {
       store_->set(key, bytes("1"));

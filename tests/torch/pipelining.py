@@ -12,6 +12,7 @@ Environment: PPCOMPILE (the ppcompile binary; ctest sets it).
 import contextlib
 import csv
 import io
+import json
 import os
 import subprocess
 
@@ -38,6 +39,7 @@ PPCOMPILE_SCHEDULES = {
     "ZBVZeroBubble": ([2], "v"),
     "DualPipeV": ([2], "v"),
     "DualPipe": ([1], "v"),  # two model copies on V placement (docs/schedules.md)
+    "Auto": ([1, 2], None),  # synthesized: the plan says which placement it chose (plan_placement)
 }
 
 # Every schedule class torch 2.13 has, with ppcompile's name for the same schedule and the stages
@@ -69,6 +71,12 @@ def run_ppcompile(*args):
         raise AssertionError(f"ppcompile {' '.join(map(str, args))} exited {p.returncode}: "
                              f"{p.stderr.strip()}")
     return p.stdout
+
+
+def plan_placement(pp, stages, m, schedule="Auto"):
+    """The placement ("loop" or "v") of ppcompile's plan for the configuration, from its JSON."""
+    return json.loads(run_ppcompile("--stages", stages, "--pp", pp, "--schedule", schedule,
+                                    "--microbatches", m, "--emit", "json"))["placement"]
 
 
 def csv_rows(text):

@@ -36,7 +36,7 @@ def configurations(schedule):
             for m in P.microbatch_counts(pp):
                 if schedule == "DualPipe" and m < 2:
                     continue  # one microbatch per model copy at least
-                yield pp, v, m, placement
+                yield pp, v, m, placement or P.plan_placement(pp, pp * v, m, schedule)
 
 
 class OursIntoTorch(unittest.TestCase):

@@ -292,6 +292,15 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
       if (has_comms) plan.lowered[static_cast<size_t>(r)].push_back(a);
     }
   }
+  if (opts.pp && *opts.pp != plan.pp())
+    throw UserError(fmt::format("--pp {} disagrees with the CSV, which has {} rows (ranks)",
+                                *opts.pp, plan.pp()));
+  if (opts.vpp && *opts.vpp != plan.vpp())
+    throw UserError(fmt::format("--vpp {} disagrees with the CSV, which has {} stages per rank",
+                                *opts.vpp, plan.vpp()));
+  if (opts.microbatches && *opts.microbatches != plan.microbatches)
+    throw UserError(fmt::format("--microbatches {} disagrees with the CSV, which uses {}",
+                                *opts.microbatches, plan.microbatches));
   return plan;
 }
 

@@ -22,12 +22,14 @@ struct CsvImportOptions {
   std::optional<Layout> layout;  // the model, if known; else generic stages
   bool has_model = false;
   std::string schedule = "imported";
+  std::optional<int> pp, vpp, microbatches;  // given on the command line: the CSV must agree
 };
 // Reads PyTorch's CSV (compute-only, or with SEND/RECV). Ranks are rows; the stage -> rank
 // mapping is inferred from where each stage's actions are (it must be loop or V placement); the
 // microbatch count is the largest microbatch + 1. torch's UNSHARD/RESHARD (FSDP) and REDUCE_GRAD
 // cells are checked (a stage of the row's rank) and dropped. With comms, the plan is lowered
-// (compute = its compute actions); without, compute only.
+// (compute = its compute actions); without, compute only. UserError where the CSV disagrees with
+// a size given in `opts`.
 Plan read_csv(std::string_view text, const CsvImportOptions& opts);
 
 }  // namespace ppc

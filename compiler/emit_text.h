@@ -36,4 +36,9 @@ void emit_layout(const Plan& plan, std::ostream& os);
 // layout_string(plan.layout) (layout.h) and a newline; UserError for generic stages.
 void emit_layout_string(const Plan& plan, std::ostream& os);
 
+// --- the schedules (emit_schedule_list.cpp) ----------------------------------------------------
+// --list-schedules: name, stages per rank, placement and description of every schedule (the
+// named ones, then Auto), one line each under a header.
+void emit_schedule_list(std::ostream& os);
+
 }  // namespace ppc

@@ -69,27 +69,6 @@ struct Options {
   size_t top = 15;                // --top
 };
 
-void list_schedules(std::ostream& os) {
-  size_t width = 17;
-  std::vector<const ppc::ScheduleInfo*> listed;  // the named schedules, then Auto
-  for (const auto& s : ppc::all_schedules()) listed.push_back(&s);
-  listed.push_back(&ppc::auto_schedule());
-  for (const auto* s : listed) width = std::max(width, s->name.size());
-  os << fmt::format("{:<{}} {:<9} {:<10} {}\n", "schedule", width, "vpp", "placement",
-                    "description");
-  for (const auto* sp : listed) {
-    const ppc::ScheduleInfo& s = *sp;
-    const char* vpp = s.vpp_rule == ppc::VppRule::One   ? "1"
-                      : s.vpp_rule == ppc::VppRule::Two ? "2"
-                                                        : "any";
-    std::string aliases;
-    for (const auto& a : s.aliases) aliases += (aliases.empty() ? "" : ", ") + a;
-    os << fmt::format("{:<{}} {:<9} {:<10} {}{}\n", s.name, width, vpp,
-                      ppc::is_auto(s) ? "loop, v" : ppc::placement_name(s.placement), s.summary,
-                      aliases.empty() ? "" : " (also: " + aliases + ")");
-  }
-}
-
 bool use_color(const Options& o) {
   if (o.color == "always") return true;
   if (o.color == "never" || !o.output.empty()) return false;
@@ -172,17 +151,10 @@ ppc::Plan build_plan(const Options& o, const ppc::CostModel& cost, std::optional
     if (!o.layout_file.empty()) io.layout = ppc::parse_layout_file(o.layout_file);
     io.has_model = io.layout.has_value();
     if (!o.schedule.empty()) io.schedule = o.schedule;
-    ppc::Plan plan = ppc::read_csv(ppc::read_file(o.from_csv), io);
-    if (o.pp >= 0 && o.pp != plan.pp())
-      throw ppc::UserError(fmt::format("--pp {} disagrees with the CSV, which has {} rows (ranks)",
-                                       o.pp, plan.pp()));
-    if (o.vpp >= 0 && o.vpp != plan.vpp())
-      throw ppc::UserError(fmt::format(
-          "--vpp {} disagrees with the CSV, which has {} stages per rank", o.vpp, plan.vpp()));
-    if (o.microbatches >= 0 && o.microbatches != plan.microbatches)
-      throw ppc::UserError(fmt::format("--microbatches {} disagrees with the CSV, which uses {}",
-                                       o.microbatches, plan.microbatches));
-    return plan;
+    auto given = [](int v) { return v >= 0 ? std::optional<int>(v) : std::nullopt; };
+    std::tie(io.pp, io.vpp, io.microbatches) =
+        std::tuple(given(o.pp), given(o.vpp), given(o.microbatches));
+    return ppc::read_csv(ppc::read_file(o.from_csv), io);
   }
   if (!o.from_json.empty()) return ppc::read_plan_json(ppc::read_file(o.from_json), o.from_json);
   return compile_model(o, load_model(o, " (or --from-csv FILE)"),
@@ -449,7 +421,7 @@ int run_autotune(const Options& o) {
 int run(Options o) {
   if (o.list_schedules) {
     Output output(o.output);
-    list_schedules(output.stream());
+    ppc::emit_schedule_list(output.stream());
     output.commit();
     return 0;
   }

@@ -35,6 +35,7 @@
 #include "compiler/synthesize.h"
 #include "compiler/verify_and_lower.h"
 #include "compiler/visualization.h"
+#include "tools/parse_flags.h"
 #include "tools/ppcompile/output.h"
 #include "tools/ppcompile/progress.h"
 
@@ -544,13 +545,7 @@ int main(int argc, char** argv) {
   app.add_option("--memory-limit", o.memory_limit,
                  "Memory per rank (bytes, or 80GiB, 80GB...; activation units under unit costs)");
   compare->excludes(csv)->excludes(js);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::cerr << "ppcompile: error: " << e.what() << "\n(run ppcompile --help for usage)\n";
-    return 2;
-  }
+  if (auto stop = parse_flags(app, argc, argv, "ppcompile")) return *stop;
   try {
     return run(o);
   } catch (const ppc::UserError& e) {

@@ -9,6 +9,7 @@
 #include "compiler/diagnostic.h"
 #include "runtime/launch/failure.h"
 #include "runtime/launch/run.h"
+#include "tools/parse_flags.h"
 
 int main(int argc, char** argv) {
   pprt::RunOptions o;
@@ -115,13 +116,7 @@ int main(int argc, char** argv) {
                  "during the save after it (R:S:save, R:S:commit)")
       ->group("");  // hidden
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::cerr << "pprun: error: " << e.what() << "\n(run pprun --help for usage)\n";
-    return 2;
-  }
+  if (auto stop = parse_flags(app, argc, argv, "pprun")) return *stop;
   o.train.data_format = *pprt::parse_data_format(data_format);  // checked above
   o.seed_given = seed->count() > 0;
   std::error_code ec;

@@ -20,6 +20,7 @@
 
 #include "compiler/compile.h"
 #include "runtime/data/token_source.h"
+#include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 #include "runtime/train/executor.h"
 #include "runtime/train/trainer.h"
@@ -43,28 +44,29 @@ void BM_SplitBackward(benchmark::State& state) {
   c.ffn = c.hidden * 8 / 3 / 16 * 16;
   c.seq_len = 128;
   const int b = 4;
-  pprt::ParamStore store(1, at::Device(at::kCPU));
-  pprt::Stage stage(c, pprt::stage_specs(ppc::parse_layout("E|tt|L"), 0.1)[1], store,
-                    at::Device(at::kCPU));
+  const pprt::Model builtin = pprt::builtin_model(c);
+  pprt::RankModel model(
+      pprt::ModelContext{&builtin, {c.vocab, c.seq_len}, 0.1, 1, at::Device(at::kCPU)});
+  pprt::Stage& stage = model.add(ppc::parse_layout("E|tt|L"), 1);
   const at::Tensor x = at::randn({1, b, c.seq_len, c.hidden});
   const at::Tensor g = at::randn({1, b, c.seq_len, c.hidden}) * 1e-3;
   double tf = 0, tb = 0, ti = 0, tw = 0;
   int64_t n = 0;
   for (auto _ : state) {
     for (bool split : {false, true}) {
-      pprt::GradStash stash;
+      pprt::WeightWork work;
       const at::Tensor in = x.detach().requires_grad_(true);
       auto t0 = Clock::now();
-      const at::Tensor out = stage.forward(in, at::Tensor(), &stash, nullptr);
+      const at::Tensor out = stage.forward(in, at::Tensor(), 0, &work, nullptr);
       if (!split) tf += ms_since(t0);
-      stash.defer = split;
+      work.set_deferring(split);
       t0 = Clock::now();
       torch::autograd::backward({out}, {g});
       const double first = ms_since(t0);
       if (split) {
         ti += first;
         t0 = Clock::now();
-        stash.run_weight_grads();
+        work.run();
         tw += ms_since(t0);
       } else {
         tb += first;
@@ -87,7 +89,7 @@ std::vector<pprt::StepReport> replay(const ppc::Plan& plan, const pprt::ModelCon
   std::vector<int64_t> rows;
   pprt::TokenSource::synthetic(c.vocab, 1).batch(0, 16, c.seq_len + 1, rows);
   const at::Tensor tokens = at::from_blob(rows.data(), {16, c.seq_len + 1}, at::kLong).clone();
-  const auto specs = pprt::stage_specs(plan.layout, 0.1);
+  const pprt::Model builtin = pprt::builtin_model(c);
   std::unique_ptr<pprt::Store> server;
   int port = 0;
   if (plan.pp() > 1) {
@@ -110,15 +112,13 @@ std::vector<pprt::StepReport> replay(const ppc::Plan& plan, const pprt::ModelCon
       go.hostname = "127.0.0.1";
       transport = pprt::make_gloo_transport(*store, rank, plan.pp(), go);
     }
-    pprt::ParamStore params(1, at::Device(at::kCPU));
-    std::vector<std::unique_ptr<pprt::Stage>> owned;
-    std::vector<pprt::Stage*> stages;
-    for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)]) {
-      owned.push_back(std::make_unique<pprt::Stage>(c, specs[static_cast<size_t>(s)], params,
-                                                    at::Device(at::kCPU)));
-      stages.push_back(owned.back().get());
-    }
-    pprt::Executor exec(plan, rank, stages, c, transport.get(), at::Device(at::kCPU), {});
+    pprt::RankModel model(
+        pprt::ModelContext{&builtin, {c.vocab, c.seq_len}, 0.1, 1, at::Device(at::kCPU)});
+    for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)])
+      model.add(plan.layout, plan.layout_stage(s));
+    pprt::ParamStore& params = model.store;
+    pprt::Executor exec(plan, rank, model.stages, model.ctx, transport.get(), at::Device(at::kCPU),
+                        {});
     std::vector<pprt::StepReport> mine;
     for (int s = 0; s < steps; ++s) {
       for (auto& p : params.params()) p.tensor.mutable_grad() = at::Tensor();

@@ -69,49 +69,76 @@ void accumulate_scale(at::Tensor& param, const at::Tensor& x, const at::Tensor& 
   }
   accumulate(param, rows_of(gy * x).sum(0));
 }
+// The same as a tensor of its own (returned to autograd).
+at::Tensor scale_weight_grad(const at::Tensor& param, const at::Tensor& x, const at::Tensor& gy,
+                             bool fused) {
+  if (fused && cpu_float({&param, &x, &gy})) {
+    at::Tensor gw = at::zeros_like(param).detach();
+    const at::Tensor xc = x.contiguous(), gyc = gy.contiguous();
+    const int64_t n = xc.size(-1);
+    kernels::scale_grad_accumulate(gyc.data_ptr<float>(), xc.data_ptr<float>(), xc.numel() / n, n,
+                                   gw.data_ptr<float>());
+    return gw;
+  }
+  return rows_of(gy * x).sum(0);
+}
 void accumulate_embedding(at::Tensor& param, const at::Tensor& ids, const at::Tensor& gy) {
   at::Tensor& grad = param.mutable_grad();
   if (!grad.defined()) grad = at::zeros_like(param);
   grad.index_add_(0, ids.reshape({-1}), rows_of(gy));
 }
 
-GradStash* stash_of(AutogradContext* ctx) {
-  return reinterpret_cast<GradStash*>(ctx->saved_data["stash"].toInt());
+WeightWork* work_of(AutogradContext* ctx) {
+  return reinterpret_cast<WeightWork*>(ctx->saved_data["work"].toInt());
 }
 at::Tensor* param_of(AutogradContext* ctx) {
   return reinterpret_cast<at::Tensor*>(ctx->saved_data["param"].toInt());
 }
-void remember(AutogradContext* ctx, GradStash* stash, at::Tensor* param) {
-  ctx->saved_data["stash"] = reinterpret_cast<int64_t>(stash);
+void remember(AutogradContext* ctx, WeightWork* work, at::Tensor* param) {
+  ctx->saved_data["work"] = reinterpret_cast<int64_t>(work);
   ctx->saved_data["param"] = reinterpret_cast<int64_t>(param);
 }
 
-// The backward of y = x W^T (+ r): the input's gradient gy W, and W's gradient now (B) or kept
-// for W. The stash keeps `gy` itself, not a view of it: autograd adds another gradient into a
-// returned one in place only when nothing else holds that tensor (ResidualLinearFn returns gy).
-at::Tensor linear_backward(AutogradContext* ctx, const at::Tensor& gy) {
+// y = x W^T: dW = gy^T x, as a tensor of its own (returned to autograd).
+at::Tensor linear_weight_grad(const at::Tensor& x, const at::Tensor& gy) {
+  return rows_of(gy).t().mm(rows_of(x));
+}
+
+// The backward of y = x W^T (+ r) for x and W, whose inputs are at edges `xi` and `xi + 1`:
+// the input's gradient gy W, and W's gradient now (B) or deferred to the W (I) with a
+// WeightWork, or returned (without one). The deferred work keeps `gy` itself, not a view of it:
+// autograd adds another gradient into a returned one in place only when nothing else holds that
+// tensor (ResidualLinearFn returns gy).
+std::pair<at::Tensor, at::Tensor> linear_backward(AutogradContext* ctx, const at::Tensor& gy,
+                                                  size_t xi) {
   const auto saved = ctx->get_saved_variables();
   const at::Tensor& x = saved[0];
   const at::Tensor& w = saved[1];
+  WeightWork* work = work_of(ctx);
+  if (!work) {  // autograd's: only what the running backward needs
+    return {ctx->needs_input_grad(xi) ? gy.matmul(w) : at::Tensor(),
+            ctx->needs_input_grad(xi + 1) ? linear_weight_grad(x, gy) : at::Tensor()};
+  }
   at::Tensor gx = gy.matmul(w);
-  GradStash* stash = stash_of(ctx);
-  if (stash && stash->defer)
-    stash->push({GradStash::Op::Linear, param_of(ctx), x, gy});
+  at::Tensor* param = param_of(ctx);
+  if (work->deferring())
+    work->defer([param, x, gy] { accumulate_linear(*param, x, gy); });
   else
-    accumulate_linear(*param_of(ctx), x, gy);
-  return gx;
+    accumulate_linear(*param, x, gy);
+  return {gx, at::Tensor()};
 }
 
 // y = x @ W^T
 struct LinearFn : torch::autograd::Function<LinearFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            GradStash* stash, at::Tensor* param) {
+                            WeightWork* work, at::Tensor* param) {
     ctx->save_for_backward({x, w});
-    remember(ctx, stash, param);
+    remember(ctx, work, param);
     return x.matmul(w.t());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {linear_backward(ctx, grads[0]), at::Tensor(), at::Tensor(), at::Tensor()};
+    auto [gx, gw] = linear_backward(ctx, grads[0], 0);
+    return {gx, gw, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -119,14 +146,16 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
 // BLAS does not clear the output first). r's gradient is gy.
 struct ResidualLinearFn : torch::autograd::Function<ResidualLinearFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& r, const at::Tensor& x,
-                            const at::Tensor& w, GradStash* stash, at::Tensor* param) {
+                            const at::Tensor& w, WeightWork* work, at::Tensor* param) {
     ctx->save_for_backward({x, w});
-    remember(ctx, stash, param);
+    remember(ctx, work, param);
     return at::addmm(rows_of(r), rows_of(x), w.t()).view(r.sizes());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor& gy = grads[0];
-    return {gy, linear_backward(ctx, gy), at::Tensor(), at::Tensor(), at::Tensor()};
+    auto [gx, gw] = linear_backward(ctx, gy, 1);
+    const bool r_needed = work_of(ctx) || ctx->needs_input_grad(0);
+    return {r_needed ? gy : at::Tensor(), gx, gw, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -135,19 +164,19 @@ struct ResidualLinearFn : torch::autograd::Function<ResidualLinearFn> {
 // concatenation (FusedWeight, made once per optimizer step); the weights themselves are inputs
 // only so that the output requires their gradients. The backward is one product for the input's
 // gradient, and one per weight that accumulates into its .grad (from that weight's columns of the
-// output gradient).
+// output gradient), or is returned for that weight without a WeightWork.
 at::Tensor fused_linear_forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& wf,
-                                GradStash* stash, const std::vector<at::Tensor*>& params) {
+                                WeightWork* work, const std::vector<at::Tensor*>& params) {
   ctx->save_for_backward({x, wf});
-  ctx->saved_data["stash"] = reinterpret_cast<int64_t>(stash);
+  ctx->saved_data["work"] = reinterpret_cast<int64_t>(work);
   std::vector<int64_t> ps;
   for (at::Tensor* p : params) ps.push_back(reinterpret_cast<int64_t>(p));
   ctx->saved_data["params"] = ps;
   return x.matmul(wf.t());
 }
 
-// The gradients of x, then none for the weights (added to their .grad here, or kept for W) and
-// wf, and `extra` undefined ones (the non-tensor arguments).
+// The gradients of x, then of the weights (none with a WeightWork: added to their .grad here,
+// or deferred), none for wf, and `extra` undefined ones (the non-tensor arguments).
 variable_list fused_linear_backward(AutogradContext* ctx, const variable_list& grads,
                                     size_t extra) {
   const auto saved = ctx->get_saved_variables();
@@ -158,10 +187,21 @@ variable_list fused_linear_backward(AutogradContext* ctx, const variable_list& g
   for (int64_t p : ctx->saved_data["params"].toIntVector())
     params.push_back(reinterpret_cast<at::Tensor*>(p));
   variable_list out(2 + params.size() + extra);
+  WeightWork* work = work_of(ctx);
+  if (!work) {
+    if (ctx->needs_input_grad(0)) out[0] = gy.matmul(w);
+    const at::Tensor gy2 = rows_of(gy);
+    int64_t first = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (ctx->needs_input_grad(1 + i))
+        out[1 + i] = gy2.narrow(1, first, params[i]->size(0)).t().mm(rows_of(x));
+      first += params[i]->size(0);
+    }
+    return out;
+  }
   out[0] = gy.matmul(w);
-  GradStash* stash = stash_of(ctx);
-  if (stash && stash->defer)
-    stash->push({GradStash::Op::FusedLinear, params.front(), x, gy, std::move(params)});
+  if (work->deferring())
+    work->defer([params, x, gy] { accumulate_fused_linear(params, x, gy); });
   else
     accumulate_fused_linear(params, x, gy);
   return out;
@@ -169,9 +209,9 @@ variable_list fused_linear_backward(AutogradContext* ctx, const variable_list& g
 
 struct FusedLinear2Fn : torch::autograd::Function<FusedLinear2Fn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor&,
-                            const at::Tensor&, const at::Tensor& wf, GradStash* stash,
+                            const at::Tensor&, const at::Tensor& wf, WeightWork* work,
                             at::Tensor* p0, at::Tensor* p1) {
-    return fused_linear_forward(ctx, x, wf, stash, {p0, p1});
+    return fused_linear_forward(ctx, x, wf, work, {p0, p1});
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return fused_linear_backward(ctx, grads, 3);
@@ -181,8 +221,8 @@ struct FusedLinear2Fn : torch::autograd::Function<FusedLinear2Fn> {
 struct FusedLinear3Fn : torch::autograd::Function<FusedLinear3Fn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor&,
                             const at::Tensor&, const at::Tensor&, const at::Tensor& wf,
-                            GradStash* stash, at::Tensor* p0, at::Tensor* p1, at::Tensor* p2) {
-    return fused_linear_forward(ctx, x, wf, stash, {p0, p1, p2});
+                            WeightWork* work, at::Tensor* p0, at::Tensor* p1, at::Tensor* p2) {
+    return fused_linear_forward(ctx, x, wf, work, {p0, p1, p2});
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return fused_linear_backward(ctx, grads, 4);
@@ -238,8 +278,8 @@ struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
 // (d/dx = rstd * (gy*g - xn * mean(gy*g * xn))) rather than recorded op by op.
 struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& g,
-                            double eps, GradStash* stash, at::Tensor* param, bool fused) {
-    remember(ctx, stash, param);
+                            double eps, WeightWork* work, at::Tensor* param, bool fused) {
+    remember(ctx, work, param);
     fused = fused && cpu_float({&x, &g});
     ctx->saved_data["fused"] = fused;
     if (fused) {
@@ -266,34 +306,41 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
     const at::Tensor& rstd = saved[1];
     const at::Tensor& g = saved[2];
     const bool fused = ctx->saved_data["fused"].toBool();
+    WeightWork* work = work_of(ctx);
     at::Tensor gy = grads[0], gx;
     if (fused) {
-      // Contiguous, also for the weight gradient kept in the stash (the stash keeps what it is
+      // Contiguous, also for the weight gradient kept for W (deferred work keeps what it is
       // given: see linear_backward).
       gy = gy.contiguous();
-      gx = at::empty_like(xn);
-      const int64_t n = xn.size(-1);
-      kernels::rms_norm_backward(gy.data_ptr<float>(), g.data_ptr<float>(), xn.data_ptr<float>(),
-                                 rstd.data_ptr<float>(), xn.numel() / n, n, gx.data_ptr<float>());
-    } else {
+      if (work || ctx->needs_input_grad(0)) {
+        gx = at::empty_like(xn);
+        const int64_t n = xn.size(-1);
+        kernels::rms_norm_backward(gy.data_ptr<float>(), g.data_ptr<float>(), xn.data_ptr<float>(),
+                                   rstd.data_ptr<float>(), xn.numel() / n, n, gx.data_ptr<float>());
+      }
+    } else if (work || ctx->needs_input_grad(0)) {
       const at::Tensor gxn = gy * g;
       gx = (gxn - xn * (gxn * xn).mean({-1}, true)) * rstd;
     }
-    GradStash* stash = stash_of(ctx);
-    if (stash && stash->defer)
-      stash->push({GradStash::Op::Scale, param_of(ctx), xn, gy, {}, fused});
-    else
-      accumulate_scale(*param_of(ctx), xn, gy, fused);
-    return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    at::Tensor gg;
+    at::Tensor* param = param_of(ctx);
+    if (!work) {
+      if (ctx->needs_input_grad(1)) gg = scale_weight_grad(*param, xn, gy, fused);
+    } else if (work->deferring()) {
+      work->defer([param, xn, gy, fused] { accumulate_scale(*param, xn, gy, fused); });
+    } else {
+      accumulate_scale(*param, xn, gy, fused);
+    }
+    return {gx, gg, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 // y = W[ids]
 struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& w, const at::Tensor& ids,
-                            GradStash* stash, at::Tensor* param) {
+                            WeightWork* work, at::Tensor* param) {
     ctx->save_for_backward({ids});
-    remember(ctx, stash, param);
+    remember(ctx, work, param);
     auto sizes = ids.sizes().vec();
     sizes.push_back(w.size(1));
     return w.index_select(0, ids.reshape({-1})).reshape(sizes);
@@ -301,10 +348,16 @@ struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor ids = ctx->get_saved_variables()[0];
     const at::Tensor& gy = grads[0];
-    GradStash* stash = stash_of(ctx);
+    WeightWork* work = work_of(ctx);
     at::Tensor* param = param_of(ctx);
-    if (stash && stash->defer)
-      stash->push({GradStash::Op::Embedding, param, ids, gy});
+    if (!work) {
+      at::Tensor gw;
+      if (ctx->needs_input_grad(0))
+        gw = at::zeros_like(*param).detach().index_add_(0, ids.reshape({-1}), rows_of(gy));
+      return {gw, at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+    if (work->deferring())
+      work->defer([param, ids, gy] { accumulate_embedding(*param, ids, gy); });
     else
       accumulate_embedding(*param, ids, gy);
     return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
@@ -330,54 +383,34 @@ const at::Tensor& FusedWeight::of(const std::vector<at::Tensor*>& ps) {
   return w;
 }
 
-at::Tensor linear(const at::Tensor& x, at::Tensor* w, GradStash* stash) {
-  return LinearFn::apply(x, *w, stash, w);
+at::Tensor linear(const at::Tensor& x, at::Tensor* w, WeightWork* work) {
+  return LinearFn::apply(x, *w, work, w);
 }
 
 at::Tensor residual_linear(const at::Tensor& r, const at::Tensor& x, at::Tensor* w,
-                           GradStash* stash) {
-  return ResidualLinearFn::apply(r, x, *w, stash, w);
+                           WeightWork* work) {
+  return ResidualLinearFn::apply(r, x, *w, work, w);
 }
 
 at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws, FusedWeight& wf,
-                        GradStash* stash) {
+                        WeightWork* work) {
   const at::Tensor& w = wf.of(ws);
-  if (ws.size() == 2) return FusedLinear2Fn::apply(x, *ws[0], *ws[1], w, stash, ws[0], ws[1]);
+  if (ws.size() == 2) return FusedLinear2Fn::apply(x, *ws[0], *ws[1], w, work, ws[0], ws[1]);
   PPC_INTERNAL_ASSERT(ws.size() == 3, "a fused linear map of two or three weights");
-  return FusedLinear3Fn::apply(x, *ws[0], *ws[1], *ws[2], w, stash, ws[0], ws[1], ws[2]);
+  return FusedLinear3Fn::apply(x, *ws[0], *ws[1], *ws[2], w, work, ws[0], ws[1], ws[2]);
 }
 
-at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, GradStash* stash,
+at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, WeightWork* work,
                     Kernels kernels) {
-  return RmsNormFn::apply(x, *g, eps, stash, g, kernels == Kernels::Auto);
+  return RmsNormFn::apply(x, *g, eps, work, g, kernels == Kernels::Auto);
 }
 
-at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, GradStash* stash) {
-  return EmbeddingFn::apply(*w, ids, stash, w);
+at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, WeightWork* work) {
+  return EmbeddingFn::apply(*w, ids, work, w);
 }
 
 at::Tensor swiglu(const at::Tensor& gate_up, Kernels kernels) {
   return SwiGluFn::apply(gate_up, kernels == Kernels::Auto);
-}
-
-void GradStash::run_weight_grads() {
-  for (Item& it : items_) {
-    switch (it.op) {
-      case Op::Linear:
-        accumulate_linear(*it.param, it.input, it.grad);
-        break;
-      case Op::FusedLinear:
-        accumulate_fused_linear(it.fused, it.input, it.grad);
-        break;
-      case Op::Scale:
-        accumulate_scale(*it.param, it.input, it.grad, it.cpu_loops);
-        break;
-      case Op::Embedding:
-        accumulate_embedding(*it.param, it.input, it.grad);
-        break;
-    }
-  }
-  items_.clear();
 }
 
 }  // namespace pprt

@@ -1,8 +1,11 @@
-// The model's operations (stage.h): a matmul with a weight (alone, or several weights fused into
-// one product), RMSNorm's per-channel scale, the embedding lookup, SwiGLU, and grouped-query causal
-// attention with rotary embedding. Each is a custom autograd function whose backward is written
-// out; the weight gradients go straight into the parameters' .grad, at once (B) or through the
-// microbatch's GradStash (I, then W).
+// The built-in model's operations (builtin.cpp): a matmul with a weight (alone, or several weights
+// fused into one product), RMSNorm's per-channel scale, the embedding lookup, SwiGLU, and
+// grouped-query causal attention with rotary embedding. Each is a custom autograd function whose
+// backward is written out. With a microbatch's WeightWork (pprt/pprt.h) the weight gradients go
+// straight into the parameters' .grad, at once (B) or deferred to the W (I): the hand-written
+// input/weight split. Without one (null) the backward returns them to autograd like any LibTorch
+// operation, computing only the gradients the running backward needs (so that the runtime's
+// generic split through the autograd graph applies to these operations too).
 //
 // Included only by LibTorch translation units.
 #pragma once
@@ -13,6 +16,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "pprt/pprt.h"
 #include "runtime/model/config.h"
 
 namespace pprt {
@@ -21,37 +25,6 @@ namespace pprt {
 // CPU tensors, ATen's operations elsewhere. Generic: ATen's operations everywhere, which is what
 // other devices run (the tests compare the two on the CPU).
 enum class Kernels : uint8_t { Auto, Generic };
-
-// What one microbatch's backward leaves for its weight-gradient step.
-class GradStash {
- public:
-  enum class Op : uint8_t { Linear, FusedLinear, Scale, Embedding };
-  struct Item {
-    Op op;
-    at::Tensor* param;  // the parameter (owned by a ParamStore)
-    at::Tensor input;   // the operation's input (token ids for Embedding)
-    at::Tensor grad;    // the gradient of its output
-    // FusedLinear: the parameters whose outputs `grad` holds side by side (`param` is the first).
-    // W computes their gradients with the very products the backward without deferral runs, so
-    // that I then W gives B's gradients bit for bit whatever kernels the BLAS picks per shape.
-    std::vector<at::Tensor*> fused = {};
-    // Scale: the fused CPU loop may compute it (Kernels::Auto), as the backward without deferral
-    // would.
-    bool cpu_loops = true;
-  };
-
-  // When `defer` is set while the backward runs, weight gradients are kept here (I), else they
-  // are computed during the backward (B).
-  bool defer = false;
-
-  void push(Item item) { items_.push_back(std::move(item)); }
-  // W: computes the kept weight gradients, adds them to the parameters' .grad, and forgets them.
-  void run_weight_grads();
-  bool empty() const { return items_.empty(); }
-
- private:
-  std::vector<Item> items_;
-};
 
 // What attention needs besides its input: the rotary tables [T, head_dim], the causal mask with
 // each row repeated once per query head of a key/value head's group ([T * heads / kv_heads, T],
@@ -85,19 +58,19 @@ struct FusedWeight {
 bool cpu_float(std::initializer_list<const at::Tensor*> ts);
 
 // y = x W^T.
-at::Tensor linear(const at::Tensor& x, at::Tensor* w, GradStash* stash);
+at::Tensor linear(const at::Tensor& x, at::Tensor* w, WeightWork* work);
 // y = r + x W^T (the residual stream r and a branch's output x).
 at::Tensor residual_linear(const at::Tensor& r, const at::Tensor& x, at::Tensor* w,
-                           GradStash* stash);
+                           WeightWork* work);
 // y = x [W_0; W_1; ...]^T for two or three weights (q, k and v; gate and up) as one product; `wf`
 // keeps their concatenation.
 at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws, FusedWeight& wf,
-                        GradStash* stash);
+                        WeightWork* work);
 // y = g * x / sqrt(mean(x^2) + eps).
-at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, GradStash* stash,
+at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, WeightWork* work,
                     Kernels kernels = Kernels::Auto);
 // y = W[ids].
-at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, GradStash* stash);
+at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, WeightWork* work);
 // y = silu(g) * u, where gate_up = [g, u] (the fused gate/up product's output).
 at::Tensor swiglu(const at::Tensor& gate_up, Kernels kernels = Kernels::Auto);
 // Attention from the fused q/k/v product's output to the heads' concatenated outputs. `c` must

@@ -1,28 +1,22 @@
-// The model's parameters and stages (stage.h), built from the operations of ops.h.
+// A rank's parameters and stages, built from a pprt::Model (stage.h).
 #include "runtime/model/stage.h"
 
 #include <ATen/ATen.h>
-
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include <cmath>
-#include <numbers>
+#include <mutex>
 
 #include "compiler/diagnostic.h"
 #include "runtime/data/token_source.h"
-#include "runtime/model/ops.h"
+#include "runtime/fail.h"
 
 namespace pprt {
 
 namespace {
-
-// Normal(0, 1) numbers from (key, index): Box-Muller over splitmix64.
-float normal_at(uint64_t key, uint64_t i) {
-  const uint64_t a = mix64(key, 2 * i), b = mix64(key, 2 * i + 1);
-  const double u1 = (static_cast<double>(a >> 11) + 0.5) * 0x1.0p-53;
-  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
-}
 
 uint64_t name_hash(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -30,36 +24,48 @@ uint64_t name_hash(const std::string& s) {
   return h;
 }
 
-}  // namespace
-
-at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std,
-                      uint64_t seed) {
-  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
-  float* p = t.data_ptr<float>();
-  const int64_t n = t.numel();
-  if (std == 0) {
-    for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
-    return t;
-  }
-  const uint64_t key = mix64(seed, name_hash(name));
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = static_cast<float>(std * normal_at(key, static_cast<uint64_t>(i)));
-  return t;
+// Layers are made one at a time in a process (ranks run as threads in tests): torch's default
+// generator is the process's.
+std::mutex& build_mutex() {
+  static std::mutex m;
+  return m;
 }
 
-ParamStore::ParamStore(uint64_t seed, const at::Device& device) : seed_(seed), device_(device) {}
-
-at::Tensor* ParamStore::use(const ParamSpec& spec) {
-  if (NamedParam* p = find(spec.name)) {
-    PPC_INTERNAL_ASSERT(p->tensor.sizes().vec() == spec.shape,
-                        fmt::format("parameter '{}' used with two shapes", spec.name));
-    return &p->tensor;
+// Torch's default CPU generator seeded with `seed` while it lives, then restored.
+class SeededGenerator {
+ public:
+  explicit SeededGenerator(uint64_t seed) : gen_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    saved_ = gen_.get_state();
+    gen_.set_current_seed(seed);
   }
-  at::Tensor t = init_param(spec.name, spec.shape, spec.init_std, seed_).to(device_);
-  t.set_requires_grad(true);
-  index_.emplace(spec.name, params_.size());
-  params_.push_back(NamedParam{spec.name, t, spec.decay});
-  return &params_.back().tensor;
+  ~SeededGenerator() {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    gen_.set_state(saved_);
+  }
+  SeededGenerator(const SeededGenerator&) = delete;
+  SeededGenerator& operator=(const SeededGenerator&) = delete;
+
+ private:
+  at::Generator gen_;
+  at::Tensor saved_;
+};
+
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+std::string shape_text(at::IntArrayRef s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+}  // namespace
+
+NamedParam& ParamStore::add(const std::string& name, const at::Tensor& tensor) {
+  PPC_INTERNAL_ASSERT(!index_.count(name), fmt::format("parameter '{}' added twice", name));
+  index_.emplace(name, params_.size());
+  params_.push_back(NamedParam{name, tensor, tensor.dim() >= 2});
+  return params_.back();
 }
 
 NamedParam* ParamStore::find(const std::string& name) {
@@ -67,169 +73,310 @@ NamedParam* ParamStore::find(const std::string& name) {
   return it == index_.end() ? nullptr : &params_[it->second];
 }
 
-struct Stage::Impl {
-  struct Decoder {
-    at::Tensor *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w1, *w2, *w3;
-    std::shared_ptr<FusedWeight> qkv, gate_up;  // [wq; wk; wv] and [w1; w3]
-  };
-  struct Mtp {
-    int depth;  // k, from 1
-    at::Tensor *embed, *enorm, *hnorm, *eh_proj, *final_norm;
-    Decoder layer;
-  };
-  struct Layer {
-    ppc::LayerKind kind;
-    Decoder d{};
-    Mtp m{};
-    at::Tensor *a = nullptr, *b = nullptr;  // E: weight; L: norm, head
-  };
+int64_t ParamStore::numel() const {
+  int64_t n = 0;
+  for (const NamedParam& p : params_) n += p.tensor.numel();
+  return n;
+}
 
-  ModelConfig cfg;
-  StageSpec spec;
-  std::vector<Layer> layers;
-  AttentionConsts attn;
-  at::Device device;
+namespace detail {
 
-  Impl(const ModelConfig& c, StageSpec s, const at::Device& d)
-      : cfg(c), spec(std::move(s)), device(d) {}
-
-  at::Tensor norm(const at::Tensor& x, at::Tensor* g, GradStash* s) {
-    return rms_norm(x, g, cfg.norm_eps, s, attn.kernels);
+at::Tensor SharedParams::get(const std::string& name, const std::vector<int64_t>& shape,
+                             const std::function<void(at::Tensor&)>& init) {
+  if (auto it = made_.find(name); it != made_.end()) {
+    if (it->second.sizes().vec() != shape)
+      fail("shared parameter '" + name + "'",
+           fmt::format("asked for with shape {}, but it was made with shape {}", shape_text(shape),
+                       shape_text(it->second.sizes())));
+    return it->second;
   }
-  at::Tensor decoder(const at::Tensor& x, const Decoder& d, GradStash* s) {
-    const at::Tensor h = norm(x, d.attn_norm, s);
-    const at::Tensor qkv = fused_linear(h, {d.wq, d.wk, d.wv}, *d.qkv, s);
-    const at::Tensor x1 = residual_linear(x, attention(qkv, attn), d.wo, s);
-    const at::Tensor h2 = norm(x1, d.mlp_norm, s);
-    const at::Tensor gate_up = fused_linear(h2, {d.w1, d.w3}, *d.gate_up, s);
-    return residual_linear(x1, swiglu(gate_up, attn.kernels), d.w2, s);
+  if (store_.find(name))
+    fail("shared parameter '" + name + "'",
+         "a layer holds a parameter of that name that is not shared (LayerInfo::shared)");
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+  {
+    SeededGenerator gen(mix64(seed_, name_hash(name)));
+    at::NoGradGuard no_grad;
+    init(t);
   }
+  t.set_requires_grad(true);
+  made_.emplace(name, t);
+  names_.emplace(t.unsafeGetTensorImpl(), name);
+  return t;
+}
 
-  // MTP depth k: the embedding of the tokens k places ahead (token i+k at position i; positions
-  // past the sequence read id 0: only positions whose target is masked see them) and h^{k-1}.
-  at::Tensor mtp(const at::Tensor& h_prev, const at::Tensor& rows, const Mtp& m, GradStash* s) {
-    const int64_t b = rows.size(0), T = cfg.seq_len, k = m.depth;
-    at::Tensor ids = rows.narrow(1, k, T + 1 - k);
-    if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
-    at::Tensor e = norm(embedding(m.embed, ids.contiguous(), s), m.enorm, s);
-    at::Tensor x = linear(at::cat({e, norm(h_prev, m.hnorm, s)}, -1), m.eh_proj, s);
-    return norm(decoder(x, m.layer, s), m.final_norm, s);
+const std::string* SharedParams::name_of(const at::Tensor& t) const {
+  auto it = names_.find(t.unsafeGetTensorImpl());
+  return it == names_.end() ? nullptr : &it->second;
+}
+
+}  // namespace detail
+
+std::string to_string(const TensorSpec& s) {
+  return fmt::format("{} {}", shape_text(s.shape), c10::toString(s.dtype));
+}
+
+TensorSpec placeholder_spec() {
+  return TensorSpec{{1}, at::kFloat};
+}
+
+LayoutInfo layout_info(const ppc::Layout& layout) {
+  LayoutInfo info;
+  info.text = layout.source;
+  for (const auto& stage : layout.stages) {
+    std::string s;
+    for (ppc::LayerKind k : stage) s += ppc::layer_symbol(k);
+    info.stages.push_back(std::move(s));
   }
+  return info;
+}
 
-  // The loss of L: CE_main + (lambda / D) sum_k CE_k over the valid positions of each depth.
-  at::Tensor loss(const std::vector<at::Tensor>& hs, const at::Tensor& rows, const Layer& l,
-                  GradStash* s, StageLosses* out) {
-    const int64_t T = cfg.seq_len;
-    auto ce = [&](const at::Tensor& h, int64_t k) {  // h already normalised; depth k from 0
-      const int64_t valid = T - k;
-      at::Tensor logits = linear(h.narrow(1, 0, valid), l.b, s);
-      return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                    rows.narrow(1, 1 + k, valid).reshape({-1}));
-    };
-    at::Tensor main = ce(norm(hs[0], l.a, s), 0);
-    at::Tensor total = main;
-    std::vector<at::Tensor> depths;
-    for (size_t k = 1; k < hs.size(); ++k) depths.push_back(ce(hs[k], static_cast<int64_t>(k)));
-    if (!depths.empty()) {
-      at::Tensor mtp = at::stack(depths);
-      total = main + mtp.sum() * (spec.mtp_loss_weight / static_cast<double>(depths.size()));
-      if (out) out->mtp = mtp.detach();
+std::vector<LayerPlace> layer_places(const ppc::Layout& layout) {
+  std::vector<LayerPlace> out;
+  std::unordered_map<char, int> seen;
+  for (size_t s = 0; s < layout.stages.size(); ++s)
+    for (ppc::LayerKind k : layout.stages[s]) {
+      const char c = ppc::layer_symbol(k);
+      out.push_back(
+          LayerPlace{c, seen[c]++, 0, static_cast<int>(out.size()), 0, static_cast<int>(s)});
     }
-    if (out) out->main = main.detach();
-    return total;
+  for (LayerPlace& p : out) {
+    p.count = seen[p.symbol];
+    p.layers = static_cast<int>(out.size());
+  }
+  return out;
+}
+
+// --- Stage --------------------------------------------------------------------------------------
+
+struct Stage::Impl {
+  struct Built {
+    LayerPlace place;
+    const Model::Symbol* symbol;
+    Layer layer;
+  };
+  ModelContext ctx;
+  int stage = -1;
+  std::vector<Built> layers;
+  bool first = false, last = false, split = true;
+  std::vector<std::string> names;
+
+  std::string where(const Built& b) const {
+    std::string prefix = b.layer.prefix;
+    if (!prefix.empty() && prefix.back() == '.') prefix.pop_back();
+    return fmt::format("{}, layer '{}' #{} ({})",
+                       stage < 0 ? std::string("the model") : fmt::format("stage {}", stage),
+                       b.place.symbol, b.place.index, prefix);
   }
 
-  Decoder decoder_params(const std::vector<ParamSpec>& ps, size_t& i, ParamStore& store) {
-    Decoder d{};
-    at::Tensor** slots[] = {&d.attn_norm, &d.wq, &d.wk, &d.wv, &d.wo,
-                            &d.mlp_norm,  &d.w1, &d.w3, &d.w2};
-    for (at::Tensor** slot : slots) *slot = store.use(ps[i++]);
-    d.qkv = std::make_shared<FusedWeight>();
-    d.gate_up = std::make_shared<FusedWeight>();
-    return d;
+  // Runs `f`, turning what a model's code throws into a located user error.
+  template <class F>
+  auto located(const std::string& where, const char* what, F&& f) {
+    try {
+      return f();
+    } catch (const ppc::UserError&) {
+      throw;
+    } catch (const pprt::Error& e) {
+      fail(e.where(), e.what());
+    } catch (const c10::Error& e) {
+      fail(where, fmt::format("{}: {}", what, first_line(e.what_without_backtrace())));
+    } catch (const std::exception& e) {
+      fail(where, fmt::format("{}: {}", what, first_line(e.what())));
+    }
   }
 };
 
-Stage::Stage(const ModelConfig& cfg, StageSpec spec, ParamStore& store, const at::Device& device,
-             Kernels kernels)
-    : impl_(std::make_unique<Impl>(cfg, std::move(spec), device)) {
+Stage::Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
+             detail::SharedParams& params)
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  for (const LayerSpec& spec_l : m.spec.layers) {
-    // The layer's parameters in the order architecture.h lists them (shared ones included).
-    const std::vector<ParamSpec> ps = params_of(cfg, {spec_l}, m.spec.total_decoders);
-    size_t i = 0;
-    Impl::Layer l{spec_l.kind};
-    switch (spec_l.kind) {
-      case ppc::LayerKind::Embedding:
-        l.a = store.use(ps[i++]);
-        break;
-      case ppc::LayerKind::Decoder:
-        l.d = m.decoder_params(ps, i, store);
-        break;
-      case ppc::LayerKind::Mtp:
-        l.m.depth = spec_l.index + 1;
-        l.m.embed = store.use(ps[i++]);
-        l.m.enorm = store.use(ps[i++]);
-        l.m.hnorm = store.use(ps[i++]);
-        l.m.eh_proj = store.use(ps[i++]);
-        l.m.layer = m.decoder_params(ps, i, store);
-        l.m.final_norm = store.use(ps[i++]);
-        break;
-      case ppc::LayerKind::Loss:
-        l.a = store.use(ps[i++]);
-        l.b = store.use(ps[i++]);
-        break;
+  m.ctx = ctx;
+  m.stage = stage;
+  const Model& model = *ctx.model;
+  const std::vector<LayerPlace> places = layer_places(layout);
+  ParamStore& store = params.store();
+  for (const LayerPlace& p : places) {
+    if (stage >= 0 && p.stage != stage) continue;
+    const Model::Symbol* sym = model.symbol(p.symbol);
+    if (!sym)
+      fail("layout", fmt::format("symbol '{}' (stage {}) has no layer in the model '{}'", p.symbol,
+                                 p.stage, model.family()));
+    LayerInfo info;
+    info.symbol = p.symbol;
+    info.name = sym->name;
+    info.index = p.index;
+    info.count = p.count;
+    info.position = p.position;
+    info.layers = p.layers;
+    info.stage = p.stage;
+    info.vocab = ctx.setup.vocab;
+    info.seq_len = ctx.setup.seq_len;
+    info.seed = ctx.seed;
+    info.aux_loss_weight = ctx.aux_loss_weight;
+    info.params = &params;
+    info.layout = layout_info(layout);
+    Impl::Built b{p, sym, Layer{}};
+    b.layer.prefix = fmt::format("{}.{}.", sym->name, p.index);
+    const std::string where = m.where(b);
+    {
+      std::lock_guard<std::mutex> lock(build_mutex());
+      SeededGenerator gen(
+          mix64(ctx.seed, mix64(static_cast<uint64_t>(p.symbol), static_cast<uint64_t>(p.index))));
+      b.layer = m.located(where, "its factory failed", [&] { return sym->make(info); });
     }
-    PPC_INTERNAL_ASSERT(i == ps.size(), "every parameter of a layer is used");
-    m.layers.push_back(l);
+    if (b.layer.prefix.empty()) b.layer.prefix = fmt::format("{}.{}.", sym->name, p.index);
+    if (!b.layer.forward) fail(m.where(b), "the factory made a layer without a forward");
+    // Its parameters, by global name.
+    auto hold = [&](const std::string& name, const at::Tensor& t) {
+      if (NamedParam* have = store.find(name)) {
+        if (have->tensor.unsafeGetTensorImpl() != t.unsafeGetTensorImpl())
+          fail(m.where(b),
+               fmt::format("parameter '{}' exists already on this rank (another layer made one "
+                           "of that name); a parameter used by several layers must come from "
+                           "LayerInfo::shared",
+                           name));
+      } else {
+        store.add(name, t);
+      }
+      if (std::find(m.names.begin(), m.names.end(), name) == m.names.end()) m.names.push_back(name);
+    };
+    if (b.layer.module)
+      for (const auto& item : b.layer.module->named_parameters(/*recurse=*/true)) {
+        const at::Tensor& t = item.value();
+        if (!t.requires_grad()) continue;  // frozen: not trained
+        const std::string* shared = params.name_of(t);
+        hold(shared ? *shared : b.layer.prefix + item.key(), t);
+      }
+    m.split = m.split && b.layer.splits_backward;
+    m.layers.push_back(std::move(b));
   }
-  m.attn = attention_consts(cfg, device, kernels);
+  if (!m.layers.empty()) {
+    m.first = m.layers.front().place.position == 0;
+    m.last = m.layers.back().place.position == m.layers.back().place.layers - 1;
+  } else {
+    m.split = true;  // nothing to split
+  }
+  // The device: every module (parameters and buffers), and the parameters held otherwise.
+  at::NoGradGuard no_grad;
+  for (Impl::Built& b : m.layers)
+    if (b.layer.module) b.layer.module->to(ctx.device);
+  for (const std::string& name : m.names) {
+    at::Tensor& t = store.find(name)->tensor;
+    if (t.device() != ctx.device) t.set_data(t.to(ctx.device));
+  }
 }
 
 Stage::~Stage() = default;
 Stage::Stage(Stage&&) noexcept = default;
 Stage& Stage::operator=(Stage&&) noexcept = default;
 
-const StageSpec& Stage::spec() const {
-  return impl_->spec;
+int Stage::index() const {
+  return impl_->stage;
 }
-
 bool Stage::has_loss() const {
-  for (const Impl::Layer& l : impl_->layers)
-    if (l.kind == ppc::LayerKind::Loss) return true;
-  return false;
+  return impl_->last;
+}
+bool Stage::takes_tokens() const {
+  return impl_->first;
+}
+bool Stage::splits_backward() const {
+  return impl_->split;
+}
+const std::vector<std::string>& Stage::param_names() const {
+  return impl_->names;
 }
 
-at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, GradStash* stash,
-                          StageLosses* losses) {
+std::string Stage::describe() const {
+  const Impl& m = *impl_;
+  if (m.stage < 0) return "the whole model";
+  if (m.layers.empty()) return fmt::format("stage {} (empty)", m.stage);
+  const auto& a = m.layers.front().place;
+  const auto& b = m.layers.back().place;
+  return fmt::format("stage {} (layers '{}' #{} .. '{}' #{})", m.stage, a.symbol, a.index, b.symbol,
+                     b.index);
+}
+
+at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, int microbatch,
+                          WeightWork* work, LossReport* losses) {
   Impl& m = *impl_;
   if (m.layers.empty()) {  // an empty stage passes its input on
     if (state.defined()) return state.view_as(state);
-    // The model's first stage, empty, before E: a placeholder for the next stage.
-    return at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(m.device))
+    // The model's first stage, empty, before its first layer: a placeholder for the next stage.
+    return at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(m.ctx.device))
         .requires_grad_(true);
   }
-  std::vector<at::Tensor> hs;  // h^0, h^1, ...
-  if (m.spec.in.kind == Boundary::Kind::Hidden) hs = state.unbind(0);
-  at::Tensor loss;
-  for (const Impl::Layer& l : m.layers) {
-    switch (l.kind) {
-      case ppc::LayerKind::Embedding:
-        hs = {embedding(l.a, rows.narrow(1, 0, m.cfg.seq_len).contiguous(), stash)};
-        break;
-      case ppc::LayerKind::Decoder:
-        hs[0] = m.decoder(hs[0], l.d, stash);
-        break;
-      case ppc::LayerKind::Mtp:
-        hs.push_back(m.mtp(hs.back(), rows, l.m, stash));
-        break;
-      case ppc::LayerKind::Loss:
-        loss = m.loss(hs, rows, l, stash, losses);
-        break;
+  const Microbatch mb(rows, microbatch, m.ctx.setup.seq_len, work, losses);
+  at::Tensor x = m.first ? mb.inputs() : state;
+  for (const Impl::Built& b : m.layers) {
+    const std::vector<int64_t> in = x.sizes().vec();
+    const std::string where = m.where(b);
+    x = m.located(where, "its forward failed", [&] { return b.layer.forward(x, mb); });
+    if (!x.defined()) fail(where, "its forward returned no tensor");
+    if (b.symbol->shape) {
+      const std::vector<int64_t> want =
+          m.located(where, "its shape function failed", [&] { return b.symbol->shape(in); });
+      if (x.sizes().vec() != want)
+        fail(where, fmt::format("its output is {}, but its declared shape for an input {} is {}",
+                                shape_text(x.sizes()), shape_text(in), shape_text(want)));
     }
   }
-  if (loss.defined()) return loss;
-  return hs.size() == 1 ? hs[0].unsqueeze(0) : at::stack(hs);
+  if (!m.last) return x;
+  if (const LossFn& loss = m.ctx.model->loss())
+    x = m.located(fmt::format("stage {}, the loss", m.stage), "the loss failed",
+                  [&] { return loss(x, mb); });
+  if (!x.defined() || x.numel() != 1)
+    fail(m.stage < 0 ? std::string("the model") : fmt::format("stage {}", m.stage),
+         fmt::format("the loss must be a scalar, but it is {}{}",
+                     x.defined() ? shape_text(x.sizes()) : "undefined",
+                     m.ctx.model->loss() ? "" : " (the last layer's output: give Model::loss)"));
+  if (x.dim() != 0) x = x.reshape({});
+  if (losses && !losses->main.defined()) losses->main = x.detach();
+  return x;
+}
+
+std::optional<TensorSpec> Stage::declared_out(const TensorSpec& in, int64_t rows) const {
+  const Impl& m = *impl_;
+  if (m.layers.empty()) return in;
+  if (m.last) return TensorSpec{{}, at::kFloat};
+  std::vector<int64_t> shape = m.first ? std::vector<int64_t>{rows, m.ctx.setup.seq_len} : in.shape;
+  for (const Impl::Built& b : m.layers) {
+    if (!b.symbol->shape) return std::nullopt;
+    shape = b.symbol->shape(shape);
+  }
+  return TensorSpec{shape, at::kFloat};
+}
+
+std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
+                                                           const ModelSetup& setup,
+                                                           const ppc::Layout& layout, int64_t rows,
+                                                           std::string* missing) {
+  const std::vector<LayerPlace> places = layer_places(layout);
+  std::vector<TensorSpec> out{placeholder_spec()};
+  size_t next = 0;
+  for (size_t s = 0; s < layout.stages.size(); ++s) {
+    std::vector<int64_t> shape = out.back().shape;
+    for (; next < places.size() && places[next].stage == static_cast<int>(s); ++next) {
+      const LayerPlace& p = places[next];
+      const Model::Symbol* sym = model.symbol(p.symbol);
+      if (!sym || !sym->shape) {
+        if (missing) *missing = fmt::format("stage {}, layer '{}' #{}", p.stage, p.symbol, p.index);
+        return std::nullopt;
+      }
+      if (p.position == 0) shape = {rows, setup.seq_len};
+      shape = sym->shape(shape);
+      if (p.position == p.layers - 1 && model.loss()) shape = {};
+    }
+    out.push_back(TensorSpec{shape, at::kFloat});
+  }
+  return out;
+}
+
+RankModel::RankModel(const ModelContext& c) : ctx(c), shared(store, c.seed) {}
+
+Stage& RankModel::add(const ppc::Layout& layout, int stage) {
+  owned.push_back(std::make_unique<Stage>(ctx, layout, stage, shared));
+  stages.push_back(owned.back().get());
+  return *owned.back();
 }
 
 }  // namespace pprt

@@ -1,23 +1,14 @@
-// The model's modules on LibTorch, built from the layout (architecture.h says which layers and
-// parameters there are). A rank owns its parameters in a ParamStore, one tensor per global name,
-// however many of its stages use it; a Stage runs the layers of one layout stage.
+// A rank's model, built from a pprt::Model (pprt/pprt.h): its parameters by global name
+// (ParamStore) and its stages (Stage), each the layers of one layout stage made by the model's
+// factories. pprun's own model is one such pprt::Model (builtin.h).
 //
-// Layers: E token embedding; t Llama-style decoder layer (RMSNorm, rotary embedding, grouped-query
-// causal attention, SwiGLU); m multi-token prediction depth k (DeepSeek-V3 section 2.2):
-// h^k = FinalNorm(Decoder(W_k [RMSNorm(Emb(t_{i+k})) ; RMSNorm(h^{k-1}_i)])), h^0 the main
-// model's last decoder output; L: the output head on FinalNorm(h^0) and on every h^k, and the loss
-// CE_main + (lambda / D) sum_k CE_k, where depth k predicts token i+1+k and positions whose target
-// lies past the sequence are masked.
-//
-// Parameters are initialised from (seed, name) alone, so every layout, pp and vpp gives exactly
-// the weights of the unpipelined model, and the copies of a shared parameter start identical.
-//
-// Every parameter is used through one of three operations (a matmul with a weight, a per-channel
-// scale, an embedding lookup) whose backward either adds the weight gradient to the parameter's
-// .grad at once (B) or, when the microbatch's GradStash (ops.h) defers it (I), keeps the
-// operation's input and output gradient so that W does that later without repeating the backward.
-// Autograd itself never carries a weight gradient: a matmul's product accumulates into .grad in
-// place.
+// Parameters: each layer's module's parameters are named `prefix` + their name in the module,
+// except those a layer got from LayerInfo::shared, named by their shared name. A rank holds one
+// tensor per global name however many of its stages use it. Layers are made with torch's
+// default CPU generator seeded from (--seed, symbol, index) and shared parameters initialised
+// with it seeded from (--seed, name), so every layout, pp and vpp starts from the weights of the
+// unpipelined model, and every copy of a shared parameter starts identical; the generator's
+// state is restored afterwards.
 //
 // Included only by LibTorch translation units.
 #pragma once
@@ -27,73 +18,152 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/model/architecture.h"
-#include "runtime/model/config.h"
-#include "runtime/model/ops.h"
+#include "compiler/layout.h"
+#include "pprt/pprt.h"
 
 namespace pprt {
 
 struct NamedParam {
   std::string name;
   at::Tensor tensor;  // a leaf that requires grad
-  bool decay = true;  // AdamW weight decay applies (matrices); not to norm scales
+  bool decay = true;  // AdamW weight decay applies (matrices); not to vectors (norm scales, biases)
 };
 
-// A rank's parameters, by global name, created on first use. Addresses are stable.
+// A rank's parameters, by global name, in the order the rank's layers first use them.
+// Addresses are stable.
 class ParamStore {
  public:
-  ParamStore(uint64_t seed, const at::Device& device);
-  // The parameter `spec` names, created (deterministically initialised) if it does not exist yet.
-  at::Tensor* use(const ParamSpec& spec);
+  // Registers `tensor` (a leaf requiring grad) as `name`; decay: tensors of two dimensions or more.
+  NamedParam& add(const std::string& name, const at::Tensor& tensor);
   NamedParam* find(const std::string& name);
   std::deque<NamedParam>& params() { return params_; }
   const std::deque<NamedParam>& params() const { return params_; }
+  int64_t numel() const;
 
  private:
-  uint64_t seed_;
-  at::Device device_;
   std::deque<NamedParam> params_;
   std::unordered_map<std::string, size_t> index_;
 };
 
-// The losses a stage holding L computed for a microbatch (detached).
-struct StageLosses {
-  at::Tensor main;  // scalar: the main next-token cross-entropy
-  at::Tensor mtp;   // [depths]: CE_k of each MTP depth (undefined without m)
+namespace detail {
+// The parameters LayerInfo::shared hands out on a rank: made once per name, registered in the
+// rank's store where a layer's module first holds them.
+class SharedParams {
+ public:
+  SharedParams(ParamStore& store, uint64_t seed) : store_(store), seed_(seed) {}
+  at::Tensor get(const std::string& name, const std::vector<int64_t>& shape,
+                 const std::function<void(at::Tensor&)>& init);
+  // The shared name of `t`, or null if it is not a shared parameter.
+  const std::string* name_of(const at::Tensor& t) const;
+  ParamStore& store() { return store_; }
+
+ private:
+  ParamStore& store_;
+  uint64_t seed_;
+  std::unordered_map<std::string, at::Tensor> made_;
+  std::unordered_map<const void*, std::string> names_;  // TensorImpl -> name
+};
+}  // namespace detail
+
+// The shape and type of a tensor crossing a stage boundary.
+struct TensorSpec {
+  std::vector<int64_t> shape;
+  at::ScalarType dtype = at::kFloat;
+  bool operator==(const TensorSpec&) const = default;
+};
+std::string to_string(const TensorSpec& s);  // "[2, 64, 128] float"
+
+// The layout as pprt::Model's hooks see it.
+LayoutInfo layout_info(const ppc::Layout& layout);
+
+// Where a layer sits in the model: its symbol, its index among that symbol's layers and among
+// all the model's layers, and the layout stage that holds it.
+struct LayerPlace {
+  char symbol = 0;
+  int index = 0, count = 0, position = 0, layers = 0, stage = 0;
+};
+// Every layer of `layout`, in model order.
+std::vector<LayerPlace> layer_places(const ppc::Layout& layout);
+
+// What a rank's stages share: the model, its configuration, the rank's parameters.
+struct ModelContext {
+  const Model* model = nullptr;
+  ModelSetup setup;
+  double aux_loss_weight = 0;  // --mtp-loss-weight
+  uint64_t seed = 0;
+  at::Device device = at::Device(at::kCPU);
 };
 
+// The layers of one layout stage (or of the whole model: the unpipelined reference).
 class Stage {
  public:
-  // The stage's parameters come from (and are created in) `store`, which must outlive it.
-  Stage(const ModelConfig& config, StageSpec spec, ParamStore& store, const at::Device& device,
-        Kernels kernels = Kernels::Auto);
+  // Layout stage `stage` of `layout` (-1: every layer, the whole model), its layers made by
+  // `ctx.model`'s factories, their parameters registered in `params`' store and moved to
+  // `ctx.device`. Throws ppc::UserError naming the layer when a factory fails or a parameter
+  // name is taken.
+  Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
+        detail::SharedParams& params);
   ~Stage();
   Stage(Stage&&) noexcept;
   Stage& operator=(Stage&&) noexcept;
 
-  const StageSpec& spec() const;
-  bool has_loss() const;  // holds L: fills `losses` in forward()
+  int index() const;             // the layout stage (-1: the whole model)
+  bool has_loss() const;         // holds the model's last layer: forward() returns the loss
+  bool takes_tokens() const;     // holds the model's first layer, which starts from the token ids
+  bool splits_backward() const;  // every layer splits its own backward (Layer::splits_backward)
+  // The global names of the parameters its layers hold, each once, in order of first use.
+  const std::vector<std::string>& param_names() const;
 
-  // One microbatch. `state`: the tensor of spec().in (undefined for the model's first stage);
-  // `rows`: the microbatch's token rows [b, seq_len + 1] (int64): ids are rows[:, :T], the main
-  // targets rows[:, 1:], MTP depth k reads them shifted by k. Returns the tensor of spec().out
-  // (the loss, a scalar, after L). The backward of what it returns records into `stash` (which
-  // must outlive the graph).
-  at::Tensor forward(const at::Tensor& state, const at::Tensor& rows, GradStash* stash,
-                     StageLosses* losses);
+  // One microbatch. `state`: the tensor crossing into the stage (undefined or ignored when it
+  // takes the token ids); `rows`: the microbatch's token rows [b, seq_len + 1] (int64). Returns
+  // the tensor crossing out of it, the loss (a scalar) after the model's last layer. Layers that
+  // split their own backward defer into `work` (null: through autograd); the loss is reported
+  // into `losses` (the loss itself when the model reports nothing). A layer that fails, or whose
+  // output breaks its declared shape, throws ppc::UserError naming the stage and the layer.
+  at::Tensor forward(const at::Tensor& state, const at::Tensor& rows, int microbatch,
+                     WeightWork* work, LossReport* losses);
+
+  // The declared spec of the tensor crossing out of the stage when that crossing into it is
+  // `in` (`rows` sequences per microbatch), if every layer declares its shape; nothing otherwise.
+  std::optional<TensorSpec> declared_out(const TensorSpec& in, int64_t rows) const;
+  // "stage 2 (layers 't' #3 .. 't' #5)" or "the whole model": for messages.
+  std::string describe() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// The deterministic initial value of a parameter (CPU, float32): normal(0, std) from (seed, name),
-// or ones for norm scales (std 0). Exposed for tests.
-at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std,
-                      uint64_t seed);
+// The tensor crossing each boundary of `layout` for microbatches of `rows` sequences: entry i
+// enters layout stage i, the last leaves the model (the loss, a scalar). From the layers' declared
+// shapes (Model::layer's ShapeFn); nothing if a layer declares none (`missing` then says which).
+std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
+                                                           const ModelSetup& setup,
+                                                           const ppc::Layout& layout, int64_t rows,
+                                                           std::string* missing = nullptr);
+
+// A process's parameters and the stages that use them (a rank's stages, or the whole model).
+struct RankModel {
+  ModelContext ctx;
+  ParamStore store;
+  detail::SharedParams shared;
+  std::vector<std::unique_ptr<Stage>> owned;
+  std::vector<Stage*> stages;
+
+  explicit RankModel(const ModelContext& c);
+  RankModel(const RankModel&) = delete;
+  RankModel& operator=(const RankModel&) = delete;
+  // Builds layout stage `stage` of `layout` (-1: the whole model) and appends it to `stages`.
+  Stage& add(const ppc::Layout& layout, int stage);
+};
+
+// The spec before the model's first layer: a one-float placeholder (every rank reads the tokens
+// itself; an empty first stage passes it on).
+TensorSpec placeholder_spec();
 
 }  // namespace pprt

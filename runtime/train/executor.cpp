@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "compiler/diagnostic.h"
+#include "runtime/fail.h"
 
 namespace pprt {
 
@@ -25,12 +26,12 @@ int64_t now_ns() {
 struct Slot {
   at::Tensor input;       // F's input leaf (hidden states); its .grad() is the input gradient
   at::Tensor output;      // F's output (the stage's out boundary, or the scaled loss)
-  StageLosses losses;     // the stage holding L: the microbatch's losses
+  LossReport losses;      // the stage holding the loss: the microbatch's losses
   at::Tensor grad_input;  // from B/I, until it is sent or used by the previous local stage
   at::Tensor recv_act, recv_grad;
   std::unique_ptr<Work> recv_act_work, recv_grad_work;
   size_t recv_act_index = 0, recv_grad_index = 0;
-  GradStash stash;
+  WeightWork work;  // the weight gradients an I leaves for the W (layers that split their own)
 };
 
 struct PendingSend {
@@ -46,7 +47,8 @@ struct Executor::Impl {
   const int rank;
   std::vector<Stage*> stages;
   std::vector<int> local;  // plan stage -> index in `stages`, -1 if not on this rank
-  ModelConfig cfg;
+  ModelContext ctx;
+  std::vector<TensorSpec> bounds;  // per layout boundary, for microbatches of b sequences
   Transport* transport;
   at::Device device;
   ExecutorOptions opts;
@@ -63,12 +65,12 @@ struct Executor::Impl {
   int inflight = 0;
   int64_t waited = 0;  // within the current compute action
 
-  Impl(const ppc::Plan& p, int r, std::vector<Stage*> st, const ModelConfig& c, Transport* t,
+  Impl(const ppc::Plan& p, int r, std::vector<Stage*> st, const ModelContext& c, Transport* t,
        const at::Device& d, ExecutorOptions o)
       : plan(p),
         rank(r),
         stages(std::move(st)),
-        cfg(c),
+        ctx(c),
         transport(t),
         device(d),
         opts(o),
@@ -124,10 +126,24 @@ struct Executor::Impl {
     return t1 - t0;
   }
 
-  // A receive buffer for the state crossing `boundary`.
-  at::Tensor buffer(const Boundary& boundary) const {
-    return at::empty(boundary.shape(b, cfg), at::TensorOptions().dtype(at::kFloat).device(device));
+  // A receive buffer for the tensor crossing layout boundary `i` (entering layout stage i).
+  at::Tensor buffer(int i) const {
+    const TensorSpec& spec = bounds[static_cast<size_t>(i)];
+    return at::empty(spec.shape, at::TensorOptions().dtype(spec.dtype).device(device));
   }
+  // The boundaries' shapes for microbatches of `rows` sequences.
+  void shape_boundaries(int64_t rows) {
+    if (rows == b_shaped) return;
+    std::string missing;
+    auto d = declared_boundaries(*ctx.model, ctx.setup, plan.layout, rows, &missing);
+    if (!d)
+      fail(missing, fmt::format("the layer declares no output shape (Model::layer's `shape`), "
+                                "which a pipelined run of model '{}' needs",
+                                ctx.model->family()));
+    bounds = std::move(*d);
+    b_shaped = rows;
+  }
+  int64_t b_shaped = -1;
 
   void post_batch(size_t begin, size_t end) {
     std::vector<P2POp> ops;
@@ -148,13 +164,13 @@ struct Executor::Impl {
                               &sends.back().tensor});
           break;
         case ActionKind::RecvF:
-          sl.recv_act = buffer(stage_of(a.stage).spec().in);
+          sl.recv_act = buffer(plan.layout_stage(a.stage));
           sl.recv_act_index = j;
           ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
                               tag(plan.prev_stage(a.stage), a.microbatch, false), &sl.recv_act});
           break;
         case ActionKind::RecvB:
-          sl.recv_grad = buffer(stage_of(a.stage).spec().out);
+          sl.recv_grad = buffer(plan.layout_stage(a.stage) + 1);
           sl.recv_grad_index = j;
           ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
                               tag(plan.next_stage(a.stage), a.microbatch, true), &sl.recv_grad});
@@ -195,7 +211,8 @@ struct Executor::Impl {
       input = std::move(sl.recv_act).requires_grad_(true);
     }
     const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
-    at::Tensor out = st.forward(input, rows, &sl.stash, &sl.losses);
+    at::Tensor out =
+        st.forward(input, rows, mb, st.splits_backward() ? &sl.work : nullptr, &sl.losses);
     if (st.has_loss()) out = out * inv_mbs;
     if (p >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
@@ -212,7 +229,11 @@ struct Executor::Impl {
       waited += wait(sl.recv_grad_work, sl.recv_grad_index);
       grad_out = std::move(sl.recv_grad);
     }
-    sl.stash.defer = input_only;
+    if (!stage_of(s).splits_backward() && input_only)
+      fail(stage_of(s).describe(),
+           "its layers do not split their own backward (Layer::splits_backward), which an I "
+           "action needs");
+    sl.work.set_deferring(input_only);
     if (grad_out.defined())
       torch::autograd::backward({sl.output}, {grad_out});
     else
@@ -224,7 +245,7 @@ struct Executor::Impl {
     --inflight;
   }
 
-  void weight(int s, int mb) { slot(s, mb).stash.run_weight_grads(); }
+  void weight(int s, int mb) { slot(s, mb).work.run(); }
 
   void compute(const Action& a, size_t index) {
     ActionSpan& span = rep->spans[index];
@@ -270,6 +291,7 @@ struct Executor::Impl {
     r.actions = actions.size();
     PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "global batch divisible by microbatches");
     b = static_cast<int>(tokens.size(0) / mbs);
+    if (transport) shape_boundaries(b);
     this->tokens = tokens;
     inflight = 0;
     sends.clear();
@@ -306,10 +328,10 @@ struct Executor::Impl {
           r.losses[static_cast<size_t>(mb)] = sl.losses.main.item<double>();
           r.has_losses = true;
         }
-        if (sl.losses.mtp.defined())
-          r.mtp_losses[static_cast<size_t>(mb)] = sl.losses.mtp.mean().item<double>();
+        if (sl.losses.aux.defined())
+          r.mtp_losses[static_cast<size_t>(mb)] = sl.losses.aux.mean().item<double>();
         PPC_INTERNAL_ASSERT(
-            sl.stash.empty() && !sl.output.defined() && !sl.recv_act_work && !sl.recv_grad_work,
+            sl.work.empty() && !sl.output.defined() && !sl.recv_act_work && !sl.recv_grad_work,
             fmt::format("rank {}: stage {} microbatch {} has work left at the end of the step",
                         rank, s, mb));
         sl = Slot{};
@@ -322,9 +344,9 @@ struct Executor::Impl {
 };
 
 Executor::Executor(const ppc::Plan& plan, int rank, std::vector<Stage*> stages,
-                   const ModelConfig& config, Transport* transport, const at::Device& device,
+                   const ModelContext& context, Transport* transport, const at::Device& device,
                    ExecutorOptions options)
-    : impl_(std::make_unique<Impl>(plan, rank, std::move(stages), config, transport, device,
+    : impl_(std::make_unique<Impl>(plan, rank, std::move(stages), context, transport, device,
                                    options)) {}
 
 Executor::~Executor() = default;

@@ -1,15 +1,15 @@
 // The executor: replays one rank's lowered action list of a plan for one training step.
 //
 //  - F, B, I, W run on the rank's stages; OVERLAP_F_B runs its forward part, then its backward
-//    part. I computes only the input gradient and keeps what W needs (model/ops.h: GradStash); W
+//    part. I computes only the input gradient and keeps what W needs (pprt/pprt.h: WeightWork); W
 //    computes the weight gradients from it.
 //  - A maximal run of consecutive SEND/RECV actions is posted as one batch (Transport::post).
 //    A receive is waited for just before the compute that needs it; sends are waited for at the
 //    end of the step. Stages on the same rank pass tensors locally.
 //  - Every stage gets the microbatch's token rows; the first stage of each model copy starts from
-//    them, the others from the state of their boundary (model/architecture.h: the hidden states
-//    stacked [streams, b, seq, hidden], a placeholder before E, the loss after L). The stage
-//    holding L outputs its microbatch loss divided by the number of microbatches, so the
+//    them, the others from the tensor of their boundary (model/stage.h: declared_boundaries, a
+//    placeholder before the first layer, the loss after the last). The stage holding the loss
+//    outputs its microbatch loss divided by the number of microbatches, so the
 //    accumulated gradients are those of the mean loss.
 //  - It counts in-flight activations (F done, B or I not yet), whose peak must equal the
 //    compiler's prediction (ppc::peak_inflight).
@@ -67,7 +67,7 @@ class Executor {
  public:
   // `stages`: the rank's stages in the order of plan.placement.rank_stages[rank]. `transport`
   // may be null when the plan needs no communication (pp 1).
-  Executor(const ppc::Plan& plan, int rank, std::vector<Stage*> stages, const ModelConfig& config,
+  Executor(const ppc::Plan& plan, int rank, std::vector<Stage*> stages, const ModelContext& context,
            Transport* transport, const at::Device& device, ExecutorOptions options);
   ~Executor();
 

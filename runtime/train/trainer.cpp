@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/save_load.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/failure.h"
+#include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/param_dump.h"
 #include "runtime/output/report.h"
@@ -45,17 +46,31 @@ at::Device device_for(const Job& job, int local_rank) {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % n));
 }
 
+// The model the job trains: pprun's own (builtin.h), through pprt::Model like any other.
+ModelContext model_context(const Job& job, const Model& model, const at::Device& device) {
+  ModelContext ctx;
+  ctx.model = &model;
+  ctx.setup.vocab = job.model.vocab;
+  ctx.setup.seq_len = job.model.seq_len;
+  ctx.aux_loss_weight = job.train.mtp_loss_weight;
+  ctx.seed = job.train.seed;
+  ctx.device = device;
+  return ctx;
+}
+
 // A process's parameters and the stages that use them (a rank's stages, or the whole model).
 struct LocalModel {
+  Model model;
   at::Device device;
-  ParamStore store;
-  std::vector<std::unique_ptr<Stage>> owned;
-  std::vector<Stage*> stages;
-  LocalModel(uint64_t seed, const at::Device& d) : device(d), store(seed, d) {}
-  void add(const ModelConfig& c, StageSpec spec) {
-    owned.push_back(std::make_unique<Stage>(c, std::move(spec), store, device));
-    stages.push_back(owned.back().get());
-  }
+  RankModel rank;
+  ParamStore& store;
+  std::vector<Stage*>& stages;
+  LocalModel(const Job& job, const at::Device& d)
+      : model(builtin_model(job.model)),
+        device(d),
+        rank(model_context(job, model, d)),
+        store(rank.store),
+        stages(rank.stages) {}
 };
 
 std::unique_ptr<torch::optim::AdamW> make_optimizer(ParamStore& store, const TrainOptions& o) {
@@ -111,7 +126,7 @@ class PipelineGradients final : public StepGradients {
                                                *groups.replicas, job.timeout);
       eo.after_compute = [r = reducer_.get()](size_t i) { r->action_done(i); };
     }
-    exec_ = std::make_unique<Executor>(plan, prank, model.stages, job.model, groups.pipeline,
+    exec_ = std::make_unique<Executor>(plan, prank, model.stages, model.rank.ctx, groups.pipeline,
                                        model.device, eo);
   }
 
@@ -149,10 +164,12 @@ class AccumulatedGradients final : public StepGradients {
     rep.has_losses = true;
     for (int mb = 0; mb < mbs; ++mb) {
       const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
-      StageLosses parts;
-      const at::Tensor loss = model_.forward(at::Tensor(), rows, nullptr, &parts);
+      LossReport parts;
+      WeightWork work;  // not deferring: a B
+      const at::Tensor loss = model_.forward(at::Tensor(), rows, mb,
+                                             model_.splits_backward() ? &work : nullptr, &parts);
       rep.losses.push_back(parts.main.item<double>());
-      rep.mtp_losses.push_back(parts.mtp.defined() ? parts.mtp.mean().item<double>() : 0.0);
+      rep.mtp_losses.push_back(parts.aux.defined() ? parts.aux.mean().item<double>() : 0.0);
       torch::autograd::backward({loss * (1.0 / mbs)});
     }
     return rep;
@@ -314,10 +331,9 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   const TokenSource data = open_training_data(job);
   if (reporter)
     print_lines(run_header(job, data, groups.world ? groups.world->name() : "no transport", false));
-  LocalModel model(job.train.seed, device_for(job, local_rank));
-  const auto specs = stage_specs(plan.layout, job.train.mtp_loss_weight);
+  LocalModel model(job, device_for(job, local_rank));
   for (int s : plan.placement.rank_stages[static_cast<size_t>(prank)])
-    model.add(job.model, specs[static_cast<size_t>(plan.layout_stage(s))]);
+    model.rank.add(plan.layout, plan.layout_stage(s));
   PipelineGradients grads(job, rank, groups, model);
   StepLog log(job, reporter, &watch);
   const Place place{replica, job.dp, groups.world, replica == 0, &grads.counted_elsewhere()};
@@ -383,8 +399,8 @@ void train_rank(const Job& job, int rank, int local_rank, const RankGroups& grou
 void train_reference(const Job& job) {
   const TokenSource data = open_training_data(job);
   print_lines(run_header(job, data, "no transport", true));
-  LocalModel model(job.train.seed, device_for(job, 0));
-  model.add(job.model, whole_model_spec(job.plan.layout, job.train.mtp_loss_weight));
+  LocalModel model(job, device_for(job, 0));
+  model.rank.add(job.plan.layout, -1);
   AccumulatedGradients grads(job, *model.stages.front());
   StepLog log(job, true, nullptr);
   const RankReport report =

@@ -6,18 +6,20 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
+#include <deque>
 #include <map>
 
 #include "compiler/layout.h"
 #include "runtime/data/token_source.h"
+#include "runtime/model/architecture.h"
+#include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 
 namespace {
 
-using pprt::GradStash;
-using pprt::LayerSpec;
 using pprt::ModelConfig;
 using pprt::Stage;
+using pprt::WeightWork;
 
 ModelConfig small_config() {
   ModelConfig c;
@@ -30,38 +32,47 @@ ModelConfig small_config() {
   return c;
 }
 
-// One rank's worth of model: every stage of `layout` over one parameter store.
+// One rank's worth of the built-in model (builtin.h): every stage of `layout` over one parameter
+// store.
 struct Model {
-  std::unique_ptr<pprt::ParamStore> store;
-  std::vector<Stage> stages;
-  Stage& operator[](size_t i) { return stages[i]; }
-  Stage& front() { return stages.front(); }
-  Stage& back() { return stages.back(); }
+  pprt::Model model;
+  ppc::Layout layout;
+  pprt::ModelSetup setup;
+  std::unique_ptr<pprt::RankModel> rank;
+  std::deque<pprt::NamedParam>& params() { return rank->store.params(); }
+  Stage& operator[](size_t i) { return *rank->stages[i]; }
+  Stage& front() { return *rank->stages.front(); }
+  Stage& back() { return *rank->stages.back(); }
+  // The tensor crossing boundary i for microbatches of `rows` sequences.
+  std::vector<int64_t> boundary(size_t i, int64_t rows) const {
+    return pprt::declared_boundaries(model, setup, layout, rows).value().at(i).shape;
+  }
 };
 
 Model build(const std::string& layout, const ModelConfig& c, uint64_t seed = 7,
             double mtp_weight = 0.1, pprt::Kernels kernels = pprt::Kernels::Auto) {
-  const ppc::Layout l = ppc::parse_layout(layout);
-  Model m{std::make_unique<pprt::ParamStore>(seed, at::Device(at::kCPU)), {}};
-  for (auto& spec : pprt::stage_specs(l, mtp_weight))
-    m.stages.emplace_back(c, std::move(spec), *m.store, at::Device(at::kCPU), kernels);
+  Model m{pprt::builtin_model(c, kernels), ppc::parse_layout(layout), {c.vocab, c.seq_len}, {}};
+  pprt::ModelContext ctx{&m.model, m.setup, mtp_weight, seed, at::Device(at::kCPU)};
+  m.rank = std::make_unique<pprt::RankModel>(ctx);
+  for (int s = 0; s < m.layout.num_stages(); ++s) m.rank->add(m.layout, s);
   return m;
 }
 
 std::map<std::string, at::Tensor> by_name(Model& m) {
   std::map<std::string, at::Tensor> out;
-  for (auto& p : m.store->params()) out[p.name] = p.tensor;
+  for (auto& p : m.params()) out[p.name] = p.tensor;
   return out;
 }
 
 void zero(Model& m) {
-  for (auto& p : m.store->params()) p.tensor.mutable_grad() = at::Tensor();
+  for (auto& p : m.params()) p.tensor.mutable_grad() = at::Tensor();
 }
 
-// Runs the stages one after the other on one microbatch.
-at::Tensor chain(Model& m, const at::Tensor& rows, pprt::StageLosses* losses = nullptr) {
+// Runs the stages one after the other on one microbatch, their weight gradients through autograd
+// (no WeightWork).
+at::Tensor chain(Model& m, const at::Tensor& rows, pprt::LossReport* losses = nullptr) {
   at::Tensor x;
-  for (Stage& s : m.stages) x = s.forward(x, rows, nullptr, losses);
+  for (Stage* s : m.rank->stages) x = s->forward(x, rows, 0, nullptr, losses);
   return x;
 }
 
@@ -113,7 +124,7 @@ TEST(Model, StagesChainIntoTheWholeModel) {
   EXPECT_FALSE(split.front().has_loss());
   EXPECT_TRUE(split.back().has_loss());
   // The hidden state crosses a boundary as one stream [1, b, seq, hidden].
-  EXPECT_EQ(split[0].forward(at::Tensor(), tk, nullptr, nullptr).sizes().vec(),
+  EXPECT_EQ(split[0].forward(at::Tensor(), tk, 0, nullptr, nullptr).sizes().vec(),
             (std::vector<int64_t>{1, 2, c.seq_len, c.hidden}));
 }
 
@@ -127,22 +138,22 @@ Grads backward(Model& m, Stage& stage, const at::Tensor& input, const at::Tensor
                const at::Tensor& grad_out, bool split) {
   zero(m);
   at::Tensor in = input.defined() ? input.detach().clone().requires_grad_(true) : input;
-  GradStash stash;
-  at::Tensor out = stage.forward(in, rows, &stash, nullptr);
-  stash.defer = split;
+  WeightWork work;
+  at::Tensor out = stage.forward(in, rows, 0, &work, nullptr);
+  work.set_deferring(split);
   if (grad_out.defined())
     torch::autograd::backward({out}, {grad_out});
   else
     torch::autograd::backward({out});
   Grads g;
   if (split) {
-    for (auto& p : m.store->params())
+    for (auto& p : m.params())
       EXPECT_FALSE(p.tensor.grad().defined()) << p.name << " got its gradient in I";
-    EXPECT_FALSE(stash.empty());
-    stash.run_weight_grads();
-    EXPECT_TRUE(stash.empty());
+    EXPECT_FALSE(work.empty());
+    work.run();
+    EXPECT_TRUE(work.empty());
   }
-  for (auto& p : m.store->params())
+  for (auto& p : m.params())
     if (p.tensor.grad().defined()) g.params[p.name] = p.tensor.grad().clone();
   if (in.defined()) g.input = in.grad().clone();
   return g;
@@ -202,18 +213,19 @@ TEST(Model, StagesAccumulateGradientsOverMicrobatches) {
     zero(m);
     for (int mb = 0; mb < 3; ++mb) {
       const at::Tensor rows = tk.narrow(0, mb, 1);
-      GradStash stash;
-      at::Tensor loss = s.forward(at::Tensor(), rows, &stash, nullptr);
-      stash.defer = mb == split;
+      WeightWork work;
+      at::Tensor loss = s.forward(at::Tensor(), rows, mb, &work, nullptr);
+      work.set_deferring(mb == split);
       torch::autograd::backward({loss / 3.0});
-      stash.run_weight_grads();
+      work.run();
     }
     std::map<std::string, at::Tensor> acc;
-    for (auto& p : m.store->params()) acc[p.name] = p.tensor.grad().clone();
+    for (auto& p : m.params()) acc[p.name] = p.tensor.grad().clone();
     zero(m);
-    at::Tensor loss = s.forward(at::Tensor(), tk.narrow(0, 0, 3), nullptr, nullptr);
+    WeightWork work;
+    at::Tensor loss = s.forward(at::Tensor(), tk.narrow(0, 0, 3), 0, &work, nullptr);
     torch::autograd::backward({loss});
-    for (auto& p : m.store->params())
+    for (auto& p : m.params())
       EXPECT_TRUE(at::allclose(acc[p.name], p.tensor.grad(), 1e-5, 1e-7))
           << p.name << " (split microbatch " << split << ")";
   }
@@ -303,19 +315,19 @@ TEST(Model, MultiTokenPredictionFollowsItsDefinition) {
     c.tie_embeddings = tie;
     auto m = build("Et|tm|m|L", c, 7, 0.3);  // two decoder layers, two MTP depths
     const at::Tensor tk = tokens(c, 3);
-    pprt::StageLosses parts;
+    pprt::LossReport parts;
     const at::Tensor got = chain(m, tk, &parts);
     Reference ref{by_name(m), c};
     std::vector<double> mtp;
     const at::Tensor want = ref.loss(tk, 2, 2, 0.3, &mtp);
     EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << "tied " << tie;
-    ASSERT_TRUE(parts.mtp.defined());
-    ASSERT_EQ(parts.mtp.numel(), 2);
-    for (int k = 0; k < 2; ++k) EXPECT_NEAR(parts.mtp[k].item<double>(), mtp[size_t(k)], 1e-5);
+    ASSERT_TRUE(parts.aux.defined());
+    ASSERT_EQ(parts.aux.numel(), 2);
+    for (int k = 0; k < 2; ++k) EXPECT_NEAR(parts.aux[k].item<double>(), mtp[size_t(k)], 1e-5);
     EXPECT_NEAR(parts.main.item<double>(), std::log(256.0), 0.1);
     // The state after the first m holds two streams, after the second three.
-    EXPECT_EQ(m[1].spec().out.streams, 2);
-    EXPECT_EQ(m[2].spec().out.streams, 3);
+    EXPECT_EQ(m.boundary(2, 3), (std::vector<int64_t>{2, 3, c.seq_len, c.hidden}));
+    EXPECT_EQ(m.boundary(3, 3), (std::vector<int64_t>{3, 3, c.seq_len, c.hidden}));
     EXPECT_EQ(by_name(m).count("head.out.weight"), tie ? 0u : 1u);
   }
 }
@@ -334,13 +346,13 @@ TEST(Model, AttentionInCausalBlocksFollowsItsDefinition) {
     const at::Tensor got = chain(m, tk);
     got.backward();
     std::map<std::string, at::Tensor> got_grads;
-    for (auto& p : m.store->params()) got_grads[p.name] = p.tensor.grad().clone();
+    for (auto& p : m.params()) got_grads[p.name] = p.tensor.grad().clone();
     zero(m);
     Reference ref{by_name(m), c};
     const at::Tensor want = ref.loss(tk, 2, 0, 0.0, nullptr);
     want.backward();
     EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << heads << "/" << kv;
-    for (auto& p : m.store->params()) {
+    for (auto& p : m.params()) {
       const at::Tensor& w = p.tensor.grad();
       ASSERT_TRUE(w.defined()) << p.name;
       EXPECT_TRUE(at::allclose(got_grads[p.name], w, 1e-4, 1e-6))
@@ -362,13 +374,13 @@ TEST(Model, FusedCpuLoopsGiveWhatAtenOperationsGive) {
     for (int i = 0; i < 2; ++i) {
       const auto kernels = i == 0 ? pprt::Kernels::Auto : pprt::Kernels::Generic;
       auto m = build("EttmL", c, 7, 0.3, kernels);
-      GradStash stash;
-      const at::Tensor l = m[0].forward(at::Tensor(), tk, &stash, nullptr);
-      stash.defer = split;
+      WeightWork work;
+      const at::Tensor l = m[0].forward(at::Tensor(), tk, 0, &work, nullptr);
+      work.set_deferring(split);
       l.backward();
-      stash.run_weight_grads();
+      work.run();
       loss[i] = l.item<double>();
-      for (auto& p : m.store->params()) grads[i][p.name] = p.tensor.grad().clone();
+      for (auto& p : m.params()) grads[i][p.name] = p.tensor.grad().clone();
       if (i == 1 && !split) {  // Generic against the Reference
         zero(m);
         Reference ref{by_name(m), c};
@@ -392,8 +404,8 @@ TEST(Model, EmptyStagesAtEitherEndPassTheStateOn) {
   auto plain = build("EttL", c);
   const at::Tensor tk = tokens(c, 2);
   EXPECT_TRUE(at::allclose(chain(padded, tk), chain(plain, tk), 1e-6, 1e-6));
-  EXPECT_EQ(padded[0].spec().out.kind, pprt::Boundary::Kind::Tokens);
-  EXPECT_EQ(padded[3].spec().in.kind, pprt::Boundary::Kind::Loss);
+  EXPECT_EQ(padded.boundary(1, 2), (std::vector<int64_t>{1}));  // the placeholder
+  EXPECT_EQ(padded.boundary(3, 2), (std::vector<int64_t>{}));   // the loss
 }
 
 }  // namespace

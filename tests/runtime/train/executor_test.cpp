@@ -16,6 +16,7 @@
 #include "compiler/verify.h"
 #include "rank_threads.h"
 #include "runtime/data/token_source.h"
+#include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 #include "runtime/train/executor.h"
 
@@ -68,18 +69,17 @@ struct Result {
   std::vector<double> losses, mtp_losses;
 };
 
+// The built-in model (builtin.h) on the CPU.
+pprt::ModelContext context(const pprt::Model& model, const ModelConfig& c) {
+  return pprt::ModelContext{&model, {c.vocab, c.seq_len}, 0.1, 11, at::Device(at::kCPU)};
+}
+
 // The stages rank `rank` of `plan` runs, over one parameter store.
-struct RankModel {
-  pprt::ParamStore store{11, at::Device(at::kCPU)};
-  std::vector<std::unique_ptr<Stage>> owned;
-  std::vector<Stage*> stages;
-  RankModel(const ppc::Plan& plan, int rank, const ModelConfig& c) {
-    const auto specs = pprt::stage_specs(plan.layout, 0.1);
-    for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)]) {
-      owned.push_back(std::make_unique<Stage>(c, specs[static_cast<size_t>(plan.layout_stage(s))],
-                                              store, at::Device(at::kCPU)));
-      stages.push_back(owned.back().get());
-    }
+struct RankModel : pprt::RankModel {
+  RankModel(const pprt::Model& model, const ppc::Plan& plan, int rank, const ModelConfig& c)
+      : pprt::RankModel(context(model, c)) {
+    for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)])
+      add(plan.layout, plan.layout_stage(s));
   }
 };
 
@@ -90,11 +90,12 @@ Result run_pipelined(const ppc::Plan& plan, const ModelConfig& c) {
   res.mtp_losses = res.losses;
   std::mutex m;
   const at::Tensor tk = tokens(c);
+  const pprt::Model builtin = pprt::builtin_model(c);
   pprt_test::run_ranks(plan.pp(), [&](int rank, pprt::Transport& t, pprt::Store&) {
-    RankModel model(plan, rank, c);
+    RankModel model(builtin, plan, rank, c);
     pprt::ExecutorOptions eo;
     eo.timeout = std::chrono::seconds(30);
-    pprt::Executor exec(plan, rank, model.stages, c, &t, at::Device(at::kCPU), eo);
+    pprt::Executor exec(plan, rank, model.stages, model.ctx, &t, at::Device(at::kCPU), eo);
     const pprt::StepReport rep = exec.run_step(tk, 0);
     std::lock_guard<std::mutex> lock(m);
     res.peak[static_cast<size_t>(rank)] = rep.peak_inflight;
@@ -111,17 +112,20 @@ Result run_pipelined(const ppc::Plan& plan, const ModelConfig& c) {
 }
 
 Result run_reference(const ppc::Layout& layout, int mbs, const ModelConfig& c) {
-  pprt::ParamStore store(11, at::Device(at::kCPU));
-  Stage whole(c, pprt::whole_model_spec(layout, 0.1), store, at::Device(at::kCPU));
+  const pprt::Model builtin = pprt::builtin_model(c);
+  pprt::RankModel model(context(builtin, c));
+  Stage& whole = model.add(layout, -1);
+  pprt::ParamStore& store = model.store;
   const at::Tensor tk = tokens(c);
   const int b = kRows / mbs;
   Result res;
   for (int mb = 0; mb < mbs; ++mb) {
     const at::Tensor rows = tk.narrow(0, mb * b, b);
-    pprt::StageLosses parts;
-    at::Tensor loss = whole.forward(at::Tensor(), rows, nullptr, &parts);
+    pprt::LossReport parts;
+    pprt::WeightWork work;
+    at::Tensor loss = whole.forward(at::Tensor(), rows, mb, &work, &parts);
     res.losses.push_back(parts.main.item<double>());
-    res.mtp_losses.push_back(parts.mtp.defined() ? parts.mtp.mean().item<double>() : 0.0);
+    res.mtp_losses.push_back(parts.aux.defined() ? parts.aux.mean().item<double>() : 0.0);
     torch::autograd::backward({loss * (1.0 / mbs)});
   }
   for (auto& p : store.params()) res.grads[p.name] = p.tensor.grad().clone();
@@ -266,8 +270,9 @@ TEST(Executor, EmptyStagesAtBothEnds) {
 TEST(Executor, RunsAPlanWithoutTransportOnOneRank) {
   const ppc::Plan plan = compile("Ett|ttL", 1, "Interleaved1F1B", 2);
   const ModelConfig c = small_config();
-  RankModel model(plan, 0, c);
-  pprt::Executor exec(plan, 0, model.stages, c, nullptr, at::Device(at::kCPU), {});
+  const pprt::Model builtin = pprt::builtin_model(c);
+  RankModel model(builtin, plan, 0, c);
+  pprt::Executor exec(plan, 0, model.stages, model.ctx, nullptr, at::Device(at::kCPU), {});
   const pprt::StepReport rep = exec.run_step(tokens(c), 0);
   const Result ref = run_reference(plan.layout, 2, c);
   ASSERT_EQ(rep.losses.size(), 2u);

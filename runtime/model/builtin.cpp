@@ -1,0 +1,263 @@
+// pprun's own model family through pprt::Model (builtin.h), built from the operations of ops.h.
+#include "runtime/model/builtin.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/nn/module.h>
+
+#include <cmath>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <numbers>
+
+#include "compiler/diagnostic.h"
+#include "runtime/data/token_source.h"
+#include "runtime/model/architecture.h"
+
+namespace pprt {
+
+namespace {
+
+// Normal(0, 1) numbers from (key, index): Box-Muller over splitmix64.
+float normal_at(uint64_t key, uint64_t i) {
+  const uint64_t a = mix64(key, 2 * i), b = mix64(key, 2 * i + 1);
+  const double u1 = (static_cast<double>(a >> 11) + 0.5) * 0x1.0p-53;
+  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+}
+
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// What the layers of one builtin_model share: the configuration and, per device, attention's
+// rotary tables and mask (ranks may run as threads of one process).
+struct Common {
+  ModelConfig cfg;
+  Kernels kernels;
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<const AttentionConsts>> attn;
+
+  std::shared_ptr<const AttentionConsts> attention_on(const at::Device& device) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& c = attn[device.str()];
+    if (!c) c = std::make_shared<const AttentionConsts>(attention_consts(cfg, device, kernels));
+    return c;
+  }
+};
+
+// One layer's parameters, in the order architecture.h lists them. Every one is a shared parameter
+// under its global name (LayerInfo::shared), so that a rank holds one tensor per name however many
+// layers use it (the embedding of E, of every m and of a tied L). Addresses are stable: ops.h's
+// operations keep pointers to them.
+struct BuiltinModule : torch::nn::Module {
+  std::deque<at::Tensor> p;
+  std::shared_ptr<const AttentionConsts> attn;  // of the device of the last forward
+
+  BuiltinModule(const LayerInfo& info, const std::vector<ParamSpec>& specs) {
+    for (const ParamSpec& s : specs) {
+      at::Tensor t = info.shared(s.name, s.shape, [&](at::Tensor& x) {
+        x.copy_(init_param(s.name, s.shape, s.init_std, info.seed));
+      });
+      p.push_back(register_parameter(fmt::format("p{}", p.size()), t));
+    }
+  }
+};
+
+struct Decoder {
+  at::Tensor *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w1, *w3, *w2;
+  std::shared_ptr<FusedWeight> qkv = std::make_shared<FusedWeight>();      // [wq; wk; wv]
+  std::shared_ptr<FusedWeight> gate_up = std::make_shared<FusedWeight>();  // [w1; w3]
+};
+
+Decoder decoder_params(BuiltinModule& m, size_t& i) {
+  Decoder d{};
+  at::Tensor** slots[] = {&d.attn_norm, &d.wq, &d.wk, &d.wv, &d.wo,
+                          &d.mlp_norm,  &d.w1, &d.w3, &d.w2};
+  for (at::Tensor** slot : slots) *slot = &m.p[i++];
+  return d;
+}
+
+at::Tensor norm(const Common& c, const at::Tensor& x, at::Tensor* g, WeightWork* w) {
+  return rms_norm(x, g, c.cfg.norm_eps, w, c.kernels);
+}
+
+at::Tensor decoder(const Common& c, const AttentionConsts& attn, const at::Tensor& x,
+                   const Decoder& d, WeightWork* w) {
+  const at::Tensor h = norm(c, x, d.attn_norm, w);
+  const at::Tensor qkv = fused_linear(h, {d.wq, d.wk, d.wv}, *d.qkv, w);
+  const at::Tensor x1 = residual_linear(x, attention(qkv, attn), d.wo, w);
+  const at::Tensor h2 = norm(c, x1, d.mlp_norm, w);
+  const at::Tensor gate_up = fused_linear(h2, {d.w1, d.w3}, *d.gate_up, w);
+  return residual_linear(x1, swiglu(gate_up, c.kernels), d.w2, w);
+}
+
+// The parameters of one layer as architecture.h lists them.
+std::vector<ParamSpec> layer_params(const ModelConfig& cfg, ppc::LayerKind kind, int index,
+                                    const LayerInfo& info) {
+  return params_of(cfg, {LayerSpec{kind, index}}, info.layout.count('t'));
+}
+
+Layer make(const std::shared_ptr<Common>& common, std::shared_ptr<BuiltinModule> module,
+           std::function<at::Tensor(const at::Tensor&, const Microbatch&)> forward) {
+  Layer l;
+  l.module = std::move(module);
+  l.forward = std::move(forward);
+  l.prefix = "";  // every parameter is named by its shared name
+  l.splits_backward = true;
+  (void)common;
+  return l;
+}
+
+// The attention tables of x's device, kept by the layer.
+const AttentionConsts& attn_of(Common& c, BuiltinModule& m, const at::Tensor& x) {
+  if (!m.attn || m.attn->cos.device() != x.device()) m.attn = c.attention_on(x.device());
+  return *m.attn;
+}
+
+}  // namespace
+
+at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std,
+                      uint64_t seed) {
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+  float* p = t.data_ptr<float>();
+  const int64_t n = t.numel();
+  if (std == 0) {
+    for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
+    return t;
+  }
+  const uint64_t key = mix64(seed, name_hash(name));
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = static_cast<float>(std * normal_at(key, static_cast<uint64_t>(i)));
+  return t;
+}
+
+Model builtin_model(const ModelConfig& config, Kernels kernels) {
+  auto common = std::make_shared<Common>();
+  common->cfg = config;
+  common->kernels = kernels;
+  const int64_t hidden = config.hidden, T = config.seq_len;
+  Model model("pprun");
+
+  // E: [b, T] token ids -> [1, b, T, hidden].
+  model.layer(
+      'E', "embed",
+      [common](const LayerInfo& info) {
+        auto m = std::make_shared<BuiltinModule>(
+            info, layer_params(common->cfg, ppc::LayerKind::Embedding, 0, info));
+        at::Tensor* w = &m->p[0];
+        return make(common, m, [w](const at::Tensor& ids, const Microbatch& mb) {
+          return embedding(w, ids.contiguous(), mb.weight_work()).unsqueeze(0);
+        });
+      },
+      [hidden](const std::vector<int64_t>& in) {
+        return std::vector<int64_t>{1, in.at(0), in.at(1), hidden};
+      });
+
+  // t: the main stream h^0 through one decoder layer.
+  model.layer(
+      't', "layers",
+      [common](const LayerInfo& info) {
+        auto m = std::make_shared<BuiltinModule>(
+            info, layer_params(common->cfg, ppc::LayerKind::Decoder, info.index, info));
+        size_t i = 0;
+        auto d = std::make_shared<Decoder>(decoder_params(*m, i));
+        BuiltinModule* raw = m.get();
+        return make(common, m, [common, raw, d](const at::Tensor& x, const Microbatch& mb) {
+          const AttentionConsts& attn = attn_of(*common, *raw, x);
+          if (x.size(0) == 1)
+            return decoder(*common, attn, x.squeeze(0), *d, mb.weight_work()).unsqueeze(0);
+          std::vector<at::Tensor> hs = x.unbind(0);
+          hs[0] = decoder(*common, attn, hs[0], *d, mb.weight_work());
+          return at::stack(hs);
+        });
+      },
+      [](const std::vector<int64_t>& in) { return in; });
+
+  // m: MTP depth k = index + 1, from h^{k-1}: one more stream.
+  model.layer(
+      'm', "mtp",
+      [common, T](const LayerInfo& info) {
+        auto m = std::make_shared<BuiltinModule>(
+            info, layer_params(common->cfg, ppc::LayerKind::Mtp, info.index, info));
+        struct Mtp {
+          int64_t depth;
+          at::Tensor *embed, *enorm, *hnorm, *eh_proj, *final_norm;
+          Decoder layer;
+        };
+        auto p = std::make_shared<Mtp>();
+        p->depth = info.index + 1;
+        size_t i = 0;
+        p->embed = &m->p[i++];
+        p->enorm = &m->p[i++];
+        p->hnorm = &m->p[i++];
+        p->eh_proj = &m->p[i++];
+        p->layer = decoder_params(*m, i);
+        p->final_norm = &m->p[i++];
+        PPC_INTERNAL_ASSERT(i == m->p.size(), "every parameter of a layer is used");
+        BuiltinModule* raw = m.get();
+        return make(common, m, [common, raw, p, T](const at::Tensor& x, const Microbatch& mb) {
+          // The embedding of the tokens k places ahead (token i+k at position i; positions past
+          // the sequence read id 0: only positions whose target is masked see them) and h^{k-1}.
+          const Common& c = *common;
+          WeightWork* w = mb.weight_work();
+          const at::Tensor& rows = mb.tokens();
+          const int64_t b = rows.size(0), k = p->depth;
+          std::vector<at::Tensor> hs = x.unbind(0);
+          at::Tensor ids = rows.narrow(1, k, T + 1 - k);
+          if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
+          at::Tensor e = norm(c, embedding(p->embed, ids.contiguous(), w), p->enorm, w);
+          at::Tensor h = linear(at::cat({e, norm(c, hs.back(), p->hnorm, w)}, -1), p->eh_proj, w);
+          hs.push_back(
+              norm(c, decoder(c, attn_of(*common, *raw, x), h, p->layer, w), p->final_norm, w));
+          return at::stack(hs);
+        });
+      },
+      [](const std::vector<int64_t>& in) {
+        std::vector<int64_t> out = in;
+        out.at(0) += 1;
+        return out;
+      });
+
+  // L: the loss CE_main + (lambda / D) sum_k CE_k over the valid positions of each depth.
+  model.layer(
+      'L', "head",
+      [common, T](const LayerInfo& info) {
+        auto m = std::make_shared<BuiltinModule>(
+            info, layer_params(common->cfg, ppc::LayerKind::Loss, 0, info));
+        at::Tensor* norm_w = &m->p[0];
+        at::Tensor* head = &m->p[1];
+        const double lambda = info.aux_loss_weight;
+        return make(common, m,
+                    [common, norm_w, head, lambda, T](const at::Tensor& x, const Microbatch& mb) {
+                      WeightWork* w = mb.weight_work();
+                      const at::Tensor& rows = mb.tokens();
+                      const std::vector<at::Tensor> hs = x.unbind(0);
+                      auto ce = [&](const at::Tensor& h, int64_t k) {  // h normalised; k from 0
+                        const int64_t valid = T - k;
+                        at::Tensor logits = linear(h.narrow(1, 0, valid), head, w);
+                        return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                                                      rows.narrow(1, 1 + k, valid).reshape({-1}));
+                      };
+                      at::Tensor main = ce(norm(*common, hs[0], norm_w, w), 0);
+                      at::Tensor total = main;
+                      std::vector<at::Tensor> depths;
+                      for (size_t k = 1; k < hs.size(); ++k)
+                        depths.push_back(ce(hs[k], static_cast<int64_t>(k)));
+                      at::Tensor mtp;
+                      if (!depths.empty()) {
+                        mtp = at::stack(depths);
+                        total = main + mtp.sum() * (lambda / static_cast<double>(depths.size()));
+                      }
+                      mb.report(main, mtp);
+                      return total;
+                    });
+      },
+      [](const std::vector<int64_t>&) { return std::vector<int64_t>{}; });
+  return model;
+}
+
+}  // namespace pprt

@@ -3,7 +3,8 @@
 // First prints, as Markdown (bench/README.md holds the output):
 //  - the gap to the lower bound on a grid: DeepSeek-V3's layout (layouts/deepseek-v3.layout, 32
 //    stages: 8, 4, 2 or 1 per rank) at pp 4-32 and 8-128 microbatches, under the uniform and the
-//    DeepSeek-V3 cost models (examples/cost-*.json), no memory limit;
+//    DeepSeek-V3 cost models (examples/cost-*.json) and one measured by pprun --profile on a small
+//    model of that layout (bench/synth-measured.json; bench/README.md says how), no memory limit;
 //  - the goals at pp 16 with 64 microbatches, DeepSeek-V3's costs: with the memory limit at once
 //    and twice 1F1B's peak, Auto against the best named one-copy schedule that fits (from
 //    --compare) and against the bound.
@@ -40,8 +41,10 @@ ppc::SynthesisOptions deepseek(int pp, int m, const char* cost) {
 }
 
 void print_grid() {
-  for (const char* model : {"uniform", "deepseek-v3"}) {
-    const std::string cost = fmt::format("examples/cost-{}.json", model);
+  for (const char* model : {"uniform", "deepseek-v3", "measured"}) {
+    const std::string cost = std::strcmp(model, "measured") == 0
+                                 ? std::string("bench/synth-measured.json")
+                                 : fmt::format("examples/cost-{}.json", model);
     fmt::print("### {} costs: Auto's makespan / lower bound (gap)\n\n", model);
     const int mbs[] = {8, 16, 32, 64, 128};
     fmt::print("| pp (stages per rank) \\ m |");

@@ -39,6 +39,7 @@ enum class ProgressMode : uint8_t { Bar, Lines, None };
 struct OutputOptions {
   std::string metrics_path;  // JSON lines, one per step (written by the loss rank)
   std::string trace_path;    // Chrome trace of the real execution
+  std::string profile_path;  // --profile: the measured costs (output/profile.h)
   std::string dump_dir;      // per-parameter dump: DIR/params.rank<R>.jsonl
   ProgressMode progress = ProgressMode::Lines;
   int log_every = 0;  // Lines: every N steps; 0 = about 20 lines per run

@@ -174,6 +174,9 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   // Outputs last: nothing is created if anything above is wrong.
   check_writable(job.out.metrics_path, "--metrics");
   check_writable(job.out.trace_path, "--trace");
+  if (o.reference && !job.out.profile_path.empty())
+    fail("--profile", "needs a plan to run: the reference has no stages to measure");
+  check_writable(job.out.profile_path, "--profile");
   if (!job.save_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(job.save_dir, ec);

@@ -1,10 +1,13 @@
 #include "runtime/train/executor.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <csignal>
+#include <optional>
 
 #include "compiler/diagnostic.h"
 #include "runtime/fail.h"
@@ -40,6 +43,17 @@ struct PendingSend {
   size_t index;
 };
 
+// --profile: counts the bytes allocated and freed on this thread while it is installed (LibTorch's
+// allocators report to it as to the profiler's memory tracking); what a forward leaves allocated
+// is the activation its microbatch holds.
+struct NetAllocated final : c10::MemoryReportingInfoBase {
+  int64_t net = 0;
+  void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device) override {
+    net += bytes;
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+};
+
 }  // namespace
 
 struct Executor::Impl {
@@ -64,6 +78,28 @@ struct Executor::Impl {
   StepReport* rep = nullptr;
   int inflight = 0;
   int64_t waited = 0;  // within the current compute action
+  std::shared_ptr<NetAllocated> allocated = std::make_shared<NetAllocated>();
+
+  // Measures one compute part for --profile, from its construction (after any wait) to done().
+  struct PartMeter {
+    Impl& impl;
+    int64_t t0;
+    std::optional<c10::DebugInfoGuard> guard;
+    explicit PartMeter(Impl& i, bool memory) : impl(i), t0(0) {
+      if (!impl.opts.on_part) return;
+      if (memory) {
+        impl.allocated->net = 0;
+        guard.emplace(c10::DebugInfoKind::PROFILER_STATE, impl.allocated);
+      }
+      t0 = now_ns();
+    }
+    void done(int stage, ActionKind kind) {
+      if (!impl.opts.on_part) return;
+      const int64_t t1 = now_ns();
+      guard.reset();
+      impl.opts.on_part(PartSample{stage, kind, t1 - t0, impl.allocated->net});
+    }
+  };
 
   Impl(const ppc::Plan& p, int r, std::vector<Stage*> st, const ModelContext& c, Transport* t,
        const at::Device& d, ExecutorOptions o)
@@ -210,12 +246,14 @@ struct Executor::Impl {
       waited += wait(sl.recv_act_work, sl.recv_act_index);
       input = std::move(sl.recv_act).requires_grad_(true);
     }
+    PartMeter meter(*this, true);
     const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
     at::Tensor out =
         st.forward(input, rows, mb, st.splits_backward() ? &sl.work : nullptr, &sl.losses);
     if (st.has_loss()) out = out * inv_mbs;
     if (p >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
+    meter.done(s, ActionKind::F);
     rep->peak_inflight = std::max(rep->peak_inflight, ++inflight);
   }
 
@@ -233,6 +271,7 @@ struct Executor::Impl {
       fail(stage_of(s).describe(),
            "its layers do not split their own backward (Layer::splits_backward), which an I "
            "action needs");
+    PartMeter meter(*this, false);
     sl.work.set_deferring(input_only);
     if (grad_out.defined())
       torch::autograd::backward({sl.output}, {grad_out});
@@ -242,10 +281,15 @@ struct Executor::Impl {
       sl.grad_input = sl.input.grad().defined() ? sl.input.grad() : at::zeros_like(sl.input);
     sl.input = at::Tensor();
     sl.output = at::Tensor();
+    meter.done(s, input_only ? ActionKind::I : ActionKind::B);
     --inflight;
   }
 
-  void weight(int s, int mb) { slot(s, mb).work.run(); }
+  void weight(int s, int mb) {
+    PartMeter meter(*this, false);
+    slot(s, mb).work.run();
+    meter.done(s, ActionKind::W);
+  }
 
   void compute(const Action& a, size_t index) {
     ActionSpan& span = rep->spans[index];

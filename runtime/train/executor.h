@@ -28,6 +28,7 @@
 
 #include "compiler/plan.h"
 #include "runtime/model/stage.h"
+#include "runtime/output/profile.h"
 #include "runtime/output/report.h"
 #include "runtime/transport/transport.h"
 
@@ -48,6 +49,9 @@ struct ExecutorOptions {
   // Called after each compute action with its index in the rank's order (data parallelism starts
   // its gradient reductions from here: grad_reducer.h).
   std::function<void(size_t)> after_compute;
+  // pprun --profile (output/profile.h): called after each compute part (an OVERLAP_F_B's forward
+  // and backward parts separately) with its compute time and the bytes it left allocated.
+  std::function<void(const PartSample&)> on_part;
   int64_t kill_step = -1;  // fault injection for tests: raise SIGKILL at this step ...
   size_t kill_action = 0;  // ... before this action
 };

@@ -20,6 +20,7 @@
 #include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/param_dump.h"
+#include "runtime/output/profile.h"
 #include "runtime/output/report.h"
 #include "runtime/output/step_log.h"
 #include "runtime/output/trace.h"
@@ -126,11 +127,14 @@ class PipelineGradients final : public StepGradients {
                                                *groups.replicas, job.timeout);
       eo.after_compute = [r = reducer_.get()](size_t i) { r->action_done(i); };
     }
+    if (!job.out.profile_path.empty())
+      eo.on_part = [this](const PartSample& s) { profile_.add(step_, s); };
     exec_ = std::make_unique<Executor>(plan, prank, model.stages, model.rank.ctx, groups.pipeline,
                                        model.device, eo);
   }
 
   StepReport run(const at::Tensor& tokens, int step, RankReport& report) override {
+    step_ = step;
     StepReport rep = exec_->run_step(tokens, step);
     if (reducer_) {
       const ReduceStats r = reducer_->finish();
@@ -144,12 +148,15 @@ class PipelineGradients final : public StepGradients {
   const std::unordered_set<std::string>& counted_elsewhere() const {
     return shared_.counted_elsewhere();
   }
+  const ProfileRecorder& profile() const { return profile_; }
 
  private:
   const Job& job_;
   SharedGradSum shared_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<Executor> exec_;
+  ProfileRecorder profile_;  // --profile
+  int64_t step_ = 0;
 };
 
 // The reference: the whole model in one process, the microbatches' gradients accumulated.
@@ -352,12 +359,19 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   report.rank = prank;
   dump_params(job, rank, model.store);
   publish_report(store, rank, report);
+  if (!job.out.profile_path.empty()) publish_profile(store, rank, grads.profile().medians());
   if (reporter) {
     const std::vector<RankReport> all = gather_reports(store, topo);
     log.finish();
     print_lines(summary_text(summarise(plan, all, job.dp)));
     if (!job.out.trace_path.empty())
       ppc::write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
+    if (!job.out.profile_path.empty())
+      ppc::write_file_atomically(
+          job.out.profile_path,
+          profile_json(plan, job.model, job.train.global_batch / job.dp / plan.microbatches,
+                       job.train.mtp_loss_weight, gather_profiles(store, topo), all),
+          "--profile");
   }
   watch.stop();  // after the barrier the store's host may be gone
   if (groups.world && groups.world->size() > 1) groups.world->barrier(job.timeout);

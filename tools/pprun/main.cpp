@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
   out->add_option("--metrics", o.out.metrics_path, "Write JSON lines per step to FILE");
   out->add_option("--trace", o.out.trace_path,
                   "Write a Chrome trace of the real execution to FILE");
+  out->add_option("--profile", o.out.profile_path,
+                  "Write the measured costs (per stage F/B/I/W times, memory; per boundary "
+                  "messages) to FILE, a cost file for ppcompile --cost");
   out->add_option("--dump-params", o.out.dump_dir,
                   "Write every parameter, keyed by global name, to DIR");
   out->add_option("--progress", o.progress, "auto, bar, lines or none")->capture_default_str();

@@ -1,0 +1,283 @@
+#include "runtime/output/profile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "compiler/layout.h"
+#include "runtime/model/architecture.h"
+
+namespace pprt {
+
+using nlohmann::json;
+using ppc::Action;
+using ppc::ActionKind;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+json opt(const std::optional<double>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+std::optional<double> opt_from(const json& j, const char* key) {
+  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+  return j.at(key).get<double>();
+}
+
+// A number as the cost file shows it: six significant digits.
+json rounded(double v) {
+  return json::parse(fmt::format("{:.6g}", v));
+}
+
+}  // namespace
+
+void ProfileRecorder::add(int64_t step, const PartSample& s) {
+  by_step_[step][Key{s.stage, s.kind}].push_back(s);
+}
+
+std::vector<StageMedians> ProfileRecorder::medians() const {
+  // Every step but the first, when there are several. Per step the mean of a (stage, kind)'s
+  // parts (the fill and drain of a pipeline run faster than its steady state: a step's mean keeps
+  // its total), then the median over the steps.
+  auto first = by_step_.begin();
+  if (by_step_.size() > 1) ++first;
+  std::map<Key, std::vector<double>> times;
+  std::map<int, std::vector<double>> activation;
+  for (auto it = first; it != by_step_.end(); ++it)
+    for (const auto& [key, samples] : it->second) {
+      double ns = 0, bytes = 0;
+      for (const PartSample& s : samples) {
+        ns += static_cast<double>(s.ns);
+        bytes += static_cast<double>(std::max<int64_t>(s.bytes, 0));
+      }
+      const auto n = static_cast<double>(samples.size());
+      times[key].push_back(ns / n / 1e6);
+      if (key.second == ActionKind::F) activation[key.first].push_back(bytes / n);
+    }
+  std::map<int, StageMedians> out;
+  for (const auto& [key, v] : times) {
+    StageMedians& m = out[key.first];
+    m.stage = key.first;
+    const double t = median(v);
+    switch (key.second) {
+      case ActionKind::F:
+        m.f = t;
+        break;
+      case ActionKind::B:
+        m.b = t;
+        break;
+      case ActionKind::I:
+        m.i = t;
+        break;
+      case ActionKind::W:
+        m.w = t;
+        break;
+      default:
+        break;
+    }
+  }
+  for (const auto& [stage, v] : activation) out[stage].activation = median(v);
+  std::vector<StageMedians> list;
+  for (auto& [stage, m] : out) list.push_back(m);
+  return list;
+}
+
+void publish_profile(Store& store, int rank, const std::vector<StageMedians>& medians) {
+  json j = json::array();
+  for (const StageMedians& m : medians)
+    j.push_back({{"stage", m.stage},
+                 {"f", opt(m.f)},
+                 {"b", opt(m.b)},
+                 {"i", opt(m.i)},
+                 {"w", opt(m.w)},
+                 {"activation", opt(m.activation)}});
+  store.set(fmt::format("profile/{}", rank), j.dump());
+}
+
+std::vector<StageMedians> gather_profiles(Store& store, const Topology& topology) {
+  std::vector<StageMedians> out;
+  for (int r = 0; r < topology.pp; ++r)
+    for (const json& e : json::parse(store.get(fmt::format("profile/{}", topology.global(r, 0)))))
+      out.push_back(StageMedians{e.at("stage").get<int>(), opt_from(e, "f"), opt_from(e, "b"),
+                                 opt_from(e, "i"), opt_from(e, "w"), opt_from(e, "activation")});
+  return out;
+}
+
+std::vector<std::optional<double>> transfer_times(const ppc::Plan& plan,
+                                                  const std::vector<RankReport>& ranks) {
+  const auto& order = plan.order();
+  const int S = plan.stages_per_copy();
+  std::vector<std::vector<double>> samples(static_cast<size_t>(std::max(S - 1, 0)));
+  if (ranks.empty() || static_cast<int>(ranks.size()) != plan.pp()) return {};
+  const size_t nsteps = ranks.front().steps.size();
+  for (const RankReport& r : ranks)
+    if (r.steps.size() != nsteps) return {};
+  // Where each SEND sits: (sending stage, microbatch, backward) -> (rank, index).
+  struct Where {
+    int rank;
+    size_t index;
+  };
+  auto key = [](int stage, int mb, bool backward) {
+    return (static_cast<int64_t>(stage) << 33) | (static_cast<int64_t>(mb) << 1) |
+           (backward ? 1 : 0);
+  };
+  std::unordered_map<int64_t, Where> sends;
+  for (int r = 0; r < plan.pp(); ++r) {
+    const auto& acts = order[static_cast<size_t>(r)];
+    for (size_t i = 0; i < acts.size(); ++i)
+      if (ppc::is_send(acts[i].kind))
+        sends[key(acts[i].stage, acts[i].microbatch, acts[i].kind == ActionKind::SendB)] =
+            Where{r, i};
+  }
+  const size_t first = (nsteps > 1 && ranks.front().steps.front().step == 0) ? 1 : 0;
+  for (size_t k = first; k < nsteps; ++k) {
+    for (const RankReport& rr : ranks) {
+      const int r = rr.rank;
+      const auto& acts = order[static_cast<size_t>(r)];
+      const StepTiming& t = rr.steps[k];
+      if (t.spans.size() != acts.size()) continue;
+      const int64_t base = t.begin_unix_us * 1000;
+      for (size_t j = 0; j < acts.size(); ++j) {
+        const Action& a = acts[j];
+        if (a.kind != ActionKind::RecvF && a.kind != ActionKind::RecvB) continue;
+        const bool backward = a.kind == ActionKind::RecvB;
+        const int sender = backward ? plan.next_stage(a.stage) : plan.prev_stage(a.stage);
+        auto it = sends.find(key(sender, a.microbatch, backward));
+        if (it == sends.end()) continue;
+        const RankReport& peer = ranks[static_cast<size_t>(it->second.rank)];
+        const StepTiming& pt = peer.steps[k];
+        if (pt.spans.size() != order[static_cast<size_t>(it->second.rank)].size()) continue;
+        // The compute that needed it: did it wait for it?
+        size_t c = j + 1;
+        for (; c < acts.size(); ++c) {
+          const Action& x = acts[c];
+          if (ppc::is_comm(x.kind)) continue;
+          const Action part = backward ? (x.kind == ActionKind::OverlapFB ? x.backward_part() : x)
+                                       : (x.kind == ActionKind::OverlapFB ? x.forward_part() : x);
+          const bool is_backward = part.kind == ActionKind::B || part.kind == ActionKind::I;
+          if (part.stage == a.stage && part.microbatch == a.microbatch &&
+              (backward ? is_backward : part.kind == ActionKind::F))
+            break;
+        }
+        if (c == acts.size()) continue;
+        const ActionSpan& consumer = t.spans[c];
+        const int64_t done = base + t.spans[j].end;
+        const int64_t posted = std::max(base + t.spans[j].start,
+                                        pt.begin_unix_us * 1000 + pt.spans[it->second.index].start);
+        // Only where the receiver was already waiting when both sides had posted is the moment
+        // its wait ended the moment the message arrived.
+        if (base + consumer.wait > posted) continue;
+        const int boundary = plan.layout_stage(backward ? plan.prev_stage(sender) : sender);
+        if (done > posted && boundary >= 0 && boundary < S - 1)
+          samples[static_cast<size_t>(boundary)].push_back(static_cast<double>(done - posted) /
+                                                           1e6);
+      }
+    }
+  }
+  std::vector<std::optional<double>> out;
+  for (const auto& v : samples)
+    out.push_back(v.empty() ? std::nullopt : std::optional<double>(median(v)));
+  return out;
+}
+
+double post_ms_per_op(const ppc::Plan& plan, const std::vector<RankReport>& ranks) {
+  std::vector<double> per_step;
+  if (ranks.empty()) return 0;
+  const size_t nsteps = ranks.front().steps.size();
+  const size_t first = (nsteps > 1 && ranks.front().steps.front().step == 0) ? 1 : 0;
+  for (size_t k = first; k < nsteps; ++k) {
+    double ns = 0;
+    size_t ops = 0;
+    for (const RankReport& r : ranks) {
+      if (k >= r.steps.size()) continue;
+      ns += static_cast<double>(r.steps[k].post_ns);
+      for (const Action& a : plan.order()[static_cast<size_t>(r.rank)]) ops += ppc::is_comm(a.kind);
+    }
+    if (ops) per_step.push_back(ns / static_cast<double>(ops) / 1e6);
+  }
+  return per_step.empty() ? 0 : median(per_step);
+}
+
+std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_t microbatch_rows,
+                         double mtp_loss_weight, const std::vector<StageMedians>& medians,
+                         const std::vector<RankReport>& ranks) {
+  const int S = plan.stages_per_copy();
+  const auto specs = stage_specs(plan.layout, mtp_loss_weight);
+  // DualPipe: both copies of a layout stage pooled (their mean).
+  struct Sum {
+    double v = 0;
+    int n = 0;
+    void add(const std::optional<double>& x) {
+      if (x) v += *x, ++n;
+    }
+    json get() const { return n ? rounded(v / n) : json(nullptr); }
+  };
+  std::vector<std::array<Sum, 5>> sums(static_cast<size_t>(S));
+  for (const StageMedians& m : medians) {
+    auto& s = sums[static_cast<size_t>(plan.layout_stage(m.stage))];
+    s[0].add(m.f);
+    s[1].add(m.b);
+    s[2].add(m.i);
+    s[3].add(m.w);
+    s[4].add(m.activation);
+  }
+  json stages = json::array();
+  for (int k = 0; k < S; ++k) {
+    const auto& s = sums[static_cast<size_t>(k)];
+    if (s[0].n == 0) {
+      stages.push_back(nullptr);
+      continue;
+    }
+    json e = {{"f", s[0].get()}};
+    if (s[1].n) e["b"] = s[1].get();
+    if (s[2].n && s[3].n) e["i"] = s[2].get(), e["w"] = s[3].get();
+    if (s[4].n) e["activation"] = rounded(std::round(s[4].v / s[4].n));
+    int64_t params = 0;
+    for (const ParamSpec& p :
+         params_of(model, specs[static_cast<size_t>(k)].layers, specs[0].total_decoders))
+      params += p.numel();
+    e["params"] = params * 4;  // float32
+    stages.push_back(e);
+  }
+  std::vector<std::optional<double>> times = transfer_times(plan, ranks);
+  // A message costs its ranks its posting too (the runtime's, per operation; the simulator's
+  // model has no other place for it).
+  const double post = post_ms_per_op(plan, ranks);
+  for (auto& t : times)
+    if (t) *t += post;
+  std::vector<double> measured;
+  for (const auto& t : times)
+    if (t) measured.push_back(*t);
+  json boundaries = json::array();
+  for (int k = 0; k + 1 < S; ++k) {
+    int64_t numel = 1;
+    for (int64_t d : specs[static_cast<size_t>(k)].out.shape(microbatch_rows, model)) numel *= d;
+    json e = {{"message_bytes", numel * 4}};
+    const auto& t = k < static_cast<int>(times.size()) ? times[static_cast<size_t>(k)]
+                                                       : std::optional<double>{};
+    if (t)
+      e["time"] = rounded(*t);
+    else if (!measured.empty())
+      e["time"] = rounded(median(measured));
+    boundaries.push_back(e);
+  }
+  json out = {
+      {"comment",
+       fmt::format("pprun --profile: {} at pp {}, {} microbatches of {} sequences; times in ms "
+                   "(per step means, medians over the steps after the first), bytes",
+                   plan.schedule.empty() ? "a plan" : plan.schedule, plan.pp(), plan.microbatches,
+                   microbatch_rows)},
+      {"layout", ppc::layout_string(plan.layout)},
+      {"stages", stages},
+      {"boundaries", boundaries}};
+  return out.dump(1) + "\n";
+}
+
+}  // namespace pprt

@@ -1,0 +1,78 @@
+// pprun --profile FILE: what the run measured, written as a cost file that ppcompile --cost reads
+// (docs/cost-model.md, "Measured costs"): per layout stage the F, B, I and W times (per step the
+// mean over microbatches, then the median over the steps after the first; milliseconds), the
+// activation bytes one in-flight microbatch holds there and the parameter bytes; per boundary the
+// bytes of one message and its transfer time.
+//
+// Each rank records every compute part it runs (the executor's hook: an OVERLAP_F_B gives its
+// forward and its backward part separately), reduces them to per-stage medians and publishes them
+// in the rendezvous store; the loss rank gathers them, adds the boundaries (message bytes from
+// the model, transfer times from the gathered action spans) and writes the file atomically.
+// No LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/action.h"
+#include "compiler/plan.h"
+#include "runtime/job.h"
+#include "runtime/output/report.h"
+#include "runtime/transport/transport.h"
+
+namespace pprt {
+
+// One compute part as the executor ran it: its stage (plan stage), kind (F, B, I or W), compute
+// time with any wait for a received input left out, and the bytes it allocated that were still
+// allocated when it ended (for F: the activation the microbatch holds until its B or I).
+struct PartSample {
+  int stage = 0;
+  ppc::ActionKind kind = ppc::ActionKind::F;
+  int64_t ns = 0;
+  int64_t bytes = 0;
+};
+
+// A stage's medians on one rank: times in milliseconds (nullopt: that kind never ran there).
+struct StageMedians {
+  int stage = 0;  // plan stage
+  std::optional<double> f, b, i, w;
+  std::optional<double> activation;  // bytes
+};
+
+// Collects a rank's samples step by step; the first step of a run of several warms up (its
+// allocations and first touches) and is left out.
+class ProfileRecorder {
+ public:
+  void add(int64_t step, const PartSample& s);
+  std::vector<StageMedians> medians() const;
+
+ private:
+  using Key = std::pair<int, ppc::ActionKind>;
+  std::map<int64_t, std::map<Key, std::vector<PartSample>>> by_step_;
+};
+
+// The store's form of a rank's medians (published by every rank, gathered by the loss rank).
+void publish_profile(Store& store, int rank, const std::vector<StageMedians>& medians);
+std::vector<StageMedians> gather_profiles(Store& store, const Topology& topology);
+
+// Per boundary between plan stages k and k + 1 on different ranks: the median over the analysed
+// steps of a message's transfer time in ms (its RECV seen complete less the later of its SEND's
+// and RECV's posting, over the messages whose receiver already waited for them then), nullopt
+// when never measured.
+std::vector<std::optional<double>> transfer_times(const ppc::Plan& plan,
+                                                  const std::vector<RankReport>& ranks);
+
+// The median over the analysed steps of the time a rank spends posting one SEND or RECV to the
+// transport (ms).
+double post_ms_per_op(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
+
+// The cost file (JSON text) from every rank's medians, the ranks' reports and the model: one
+// entry per layout stage (DualPipe's two copies of a stage pooled) and per layout boundary.
+std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_t microbatch_rows,
+                         double mtp_loss_weight, const std::vector<StageMedians>& medians,
+                         const std::vector<RankReport>& ranks);
+
+}  // namespace pprt

@@ -1,0 +1,104 @@
+// pprun --profile FILE, as real processes: the file is a cost file ppcompile --cost reads, it
+// holds what the run measured (every stage's times, activation and parameter bytes, every
+// boundary's message), and it round-trips: simulating the plan that ran under it predicts the
+// step time pprun measured (the median over the same steps) within issue 30's 10 %, for 1F1B,
+// Interleaved1F1B and ZB-H2. The model is large enough that compute, not the runtime's fixed
+// costs, fills a step; the suite runs alone (RUN_SERIAL) so that its two ranks have the cores.
+#include <cmath>
+#include <regex>
+
+#include "e2e_util.h"
+
+namespace {
+
+using namespace pprun_e2e;
+
+struct ProfileCase {
+  std::string schedule;
+  std::string layout;
+  int stages;  // in the layout
+};
+
+void PrintTo(const ProfileCase& c, std::ostream* os) {
+  *os << c.schedule;
+}
+
+// A model whose actions take milliseconds: 4.6M parameters, 2 sequences of 128 tokens per
+// microbatch.
+const std::vector<std::string> kProfiledModel = {
+    "--hidden",  "256", "--heads",        "8",  "--kv-heads", "4",    "--ffn",     "704",
+    "--seq-len", "128", "--global-batch", "16", "--progress", "none", "--threads", "1"};
+
+double number(const std::string& text, const std::regex& re) {
+  std::smatch m;
+  if (!std::regex_search(text, m, re)) return -1;
+  return std::stod(m[1].str());
+}
+
+class Profile : public ::testing::TestWithParam<ProfileCase> {};
+
+TEST_P(Profile, RoundTripsWithinTenPercent) {
+  const ProfileCase& c = GetParam();
+  TempDir d;
+  const std::string plan = d.file("plan.json"), prof = d.file("profile.json");
+  const Proc p = ppcompile({"--layout", c.layout, "--pp", "2", "--schedule", c.schedule,
+                            "--microbatches", "8", "--emit", "json", "-o", plan});
+  ASSERT_EQ(p.exit_code(), 0) << p.out;
+  const Proc run =
+      pprun(concat(kProfiledModel, {"--plan", plan, "--steps", "6", "--profile", prof}));
+  ASSERT_EQ(run.exit_code(), 0) << run.out;
+
+  // What the file holds.
+  std::ifstream in(prof);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j.at("stages").size(), static_cast<size_t>(c.stages)) << j.dump();
+  ASSERT_EQ(j.at("boundaries").size(), static_cast<size_t>(c.stages - 1)) << j.dump();
+  const bool split = c.schedule == "ZB-H2";
+  for (const auto& s : j.at("stages")) {
+    EXPECT_GT(s.at("f").get<double>(), 0) << s.dump();
+    EXPECT_EQ(s.contains("i"), split) << s.dump();
+    EXPECT_EQ(s.contains("w"), split) << s.dump();
+    EXPECT_EQ(s.contains("b"), !split) << s.dump();
+    // A forward keeps at least its output and the decoder layers' saved inputs: megabytes here.
+    EXPECT_GT(s.at("activation").get<double>(), 1e6) << s.dump();
+    EXPECT_GT(s.at("params").get<double>(), 1e6) << s.dump();
+  }
+  // [streams 1, batch 2, seq 128, hidden 256] floats.
+  for (const auto& b : j.at("boundaries")) {
+    EXPECT_EQ(b.at("message_bytes").get<double>(), 2 * 128 * 256 * 4) << b.dump();
+    EXPECT_GE(b.at("time").get<double>(), 0) << b.dump();
+  }
+
+  // The round trip.
+  const double measured = number(run.out, std::regex(R"(step ([0-9.]+) ms, simulated)"));
+  ASSERT_GT(measured, 0) << run.out;
+  const Proc sim = ppcompile({"--from-json", plan, "--cost", prof, "--emit", "stats"});
+  ASSERT_EQ(sim.exit_code(), 0) << sim.out;
+  const double predicted = number(sim.out, std::regex(R"(makespan\s+([0-9.]+))"));
+  ASSERT_GT(predicted, 0) << sim.out;
+  const double ratio = predicted / measured;
+  std::cout << c.schedule << ": measured step " << measured << " ms, simulated under the profile "
+            << predicted << " ms, ratio " << ratio << "\n";
+  EXPECT_LE(std::abs(ratio - 1), 0.10) << run.out << sim.out << j.dump(1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, Profile,
+                         ::testing::Values(ProfileCase{"1F1B", "Ettt|tttL", 2},
+                                           ProfileCase{"Interleaved1F1B", "Ett|tt|tt|tL", 4},
+                                           ProfileCase{"ZB-H2", "Ettt|tttL", 2}),
+                         [](const auto& info) {
+                           std::string n = info.param.schedule;
+                           n.erase(std::remove(n.begin(), n.end(), '-'), n.end());
+                           return n;
+                         });
+
+TEST(ProfileErrors, NeedsAPlan) {
+  TempDir d;
+  const Proc p = pprun(concat(kModel, {"--reference", "--layout", "Et|tL", "--microbatches", "2",
+                                       "--profile", d.file("p.json")}));
+  EXPECT_EQ(p.exit_code(), 2) << p.out;
+  EXPECT_NE(p.out.find("--profile: needs a plan"), std::string::npos) << p.out;
+  EXPECT_FALSE(std::filesystem::exists(d.file("p.json")));
+}
+
+}  // namespace

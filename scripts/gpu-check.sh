@@ -66,6 +66,7 @@ if [ ! -x "$PPRUN" ] || [ ! -x "$PPC" ]; then
         -DPP_BUILD_TESTS=OFF -DPP_BUILD_BENCH=OFF)
   if [ -d "$CARRY/root/usr" ]; then  # the carried Debian packages (scripts/gpu-carry.sh)
     args+=(-DCMAKE_PREFIX_PATH="$CARRY/root/usr" -DCMAKE_CXX_FLAGS="-isystem $CARRY/root/usr/include"
+           -DCMAKE_EXE_LINKER_FLAGS="-L$CARRY/root/usr/lib/x86_64-linux-gnu"
            -DANTLR4_TOOL="$CARRY/antlr4-pregenerated")
   fi
   # NCCL from the torch environment's nvidia wheel (the one libtorch_cuda loads), and the toolkit.

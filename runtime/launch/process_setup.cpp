@@ -10,6 +10,9 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "compiler/diagnostic.h"
 #include "runtime/fail.h"
@@ -31,6 +34,59 @@ void check_device(const std::string& device) {
          "NCCL)");
   if (at::detail::getCUDAHooks().getNumGPUs() < 1)
     fail("--device", "cuda: no CUDA device is visible");
+}
+
+int cuda_device_count() {
+  return at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()) : 0;
+}
+
+int gpu_for_local_rank(int local_rank, int device_count) {
+  if (device_count < 1) fail("--device", "cuda: no CUDA device is visible");
+  if (local_rank < 0)
+    fail("environment", fmt::format("LOCAL_RANK must not be negative (got {})", local_rank));
+  return local_rank % device_count;
+}
+
+GpuPlacement place_on_gpu(int rank, int local_rank, int local_world, int device_count,
+                          bool all_local, const std::function<const char*(const char*)>& getenv) {
+  GpuPlacement p;
+  p.device = gpu_for_local_rank(local_rank, device_count);
+  const char* share = getenv(kShareGpuVariable);
+  if (share && std::strcmp(share, "0") != 0 && std::strcmp(share, "1") != 0 &&
+      std::strcmp(share, "") != 0)
+    fail("environment", fmt::format("{} must be 0 or 1 (got '{}')", kShareGpuVariable, share));
+  p.shared = share && std::strcmp(share, "1") == 0;
+  if (!p.shared) {
+    if (local_world > device_count)
+      fail(
+          "--device",
+          fmt::format("cuda: {} ranks on this machine but {} visible GPU{}: NCCL refuses two ranks "
+                      "of one communicator on one GPU; give each rank a GPU of its own (or, for "
+                      "correctness tests only, never for timing: {}=1, docs/gpu.md)",
+                      local_world, device_count, device_count == 1 ? "" : "s", kShareGpuVariable));
+    return p;
+  }
+  if (!all_local)
+    fail("environment", fmt::format("{}=1 is a test mode for ranks on one machine; these ranks "
+                                    "meet at a remote rendezvous (MASTER_ADDR)",
+                                    kShareGpuVariable));
+  p.env.emplace_back("NCCL_HOSTID", fmt::format("pprun-test-share-gpu-rank{}", rank));
+  if (!getenv("NCCL_SOCKET_IFNAME")) p.env.emplace_back("NCCL_SOCKET_IFNAME", "lo");
+  if (!getenv("NCCL_IB_DISABLE")) p.env.emplace_back("NCCL_IB_DISABLE", "1");
+  p.banner = fmt::format(
+      "pprun: TEST MODE ({}=1): rank {} on GPU {} shared with the other ranks, which NCCL takes "
+      "for separate hosts (NCCL_HOSTID); unsupported by NVIDIA; for correctness tests only, never "
+      "for timing",
+      kShareGpuVariable, rank, p.device);
+  return p;
+}
+
+int prepare_gpu(int rank, int local_rank, int local_world, bool all_local) {
+  const GpuPlacement p = place_on_gpu(rank, local_rank, local_world, cuda_device_count(), all_local,
+                                      [](const char* name) { return std::getenv(name); });
+  for (const auto& [name, value] : p.env) setenv(name.c_str(), value.c_str(), 1);
+  if (!p.banner.empty()) std::fprintf(stderr, "%s\n", p.banner.c_str());
+  return p.device;
 }
 
 void report_broken_pipes() {

@@ -212,6 +212,7 @@ int run_worker(const Job& job, const LaunchEnv& env) {
   keep_freed_memory();
   report_broken_pipes();
   const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+  if (job.device == "cuda") prepare_gpu(env.rank, env.local_rank, env.local_world, local);
   std::unique_ptr<Store> store;
   std::unique_ptr<Transport> transport, pipeline, replicas;
   const bool hosts_store = env.rank == 0 && !env.external_store;

@@ -1,7 +1,6 @@
 #include "runtime/train/trainer.h"
 
 #include <ATen/ATen.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/optim/adamw.h>
@@ -43,8 +42,8 @@ std::string first_line(const std::string& s) {
 
 at::Device device_for(const Job& job, int local_rank) {
   if (job.device != "cuda") return at::Device(at::kCPU);
-  const int n = std::max(1, static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()));
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % n));
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
+                                   gpu_for_local_rank(local_rank, cuda_device_count())));
 }
 
 // The model the job trains: pprun's own (builtin.h), through pprt::Model like any other.

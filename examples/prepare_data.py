@@ -9,7 +9,7 @@ vocabulary fits, else uint32 (--dtype forces one). pprun reads it with
 `--data OUT --data-format uint16` (or `uint32`; a .bin name is uint16 by default).
 
 --val-fraction F writes the last F of the documents (at least one) to a second file, OUT with
-`.val` before its extension, for `pprun --eval-data`.
+`.val` before its extension: tokens held out from training.
 
 Example:
     python3 examples/prepare_data.py --tokenizer tokenizer.json -o train.bin corpus/*.txt

@@ -495,7 +495,6 @@ HfExport export_hf(const std::string& path, const std::string& out_dir, TensorDt
     fail("--export", fmt::format("the checkpoint's model {} has MTP layers (m), which no Hugging "
                                  "Face family pprun writes holds",
                                  ckpt.state().layout));
-  if (c.qkv_bias) fail("--export", "q/k/v biases are not supported by --format hf yet");
   std::error_code ec;
   if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
     fail("--export", fmt::format("'{}' exists and is not an empty directory (nothing is "

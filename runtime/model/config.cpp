@@ -55,14 +55,9 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
       c.tie_embeddings = v.get<bool>();
     } else if (key == "head_dim")
       integer(c.head_size);
-    else if (key == "qkv_bias") {
-      if (!v.is_boolean())
-        fail(input, fmt::format("{}: expected true or false, got {}", key, v.dump()));
-      c.qkv_bias = v.get<bool>();
-    } else if (key == "hf_family") {
-      if (!v.is_string() || (v != "llama" && v != "mistral" && v != "qwen2"))
-        fail(input, fmt::format("{}: expected \"llama\", \"mistral\" or \"qwen2\", got {}", key,
-                                v.dump()));
+    else if (key == "hf_family") {
+      if (!v.is_string() || (v != "llama" && v != "mistral"))
+        fail(input, fmt::format("{}: expected \"llama\" or \"mistral\", got {}", key, v.dump()));
       c.hf_family = v.get<std::string>();
     } else if (key == "hf_max_positions")
       integer(c.hf_max_positions);
@@ -91,7 +86,7 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
       }
     } else
       fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, "
-                              "seq_len, rope_theta, norm_eps, tie_embeddings, head_dim, qkv_bias, "
+                              "seq_len, rope_theta, norm_eps, tie_embeddings, head_dim, "
                               "rope_scaling, hf_family, hf_max_positions)",
                               ppc::printable(key)));
   }
@@ -110,7 +105,6 @@ nlohmann::ordered_json model_config_json(const ModelConfig& c) {
                            {"norm_eps", c.norm_eps},
                            {"tie_embeddings", c.tie_embeddings}};
   if (c.head_size > 0) j["head_dim"] = c.head_size;
-  if (c.qkv_bias) j["qkv_bias"] = true;
   if (c.rope_scaling.factor > 0)
     j["rope_scaling"] = {{"factor", c.rope_scaling.factor},
                          {"low_freq_factor", c.rope_scaling.low_freq_factor},
@@ -162,11 +156,11 @@ void check_model_config(const ModelConfig& c, const std::string& where) {
 }
 
 std::string describe(const ModelConfig& c) {
-  return fmt::format(
-      "hidden {}, heads {} (kv {}{}), ffn {}, vocab {}, seq {}{}{}{}", c.hidden, c.heads,
-      c.kv_heads, c.head_size > 0 ? fmt::format(", head_dim {}", c.head_size) : "", c.ffn, c.vocab,
-      c.seq_len, c.tie_embeddings ? ", tied embeddings" : "", c.qkv_bias ? ", q/k/v biases" : "",
-      c.rope_scaling.factor > 0 ? ", llama3 rope scaling" : "");
+  return fmt::format("hidden {}, heads {} (kv {}{}), ffn {}, vocab {}, seq {}{}{}", c.hidden,
+                     c.heads, c.kv_heads,
+                     c.head_size > 0 ? fmt::format(", head_dim {}", c.head_size) : "", c.ffn,
+                     c.vocab, c.seq_len, c.tie_embeddings ? ", tied embeddings" : "",
+                     c.rope_scaling.factor > 0 ? ", llama3 rope scaling" : "");
 }
 
 }  // namespace pprt

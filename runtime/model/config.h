@@ -31,10 +31,9 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   bool tie_embeddings = false;  // the output head uses the token embedding's weight
   int head_size = 0;            // size of an attention head; 0: hidden / heads
-  bool qkv_bias = false;        // the q, k and v projections have biases (Qwen2)
   RopeScaling rope_scaling;     // Llama 3's rotary frequency scaling (factor 0: none)
   // A model read from a Hugging Face directory (--init-from, docs/huggingface.md): its family
-  // ("llama", "mistral", "qwen2") and max_position_embeddings, which --export --format hf writes
+  // ("llama", "mistral") and max_position_embeddings, which --export --format hf writes
   // back. Empty / 0 for pprun's own models.
   std::string hf_family;
   int hf_max_positions = 0;
@@ -50,7 +49,7 @@ struct ModelOverrides {
 };
 
 // Parses a JSON object holding any of "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",
-// "rope_theta", "norm_eps", "tie_embeddings", "head_dim", "qkv_bias", "rope_scaling" (an object:
+// "rope_theta", "norm_eps", "tie_embeddings", "head_dim", "rope_scaling" (an object:
 // "factor", "low_freq_factor", "high_freq_factor", "original_max_positions"), "hf_family",
 // "hf_max_positions" over `base`. Throws ppc::UserError naming the input
 // and the field (unknown fields are errors: a typo must not silently train another model).

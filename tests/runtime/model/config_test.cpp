@@ -24,12 +24,12 @@ TEST(ModelConfig, ReadsFieldsOverDefaults) {
 TEST(ModelConfig, ErrorsNameTheFileAndField) {
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"hiden": 64})", "m.json"); }),
             "m.json: hiden: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
-            "rope_theta, norm_eps, tie_embeddings, head_dim, qkv_bias, rope_scaling, hf_family, "
+            "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, hf_family, "
             "hf_max_positions)");
   // A key with a newline (fuzz finding: the message's first line was blank).
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"\n": 33})", "m.json"); }),
             "m.json: \\x0a: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
-            "rope_theta, norm_eps, tie_embeddings, head_dim, qkv_bias, rope_scaling, hf_family, "
+            "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, hf_family, "
             "hf_max_positions)");
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"heads": -1})", "m.json"); }),
             "m.json: heads: expected a positive integer, got -1");
@@ -92,7 +92,7 @@ TEST(ModelConfig, HuggingFaceFieldsRoundTrip) {
             "scaling");
   EXPECT_EQ(
       filetest::user_error([] { pprt::parse_model_config(R"({"hf_family": "gpt2"})", "m.json"); }),
-      "m.json: hf_family: expected \"llama\", \"mistral\" or \"qwen2\", got \"gpt2\"");
+      "m.json: hf_family: expected \"llama\" or \"mistral\", got \"gpt2\"");
   EXPECT_EQ(filetest::user_error(
                 [] { pprt::parse_model_config(R"({"rope_scaling": {"factr": 8}})", "m.json"); }),
             "m.json: rope_scaling.factr: unknown field or not a whole number (expected factor, "

@@ -86,6 +86,7 @@ struct Job {
   int save_every = 0;       // 0: only at the end
   int keep = 0;             // the newest checkpoints kept; 0: all
   std::string resume_path;  // --resume: the step directory to start from (resolved)
+  std::string init_from;    // --init-from: a Hugging Face model directory (checkpoint/hf.h)
   int64_t start_step = 0;   // steps the checkpoint had completed
 };
 

@@ -447,10 +447,14 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
       covered = t.end;
     }
     const uint64_t buffer = file_size_ - 8 - n;
-    if (covered > buffer)
+    if (covered > buffer) {
+      const TensorInfo* cut = nullptr;  // the first tensor past the end (in offset order)
+      for (const TensorInfo& t : tensors_)
+        if (!cut && t.end > buffer) cut = &t;
       fail(path_, fmt::format("truncated: the tensors need {} bytes of data but the file has {} "
-                              "after the header",
-                              covered, buffer));
+                              "after the header (tensor {} is cut)",
+                              covered, buffer, quote_name(cut->name)));
+    }
     if (covered < buffer)
       fail(path_, fmt::format("the tensors cover {} bytes but the file has {} after the header "
                               "(holes are not allowed)",

@@ -11,6 +11,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
 #include "runtime/checkpoint/format.h"
+#include "runtime/checkpoint/hf.h"
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
 #include "runtime/launch/failure.h"
@@ -77,6 +78,29 @@ void resume_from(const RunOptions& o, Job& job) {
   job.start_step = st.step;
 }
 
+// --init-from: the model of a Hugging Face directory, checked against the layout, every weight
+// file checked (names, shapes, dtypes) before anything runs.
+void init_from_hf(const RunOptions& o, Job& job) {
+  if (!o.resume_dir.empty())
+    fail("--init-from", "cannot be combined with --resume (a checkpoint holds its own weights)");
+  if (!o.config_path.empty()) fail("--config", "the model comes from --init-from's config.json");
+  const ModelOverrides& m = o.model;
+  const std::pair<bool, const char*> sizes[] = {
+      {m.hidden.has_value(), "--hidden"},     {m.heads.has_value(), "--heads"},
+      {m.kv_heads.has_value(), "--kv-heads"}, {m.ffn.has_value(), "--ffn"},
+      {m.vocab.has_value(), "--vocab"},       {m.tie_embeddings, "--tie-embeddings"}};
+  for (const auto& [given, flag] : sizes)
+    if (given)
+      fail(flag, fmt::format("the model comes from {}/config.json (--init-from); only --seq-len "
+                             "may be given",
+                             o.init_from));
+  const HfModel hf(o.init_from, m.seq_len.value_or(ModelConfig{}.seq_len));
+  hf.check_layout(job.plan.layout, o.plan_path.empty() ? "--layout" : o.plan_path);
+  job.model = hf.model();
+  hf.check_weights(model_params(job.model, job.plan.layout));
+  job.init_from = o.init_from;
+}
+
 // The data must be the data the checkpoint was trained on (its position is the step).
 void check_same_data(const Job& job, const TokenSource& data) {
   const CheckpointState st = Checkpoint(job.resume_path).state();
@@ -108,7 +132,9 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   if (job.plan.microbatches < 1) fail("--microbatches", "must be at least 1");
 
   job.train = o.train;
-  if (!o.resume_dir.empty())
+  if (!o.init_from.empty())
+    init_from_hf(o, job);
+  else if (!o.resume_dir.empty())
     resume_from(o, job);
   else
     job.model = resolve_model_config(o.config_path, o.model);
@@ -295,6 +321,18 @@ int spawn(const Job& job, const RunOptions& o) {
 }  // namespace
 
 int run(const RunOptions& o, const GetEnv& getenv) {
+  if (!o.export_args.empty() && o.export_format == "hf") {
+    if (o.export_dtype != "fp32" && o.export_dtype != "bf16")
+      fail("--dtype", fmt::format("'{}': expected fp32 or bf16", o.export_dtype));
+    const HfExport e = export_hf(o.export_args.at(0), o.export_args.at(1),
+                                 o.export_dtype == "bf16" ? TensorDtype::BF16 : TensorDtype::F32,
+                                 parse_byte_size(o.max_shard_size, "--max-shard-size"));
+    std::printf("pprun: wrote the %zu tensors of %s as a Hugging Face %s (%s, %zu file%s) to %s\n",
+                e.tensors, find_checkpoint(o.export_args.at(0)).c_str(), e.architecture.c_str(),
+                o.export_dtype.c_str(), e.shards, e.shards == 1 ? "" : "s",
+                o.export_args.at(1).c_str());
+    return 0;
+  }
   if (!o.export_args.empty()) {
     const size_t n = export_checkpoint(o.export_args.at(0), o.export_args.at(1));
     std::printf("pprun: wrote the %zu model tensors of %s to %s\n", n,
@@ -303,6 +341,9 @@ int run(const RunOptions& o, const GetEnv& getenv) {
   }
   const std::optional<LaunchEnv> env = o.reference ? std::nullopt : launch_env(getenv);
   const Job job = make_job(o, env);
+  if (!job.init_from.empty() && !env)
+    std::printf("pprun: initialising from %s\n",
+                HfModel(job.init_from, job.model.seq_len).describe().c_str());
   if (job.start_step >= job.last_step()) {
     if (!env || env->rank == 0)
       std::printf("pprun: the checkpoint %s has completed %lld steps%s: nothing to train\n",

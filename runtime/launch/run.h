@@ -35,6 +35,10 @@ struct RunOptions {
   int keep = 0;             // --keep
   std::string resume_dir;   // --resume
   std::vector<std::string> export_args;  // --export DIR OUT
+  std::string export_format = "safetensors";  // --format: safetensors (one file) or hf
+  std::string export_dtype = "fp32";          // --dtype (--format hf): fp32 or bf16
+  std::string max_shard_size = "5GB";         // --max-shard-size (--format hf)
+  std::string init_from;                      // --init-from DIR (Hugging Face)
   std::string exe;                       // this program (spawning)
   std::vector<std::string> args;         // its arguments, passed on to spawned ranks
 };

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <vector>
 
 #include "runtime/model/cpu_kernels.h"
@@ -180,6 +181,15 @@ AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& devic
   const int64_t T = cfg.seq_len, hd = cfg.head_dim();
   at::Tensor inv =
       at::pow(cfg.rope_theta, -at::arange(0, hd, 2, at::kDouble) / static_cast<double>(hd));
+  if (const RopeScaling& r = cfg.rope_scaling; r.factor > 0) {  // Llama 3's scaling (config.h)
+    const at::Tensor wavelen = 2 * std::numbers::pi / inv;
+    const double low = r.original_max_positions / r.low_freq_factor,
+                 high = r.original_max_positions / r.high_freq_factor;
+    const at::Tensor smooth = (r.original_max_positions / wavelen - r.low_freq_factor) /
+                              (r.high_freq_factor - r.low_freq_factor);
+    const at::Tensor mid = (1 - smooth) * inv / r.factor + smooth * inv;
+    inv = at::where(wavelen > low, inv / r.factor, at::where(wavelen < high, inv, mid));
+  }
   at::Tensor ang = at::outer(at::arange(T, at::kDouble), inv);
   ang = at::cat({ang, ang}, -1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));

@@ -53,10 +53,41 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
       if (!v.is_boolean())
         fail(input, fmt::format("{}: expected true or false, got {}", key, v.dump()));
       c.tie_embeddings = v.get<bool>();
+    } else if (key == "head_dim")
+      integer(c.head_size);
+    else if (key == "hf_family") {
+      if (!v.is_string() || (v != "llama" && v != "mistral"))
+        fail(input, fmt::format("{}: expected \"llama\" or \"mistral\", got {}", key, v.dump()));
+      c.hf_family = v.get<std::string>();
+    } else if (key == "hf_max_positions")
+      integer(c.hf_max_positions);
+    else if (key == "rope_scaling") {
+      if (!v.is_object())
+        fail(input, fmt::format("{}: expected an object such as {{\"factor\": 8}}", key));
+      RopeScaling& r = c.rope_scaling;
+      for (const auto& f : v.items()) {
+        const nlohmann::json& x = f.value();
+        const std::string field = "rope_scaling." + ppc::printable(f.key());
+        if (!x.is_number() || !(x.get<double>() > 0))
+          fail(input, fmt::format("{}: expected a positive number, got {}", field, x.dump()));
+        if (f.key() == "factor")
+          r.factor = x.get<double>();
+        else if (f.key() == "low_freq_factor")
+          r.low_freq_factor = x.get<double>();
+        else if (f.key() == "high_freq_factor")
+          r.high_freq_factor = x.get<double>();
+        else if (f.key() == "original_max_positions" && x.is_number_integer() &&
+                 x.get<long long>() <= (1 << 24))
+          r.original_max_positions = x.get<int>();
+        else
+          fail(input, fmt::format("{}: unknown field or not a whole number (expected factor, "
+                                  "low_freq_factor, high_freq_factor, original_max_positions)",
+                                  field));
+      }
     } else
       fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, "
-                              "seq_len, rope_theta, "
-                              "norm_eps, tie_embeddings)",
+                              "seq_len, rope_theta, norm_eps, tie_embeddings, head_dim, "
+                              "rope_scaling, hf_family, hf_max_positions)",
                               ppc::printable(key)));
   }
   check_model_config(c, input);
@@ -64,15 +95,24 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
 }
 
 nlohmann::ordered_json model_config_json(const ModelConfig& c) {
-  return nlohmann::ordered_json{{"hidden", c.hidden},
-                                {"heads", c.heads},
-                                {"kv_heads", c.kv_heads},
-                                {"ffn", c.ffn},
-                                {"vocab", c.vocab},
-                                {"seq_len", c.seq_len},
-                                {"rope_theta", c.rope_theta},
-                                {"norm_eps", c.norm_eps},
-                                {"tie_embeddings", c.tie_embeddings}};
+  nlohmann::ordered_json j{{"hidden", c.hidden},
+                           {"heads", c.heads},
+                           {"kv_heads", c.kv_heads},
+                           {"ffn", c.ffn},
+                           {"vocab", c.vocab},
+                           {"seq_len", c.seq_len},
+                           {"rope_theta", c.rope_theta},
+                           {"norm_eps", c.norm_eps},
+                           {"tie_embeddings", c.tie_embeddings}};
+  if (c.head_size > 0) j["head_dim"] = c.head_size;
+  if (c.rope_scaling.factor > 0)
+    j["rope_scaling"] = {{"factor", c.rope_scaling.factor},
+                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                         {"original_max_positions", c.rope_scaling.original_max_positions}};
+  if (!c.hf_family.empty()) j["hf_family"] = c.hf_family;
+  if (c.hf_max_positions > 0) j["hf_max_positions"] = c.hf_max_positions;
+  return j;
 }
 
 ModelConfig resolve_model_config(const std::string& path, const ModelOverrides& o,
@@ -100,19 +140,27 @@ void check_model_config(const ModelConfig& c, const std::string& where) {
   positive(c.ffn, "ffn", 1 << 18);
   positive(c.vocab, "vocab", 1 << 22);
   positive(c.seq_len, "seq_len", 1 << 16);
-  if (c.hidden % c.heads != 0)
+  if (c.head_size < 0 || c.head_size > 4096)
+    fail(where, fmt::format("head_dim is {}; expected 1..4096", c.head_size));
+  if (c.head_size == 0 && c.hidden % c.heads != 0)
     fail(where, fmt::format("hidden {} is not a multiple of heads {}", c.hidden, c.heads));
   if (c.head_dim() % 2 != 0)
-    fail(where, fmt::format("the head size hidden/heads = {} must be even (rotary embedding)",
-                            c.head_dim()));
+    fail(where, fmt::format("the head size {} = {} must be even (rotary embedding)",
+                            c.head_size > 0 ? "head_dim" : "hidden/heads", c.head_dim()));
+  if (c.rope_scaling.factor > 0 &&
+      !(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor))
+    fail(where, fmt::format("rope_scaling: high_freq_factor {} must be above low_freq_factor {}",
+                            c.rope_scaling.high_freq_factor, c.rope_scaling.low_freq_factor));
   if (c.heads % c.kv_heads != 0)
     fail(where, fmt::format("heads {} is not a multiple of kv_heads {}", c.heads, c.kv_heads));
 }
 
 std::string describe(const ModelConfig& c) {
-  return fmt::format("hidden {}, heads {} (kv {}), ffn {}, vocab {}, seq {}{}", c.hidden, c.heads,
-                     c.kv_heads, c.ffn, c.vocab, c.seq_len,
-                     c.tie_embeddings ? ", tied embeddings" : "");
+  return fmt::format("hidden {}, heads {} (kv {}{}), ffn {}, vocab {}, seq {}{}{}", c.hidden,
+                     c.heads, c.kv_heads,
+                     c.head_size > 0 ? fmt::format(", head_dim {}", c.head_size) : "", c.ffn,
+                     c.vocab, c.seq_len, c.tie_embeddings ? ", tied embeddings" : "",
+                     c.rope_scaling.factor > 0 ? ", llama3 rope scaling" : "");
 }
 
 }  // namespace pprt

@@ -10,6 +10,16 @@
 
 namespace pprt {
 
+// Llama 3's rope_scaling ("rope_type": "llama3"): the rotary frequencies of wavelengths above
+// original_max_positions / low_freq_factor are divided by `factor`, those below
+// original_max_positions / high_freq_factor kept, those between interpolated smoothly.
+struct RopeScaling {
+  double factor = 0;  // 0: no scaling
+  double low_freq_factor = 1, high_freq_factor = 4;
+  int original_max_positions = 8192;
+  bool operator==(const RopeScaling&) const = default;
+};
+
 struct ModelConfig {
   int hidden = 64;   // model width
   int heads = 4;     // attention heads
@@ -20,8 +30,15 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   bool tie_embeddings = false;  // the output head uses the token embedding's weight
+  int head_size = 0;            // size of an attention head; 0: hidden / heads
+  RopeScaling rope_scaling;     // Llama 3's rotary frequency scaling (factor 0: none)
+  // A model read from a Hugging Face directory (--init-from, docs/huggingface.md): its family
+  // ("llama", "mistral") and max_position_embeddings, which --export --format hf writes
+  // back. Empty / 0 for pprun's own models.
+  std::string hf_family;
+  int hf_max_positions = 0;
 
-  int head_dim() const { return hidden / heads; }
+  int head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -32,12 +49,16 @@ struct ModelOverrides {
 };
 
 // Parses a JSON object holding any of "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",
-// "rope_theta", "norm_eps", "tie_embeddings" over `base`. Throws ppc::UserError naming the input
+// "rope_theta", "norm_eps", "tie_embeddings", "head_dim", "rope_scaling" (an object:
+// "factor", "low_freq_factor", "high_freq_factor", "original_max_positions"), "hf_family",
+// "hf_max_positions" over `base`. Throws ppc::UserError naming the input
 // and the field (unknown fields are errors: a typo must not silently train another model).
 ModelConfig parse_model_config(std::string_view json_text, const std::string& input_name,
                                ModelConfig base = {});
 
-// The JSON object parse_model_config reads, every field (a checkpoint's "model").
+// The JSON object parse_model_config reads (a checkpoint's "model"): every field of pprun's own
+// models, and those of the Hugging Face ones (head_dim ... hf_max_positions) where they are not
+// their defaults.
 nlohmann::ordered_json model_config_json(const ModelConfig& c);
 
 // `base` (the defaults, or a checkpoint's model), then the file (if any), then the overrides;

@@ -13,6 +13,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/plan_json.h"
 #include "compiler/verify.h"
+#include "runtime/checkpoint/hf_load.h"
 #include "runtime/checkpoint/save_load.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/failure.h"
@@ -86,8 +87,13 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(ParamStore& store, const Tra
   return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(o.lr));
 }
 
-// --resume: the parameters and AdamW state from the checkpoint.
+// --init-from: the parameters from a Hugging Face directory; --resume: the parameters and AdamW
+// state from the checkpoint.
 void resume(const Job& job, ParamStore& store, torch::optim::AdamW& opt, RankReport& report) {
+  if (!job.init_from.empty()) {
+    load_hf_weights(job.init_from, job.model.seq_len, store);
+    return;
+  }
   if (job.resume_path.empty()) return;
   const auto t0 = Clock::now();
   report.load_bytes = load_checkpoint(Checkpoint(job.resume_path), store, opt);

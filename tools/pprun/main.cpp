@@ -101,6 +101,20 @@ int main(int argc, char** argv) {
                    "exit")
       ->expected(2)
       ->type_name("DIR OUT");
+  ckpt->add_option("--format", o.export_format,
+                   "--export: safetensors (one file OUT) or hf (a Hugging Face directory OUT: "
+                   "config.json and safetensors shards, docs/huggingface.md)")
+      ->check(CLI::IsMember({"safetensors", "hf"}))
+      ->capture_default_str();
+  ckpt->add_option("--dtype", o.export_dtype, "--export --format hf: fp32 or bf16 tensors")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  ckpt->add_option("--max-shard-size", o.max_shard_size,
+                   "--export --format hf: shard above this size (5GB, 500MB, 2GiB)")
+      ->capture_default_str();
+  ckpt->add_option("--init-from", o.init_from,
+                   "Start from the weights of a Hugging Face model directory (config.json and "
+                   "safetensors; LlamaForCausalLM, MistralForCausalLM; docs/huggingface.md)");
 
   auto* exec = app.add_option_group("execution");
   exec->add_option("--dp", o.dp,

@@ -227,7 +227,8 @@ TEST(Safetensors, EveryRejectionNamesTheFileAndTheField) {
             "allowed)");
   EXPECT_EQ(open_error(st_bytes(entry("a", R"("dtype":"F32","shape":[4],"data_offsets":[0,16])"),
                                 std::string(8, '\0'))),
-            "truncated: the tensors need 16 bytes of data but the file has 8 after the header");
+            "truncated: the tensors need 16 bytes of data but the file has 8 after the header "
+            "(tensor 'a' is cut)");
   EXPECT_EQ(
       open_error(st_bytes("{}", "x")),
       "the tensors cover 0 bytes but the file has 1 after the header (holes are not allowed)");

@@ -24,11 +24,13 @@ TEST(ModelConfig, ReadsFieldsOverDefaults) {
 TEST(ModelConfig, ErrorsNameTheFileAndField) {
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"hiden": 64})", "m.json"); }),
             "m.json: hiden: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
-            "rope_theta, norm_eps, tie_embeddings)");
+            "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, hf_family, "
+            "hf_max_positions)");
   // A key with a newline (fuzz finding: the message's first line was blank).
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"\n": 33})", "m.json"); }),
             "m.json: \\x0a: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
-            "rope_theta, norm_eps, tie_embeddings)");
+            "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, hf_family, "
+            "hf_max_positions)");
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"heads": -1})", "m.json"); }),
             "m.json: heads: expected a positive integer, got -1");
   EXPECT_EQ(
@@ -69,6 +71,32 @@ TEST(ModelConfig, WriterAndReaderRoundTrip) {
   const std::string text = pprt::model_config_json(c).dump();
   EXPECT_EQ(text.rfind(R"({"hidden":96,"heads":6,"kv_heads":3,"ffn":176,)", 0), 0u) << text;
   EXPECT_EQ(pprt::parse_model_config(text, "state"), c);
+  EXPECT_EQ(text.find("head_dim"), std::string::npos) << "defaults of the Hugging Face fields";
+}
+
+// The fields a Hugging Face model brings (--init-from): written only where not their defaults,
+// read back equal; head_dim lifts the hidden % heads rule.
+TEST(ModelConfig, HuggingFaceFieldsRoundTrip) {
+  pprt::ModelConfig c;
+  c.hidden = 60;
+  c.heads = 4;
+  c.head_size = 32;
+  c.rope_scaling = {8.0, 1.0, 4.0, 8192};
+  c.hf_family = "mistral";
+  c.hf_max_positions = 4096;
+  const std::string text = pprt::model_config_json(c).dump();
+  EXPECT_EQ(pprt::parse_model_config(text, "state"), c);
+  EXPECT_EQ(c.head_dim(), 32);
+  EXPECT_EQ(pprt::describe(c),
+            "hidden 60, heads 4 (kv 2, head_dim 32), ffn 176, vocab 256, seq 64, llama3 rope "
+            "scaling");
+  EXPECT_EQ(
+      filetest::user_error([] { pprt::parse_model_config(R"({"hf_family": "gpt2"})", "m.json"); }),
+      "m.json: hf_family: expected \"llama\" or \"mistral\", got \"gpt2\"");
+  EXPECT_EQ(filetest::user_error(
+                [] { pprt::parse_model_config(R"({"rope_scaling": {"factr": 8}})", "m.json"); }),
+            "m.json: rope_scaling.factr: unknown field or not a whole number (expected factor, "
+            "low_freq_factor, high_freq_factor, original_max_positions)");
 }
 
 }  // namespace

@@ -1,0 +1,298 @@
+"""Hugging Face checkpoints in and out of pprun, against transformers itself (docs/huggingface.md).
+
+Tiny random models are made and saved by transformers (save_pretrained); their weights are drawn
+wider than transformers' initialisation so that the loss depends on every one of them. For each:
+  - pprun --init-from DIR: its loss on fixed tokens (a token file of exactly one sequence, so
+    every row of a step is that sequence) equals transformers' loss on them within 1e-5
+    relative, in fp32, with --reference and pipelined (1F1B, Interleaved1F1B, ZB-H1 at pp 2 and
+    4 across the models);
+  - families and fields: LlamaForCausalLM untied fp32 and tied bf16, MistralForCausalLM sharded
+    (model.safetensors.index.json), Llama with head_dim != hidden/heads and rope_scaling llama3;
+  - export: 5 steps of training from a Llama, --save, --export --format hf: transformers loads
+    the directory with no missing or unexpected keys, its tensors are the checkpoint's (fp32,
+    bit for bit), sharded with the index above --max-shard-size; transformers' loss on held-out
+    tokens equals pprun's on the exported directory; bf16 export loads too; the single-file
+    --export keeps working;
+  - refusals (exit 2, one line naming the file and the tensor or field, nothing run): a layout
+    with another layer count, a sliding window shorter than the sequence, a mixture-of-experts
+    field, another rope_scaling type, a missing tensor, a wrong shape, a truncated shard.
+
+Environment: PPCOMPILE, PPRUN (ctest sets them). Argument: the test class to run (ctest runs one
+per process, in parallel).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+import numpy as np  # noqa: E402
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+PPCOMPILE = os.environ.get("PPCOMPILE", "build/tools/ppcompile/ppcompile")
+PPRUN = os.environ.get("PPRUN", "build/tools/pprun/pprun")
+T = 16  # sequence length
+LAYERS = 4
+transformers.logging.set_verbosity_error()
+
+
+
+def run(cmd, expect=0):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if p.returncode != expect:
+        raise AssertionError(f"{' '.join(cmd)} exited {p.returncode} (expected {expect}):\n"
+                             f"{p.stdout}\n{p.stderr}")
+    return p
+
+
+def make_model(directory, family="llama", tied=False, dtype=torch.float32, seed=0,
+               max_shard_size=None, **extra):
+    """A random transformers model saved in `directory`; returns it in fp32 as saved."""
+    torch.manual_seed(seed)
+    common = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=LAYERS,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=97,
+                  tie_word_embeddings=tied, max_position_embeddings=64, rms_norm_eps=1e-5)
+    common.update(extra)
+    if family == "llama":
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+    else:
+        model = transformers.MistralForCausalLM(transformers.MistralConfig(**common))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0, 0.25)
+    model = model.to(dtype)
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(directory, **kwargs)
+    return transformers.AutoModelForCausalLM.from_pretrained(directory,
+                                                             dtype=torch.float32).eval()
+
+
+def hf_loss(model, ids):
+    with torch.no_grad():
+        x = torch.tensor(ids, dtype=torch.long)[None]
+        return model(x, labels=x).loss.item()
+
+
+def tokens(path, seed, vocab=97):
+    ids = np.random.default_rng(seed).integers(0, vocab, T + 1)
+    ids.astype("<u4").tofile(path)
+    return ids
+
+
+def first_loss(metrics):
+    with open(metrics) as f:
+        return [j["loss"] for j in map(json.loads, f) if "loss" in j][0]
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        self.data = os.path.join(self.d, "tokens.u32")
+        self.ids = tokens(self.data, 1)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def plan(self, layout, pp, schedule, microbatches):
+        path = os.path.join(self.d, f"{schedule}-{pp}.json")
+        run([PPCOMPILE, "--layout", layout, "--pp", str(pp), "--schedule", schedule,
+             "--microbatches", str(microbatches), "--emit", "json", "-o", path])
+        return path
+
+    def pprun_loss(self, model_dir, how, data=None, extra=()):
+        """pprun's loss at step 0 (the weights as loaded) on the token file."""
+        metrics = os.path.join(self.d, "m.jsonl")
+        if how == "reference":
+            where = ["--reference", "--layout", "Et" + "t" * (LAYERS - 2) + "|tL",
+                     "--microbatches", "2"]
+        else:
+            where = ["--plan", self.plan(*how)]
+        mbs = 2 if how == "reference" else how[3]
+        run([PPRUN, *where, "--init-from", model_dir, "--data", data or self.data,
+             "--data-format", "uint32", "--seq-len", str(T), "--steps", "1", "--global-batch",
+             str(mbs), "--metrics", metrics, "--progress", "none", "--threads", "1", *extra])
+        return first_loss(metrics)
+
+    def assertClose(self, got, want, what):
+        self.assertLess(abs(got - want), 1e-5 * abs(want), f"{what}: pprun {got}, transformers "
+                        f"{want}")
+
+
+# Where each model is checked: (layout, pp, schedule, microbatches).
+PIPE2_1F1B = ("Ett|ttL", 2, "1F1B", 2)
+PIPE4_INTERLEAVED = ("E|t|t|t|t|||L", 4, "Interleaved1F1B", 4)
+PIPE4_ZB = ("Et|t|t|tL", 4, "ZB-H1", 4)
+PIPE2_INTERLEAVED = ("Et|t|t|tL", 2, "Interleaved1F1B", 2)
+PIPE2_ZB = ("Ett|ttL", 2, "ZB-H1", 3)
+
+
+class LossEqualsTransformers(Base):
+    def check(self, model_dir, model, places):
+        want = hf_loss(model, self.ids)
+        for how in places:
+            with self.subTest(how=how):
+                self.assertClose(self.pprun_loss(model_dir, how), want, f"{model_dir} {how}")
+
+    def test_llama_untied_fp32(self):
+        d = os.path.join(self.d, "llama")
+        self.check(d, make_model(d), ["reference", PIPE2_1F1B, PIPE4_INTERLEAVED, PIPE4_ZB])
+
+    def test_llama_tied_bf16(self):
+        d = os.path.join(self.d, "llama-tied")
+        m = make_model(d, tied=True, dtype=torch.bfloat16)
+        with open(os.path.join(d, "config.json")) as f:
+            self.assertEqual(json.load(f)["dtype"], "bfloat16")
+        self.check(d, m, ["reference", PIPE2_INTERLEAVED, PIPE4_ZB])
+
+    def test_mistral_sharded(self):
+        d = os.path.join(self.d, "mistral")
+        m = make_model(d, family="mistral", max_shard_size="20KB")
+        self.assertTrue(os.path.exists(os.path.join(d, "model.safetensors.index.json")))
+        self.check(d, m, ["reference", PIPE2_ZB, PIPE4_INTERLEAVED])
+
+    def test_llama_head_dim_and_llama3_rope(self):
+        d = os.path.join(self.d, "llama3")
+        m = make_model(d, head_dim=16, rope_theta=500000.0,
+                       rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0,
+                                     "original_max_position_embeddings": 32})
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        self.assertEqual(cfg["rope_parameters"]["rope_type"], "llama3")
+        self.assertEqual(cfg["head_dim"], 16)
+        self.check(d, m, ["reference", PIPE2_1F1B])
+
+
+class Export(Base):
+    def test_train_export_load(self):
+        src = os.path.join(self.d, "llama")
+        make_model(src)
+        train = os.path.join(self.d, "train.u32")
+        np.random.default_rng(2).integers(0, 97, 400).astype("<u4").tofile(train)
+        ckpt = os.path.join(self.d, "ckpt")
+        run([PPRUN, "--plan", self.plan(*PIPE2_1F1B), "--init-from", src, "--data", train,
+             "--data-format", "uint32", "--seq-len", str(T), "--steps", "5", "--global-batch",
+             "4", "--save", ckpt, "--progress", "none", "--threads", "1"])
+        out = os.path.join(self.d, "exported")
+        p = run([PPRUN, "--export", ckpt, out, "--format", "hf", "--max-shard-size", "30KB"])
+        self.assertIn("LlamaForCausalLM", p.stdout)
+        self.assertTrue(os.path.exists(os.path.join(out, "model.safetensors.index.json")))
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            out, dtype=torch.float32, output_loading_info=True)
+        self.assertIsInstance(model, transformers.LlamaForCausalLM)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertFalse(info[k], f"{k}: {info[k]}")
+        # The tensors are the checkpoint's, bit for bit.
+        single = os.path.join(self.d, "model.safetensors")
+        run([PPRUN, "--export", ckpt, single])
+        ours = load_file(single)
+        theirs = model.state_dict()
+        self.assertEqual(len(ours), len(theirs))
+        self.assertTrue(torch.equal(ours["embed.weight"], theirs["model.embed_tokens.weight"]))
+        self.assertTrue(torch.equal(ours["layers.3.mlp.w2.weight"],
+                                    theirs["model.layers.3.mlp.down_proj.weight"]))
+        self.assertFalse(torch.equal(ours["embed.weight"],
+                                     load_file(os.path.join(src, "model.safetensors"))
+                                     ["model.embed_tokens.weight"]), "training changed nothing")
+        # transformers' loss on held-out tokens equals pprun's on the exported model.
+        held = os.path.join(self.d, "held.u32")
+        held_ids = tokens(held, 7)
+        self.assertClose(self.pprun_loss(out, "reference", data=held), hf_loss(model.eval(),
+                                                                               held_ids), "export")
+        # bf16 export loads as bf16.
+        out16 = os.path.join(self.d, "exported16")
+        run([PPRUN, "--export", ckpt, out16, "--format", "hf", "--dtype", "bf16"])
+        m16, info16 = transformers.AutoModelForCausalLM.from_pretrained(out16,
+                                                                        output_loading_info=True)
+        self.assertFalse(info16["missing_keys"] or info16["unexpected_keys"])
+        self.assertEqual(m16.model.embed_tokens.weight.dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(m16.model.embed_tokens.weight,
+                                    theirs["model.embed_tokens.weight"].to(torch.bfloat16)))
+        # Nothing is overwritten.
+        p = run([PPRUN, "--export", ckpt, out, "--format", "hf"], expect=2)
+        self.assertIn("exists and is not an empty directory", p.stderr)
+
+
+class Refusals(Base):
+    def refuse(self, model_dir, message, how=PIPE2_1F1B, extra=()):
+        metrics = os.path.join(self.d, "refused.jsonl")
+        p = run([PPRUN, "--plan", self.plan(*how), "--init-from", model_dir, "--data", self.data,
+                 "--data-format", "uint32", "--seq-len", str(T), "--steps", "1",
+                 "--global-batch", str(how[3]), "--metrics", metrics, "--progress", "none",
+                 *extra], expect=2)
+        self.assertIn(message, p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertNotIn("starting", p.stdout)  # nothing ran
+        self.assertFalse(os.path.exists(metrics))
+
+    def edit_config(self, d, **changes):
+        path = os.path.join(d, "config.json")
+        with open(path) as f:
+            cfg = json.load(f)
+        cfg.update(changes)
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+
+    def test_refusals(self):
+        base = os.path.join(self.d, "base")
+        make_model(base)
+        fresh = iter(range(100))
+
+        def copy():
+            d = os.path.join(self.d, f"case{next(fresh)}")
+            shutil.copytree(base, d)
+            return d
+
+        st = os.path.join(base, "model.safetensors")
+        self.refuse(base, "the layout has 6 decoder layers (t), but " +
+                    os.path.join(base, "config.json") + " has num_hidden_layers 4",
+                    how=("Ettt|tttL", 2, "1F1B", 2))
+        d = copy()
+        self.edit_config(d, architectures=["MistralForCausalLM"], model_type="mistral",
+                         sliding_window=8)
+        self.refuse(d, "config.json: sliding_window: 8 is shorter than the sequence length 16")
+        d = copy()
+        self.edit_config(d, num_local_experts=8)
+        self.refuse(d, "config.json: num_local_experts: mixtures of experts are not supported")
+        d = copy()
+        self.edit_config(d, rope_parameters={"rope_type": "yarn", "factor": 4.0,
+                                             "rope_theta": 10000.0})
+        self.refuse(d, "rope_parameters.rope_type: 'yarn' is not supported")
+        d = copy()
+        self.edit_config(d, attention_bias=True)
+        self.refuse(d, "attention_bias: true is not supported")
+        d = copy()
+        self.edit_config(d, some_new_field=3)
+        self.refuse(d, "some_new_field: not supported by pprun")
+        d = copy()
+        ts = load_file(st)
+        del ts["model.layers.2.self_attn.k_proj.weight"]
+        save_file(ts, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        self.refuse(d, "model.safetensors: no tensor 'model.layers.2.self_attn.k_proj.weight'")
+        d = copy()
+        ts = load_file(st)
+        ts["model.layers.1.mlp.up_proj.weight"] = ts["model.layers.1.mlp.up_proj.weight"][:40]
+        save_file(ts, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        self.refuse(d, "tensor 'model.layers.1.mlp.up_proj.weight': shape [40, 32], but "
+                    "config.json's model needs [48, 32]")
+        d = copy()
+        path = os.path.join(d, "model.safetensors")
+        os.truncate(path, os.path.getsize(path) - 100)
+        self.refuse(d, path + ": truncated")
+        self.refuse(d, "is cut)")
+        d = copy()
+        self.refuse(d, "--hidden: the model comes from", extra=("--hidden", "64"))
+
+
+if __name__ == "__main__":
+    unittest.main()

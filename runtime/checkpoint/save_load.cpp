@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <torch/optim/adamw.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -175,6 +178,15 @@ CheckpointSaver::CheckpointSaver(const SaveContext& ctx, bool async,
   bg_->shards = ctx.shards;
   bg_->device = ctx.device;
   bg_->group = std::move(group);
+  if (!async_ || !ctx.writes) return;
+  // The host buffers, allocated and touched now rather than in the first save's pause (a
+  // fresh page costs a fault): each parameter and its two moments, in the order of the shards.
+  at::NoGradGuard no_grad;
+  for (NamedParam& p : ctx.store->params()) {
+    if (ctx.not_owned && ctx.not_owned->count(p.name)) continue;
+    for (int k = 0; k < 3; ++k)
+      bg_->buffers.push_back(at::zeros(p.tensor.sizes(), at::TensorOptions().dtype(at::kFloat)));
+  }
 }
 
 CheckpointSaver::~CheckpointSaver() {
@@ -225,7 +237,7 @@ SaveResult CheckpointSaver::save(int64_t step) {
   bg.optimizer.clear();
   if (ctx_.writes)
     for_each_saved(ctx_, [&](const std::string& name, const at::Tensor& t, bool moment) {
-      if (i == bg.buffers.size())  // the first save: host memory for the next ones too
+      if (i == bg.buffers.size())  // (made by the constructor)
         bg.buffers.push_back(at::empty(t.sizes(), at::TensorOptions().dtype(at::kFloat)));
       at::Tensor& b = bg.buffers[i++];
       b.copy_(t.detach());
@@ -247,6 +259,9 @@ void CheckpointSaver::write(const std::shared_ptr<Background>& bgp, int64_t step
   Background& bg = *bgp;
   const Job& job = *bg.job;
   const auto t0 = Clock::now();
+  // Training comes first: the writing thread yields the CPU to it (its write calls copy into the
+  // page cache; its fsyncs wait for the disk).
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   std::exception_ptr failure;
   // Runs one stage of the save; false (and its failure kept) if it threw.
   auto attempt = [&](auto&& stage) {

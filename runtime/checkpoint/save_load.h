@@ -55,8 +55,9 @@ SaveResult save_checkpoint(const SaveContext& ctx, int64_t step);
 // The checkpoints of a run, saved after the optimizer steps that complete a save step:
 //  - synchronously (save_checkpoint): training waits until the checkpoint is committed;
 //  - asynchronously (--save-async): the rank's parameters and AdamW moments are copied to host
-//    memory (buffers kept from one save to the next), then a thread of its own writes them and
-//    commits while training goes on: rank 0 prepares the temporary directory, the writing ranks
+//    memory (buffers made when the saver is, kept from one save to the next), then a thread of
+//    its own, at a lower priority than training's, writes them and commits while training goes
+//    on: rank 0 prepares the temporary directory, the writing ranks
 //    write their shards, rank 0 commits, the ranks agreeing on each stage's success with an
 //    all-reduce over `group`, a process group of every rank that only the saves use. A save
 //    first waits for the previous one. The files, and the crash safety, are those of a

@@ -9,10 +9,10 @@
 #include <sstream>
 
 #include "compiler/compile.h"
-#include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
+#include "compiler/visualization.h"
 
 namespace {
 

@@ -12,7 +12,8 @@
 #                       schedule; ZB-H2 and DualPipe, the best two at this size by ppcompile --compare
 #                       and by measurement, see bench/README.md; DualPipe keeps two model copies)
 #     --blas1           also run each pprun schedule with OPENBLAS_NUM_THREADS=1 (diagnosis only:
-#                       NOT out of the box, labelled as such)
+#                       NOT out of the box, labelled as such; no effect on LibTorch builds on MKL,
+#                       such as the torch 2.13 wheel's)
 #     --blas-shim       also run each pprun schedule with bench/blas_threads_shim.c preloaded: pprun's
 #                       at::set_num_threads(n) then also calls openblas_set_num_threads(n), as a fix
 #                       in the runtime would (diagnosis only, labelled as such; needs cc)
@@ -22,7 +23,7 @@
 #
 # Each system runs as a user runs it, with no thread variables of ours (they are removed from the
 # environment; torchrun itself exports OMP_NUM_THREADS=1 to the Python ranks, as it always does):
-#   python   /usr/bin/torchrun --nproc_per_node 2 ... bench/python_pipeline.py --steps N
+#   python   .venv/bin/torchrun --nproc_per_node 2 ... bench/python_pipeline.py --steps N
 #   pprun    pprun --plan PLAN --steps N <model size> --metrics FILE   (pprun spawns its 2 ranks)
 # Per run: the median step time and tokens/s over steps 2..N, from each runtime's own per-step
 # report (Python's step lines, pprun's --metrics). Per system: the median over runs (and the range
@@ -48,10 +49,11 @@ while [ $# -gt 0 ]; do
 done
 PPC=$BUILD/tools/ppcompile/ppcompile
 PPRUN=$BUILD/tools/pprun/pprun
-PY=/usr/bin/python3
-TORCHRUN=/usr/bin/torchrun
+# The project's Python environment (scripts/install-deps.sh), or PY=.../bin/python for another.
+PY=${PY:-.venv/bin/python}
+TORCHRUN=$(dirname "$PY")/torchrun
 for f in "$PPC" "$PPRUN" "$PY" "$TORCHRUN"; do
-  [ -x "$f" ] || { echo "vs_python.sh: missing $f (build pprun; install python3-torch)" >&2; exit 2; }
+  [ -x "$f" ] || { echo "vs_python.sh: missing $f (build pprun; run scripts/install-deps.sh)" >&2; exit 2; }
 done
 OUT=${OUT:-$(mktemp -d /tmp/vs_python.XXXXXX)}
 mkdir -p "$OUT"
@@ -76,7 +78,7 @@ timed() {
 
 run_python() {  # $1: log file
   timed "$1.time" "${CLEAN[@]}" "$TORCHRUN" --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$(free_port)" \
-    --monitor_interval 1 --redirects 9:0 --tee 9:0 bench/python_pipeline.py --layout "$LAYOUT" \
+    --monitor_interval 1 bench/python_pipeline.py --layout "$LAYOUT" \
     --microbatches $MB "${MODEL[@]}" --steps "$STEPS" >"$1" 2>&1
 }
 run_pprun() {  # $1: schedule, $2: log file, $3: metrics file, $4...: environment (diagnosis)

@@ -9,6 +9,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
+#include "compiler/lower_for_model.h"
 #include "compiler/lower_send_recv.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"

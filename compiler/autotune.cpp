@@ -9,17 +9,21 @@
 #include <charconv>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include "compiler/balance.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
+#include "compiler/layout.h"
+#include "compiler/measured_costs.h"
 #include "compiler/schedule.h"
+#include "compiler/synthesize.h"
 
 namespace ppc {
 
@@ -103,8 +107,10 @@ Autotune autotune(const AutotuneOptions& opts) {
                       input_location("--schedule"));
     schedules.push_back(info);
   }
-  if (schedules.empty())
+  if (schedules.empty()) {
     for (const ScheduleInfo& info : all_schedules()) schedules.push_back(&info);
+    schedules.push_back(&auto_schedule());  // synthesized (synthesize.h)
+  }
   auto searched = [&](const std::string& name) {
     return std::any_of(schedules.begin(), schedules.end(),
                        [&](const ScheduleInfo* s) { return s->name == name; });
@@ -165,6 +171,40 @@ Autotune autotune(const AutotuneOptions& opts) {
       return fmt::format("--compare's configurations{}", at_m);
     }
     const Config& c = *t.config;
+    if (is_auto(*c.info)) {
+      // Its order depends on the split, so --balance's search does not apply: synthesized once,
+      // on the bottleneck-optimal split of the layers into pp x vpp stages.
+      try {
+        const std::vector<LayerKind> layers = model_layers(opts.layout);
+        std::vector<double> weights;
+        for (const StageCost& l : model_layer_costs(cost, layers))
+          weights.push_back(l.f + std::min(l.b, l.i + l.w));
+        const LayerCost& e = cost.empty_stage;
+        const BottleneckSplit split =
+            min_bottleneck_split(weights, opts.pp * c.vpp, e.f + std::min(e.backward(), e.i + e.w));
+        CompileOptions cc;
+        cc.layout = split_layers(layers, split.cuts);
+        cc.layout.source = layout_string(cc.layout);
+        cc.layout.input = "balanced layout";
+        cc.has_model = true;
+        cc.pp = opts.pp;
+        cc.vpp = c.vpp;
+        cc.schedule = c.info->name;
+        cc.microbatches = t.m;
+        cc.lower = false;
+        cc.cost = &cost;
+        cc.memory_limit = opts.memory_limit;
+        AutotuneRow r;
+        r.row = measure_plan(compile(cc), cost, opts.memory_limit);
+        r.microbatches = t.m;
+        r.balanced = true;
+        r.layout = cc.layout.source;
+        out.rows.push_back(std::move(r));
+      } catch (const UserError& e) {
+        out.skipped.push_back({fmt::format("{} vpp {}", c.info->name, c.vpp), e.message() + at_m});
+      }
+      return fmt::format("{} vpp {}{}", c.info->name, c.vpp, at_m);
+    }
     try {
       BalanceOptions bo;
       bo.layout = opts.layout;
@@ -200,21 +240,63 @@ Autotune autotune(const AutotuneOptions& opts) {
     }
     return fmt::format("{} vpp {}{}", c.info->name, c.vpp, at_m);
   };
+  // Best first: rows that fit the limit, then the shorter makespan (per microbatch when several
+  // counts were searched), then the shorter steady period, then less memory; a balanced row
+  // before the same layout as given.
+  const auto ranks_before = [&](const AutotuneRow& a, const AutotuneRow& b) {
+    if (a.row.fits != b.row.fits) return a.row.fits;
+    const double ka = at.several_counts ? a.per_microbatch() : a.row.sim.makespan;
+    const double kb = at.several_counts ? b.per_microbatch() : b.row.sim.makespan;
+    if (ka != kb) return ka < kb;
+    if (a.row.sim.steady_period != b.row.sim.steady_period)
+      return a.row.sim.steady_period < b.row.sim.steady_period;
+    if (a.row.peak_total != b.row.peak_total) return a.row.peak_total < b.row.peak_total;
+    return a.balanced && !b.balanced;
+  };
+  using Key = std::tuple<std::string, int, int, std::string>;  // schedule, vpp, m, layout
+  const auto key = [](const AutotuneRow& r) {
+    return Key{r.row.schedule, r.row.vpp, r.microbatches, r.layout};
+  };
+  // The table needs the rows' numbers, not their plans; the best row so far keeps its plan and
+  // timeline (the winner is emitted as the search verified and simulated it). The best is the
+  // first row of the ranking, ties going to the earlier task and row as in the stable sort below,
+  // so the row held is the winner whatever the order in which tasks finish.
+  struct Held {
+    size_t task = 0, row = 0;
+    Key key;
+    Plan plan;
+    std::vector<std::vector<Interval>> times;
+    std::vector<std::vector<MemoryPoint>> memory;
+  };
+  std::optional<Held> held;
+  const auto keep_best = [&](size_t task, std::vector<AutotuneRow>& rows) {
+    for (size_t j = 0; j < rows.size(); ++j) {
+      AutotuneRow& r = rows[j];
+      const AutotuneRow* best = held ? &outcomes[held->task].rows[held->row] : nullptr;
+      if (!best || ranks_before(r, *best) ||
+          (!ranks_before(*best, r) && std::pair(task, j) < std::pair(held->task, held->row)))
+        held = Held{task,
+                    j,
+                    key(r),
+                    std::move(r.row.plan),
+                    std::move(r.row.sim.times),
+                    std::move(r.row.sim.memory)};
+      r.row.plan = Plan{};
+      r.row.sim.times.clear();
+      r.row.sim.memory.clear();
+    }
+  };
   // Workers take the next task in turn; results land in the task's slot, so the outcome does not
   // depend on the number of threads or on timing.
   std::atomic<size_t> next{0};
-  std::mutex progress_mutex;
+  std::mutex mutex;  // for `held`, `done` and the progress calls
   int done = 0;
   auto worker = [&]() {
     for (size_t i; (i = next++) < tasks.size();) {
       Outcome& out = outcomes[i];
       const std::string what = run_task(tasks[i], out);
-      for (AutotuneRow& r : out.rows) {  // the table needs the numbers, not the plans
-        r.row.plan = Plan{};
-        r.row.sim.times.clear();
-        r.row.sim.memory.clear();
-      }
-      std::lock_guard<std::mutex> lock(progress_mutex);
+      std::lock_guard<std::mutex> lock(mutex);
+      keep_best(i, out.rows);
       ++done;
       if (opts.progress) opts.progress(done, static_cast<int>(tasks.size()), what);
     }
@@ -249,26 +331,21 @@ Autotune autotune(const AutotuneOptions& opts) {
     at.simulations += o.simulations;
   }
   at.configurations = static_cast<int>(tasks.size());
-  std::set<std::tuple<std::string, int, int, std::string>> seen;  // schedule, vpp, m, layout
-  // Best first: rows that fit the limit, then the shorter makespan (per microbatch when several
-  // counts were searched), then the shorter steady period, then less memory; a balanced row
-  // before the same layout as given.
-  std::stable_sort(at.rows.begin(), at.rows.end(), [&](const AutotuneRow& a, const AutotuneRow& b) {
-    if (a.row.fits != b.row.fits) return a.row.fits;
-    const double ka = at.several_counts ? a.per_microbatch() : a.row.sim.makespan;
-    const double kb = at.several_counts ? b.per_microbatch() : b.row.sim.makespan;
-    if (ka != kb) return ka < kb;
-    if (a.row.sim.steady_period != b.row.sim.steady_period)
-      return a.row.sim.steady_period < b.row.sim.steady_period;
-    if (a.row.peak_total != b.row.peak_total) return a.row.peak_total < b.row.peak_total;
-    return a.balanced && !b.balanced;
-  });
+  std::stable_sort(at.rows.begin(), at.rows.end(), ranks_before);
   // The same configuration found both ways appears once.
+  std::set<Key> seen;
   std::vector<AutotuneRow> unique;
   for (AutotuneRow& r : at.rows)
-    if (seen.emplace(r.row.schedule, r.row.vpp, r.microbatches, r.layout).second)
-      unique.push_back(std::move(r));
+    if (seen.insert(key(r)).second) unique.push_back(std::move(r));
   at.rows = std::move(unique);
+  if (!at.rows.empty()) {  // the winner: the row held
+    AutotuneRow& w = at.rows.front();
+    PPC_INTERNAL_ASSERT(held && key(w) == held->key, "the row held is not the winner");
+    w.row.plan = std::move(held->plan);
+    w.row.plan.layout.source = w.layout;  // named as the table names it
+    w.row.sim.times = std::move(held->times);
+    w.row.sim.memory = std::move(held->memory);
+  }
   return at;
 }
 

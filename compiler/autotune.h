@@ -45,7 +45,9 @@ struct AutotuneOptions {
 };
 
 struct AutotuneRow {
-  CompareRow row;  // schedule, vpp, placement, plan (lowered, verified), simulation
+  // Schedule, vpp, placement, simulation; the winner's plan too (lowered and verified, its layout
+  // named by `layout`, its simulation with times and memory), the other rows' left empty.
+  CompareRow row;
   int microbatches = 0;
   bool balanced = false;  // the layout came from balance_layout (else: as --compare runs it)
   bool proven_optimal = false;

@@ -17,8 +17,11 @@
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
+#include "compiler/layout.h"
+#include "compiler/lower_for_model.h"
+#include "compiler/measured_costs.h"
 #include "compiler/schedule.h"
+#include "compiler/synthesize.h"
 
 namespace ppc {
 
@@ -90,15 +93,17 @@ class Evaluator {
       : plan_(std::move(base)), cost_(cost), limit_(limit), layers_(layers) {
     const size_t n = layers.size();
     pf_.assign(n + 1, {0, 0, 0, 0, 0, 0});
+    const std::vector<StageCost> per_layer = model_layer_costs(cost_, layers);  // measured too
     for (size_t j = 0; j < n; ++j) {
-      const LayerCost& l = cost_.layers[static_cast<size_t>(layers[j])];
+      const StageCost& l = per_layer[j];
       const StageCost& p = pf_[j];
-      pf_[j + 1] = StageCost{p.f + l.f, p.b + l.backward(),          p.i + l.i,
-                             p.w + l.w, p.activation + l.activation, p.params + l.params};
+      pf_[j + 1] = StageCost{
+          p.f + l.f,          p.b + l.b, p.i + l.i, p.w + l.w, p.activation + l.activation,
+          p.params + l.params};
     }
     const LayerCost& e = cost_.empty_stage;
     empty_ = StageCost{e.f, e.backward(), e.i, e.w, e.activation, e.params};
-    msg_ = message_time(cost_);
+    msg_ = min_message_time(cost_);  // the shortest: a bound for every boundary
     for (int r = 0; r < plan_.pp(); ++r) {
       const auto& acts = plan_.compute[static_cast<size_t>(r)];
       RankShape shape;
@@ -446,6 +451,10 @@ BalanceResult balance_layout(const BalanceOptions& opts) {
     throw UserError(fmt::format("unknown schedule '{}' (known: {}; see --list-schedules)",
                                 opts.schedule, schedule_names()),
                     input_location("--schedule"));
+  if (is_auto(*info))  // its order depends on the split: the search below assumes it does not
+    throw UserError(
+        "Auto synthesizes an order for the layout as given; --autotune balances the layout for it",
+        input_location("--schedule"));
   const int vpp = opts.vpp ? *opts.vpp : default_balance_vpp(info->name, opts.layout, opts.pp);
   if (vpp < 1)
     throw UserError(fmt::format("must be at least 1, got {}", vpp), input_location("--vpp"));
@@ -490,7 +499,8 @@ BalanceResult balance_layout(const BalanceOptions& opts) {
     return l.f + share_full * l.backward() + (1 - share_full) * (l.i + l.w);
   };
   std::vector<double> weights;
-  for (LayerKind k : layers) weights.push_back(work(cost.layers[static_cast<size_t>(k)]));
+  for (const StageCost& l : model_layer_costs(cost, layers))
+    weights.push_back(l.f + share_full * l.b + (1 - share_full) * (l.i + l.w));
 
   Evaluator ev(std::move(base), cost, opts.memory_limit, layers);
   long long budget = opts.budget;

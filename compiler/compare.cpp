@@ -16,11 +16,12 @@
 #include <algorithm>
 #include <ostream>
 
-#include "compiler/check.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/synthesize.h"
+#include "compiler/verify_and_lower.h"
 
 namespace ppc {
 
@@ -133,18 +134,13 @@ std::optional<Config> configure(const ScheduleInfo& info, const CompareOptions& 
 
 }  // namespace
 
-CompareRow measure_plan(Plan plan, const CostModel& cost, std::optional<double> memory_limit) {
-  // Verified, lowered, verified again and simulated, with each replay run once (check.h).
-  CheckedPlan checked = check_and_lower(std::move(plan), cost, SimulationNeed::Timeline);
-  plan = std::move(checked.plan);
+CompareRow compare_row(VerifiedPlan checked, std::optional<double> memory_limit) {
   CompareRow row;
-  row.report = std::move(checked.report);
-  if (!row.report.ok())
-    throw InternalError(fmt::format("internal error: the generated {} plan is not valid: {}",
-                                    plan.schedule, row.report.errors.front()));
+  const Plan& plan = checked.plan;
   row.schedule = plan.schedule;
   row.vpp = plan.vpp();
   row.placement = plan.placement.style;
+  row.report = std::move(checked.report);
   row.sim = std::move(*checked.sim);
   for (int r = 0; r < plan.pp(); ++r) {
     const size_t ru = static_cast<size_t>(r);
@@ -161,8 +157,14 @@ CompareRow measure_plan(Plan plan, const CostModel& cost, std::optional<double> 
   row.comm_bytes = row.sim.comm_bytes;
   row.messages = row.sim.messages;
   row.fits = !memory_limit || row.peak_total <= *memory_limit;
-  row.plan = std::move(plan);
+  row.plan = std::move(checked.plan);
   return row;
+}
+
+CompareRow measure_plan(Plan plan, const CostModel& cost, std::optional<double> memory_limit) {
+  // Verified, lowered, verified again and simulated, with each replay run once.
+  return compare_row(verify_and_lower_or_throw(std::move(plan), cost, "", SimulationNeed::Timeline),
+                     memory_limit);
 }
 
 Comparison compare_schedules(const CompareOptions& opts) {
@@ -175,7 +177,11 @@ Comparison compare_schedules(const CompareOptions& opts) {
   const CostModel base = opts.cost.unit ? unit_layer_costs() : opts.cost;
 
   Comparison cmp;
-  for (const ScheduleInfo& info : all_schedules()) {
+  std::vector<const ScheduleInfo*> schedules;  // the named ones, then Auto (synthesize.h)
+  for (const ScheduleInfo& info : all_schedules()) schedules.push_back(&info);
+  schedules.push_back(&auto_schedule());
+  for (const ScheduleInfo* schedule : schedules) {
+    const ScheduleInfo& info = *schedule;
     std::string why;
     auto config = configure(info, opts, base, &why);
     if (!config) {
@@ -189,6 +195,8 @@ Comparison compare_schedules(const CompareOptions& opts) {
     co.schedule = info.name;
     co.microbatches = opts.microbatches;
     co.lower = false;
+    co.cost = &config->cost;  // Auto synthesizes for these
+    co.memory_limit = opts.memory_limit;
     Plan plan;
     try {
       plan = compile(co);

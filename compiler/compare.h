@@ -11,6 +11,7 @@
 #include "compiler/plan.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
+#include "compiler/verify_and_lower.h"
 
 namespace ppc {
 
@@ -57,6 +58,9 @@ Comparison compare_schedules(const CompareOptions& opts);
 // verified (InternalError if not valid: plans here are generated), simulated, with its peaks and
 // whether it fits `memory_limit`. Used by compare_schedules and by --autotune.
 CompareRow measure_plan(Plan plan, const CostModel& cost, std::optional<double> memory_limit);
+// The row of a plan that verify_and_lower passed, with a timeline simulation: its peaks and whether
+// it fits `memory_limit`.
+CompareRow compare_row(VerifiedPlan checked, std::optional<double> memory_limit);
 
 // The comparison as a terminal table (one row per schedule, then the skipped configurations).
 void emit_compare_table(const Comparison& cmp, const CompareOptions& opts, std::ostream& os);

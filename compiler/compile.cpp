@@ -4,6 +4,7 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/synthesize.h"
 
 namespace ppc {
 
@@ -14,7 +15,7 @@ const ScheduleInfo& resolve_schedule(const std::string& name) {
   if (!info)
     throw UserError(fmt::format("unknown schedule '{}' (known: {}; see --list-schedules)", name,
                                 schedule_names()),
-                    SourceLocation{"--schedule", 0, 0, ""});
+                    input_location("--schedule"));
   return *info;
 }
 
@@ -73,6 +74,10 @@ Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info) {
 
 Plan compile(const CompileOptions& opts) {
   const ScheduleInfo& info = resolve_schedule(opts.schedule);
+  if (is_auto(info)) {  // synthesized from the costs (synthesize.h)
+    Plan plan = compile_auto(opts);
+    return opts.lower ? lower_send_recv(std::move(plan)) : plan;
+  }
   Plan plan = plan_skeleton(opts, info);
   ScheduleParams params{plan.pp(), plan.vpp(), plan.microbatches, &plan.placement};
   plan.compute = info.generate(params);

@@ -11,6 +11,8 @@
 
 namespace ppc {
 
+struct CostModel;  // simulate.h
+
 struct CompileOptions {
   Layout layout;           // from parse_layout / parse_layout_file, or generic_layout(N)
   bool has_model = false;  // check_model() applies
@@ -20,6 +22,10 @@ struct CompileOptions {
   std::string schedule;
   int microbatches = 1;
   bool lower = true;  // run lower_send_recv
+  // --schedule Auto synthesizes its order for these costs (null: unit costs) and this memory
+  // limit per rank (synthesize.h); the named schedules ignore them.
+  const CostModel* cost = nullptr;
+  std::optional<double> memory_limit;
 };
 
 // Limits that keep a plan's tables in memory (documented in docs/ppcompile.md).

@@ -7,7 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
+#include "compiler/measured_costs.h"
+#include "compiler/read_file.h"
 
 namespace ppc {
 
@@ -85,6 +86,64 @@ class JsonReader {
     }
   }
 
+  // "layout", "stages", "boundaries": costs measured per stage of a layout (measured_costs.h).
+  std::shared_ptr<const MeasuredCosts> measured(const json& j, const std::string& name) const {
+    const bool stages = j.contains("stages"), boundaries = j.contains("boundaries");
+    if (!stages && !boundaries) {
+      if (j.contains("layout") && !j["layout"].is_string())
+        fail("layout", fmt::format("expected a layout string, got {}", j["layout"].dump()));
+      return nullptr;
+    }
+    if (!j.contains("layout"))
+      fail(stages ? "stages" : "boundaries",
+           "per-stage costs need the layout they were measured on: add \"layout\": \"...\"");
+    const json& l = j["layout"];
+    if (!l.is_string()) fail("layout", fmt::format("expected a layout string, got {}", l.dump()));
+    auto mc = std::make_shared<MeasuredCosts>();
+    mc->input = name;
+    mc->layout = parse_layout(l.get<std::string>(), name + ": layout");
+    const size_t S = static_cast<size_t>(mc->layout.num_stages());
+    mc->stages.assign(S, std::nullopt);
+    mc->boundaries.assign(S > 0 ? S - 1 : 0, MeasuredBoundary{});
+    if (stages) {
+      const json& a = j["stages"];
+      if (!a.is_array() || a.size() != S)
+        fail("stages",
+             fmt::format(
+                 "expected an array of {} entries (one per stage of the layout, "
+                 "null for one not measured), got {}",
+                 S, a.is_array() ? fmt::format("{} entries", a.size()) : a.dump().substr(0, 40)));
+      for (size_t k = 0; k < S; ++k) {
+        if (a[k].is_null()) continue;
+        const LayerCost c = layer(a[k], fmt::format("stages[{}]", k));
+        mc->stages[k] = StageCost{c.f, c.backward(), c.i, c.w, c.activation, c.params};
+      }
+    }
+    if (boundaries) {
+      const json& a = j["boundaries"];
+      if (!a.is_array() || a.size() != mc->boundaries.size())
+        fail("boundaries",
+             fmt::format(
+                 "expected an array of {} entries (one per boundary between stages k and "
+                 "k+1, null for one not measured), got {}",
+                 mc->boundaries.size(),
+                 a.is_array() ? fmt::format("{} entries", a.size()) : a.dump().substr(0, 40)));
+      for (size_t k = 0; k < mc->boundaries.size(); ++k) {
+        if (a[k].is_null()) continue;
+        const std::string path = fmt::format("boundaries[{}]", k);
+        if (!a[k].is_object())
+          fail(path, "expected an object such as {\"message_bytes\": 58720256, \"time\": 1.2}");
+        only_keys(a[k], path, {"message_bytes", "time"});
+        if (a[k].contains("message_bytes"))
+          mc->boundaries[k].message_bytes =
+              number(a[k]["message_bytes"], path + ".message_bytes", 0, HUGE_VAL);
+        if (a[k].contains("time"))
+          mc->boundaries[k].time = number(a[k]["time"], path + ".time", 0, HUGE_VAL);
+      }
+    }
+    return mc;
+  }
+
   LayerCost layer(const json& v, const std::string& path) const {
     if (!v.is_object()) fail(path, "expected an object such as {\"f\": 1, \"b\": 2}");
     only_keys(v, path, {"f", "b", "i", "w", "activation", "params"});
@@ -142,7 +201,7 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   if (!j.is_object()) rd.fail("", "expected a JSON object (see docs/cost-model.md)");
   rd.only_keys(j, "",
                {"comment", "layers", "stage", "latency", "bandwidth", "message_bytes", "overlap",
-                "weight_grad_memory"});
+                "weight_grad_memory", "layout", "stages", "boundaries"});
   CostModel m;
   m.unit = false;
   if (j.contains("layers")) {
@@ -177,6 +236,10 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   if (j.contains("overlap")) m.overlap = rd.number(j["overlap"], "overlap", 0, 1);
   if (j.contains("weight_grad_memory"))
     m.weight_grad_memory = rd.number(j["weight_grad_memory"], "weight_grad_memory", 0, 1);
+  m.measured = rd.measured(j, input_name);
+  if (m.measured)
+    for (const auto& stage : m.measured->stages)
+      m.memory_in_bytes |= stage && (stage->activation > 0 || stage->params > 0);
   return m;
 }
 
@@ -292,6 +355,7 @@ std::string describe(const CostModel& m) {
       fmt::format("cost model (t: F={:g} B={:g} I={:g} W={:g}", t.f, t.backward(), t.i, t.w);
   const double msg = message_time(m);
   if (msg > 0) s += fmt::format("; {:g} per message", msg);
+  if (m.measured) s += fmt::format("; measured per stage of {}", m.measured->layout.source);
   if (m.overlap > 0) s += fmt::format("; overlap {:g}", m.overlap);
   return s + ")";
 }

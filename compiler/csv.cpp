@@ -1,14 +1,16 @@
 // PyTorch's CSV schedule format: one row per rank, one action per cell.
+#include "compiler/csv.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <ostream>
 
 #include "compiler/block_writer.h"
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
 
 namespace ppc {
 
@@ -71,12 +73,27 @@ std::vector<Cell> split_csv_line(std::string_view line, const SourceLocation& wh
   return cells;
 }
 
-bool is_fsdp_cell(std::string_view t) {
+// torch's cells for what a runtime does around the pipeline's compute, `<stage>UNSHARD`,
+// `<stage>RESHARD` (FSDP: gather a stage's sharded parameters, free them again) and
+// `<stage>REDUCE_GRAD` (reduce a stage's gradients across data-parallel replicas once its last
+// backward ran), which its lowering adds. The stage, or nullopt if `t` is none of them; throws on
+// one of them with something after the keyword (torch writes none), at `column` of `where`'s line.
+std::optional<int> runtime_cell_stage(std::string_view t, const SourceLocation& where, int column) {
   size_t p = 0;
   while (p < t.size() && t[p] >= '0' && t[p] <= '9') ++p;
-  std::string_view rest = t.substr(p);
-  return p > 0 && (rest.substr(0, 7) == "UNSHARD" || rest.substr(0, 7) == "RESHARD" ||
-                   rest.substr(0, 11) == "REDUCE_GRAD");
+  if (p == 0 || p > 7) return std::nullopt;
+  const std::string_view rest = t.substr(p);
+  for (std::string_view keyword : {"UNSHARD", "RESHARD", "REDUCE_GRAD"}) {
+    if (!rest.starts_with(keyword)) continue;
+    if (rest.size() != keyword.size()) {
+      SourceLocation at = where;
+      at.column = column;
+      throw UserError(fmt::format("'{}': {} takes a stage only (e.g. '0{}')", t, keyword, keyword),
+                      at);
+    }
+    return std::stoi(std::string(t.substr(0, p)));
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -87,7 +104,12 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
     int line, column;
     std::string_view source_line;  // into `text`: a copy per cell made memory quadratic in a row
   };
+  struct RuntimeCell {  // UNSHARD / RESHARD / REDUCE_GRAD: checked, then dropped
+    int stage, line, column;
+    std::string_view source_line;
+  };
   std::vector<std::vector<Located>> rows;
+  std::vector<std::vector<RuntimeCell>> runtime_cells;
   int line_no = 0;
   size_t start = 0;
   while (start <= text.size()) {
@@ -100,11 +122,16 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
     if (!(last && line.empty())) {
       SourceLocation where{opts.input_name, line_no, 0, std::string(line)};
       std::vector<Located> row;
+      std::vector<RuntimeCell> runtime_row;
       for (const Cell& c : split_csv_line(line, where)) {
         std::string_view t = c.text;
         while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
         while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
-        if (t.empty() || is_fsdp_cell(t)) continue;
+        if (t.empty()) continue;
+        if (auto stage = runtime_cell_stage(t, where, c.column)) {
+          runtime_row.push_back({*stage, line_no, c.column, line});
+          continue;
+        }
         std::string err;
         auto a = parse_action(t, &err);
         if (!a) {
@@ -115,6 +142,7 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
         row.push_back({*a, line_no, c.column, line});
       }
       rows.push_back(std::move(row));
+      runtime_cells.push_back(std::move(runtime_row));
     }
     if (last) break;
     start = end + 1;
@@ -179,6 +207,23 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
   for (int s = 0; s < num_stages; ++s)
     if (!stage_rank.count(s))
       throw UserError(fmt::format("stage {} never appears in the CSV", s), file);
+  // UNSHARD, RESHARD and REDUCE_GRAD act on the row's own stages (torch's runtime looks the stage
+  // up among its rank's). ppcompile's plans have nothing for them to do: pprun keeps every
+  // parameter of its stages whole, and reduces the gradients of shared and data-parallel
+  // parameters itself once a stage's last backward ran (docs/pytorch.md). They are dropped.
+  for (int r = 0; r < pp; ++r)
+    for (const RuntimeCell& c : runtime_cells[static_cast<size_t>(r)]) {
+      const SourceLocation at{opts.input_name, c.line, c.column, std::string(c.source_line)};
+      auto it = stage_rank.find(c.stage);
+      if (it == stage_rank.end())
+        throw UserError(fmt::format("stage {} does not exist: the CSV's stages are 0-{}", c.stage,
+                                    num_stages - 1),
+                        at);
+      if (it->second != r)
+        throw UserError(fmt::format("stage {} is on rank {}, not on rank {} (this row)", c.stage,
+                                    it->second, r),
+                        at);
+    }
 
   // Loop or V placement?
   Placement placement;

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace ppc {
 
@@ -52,6 +54,24 @@ class InternalError : public std::logic_error {
 };
 
 [[noreturn]] void internal_error(const char* file, int line, const std::string& what);
+
+// --- Source text as messages show it -------------------------------------------------------------
+
+// Decodes the UTF-8 sequence at text[i]: returns its length (1 to 4) and sets *cp, or returns 0 if
+// the bytes there are not valid UTF-8 (overlong forms, surrogates and values above U+10FFFF are
+// invalid too).
+size_t decode_utf8(std::string_view text, size_t i, char32_t* cp);
+// Number of characters (code points; a byte of invalid UTF-8 counts as one) in `s`: the unit of
+// columns and carets (and of ANTLR's columns).
+int char_count(std::string_view s);
+// The lines of `text` as shown under an error: every character takes one column, so that a caret
+// lines up. Tabs become spaces; other control characters and invalid bytes '?'; a line's '\r' end
+// is dropped.
+std::vector<std::string> display_lines(std::string_view text);
+// A location at `line` and `column` of the input named `input`, whose display lines are `lines`,
+// with the text of that line when there is one (for the caret).
+SourceLocation location_in(std::string input, const std::vector<std::string>& lines, int line,
+                           int column);
 
 // `text` from the user (a JSON key, a tensor name) as it may appear inside a one-line message:
 // printable ASCII as is; a backslash, control characters, DEL and non-ASCII bytes as \xNN.

@@ -9,7 +9,7 @@
 #include <iterator>
 #include <ostream>
 
-#include "compiler/emit.h"
+#include "compiler/visualization.h"
 #include "compiler/viz_common.h"
 
 namespace ppc {

@@ -11,7 +11,9 @@
 
 #include "compiler/compare.h"
 #include "compiler/cost_model.h"
-#include "compiler/emit.h"
+#include "compiler/emit_text.h"
+#include "compiler/verify_and_lower.h"
+#include "compiler/visualization.h"
 #include "compiler/viz_common.h"
 
 namespace ppc {
@@ -208,6 +210,19 @@ void emit_html(const Comparison& cmp, const CompareOptions& opts, std::ostream& 
   if (!cmp.rows.empty()) put(b, "<script>{}</script>\n", kScript);
   put(b, "</body>\n</html>\n");
   os.write(b.data(), static_cast<std::streamsize>(b.size()));
+}
+
+void emit_plan_html(VerifiedPlan checked, const CostModel& cost, std::ostream& os,
+                    const TimelineOptions& timeline) {
+  CompareOptions co;
+  co.layout = checked.plan.layout;
+  co.has_model = checked.plan.has_model;
+  co.pp = checked.plan.pp();
+  co.microbatches = checked.plan.microbatches;
+  co.cost = cost;
+  Comparison cmp;
+  cmp.rows.push_back(compare_row(std::move(checked), std::nullopt));
+  emit_html(cmp, co, os, timeline);
 }
 
 }  // namespace ppc

@@ -2,7 +2,7 @@
 
 #include <ostream>
 
-#include "compiler/emit.h"
+#include "compiler/emit_text.h"
 
 namespace ppc {
 

@@ -16,7 +16,8 @@
 #include <vector>
 
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
+#include "compiler/emit_text.h"
+#include "compiler/layout.h"
 
 namespace ppc {
 

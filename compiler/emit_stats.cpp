@@ -3,7 +3,7 @@
 #include <array>
 #include <ostream>
 
-#include "compiler/emit.h"
+#include "compiler/emit_text.h"
 #include "compiler/simulate.h"
 
 namespace ppc {

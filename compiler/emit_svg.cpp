@@ -14,8 +14,8 @@
 #include <iterator>
 #include <ostream>
 
-#include "compiler/emit.h"
 #include "compiler/simulate.h"
+#include "compiler/visualization.h"
 #include "compiler/viz_common.h"
 
 namespace ppc {

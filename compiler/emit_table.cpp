@@ -11,7 +11,7 @@
 #include <ostream>
 
 #include "compiler/compute_steps.h"
-#include "compiler/emit.h"
+#include "compiler/emit_text.h"
 
 namespace ppc {
 

@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
 #include "compiler/simulate.h"
 #include "compiler/trace_writer.h"
+#include "compiler/visualization.h"
 
 namespace ppc {
 

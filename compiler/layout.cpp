@@ -84,14 +84,8 @@ int Layout::count(LayerKind k) const {
 namespace {
 
 SourceLocation location_at(const Layout& layout, int line, int column) {
-  SourceLocation loc;
-  loc.input = layout.input;
-  if (line <= 0 || column <= 0) return loc;
-  loc.line = line;
-  loc.column = column;
-  if (static_cast<size_t>(line) <= layout.input_lines.size())
-    loc.source_line = layout.input_lines[static_cast<size_t>(line - 1)];
-  return loc;
+  if (line <= 0 || column <= 0) return input_location(layout.input);
+  return location_in(layout.input, layout.input_lines, line, column);
 }
 
 }  // namespace

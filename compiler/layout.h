@@ -75,6 +75,11 @@ Layout parse_layout_file(const std::string& path);
 // dropped); `input_name` names the file in messages.
 Layout parse_layout_file_text(std::string_view text, const std::string& input_name);
 
+// The layout on one line in Megatron-LM's layout syntax, compressed with "X*N" and groups
+// "(...)*N" (never nested): parse_layout() reads it back to exactly the same stages
+// (emit_layout_string.cpp).
+std::string layout_string(const Layout& layout);
+
 // A layout of `n` stages with no model (for --stages N): every stage empty.
 Layout generic_layout(int n);
 

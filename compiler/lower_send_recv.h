@@ -14,7 +14,7 @@
 // verifier checks it again). Stages on the same rank pass tensors locally: no SEND/RECV.
 //
 // Durations default to unit costs (F=1, B=2, I=W=1 per stage, communication free); a cost model
-// (simulate.h) makes the batches follow the real timing.
+// (lower_for_model.h) makes the batches follow the real timing.
 //
 // Throws UserError if the compute order cannot run at all (ranks wait for each other's later
 // actions); the message names the ranks, their actions and the cycle.
@@ -41,11 +41,11 @@ struct LoweringCosts {
   // sender waits for the receiver's boundary. true: hold it back to the sender's next boundary
   // (the sender keeps computing) when the receiver's next compute does not need the data, or when
   // the receiver would then wait less than the sender would now. Neither is always faster under
-  // blocking exchanges; lower_for_model (simulate.h) tries both.
+  // blocking exchanges; lower_for_model (lower_for_model.h) tries both.
   bool defer_sends = false;
 };
 
-// A lowered order as lowering writes it, for a reader on another thread (lower_and_verify,
+// A lowered order as lowering writes it, for a reader on another thread (lower_while_verifying,
 // verify.h). Lowering sizes every rank's order to its final length before it writes, so actions
 // never move: it says where the orders are, then publishes their sizes from time to time (the
 // actions below a published size are final), then says that it has ended.

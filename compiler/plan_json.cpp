@@ -1,7 +1,6 @@
 // The versioned JSON plan (docs/plan-format.md).
 #include <fmt/format.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
@@ -9,7 +8,7 @@
 #include "compiler/block_writer.h"
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
+#include "compiler/plan_json.h"
 
 namespace ppc {
 
@@ -37,7 +36,7 @@ class Reader {
 
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
     throw UserError(path.empty() ? what : fmt::format("{}: {}", path, what),
-                    SourceLocation{input_, 0, 0, ""});
+                    input_location(input_));
   }
   const json& field(const json& obj, const std::string& path, const char* name) const {
     if (!obj.is_object()) fail(path, "expected an object");
@@ -175,8 +174,7 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {  // a syntax error, or a number too large (out_of_range)
-    throw UserError(fmt::format("not valid JSON: {}", e.what()),
-                    SourceLocation{input_name, 0, 0, ""});
+    throw UserError(fmt::format("not valid JSON: {}", e.what()), input_location(input_name));
   }
   if (!j.is_object()) rd.fail("(top level)", "expected an object");
   if (rd.string(j, "", "format") != "ppcompile-plan")
@@ -259,18 +257,6 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
       read_actions(rd.array(ranks[r], path, "actions"), path + ".actions", plan.lowered[r]);
   }
   return plan;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw UserError(fmt::format("cannot open '{}' for reading", path),
-                    SourceLocation{path, 0, 0, ""});
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad())
-    throw UserError(fmt::format("error reading '{}'", path), SourceLocation{path, 0, 0, ""});
-  return ss.str();
 }
 
 }  // namespace ppc

@@ -2,6 +2,7 @@
 #include <cctype>
 
 #include "compiler/schedule.h"
+#include "compiler/synthesize.h"
 
 namespace ppc {
 
@@ -108,6 +109,10 @@ const ScheduleInfo* find_schedule(std::string_view name) {
     for (const auto& a : s.aliases)
       if (iequals(a, name)) return &s;
   }
+  const ScheduleInfo& synthesized = auto_schedule();  // --schedule Auto (synthesize.h)
+  if (iequals(synthesized.name, name)) return &synthesized;
+  for (const auto& a : synthesized.aliases)
+    if (iequals(a, name)) return &synthesized;
   return nullptr;
 }
 
@@ -117,7 +122,7 @@ std::string schedule_names() {
     if (!out.empty()) out += ", ";
     out += s.name;
   }
-  return out;
+  return out + ", " + auto_schedule().name;
 }
 
 }  // namespace ppc

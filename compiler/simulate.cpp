@@ -3,15 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <memory>
 
 #include "compiler/diagnostic.h"
+#include "compiler/measured_costs.h"
 
 namespace ppc {
 
 std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model) {
   std::vector<StageCost> out(static_cast<size_t>(plan.num_stages()));
   if (model.unit) return out;
+  if (model.measured) return measured_stage_costs(plan, model);
   for (int s = 0; s < plan.num_stages(); ++s) {
     const auto& layers = plan.layout.stages[static_cast<size_t>(plan.layout_stage(s))];
     StageCost c{0, 0, 0, 0, 0, 0};
@@ -70,26 +71,6 @@ double message_time(const CostModel& model) {
   return model.latency + (model.bandwidth > 0 ? model.message_bytes / model.bandwidth : 0.0);
 }
 
-LoweringCosts lowering_costs(const Plan& plan, const CostModel& model) {
-  if (model.unit) return {};
-  auto costs = std::make_shared<const std::vector<StageCost>>(stage_costs(plan, model));
-  LoweringCosts lc;
-  lc.compute = [costs, model](const Action& a, int) { return action_cost(a, *costs, model); };
-  const double per_message = message_time(model);
-  if (per_message > 0) lc.transfer = [per_message](const Action&) { return per_message; };
-  return lc;
-}
-
-Plan lower_for_model(const Plan& plan, const CostModel& model) {
-  if (model.unit) return lower_send_recv(plan);
-  LoweringCosts eager = lowering_costs(plan, model);
-  LoweringCosts held = eager;
-  held.defer_sends = true;
-  Plan a = lower_send_recv(plan, eager);
-  Plan b = lower_send_recv(plan, held);
-  return simulate(b, model).makespan < simulate(a, model).makespan ? std::move(b) : std::move(a);
-}
-
 Simulation simulate(const Plan& plan, const CostModel& model) {
   PPC_INTERNAL_ASSERT(plan.is_lowered(), "simulate needs a lowered plan");
   SimulationRun run(plan, model, true);
@@ -102,8 +83,14 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
     : plan_(plan), model_(model), timeline_(timeline), costs_(stage_costs(plan, model)) {
   const size_t pp = static_cast<size_t>(plan.pp());
   exec_.compute = [this](const Action& a, int) { return action_cost(a, costs_, model_); };
-  const double per_message = message_time(model);
-  if (per_message > 0) exec_.transfer = [per_message](const Action&) { return per_message; };
+  if (model.measured) {  // per-boundary message times
+    messages_ = message_costs(plan, model);
+    exec_.transfer = [this](const Action& send) {
+      return messages_.time[2 * static_cast<size_t>(send.stage) + (send.kind == ActionKind::SendB)];
+    };
+  } else if (const double per_message = message_time(model); per_message > 0) {
+    exec_.transfer = [per_message](const Action&) { return per_message; };
+  }
   // The memory timeline needs each change's time; the totals, and without a timeline the peaks
   // (which follow from each rank's order alone), need no call per action: see finish().
   if (timeline)
@@ -175,7 +162,15 @@ Simulation SimulationRun::finish(Execution&& ex) {
   // Every action of a rank ends by the time the rank has finished: the makespan is the latest.
   for (double e : ex.end) sim.makespan = std::max(sim.makespan, e);
   sim.messages = ex.sends;
-  for (size_t i = 0; i < ex.sends; ++i) sim.comm_bytes += model_.message_bytes;
+  if (model_.measured) {  // per-boundary message sizes
+    for (const auto& order : plan_.lowered)
+      for (const Action& a : order)
+        if (is_send(a.kind))
+          sim.comm_bytes +=
+              messages_.bytes[2 * static_cast<size_t>(a.stage) + (a.kind == ActionKind::SendB)];
+  } else {
+    for (size_t i = 0; i < ex.sends; ++i) sim.comm_bytes += model_.message_bytes;
+  }
   sim.param_memory.assign(static_cast<size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     const size_t ru = static_cast<size_t>(r);

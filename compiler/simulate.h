@@ -1,15 +1,15 @@
 // The simulator: start and end of every action of a lowered plan under a cost model, following
-// the deadlock model's semantics (execute.h): compute takes its cost, a communication batch
+// the deadlock model's semantics (deadlock_model.h): compute takes its cost, a communication batch
 // waits for its peers' matching batches and then for the transfer.
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "compiler/execute.h"
-#include "compiler/lower_send_recv.h"
+#include "compiler/deadlock_model.h"
 #include "compiler/plan.h"
 
 namespace ppc {
@@ -22,6 +22,15 @@ struct LayerCost {
   double activation = 0;    // activation memory one microbatch keeps from F until its backward
   double params = 0;        // parameter memory
   double backward() const { return b ? *b : i + w; }
+};
+
+struct MeasuredCosts;  // measured_costs.h
+
+// Per plan stage s: time[2s] and bytes[2s] of SEND_F(s) (to the next stage), time[2s + 1] and
+// bytes[2s + 1] of SEND_B(s) (to the previous one). See message_costs() in measured_costs.h.
+struct MessageCosts {
+  std::vector<double> time, bytes;
+  bool uniform = true;  // every entry the same
 };
 
 struct CostModel {
@@ -41,6 +50,9 @@ struct CostModel {
   // Activation and parameter memory are in bytes (a cost file or flag gave them); otherwise they
   // count units (one per layer or stage and microbatch). Only changes how memory is printed.
   bool memory_in_bytes = false;
+  // Per-stage and per-boundary entries of a cost file (measured_costs.h), which override the
+  // per-layer costs and the message costs where they apply; null when the file has none.
+  std::shared_ptr<const MeasuredCosts> measured;
 };
 
 // "97.9 GiB" when in bytes, else the plain number ("31").
@@ -57,16 +69,6 @@ std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model);
 double action_cost(const Action& a, const std::vector<StageCost>& costs, const CostModel& model);
 // Duration of one message: latency + message_bytes / bandwidth (0 under unit costs).
 double message_time(const CostModel& model);
-// Durations for lower_send_recv, so that its batches follow the model's timing. Empty (lowering's
-// own unit costs, which equal the unit model's) when model.unit.
-LoweringCosts lowering_costs(const Plan& plan, const CostModel& model);
-
-// Lowers a compute-only plan for a cost model. Under unit costs this is lower_send_recv(plan).
-// Otherwise both placements of SENDs (posted at once, or held back while the receiver computes;
-// see LoweringCosts::defer_sends) are lowered and simulated, and the one with the shorter
-// makespan is returned (the first on a tie).
-Plan lower_for_model(const Plan& plan, const CostModel& model);
-
 struct MemoryPoint {
   double time;
   double value;
@@ -98,7 +100,7 @@ struct Simulation {
 Simulation simulate(const Plan& plan, const CostModel& model);
 
 // The simulator in two steps, so that another run of the deadlock model can serve it (the
-// verifier's, in check_and_lower): run `plan` under execute() with costs() (recording times when
+// verifier's, in verify_and_lower): run `plan` under execute() with costs() (recording times when
 // timeline()), then finish() the run. The result equals simulate(plan, model)'s, except that
 // without a timeline `times` and `memory` are left empty (what --emit stats needs).
 class SimulationRun {
@@ -123,6 +125,7 @@ class SimulationRun {
   ExecCosts exec_;
   Simulation sim_;
   std::vector<double> mem_;  // per rank: activation memory now
+  MessageCosts messages_;    // per-boundary message costs (measured costs only)
 };
 
 }  // namespace ppc

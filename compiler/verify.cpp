@@ -8,9 +8,9 @@
 #include <thread>
 #include <tuple>
 
+#include "compiler/deadlock_model.h"
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
-#include "compiler/execute.h"
 #include "compiler/lower_send_recv.h"
 #include "compiler/parallel.h"
 #include "compiler/stuck.h"
@@ -571,10 +571,10 @@ VerifyReport report_of(const Plan& plan, const VerifyOptions& opts, bool streame
 
 }  // namespace
 
-VerifyReport lower_and_verify(Plan& plan, const VerifyOptions& opts,
-                              const std::function<void()>& lowered) {
+VerifyReport lower_while_verifying(Plan& plan, const VerifyOptions& opts,
+                                   const std::function<void()>& lowered) {
   PPC_INTERNAL_ASSERT(!plan.is_lowered() && !opts.compute_only,
-                      "lower_and_verify takes a compute-only plan and verifies its lowering");
+                      "lower_while_verifying takes a compute-only plan and verifies its lowering");
   return report_of(plan, opts, true, [&](Verifier& v) {
     v.run_streamed([&](LoweringFeed* feed) {
       lower_in_place(plan, LoweringCosts{}, feed);

@@ -43,7 +43,8 @@ VerifyReport verify(const Plan& plan, size_t max_errors = 20);
 struct ExecCosts;
 struct Execution;
 
-// verify() with the knobs the compile pipeline (check.h) uses to run every replay of a plan once.
+// verify() with the knobs the compile pipeline (verify_and_lower.h) uses to run every replay of a
+// plan once.
 struct VerifyOptions {
   size_t max_errors = 20;
   // Verify the compute order only, as if plan.lowered were empty (without copying the plan).
@@ -71,8 +72,8 @@ VerifyReport verify(const Plan& plan, const VerifyOptions& opts);
 // and whether an input a rank lacks is said to come later or never: the rank runs before the rest
 // of the plan is written). `lowered`, if set, is called on the calling thread as soon as the
 // lowered order is complete. Throws lowering's UserError (the plan then stays compute-only).
-VerifyReport lower_and_verify(Plan& plan, const VerifyOptions& opts,
-                              const std::function<void()>& lowered = {});
+VerifyReport lower_while_verifying(Plan& plan, const VerifyOptions& opts,
+                                   const std::function<void()>& lowered = {});
 
 // Peak in-flight activations per rank of a compute order (no checks).
 std::vector<int> peak_inflight(const Plan& plan);

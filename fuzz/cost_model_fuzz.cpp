@@ -2,6 +2,7 @@
 // the way --emit stats uses it (stage costs of a small plan, a simulation, its description).
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
+#include "compiler/lower_for_model.h"
 #include "compiler/simulate.h"
 #include "fuzz/fuzz_target.h"
 

@@ -6,9 +6,10 @@
 #include <sstream>
 #include <string>
 
-#include "compiler/emit.h"
+#include "compiler/csv.h"
+#include "compiler/emit_text.h"
 #include "compiler/layout.h"
-#include "compiler/prepare.h"
+#include "compiler/verify_and_lower.h"
 #include "fuzz/fuzz_target.h"
 
 PP_FUZZ_TARGET(csv_import) {
@@ -26,7 +27,7 @@ PP_FUZZ_TARGET(csv_import) {
       io.layout = ppc::parse_layout(*layout_text, "--layout");
       io.has_model = true;
     }
-    return ppc::prepare_plan(ppc::read_csv(csv, io), ppc::CostModel{}, io.input_name);
+    return ppc::verify_and_lower_or_throw(ppc::read_csv(csv, io), ppc::CostModel{}, io.input_name);
   });
   if (!prepared) return;
   const ppc::Plan& plan = prepared->plan;

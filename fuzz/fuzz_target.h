@@ -6,8 +6,8 @@
 // crash), and what is accepted passes the target's own checks (a round trip, a re-parse).
 //
 // The same target runs under libFuzzer (fuzz/libfuzzer_main.cpp: a broken contract aborts, which
-// libFuzzer reports as a finding) and in the normal test suite (tests/fuzz_corpus_test.cpp replays
-// the committed corpus and every regression input: a broken contract fails the test).
+// libFuzzer reports as a finding) and in the normal test suite (tests/fuzz/fuzz_corpus_test.cpp
+// replays the committed corpus and every regression input: a broken contract fails the test).
 //
 // Declaring one:
 //   PP_FUZZ_TARGET(layout) {

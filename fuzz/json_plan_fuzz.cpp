@@ -3,14 +3,14 @@
 // back (the same plan).
 #include <sstream>
 
-#include "compiler/emit.h"
-#include "compiler/prepare.h"
+#include "compiler/plan_json.h"
+#include "compiler/verify_and_lower.h"
 #include "fuzz/fuzz_target.h"
 
 PP_FUZZ_TARGET(json_plan) {
   auto prepared = ppfuzz::accepted([&] {
-    return ppc::prepare_plan(ppc::read_plan_json(input, "fuzz.json"), ppc::CostModel{},
-                             "fuzz.json");
+    return ppc::verify_and_lower_or_throw(ppc::read_plan_json(input, "fuzz.json"), ppc::CostModel{},
+                                          "fuzz.json");
   });
   if (!prepared) return;
   ppfuzz::must_succeed("emitting the accepted plan", [&] {

@@ -2,11 +2,11 @@
 # Regenerates the committed seed corpora fuzz/corpus/<target>/ from the repository's own inputs,
 # then shrinks each with libFuzzer's -merge=1 (only inputs that add coverage are kept):
 #   layout      layouts/*.layout, the layouts of the docs and README, the docs' error examples
-#   csv_import  the CSV plans of tests/golden (pp <= 4, up to 4 microbatches), some with a layout
+#   csv_import  the CSV plans of tests/compiler/golden (pp <= 4, up to 4 microbatches), some with a layout
 #   json_plan   ppcompile --emit json over a grid (every schedule, pp 1-4, 1-4 microbatches, with a
 #   pprun_plan  model and with --stages), each also without its lowered "actions"
 #               and, for all three, broken plans from the verifier's mutation corpus
-#               (tests/verify_mutation_test.cpp): plans that get as far as the deadlock model
+#               (tests/compiler/verify_mutation_test.cpp): plans that get as far as the deadlock model
 #   cost_model  examples/cost-*.json and the example of docs/cost-model.md
 #   model_config  examples/*-model.json
 #   checkpoint, safetensors, token_file  tiny checkpoints written by pprun --save (and --export),
@@ -57,7 +57,7 @@ printf '# a comment\n\nEt*2|\n  t*2 # more\r\n|tL\n' >"$RAW/layout/doc-file"
 printf '\xef\xbb\xbfEt|tL\n' >"$RAW/layout/doc-bom"
 
 # --- CSV plans from the golden files ---
-for f in tests/golden/*/pp[124]_vpp*.txt; do
+for f in tests/compiler/golden/*/pp[124]_vpp*.txt; do
   awk -v out="$RAW/csv_import/$(basename "$(dirname "$f")")-$(basename "$f" .txt)" '
     /^\$ ppcompile/ { keep = ($0 ~ /--emit csv/ && $0 ~ /--microbatches [1-4]( |$)/ && $0 !~ /exit/); n++; next }
     keep { print > (out "-" n) }' "$f"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The verifier against a larger mutation corpus than the test suite's
-# (tests/verify_mutation_test.cpp): N mutants per mutation and base plan (default 50), every
+# (tests/compiler/verify_mutation_test.cpp): N mutants per mutation and base plan (default 50), every
 # schedule at pp 2-5 with 2-8 microbatches, each judged by an exhaustive search of its states.
 #   scripts/verify-mutants.sh [N]
 set -euo pipefail

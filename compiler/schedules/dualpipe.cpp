@@ -28,14 +28,14 @@ void check_dualpipe(const ScheduleParams& p) {
     throw UserError(
         fmt::format("DualPipe needs an even number of ranks (they pair up from both ends), got {}",
                     p.pp),
-        SourceLocation{"--pp", 0, 0, ""});
+        input_location("--pp"));
   // With one microbatch the second copy would hold parameters and never run (and a PyTorch CSV,
   // which has no notion of copies, could not show its stages).
   if (p.microbatches < 2)
     throw UserError(
         fmt::format("DualPipe needs at least 2 microbatches (one per direction), got {}",
                     p.microbatches),
-        SourceLocation{"--microbatches", 0, 0, ""});
+        input_location("--microbatches"));
 }
 
 RankOrders generate_dualpipe(const ScheduleParams& p) {

@@ -8,7 +8,7 @@
 
 #include "compiler/atomic_file.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
+#include "compiler/read_file.h"
 #include "runtime/fail.h"
 
 namespace pprt {

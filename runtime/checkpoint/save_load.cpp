@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -28,8 +29,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string state_key(const at::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
+// AdamW's state key for a parameter: its TensorImpl (LibTorch keys the state by pointer since 2.2).
+void* state_key(const at::Tensor& param) {
+  return param.unsafeGetTensorImpl();
 }
 
 torch::optim::AdamWParamState* adam_state(torch::optim::AdamW& opt, const at::Tensor& param) {

@@ -7,8 +7,9 @@
 
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/plan_json.h"
+#include "compiler/read_file.h"
 #include "compiler/verify.h"
 #include "runtime/fail.h"
 

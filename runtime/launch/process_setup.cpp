@@ -37,10 +37,27 @@ void report_broken_pipes() {
   signal(SIGPIPE, SIG_IGN);
 }
 
+namespace {
+
+template <class Fn>
+Fn find_symbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+}  // namespace
+
+// The BLAS library LibTorch calls, found at run time: PyTorch's x86 wheels link MKL into
+// libtorch_cpu (its GNU OpenMP threading layer); Debian's and ARM builds call OpenBLAS.
+std::string blas_name() {
+  if (find_symbol<int (*)()>("mkl_get_max_threads")) return "MKL";
+  if (find_symbol<int (*)()>("openblas_get_num_threads")) return "OpenBLAS";
+  return "";
+}
+
 int blas_threads() {
-  using Get = int (*)();
-  const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  return get ? get() : -1;
+  if (const auto get = find_symbol<int (*)()>("mkl_get_max_threads")) return get();
+  if (const auto get = find_symbol<int (*)()>("openblas_get_num_threads")) return get();
+  return -1;
 }
 
 void keep_freed_memory() {
@@ -54,19 +71,19 @@ void keep_freed_memory() {
 std::string thread_pools() {
   const int blas = blas_threads();
   return fmt::format("OpenMP {}{}", at::get_num_threads(),
-                     blas < 0 ? "" : fmt::format(", OpenBLAS {}", blas));
+                     blas < 0 ? "" : fmt::format(", {} {}", blas_name(), blas));
 }
 
 void set_threads(int threads) {
   threads = std::max(1, threads);
+  // LibTorch's OpenMP pool, and with MKL (PyTorch's x86 wheels) MKL's count for this thread
+  // (mkl_set_num_threads_local), which is the thread that computes: the autograd engine runs CPU
+  // backward passes on the caller's thread. blas_threads() reads it back for the banner.
   at::set_num_threads(threads);
-  // LibTorch limits its OpenMP pool, but Debian's LibTorch calls OpenBLAS (pthreads build), which
-  // keeps its own pool sized by the cores of the machine: with several ranks per machine that
-  // oversubscribes the cores (2 ranks x 2 BLAS threads on 2 cores). Limit it too, found at run
-  // time so that a LibTorch on MKL or another BLAS needs nothing.
-  using Set = void (*)(int);
-  if (const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    set(threads);
+  // A LibTorch on OpenBLAS (pthreads build; Debian's, ARM builds) keeps OpenBLAS's own pool sized
+  // by the cores of the machine: with several ranks per machine that oversubscribes the cores
+  // (2 ranks x 2 BLAS threads on 2 cores). Limit it too, found at run time.
+  if (const auto set = find_symbol<void (*)(int)>("openblas_set_num_threads")) set(threads);
   try {
     at::set_num_interop_threads(1);
   } catch (const std::exception&) {  // already set (several ranks in one process)

@@ -10,8 +10,8 @@ namespace pprt {
 // without CUDA, without the NCCL transport, or with no visible GPU.
 void check_device(const std::string& device);
 
-// Sets this process's intra-op threads: LibTorch's OpenMP pool and, when LibTorch calls OpenBLAS,
-// OpenBLAS's own pool (and one inter-op thread).
+// Sets this process's intra-op threads: LibTorch's OpenMP pool, MKL's count on the calling thread
+// and, when LibTorch calls OpenBLAS, OpenBLAS's own pool (and one inter-op thread).
 void set_threads(int threads);
 
 // Keeps memory freed by LibTorch in this process's heap for reuse (rather than unmapped and
@@ -23,10 +23,13 @@ void keep_freed_memory();
 // without a word.
 void report_broken_pipes();
 
-// OpenBLAS's thread count in this process, or -1 when OpenBLAS is not loaded.
+// The BLAS library LibTorch calls ("MKL", "OpenBLAS"), or "" when neither is loaded.
+std::string blas_name();
+
+// That library's thread count on the calling thread, or -1 when neither is loaded.
 int blas_threads();
 
-// This process's thread pools and their sizes, e.g. "OpenMP 1, OpenBLAS 1".
+// This process's thread pools and their sizes, e.g. "OpenMP 1, MKL 1".
 std::string thread_pools();
 
 }  // namespace pprt

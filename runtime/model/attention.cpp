@@ -1,5 +1,8 @@
-// Grouped-query causal attention with rotary embedding (ops.h). LibTorch 1.13 has no
-// scaled_dot_product_attention: attention is written out (matmul, causal mask, softmax).
+// Grouped-query causal attention with rotary embedding (ops.h). On the CPU it is written out
+// (matmul, causal mask, softmax, in causal blocks, with its backward); elsewhere (GPUs) and with
+// Kernels::Generic it is LibTorch's at::scaled_dot_product_attention (2.0+: flash and
+// memory-efficient kernels on GPUs). Attention has no weights, so either backward belongs to I
+// whole when the backward is split.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -151,6 +154,23 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
   }
 };
 
+// The same attention from ATen operations: the rotary embedding, then LibTorch's fused attention
+// with the causal flag and grouped-query heads (query head j*group + r reads key/value head j, as
+// in AttentionFn). Autograd gives its backward.
+at::Tensor attention_sdpa(const at::Tensor& qkv, const AttentionConsts& c) {
+  const int64_t b = qkv.size(0), T = qkv.size(1), hd = c.head_dim, h = c.heads, kv = c.kv_heads;
+  const int64_t half = hd / 2;
+  auto rope = [&](const at::Tensor& x) {  // [b, n, T, hd]: x * cos + [-x2, x1] * sin
+    const at::Tensor turned = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+    return x * c.cos + turned * c.sin;
+  };
+  const at::Tensor q = rope(heads_of(qkv, 0, h, hd)), k = rope(heads_of(qkv, h, kv, hd));
+  const at::Tensor v = heads_of(qkv, h + kv, kv, hd);
+  const at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true,
+                                                        c.scale, /*enable_gqa=*/h != kv);
+  return o.transpose(1, 2).reshape({b, T, h * hd});
+}
+
 }  // namespace
 
 AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device,
@@ -179,6 +199,7 @@ AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& devic
 }
 
 at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c) {
+  if (c.kernels == Kernels::Generic || !qkv.device().is_cpu()) return attention_sdpa(qkv, c);
   return AttentionFn::apply(qkv, &c);
 }
 

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
+#include "compiler/read_file.h"
 #include "runtime/fail.h"
 
 namespace pprt {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "compiler/deadlock_model.h"
 #include "compiler/dependencies.h"
-#include "compiler/execute.h"
 #include "compiler/verify.h"
 
 namespace pprt {

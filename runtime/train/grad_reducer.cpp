@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <map>

@@ -13,7 +13,7 @@
 
 #include "compiler/atomic_file.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
+#include "compiler/plan_json.h"
 #include "compiler/verify.h"
 #include "runtime/checkpoint/save_load.h"
 #include "runtime/data/token_source.h"

@@ -7,9 +7,16 @@
 
 #include <ATen/ATen.h>
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <future>
+#include <thread>
 
 #include "runtime/transport/transport.h"
 
@@ -24,6 +31,98 @@ std::string text(const std::vector<uint8_t>& b) {
   return {b.begin(), b.end()};
 }
 
+// Waits until something accepts a TCP connection at host:port (the store's host may start after
+// this rank), for up to `timeout`; false if nothing did.
+bool wait_for_listener(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  do {
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) == 0) {
+      bool connected = false;
+      for (addrinfo* a = found; a && !connected; a = a->ai_next) {
+        const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        timeval limit{1, 0};  // connect() to an unreachable host: retry within the deadline
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+        connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        ::close(fd);
+      }
+      freeaddrinfo(found);
+      if (connected) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return false;
+}
+
+struct NoAnswer {};  // connect_client: the server took the connection but did not answer
+
+// How long a store that took a connection has to answer. LibTorch 2.x names every socket it
+// connects or accepts by reverse DNS (getnameinfo, in c10d's SocketImpl), so a resolver that drops
+// a query (glibc: 5 s, tried twice) can hold a rank's connect for 10 s. Past this, the port is
+// taken to be held by something that is not a store.
+constexpr std::chrono::milliseconds kStoreAnswerLimit{15000};
+
+// The store server's listening socket: IPv4, all interfaces, as an fd for TCPStore to adopt. c10d
+// would listen dual-stack, and then every rank's connection arrives as ::ffff:a.b.c.d, an address
+// /etc/hosts never names, so the server's one event loop asks DNS about each before answering
+// anyone: with a resolver that drops queries the whole rendezvous stalls for seconds, under load
+// past the timeout. IPv4 peers resolve from /etc/hosts at once when local. Returns the fd, or -1
+// and why (as the system says it: a taken port is `Address already in use`, not 2.x's libuv dump).
+int listen_ipv4(int port, std::string& why) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    why = std::strerror(errno);
+    return -1;
+  }
+  const int on = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(fd, SOMAXCONN) != 0) {
+    why = std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int bound_port(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return ntohs(addr.sin_port);
+}
+
+// A TCPStore client. LibTorch 2.x's constructor connects (retrying until the timeout), then pings
+// the server and waits for its answer with no time limit: a port held by another program that
+// accepts connections but never answers would hang the rank for ever. So wait for a listener
+// here first, then give the constructor, now only that exchange, `answer_within` on a helper
+// thread. If it does not return, the thread stays blocked on its socket; the caller reports the
+// error and the process exits.
+c10::intrusive_ptr<c10d::TCPStore> connect_client(const std::string& host,
+                                                  const c10d::TCPStoreOptions& opts,
+                                                  std::chrono::milliseconds answer_within) {
+  using Result = std::promise<c10::intrusive_ptr<c10d::TCPStore>>;
+  auto result = std::make_shared<Result>();
+  auto future = result->get_future();
+  std::thread([host, opts, result] {
+    try {
+      result->set_value(c10::make_intrusive<c10d::TCPStore>(host, opts));
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (future.wait_for(answer_within) == std::future_status::timeout) throw NoAnswer{};
+  return future.get();
+}
+
 class TcpStore final : public Store {
  public:
   explicit TcpStore(const StoreOptions& o) : prefix_(o.prefix), port_(o.port) {
@@ -32,8 +131,31 @@ class TcpStore final : public Store {
     opts.isServer = o.is_server;
     opts.waitWorkers = false;
     opts.timeout = o.timeout;
+    const auto answer_within = std::min(o.timeout, kStoreAnswerLimit);
+    if (!o.is_server && !wait_for_listener(o.host, o.port, o.timeout))
+      throw TransportError(fmt::format(
+          "cannot connect to the rendezvous store at {}:{}: nothing accepts connections there "
+          "after {:g} s (is the store's host, rank 0 or the launcher, running?)",
+          o.host, o.port, o.timeout.count() / 1000.0));
+    // An IPv6 store host keeps c10d's own (dual-stack) listening socket.
+    if (o.is_server && o.host.find(':') == std::string::npos) {
+      std::string why;
+      const int fd = listen_ipv4(o.port, why);
+      if (fd < 0)
+        throw TransportError(
+            fmt::format("cannot start the rendezvous store at {}:{}: {}", o.host, o.port, why));
+      opts.masterListenFd = fd;
+      opts.port = static_cast<std::uint16_t>(bound_port(fd));
+    }
     try {
-      store_ = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
+      store_ = o.is_server ? c10::make_intrusive<c10d::TCPStore>(o.host, opts)
+                           : connect_client(o.host, opts, answer_within);
+    } catch (const NoAnswer&) {
+      throw TransportError(fmt::format(
+          "the rendezvous store at {}:{} does not answer within {:g} s (connected, but no answer "
+          "to the store's ping): another program may hold the port, or the store's host (rank 0 "
+          "or the launcher) is not running",
+          o.host, o.port, answer_within.count() / 1000.0));
     } catch (const std::exception& e) {
       throw TransportError(fmt::format("cannot {} the rendezvous store at {}:{}: {}",
                                        o.is_server ? "start" : "connect to", o.host, o.port,
@@ -84,7 +206,7 @@ class TcpStore final : public Store {
   // program (the store's host could not bind it) must not hang every rank until the timeout.
   // A store answers a wait for a key just set at once.
   void probe(const StoreOptions& o) {
-    const auto wait = std::min(o.timeout, std::chrono::milliseconds(5000));
+    const auto wait = std::min(o.timeout, kStoreAnswerLimit);
     const std::string key = fmt::format("{}probe/{}", prefix_, ::getpid());
     try {
       store_->set(key, bytes("1"));

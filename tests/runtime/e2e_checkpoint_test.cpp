@@ -319,7 +319,7 @@ TEST(Export, OneSafetensorsFileThatPythonReads) {
       "print('{' + ''.join(\"'%s': %.6f, \" % (k, float(t[k].double().sum())) for k in "
       "['embed.weight', 'layers.5.mlp.w2.weight', 'head.out.weight']) + '}')\n";
   std::ofstream(d.file("read.py")) << script;
-  const Proc py = run({"/usr/bin/python3", d.file("read.py"), d.file("model.safetensors")});
+  const Proc py = run({PP_PYTHON, d.file("read.py"), d.file("model.safetensors")});
   ASSERT_EQ(py.exit_code(), 0) << py.out;
   EXPECT_NE(py.out.find("75 pt"), std::string::npos) << py.out;
   EXPECT_NE(py.out.find(expect), std::string::npos) << py.out << "\nexpected " << expect;

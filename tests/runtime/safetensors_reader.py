@@ -1,13 +1,13 @@
-#!/usr/bin/python3
-"""An independent safetensors reader, for the tests of runtime/safetensors.cpp.
+#!/usr/bin/env python3
+"""An independent safetensors reader, for the tests of runtime/checkpoint/safetensors.cpp.
 
 Parses FILE the way safetensors.torch.load_file does (8-byte little-endian header size, JSON
 header, torch.frombuffer over the byte buffer at each tensor's data_offsets), checks the format's
 rules on the way, and prints {"metadata": {...}, "tensors": {name: {"dtype", "shape", "values"}}}
 as JSON: the values flattened in row-major order (floats as Python floats, complex numbers as
 [re, im], dtypes that this torch lacks decoded with struct, F8 types as their raw bytes).
-Exits 1 with a message on anything it does not accept. Uses the standard library and Debian's
-python3-torch only.
+Exits 1 with a message on anything it does not accept. Uses the standard library and torch only
+(the project's environment, PP_PYTHON; not the safetensors package, which would not be independent).
 """
 import json
 import struct
@@ -28,7 +28,7 @@ TORCH = {
     "F64": torch.float64,
     "C64": torch.complex64,
 }
-STRUCT = {"U16": "H", "U32": "I", "U64": "Q"}  # not in torch 1.13
+STRUCT = {"U16": "H", "U32": "I", "U64": "Q"}  # read with struct (torch 1.13 had no such dtypes)
 RAW = {"F8_E5M2", "F8_E4M3", "F8_E8M0"}
 SIZE = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4,
         "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8,

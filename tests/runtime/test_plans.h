@@ -5,7 +5,7 @@
 #include <string>
 
 #include "compiler/compile.h"
-#include "compiler/emit.h"
+#include "compiler/plan_json.h"
 #include "compiler/verify.h"
 
 namespace rttest {

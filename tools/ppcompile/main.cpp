@@ -8,25 +8,33 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "compiler/autotune.h"
 #include "compiler/balance.h"
-#include "compiler/check.h"
 #include "compiler/compare.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
+#include "compiler/csv.h"
 #include "compiler/diagnostic.h"
-#include "compiler/emit.h"
-#include "compiler/lower_send_recv.h"
-#include "compiler/prepare.h"
+#include "compiler/emit_text.h"
+#include "compiler/layout.h"
+#include "compiler/plan_json.h"
+#include "compiler/read_file.h"
 #include "compiler/render_dot.h"
 #include "compiler/simulate.h"
-#include "compiler/verify.h"
+#include "compiler/synthesize.h"
+#include "compiler/verify_and_lower.h"
+#include "compiler/visualization.h"
 #include "tools/ppcompile/output.h"
 #include "tools/ppcompile/progress.h"
 
@@ -59,22 +67,25 @@ struct Options {
   bool autotune = false;          // --autotune
   long long balance_budget = 0;   // --balance-budget (0 = automatic)
   size_t top = 15;                // --top
-  bool layer_unit_costs = false;  // unit costs per layer (--balance, --autotune), not per stage
 };
 
 void list_schedules(std::ostream& os) {
   size_t width = 17;
-  for (const auto& s : ppc::all_schedules()) width = std::max(width, s.name.size());
+  std::vector<const ppc::ScheduleInfo*> listed;  // the named schedules, then Auto
+  for (const auto& s : ppc::all_schedules()) listed.push_back(&s);
+  listed.push_back(&ppc::auto_schedule());
+  for (const auto* s : listed) width = std::max(width, s->name.size());
   os << fmt::format("{:<{}} {:<9} {:<10} {}\n", "schedule", width, "vpp", "placement",
                     "description");
-  for (const auto& s : ppc::all_schedules()) {
+  for (const auto* sp : listed) {
+    const ppc::ScheduleInfo& s = *sp;
     const char* vpp = s.vpp_rule == ppc::VppRule::One   ? "1"
                       : s.vpp_rule == ppc::VppRule::Two ? "2"
                                                         : "any";
     std::string aliases;
     for (const auto& a : s.aliases) aliases += (aliases.empty() ? "" : ", ") + a;
     os << fmt::format("{:<{}} {:<9} {:<10} {}{}\n", s.name, width, vpp,
-                      ppc::placement_name(s.placement), s.summary,
+                      ppc::is_auto(s) ? "loop, v" : ppc::placement_name(s.placement), s.summary,
                       aliases.empty() ? "" : " (also: " + aliases + ")");
   }
 }
@@ -94,6 +105,14 @@ int terminal_columns(const Options& o) {
   return ioctl(fileno(stdout), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 0;
 }
 
+// The flags every compile needs: --pp, --microbatches and, unless `schedule` is false, --schedule.
+void require_sizes(const Options& o, bool schedule) {
+  if (o.pp == -1) throw ppc::UserError("--pp is required");
+  if (schedule && o.schedule.empty())
+    throw ppc::UserError("--schedule is required (see --list-schedules)");
+  if (o.microbatches_text.empty()) throw ppc::UserError("--microbatches is required");
+}
+
 // The model from --layout, --layout-file or --stages, and whether it is a model (not generic).
 std::pair<ppc::Layout, bool> load_model(const Options& o, const char* also) {
   if (!o.layout.empty()) return {ppc::parse_layout(o.layout), true};
@@ -108,7 +127,44 @@ std::pair<ppc::Layout, bool> load_model(const Options& o, const char* also) {
       fmt::format("give the model as --layout STR, --layout-file FILE or --stages N{}", also));
 }
 
-ppc::Plan build_plan(const Options& o) {
+// --balance and --autotune (`flag`, which `does` something to the layers) need a model's layout.
+void require_layout(const Options& o, const char* flag, const char* does) {
+  if (!o.from_csv.empty() || !o.from_json.empty() || o.stages != -1)
+    throw ppc::UserError(fmt::format("{} {} a model's layers: give --layout or --layout-file (not "
+                                     "--stages, --from-csv or --from-json)",
+                                     flag, does),
+                         ppc::input_location(flag));
+}
+
+// The model whose layers --balance and --autotune split again, checked against --num-layers
+// before the search (a split keeps the layers).
+ppc::Layout model_to_split(const Options& o) {
+  ppc::Layout layout = load_model(o, "").first;
+  if (o.num_layers >= 0) ppc::check_model(layout, o.num_layers);
+  return layout;
+}
+
+// The compute order of `model` under --schedule (verify_and_lower lowers it). `cost` and `limit`:
+// what --schedule Auto synthesizes its order for.
+ppc::Plan compile_model(const Options& o, std::pair<ppc::Layout, bool> model,
+                        std::optional<int> vpp, const ppc::CostModel& cost,
+                        std::optional<double> limit) {
+  ppc::CompileOptions co;
+  std::tie(co.layout, co.has_model) = std::move(model);
+  require_sizes(o, true);
+  if (o.num_layers >= 0) co.num_layers = o.num_layers;
+  co.pp = o.pp;
+  co.vpp = vpp;
+  co.schedule = o.schedule;
+  co.microbatches = o.microbatches;
+  co.lower = false;
+  co.cost = &cost;
+  co.memory_limit = limit;
+  return ppc::compile(co);
+}
+
+// The plan of --from-csv or --from-json, or the model compiled (for `cost` and `limit`: Auto).
+ppc::Plan build_plan(const Options& o, const ppc::CostModel& cost, std::optional<double> limit) {
   if (!o.from_csv.empty()) {
     ppc::CsvImportOptions io;
     io.input_name = o.from_csv;
@@ -129,19 +185,8 @@ ppc::Plan build_plan(const Options& o) {
     return plan;
   }
   if (!o.from_json.empty()) return ppc::read_plan_json(ppc::read_file(o.from_json), o.from_json);
-
-  ppc::CompileOptions co;
-  std::tie(co.layout, co.has_model) = load_model(o, " (or --from-csv FILE)");
-  if (o.pp == -1) throw ppc::UserError("--pp is required");
-  if (o.schedule.empty()) throw ppc::UserError("--schedule is required (see --list-schedules)");
-  if (o.microbatches == -1) throw ppc::UserError("--microbatches is required");
-  if (o.num_layers >= 0) co.num_layers = o.num_layers;
-  co.pp = o.pp;
-  if (o.vpp != -1) co.vpp = o.vpp;
-  co.schedule = o.schedule;
-  co.microbatches = o.microbatches;
-  co.lower = false;
-  return ppc::compile(co);
+  return compile_model(o, load_model(o, " (or --from-csv FILE)"),
+                       o.vpp != -1 ? std::optional<int>(o.vpp) : std::nullopt, cost, limit);
 }
 
 ppc::TimelineOptions timeline_options(const Options& o, const ppc::CostModel& cost) {
@@ -154,40 +199,12 @@ ppc::TimelineOptions timeline_options(const Options& o, const ppc::CostModel& co
   return t;
 }
 
-// The HTML page of one plan: a comparison of one.
-void emit_single_html(const ppc::Plan& plan, const ppc::VerifyReport& report,
-                      const ppc::CostModel& cost, const ppc::TimelineOptions& timeline,
-                      std::ostream& out) {
-  ppc::CompareOptions co;
-  co.layout = plan.layout;
-  co.has_model = plan.has_model;
-  co.pp = plan.pp();
-  co.microbatches = plan.microbatches;
-  co.cost = cost;
-  ppc::CompareRow row;
-  row.schedule = plan.schedule;
-  row.vpp = plan.vpp();
-  row.placement = plan.placement.style;
-  row.plan = plan;
-  row.report = report;
-  row.sim = ppc::simulate(plan, cost);
-  for (int r = 0; r < plan.pp(); ++r)
-    if (row.sim.peak_memory[static_cast<size_t>(r)] > row.peak_memory) {
-      row.peak_memory = row.sim.peak_memory[static_cast<size_t>(r)];
-      row.peak_rank = r;
-    }
-  row.comm_bytes = row.sim.comm_bytes;
-  ppc::Comparison cmp;
-  cmp.rows.push_back(std::move(row));
-  ppc::emit_html(cmp, co, out, timeline);
-}
-
 // The cost model of --cost FILE or the --cost-* flags; unit costs when neither is given (per
 // layer when balancing: per stage, every split would cost the same).
 ppc::CostModel cost_model(const Options& o) {
   if (!o.cost_file.empty()) return ppc::read_cost_model(o.cost_file);
   if (o.cost_flags.any()) return ppc::cost_model_from_flags(o.cost_flags);
-  if (o.balance || o.autotune || o.layer_unit_costs) return ppc::unit_layer_costs();
+  if (o.balance || o.autotune) return ppc::unit_layer_costs();
   return ppc::CostModel{};
 }
 
@@ -196,25 +213,146 @@ std::optional<double> memory_limit(const Options& o) {
   return ppc::parse_memory_size(o.memory_limit, "--memory-limit");
 }
 
-// --compare: every schedule that can run the model, as one table.
+// --- Emitters ----------------------------------------------------------------------------------
+
+// What an emitter's parts share while one plan is written.
+struct Emit {
+  const Options& o;
+  const ppc::CostModel& cost;
+  std::optional<double> limit;
+  const ppc::BalanceResult* balanced = nullptr;  // --balance's search (--emit stats shows it)
+  ppc::TableOptions table = {};
+  HeldText early = {};  // written beside verification; reaches the output once the plan is valid
+  int table_steps = 0;
+  std::vector<std::string> json_compute = {};
+};
+
+// One --emit: the simulation it needs, the work it starts beside verification (into
+// Emit::early, written first), and what it writes once the plan is valid (either may be null).
+struct Emitter {
+  const char* name;
+  ppc::SimulationNeed need;
+  void (*beside)(Emit&, ppc::Alongside&);
+  void (*write)(Emit&, ppc::VerifiedPlan&, std::ostream&);
+};
+
+using ppc::SimulationNeed;
+using ppc::VerifiedPlan;
+
+// An emitter that needs only the plan.
+template <void (*emit)(const ppc::Plan&, std::ostream&)>
+void of_plan(Emit&, VerifiedPlan& v, std::ostream& os) {
+  emit(v.plan, os);
+}
+
+// Graphviz's rendering of the dependency graph (--emit png, --emit svg --engine dot).
+void render_graph(Emit& e, VerifiedPlan& v, std::ostream& os) {
+  const std::string format = e.o.emit;  // svg or png
+  if (format == "png" && e.o.output.empty() && isatty(fileno(stdout)))
+    throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png",
+                         ppc::input_location("--emit"));
+  std::ostringstream dot;
+  ppc::emit_dot(v.plan, dot);
+  os << ppc::render_dot(dot.str(), format, v.report.compute_actions);
+}
+
+const Emitter kEmitters[] = {
+    {"table", SimulationNeed::None,
+     [](Emit& e, ppc::Alongside& a) {
+       a.compute_order = [&e](const ppc::Plan& p) {
+         e.table_steps = ppc::emit_table_rows(p, e.early.stream(), e.table);
+       };
+     },
+     [](Emit& e, VerifiedPlan& v, std::ostream& os) {
+       ppc::emit_table_summary(v.plan, v.report, e.table_steps, os);
+     }},
+    {"csv", SimulationNeed::None,
+     [](Emit& e, ppc::Alongside& a) {
+       (e.o.compute_only ? a.compute_order : a.whole_plan) = [&e](const ppc::Plan& p) {
+         ppc::emit_csv(p, e.early.stream(), e.o.compute_only);
+       };
+     },
+     nullptr},
+    {"json", SimulationNeed::None,
+     [](Emit& e, ppc::Alongside& a) {
+       a.compute_order = [&e](const ppc::Plan& p) { e.json_compute = ppc::json_compute_arrays(p); };
+       a.whole_plan = [&e](const ppc::Plan& p) {
+         ppc::emit_json_plan(p, e.early.stream(), &e.json_compute);
+       };
+     },
+     [](Emit&, VerifiedPlan& v, std::ostream& os) { ppc::emit_json_verification(v.report, os); }},
+    {"stats", SimulationNeed::Summary, nullptr,
+     [](Emit& e, VerifiedPlan& v, std::ostream& os) {
+       ppc::emit_stats(v.plan, v.report, *v.sim, os);
+       if (e.limit) os << ppc::memory_check(*v.sim, *e.limit, e.cost.memory_in_bytes) << "\n";
+       if (e.balanced) os << ppc::describe_balance(*e.balanced);
+       if (v.plan.schedule == ppc::auto_schedule().name)
+         os << ppc::describe_bound(v.plan, e.cost, v.sim->makespan) << "\n";
+     }},
+    {"layout", SimulationNeed::None, nullptr, of_plan<ppc::emit_layout>},
+    {"layout-string", SimulationNeed::None, nullptr, of_plan<ppc::emit_layout_string>},
+    {"svg", SimulationNeed::Timeline, nullptr,
+     [](Emit& e, VerifiedPlan& v, std::ostream& os) {
+       ppc::emit_svg(v.plan, *v.sim, os, timeline_options(e.o, e.cost));
+     }},
+    {"svg --engine dot", SimulationNeed::None, nullptr, render_graph},
+    {"dot", SimulationNeed::None, nullptr, of_plan<ppc::emit_dot>},
+    {"png", SimulationNeed::None, nullptr, render_graph},
+    {"trace", SimulationNeed::Timeline, nullptr,
+     [](Emit& e, VerifiedPlan& v, std::ostream& os) {
+       ppc::emit_trace(v.plan, *v.sim, os, ppc::TraceOptions{1000, e.cost.memory_in_bytes});
+     }},
+    {"html", SimulationNeed::Timeline, nullptr,
+     [](Emit& e, VerifiedPlan& v, std::ostream& os) {
+       ppc::emit_plan_html(std::move(v), e.cost, os, timeline_options(e.o, e.cost));
+     }},
+};
+
+// The values of --emit (a name with a space is another flag's variant of one).
+std::vector<std::string> emit_names() {
+  std::vector<std::string> names;
+  for (const Emitter& e : kEmitters)
+    if (std::string_view(e.name).find(' ') == std::string_view::npos) names.push_back(e.name);
+  return names;
+}
+
+// Emits the plan that `verified` makes valid (it runs `alongside` on it, maybe beside its
+// verification), as --emit asks.
+using Verifier = std::function<VerifiedPlan(SimulationNeed, const ppc::Alongside&)>;
+int emit(Emit& e, const Verifier& verified) {
+  const std::string name = e.o.emit == "svg" && e.o.engine == "dot" ? "svg --engine dot" : e.o.emit;
+  const auto* em = std::find_if(std::begin(kEmitters), std::end(kEmitters),
+                                [&](const Emitter& x) { return x.name == name; });
+  PPC_INTERNAL_ASSERT(em != std::end(kEmitters), "no emitter for --emit " + name);
+  e.table = ppc::TableOptions{use_color(e.o), e.o.compact, terminal_columns(e.o)};
+  ppc::Alongside alongside;
+  if (em->beside) em->beside(e, alongside);
+  VerifiedPlan v = verified(em->need, alongside);
+  Output output(e.o.output);  // the plan is valid: write it as it is emitted
+  e.early.write_to(output.stream());
+  if (em->write) em->write(e, v, output.stream());
+  output.commit();
+  return 0;
+}
+
+// --- Commands --------------------------------------------------------------------------------
+
+// --compare: every schedule that can run the model, as one table (CLI11 rejects --from-csv and
+// --from-json with it).
 int run_compare(const Options& o) {
-  if (!o.from_csv.empty() || !o.from_json.empty())
-    throw ppc::UserError(
-        "--compare compiles schedules for a model: give --layout, --layout-file or --stages");
   if (!o.schedule.empty())
     throw ppc::UserError("--compare runs every schedule; drop --schedule",
-                         ppc::SourceLocation{"--schedule", 0, 0, ""});
+                         ppc::input_location("--schedule"));
   if (o.vpp > 0)
     throw ppc::UserError("--compare picks the stages per rank each schedule needs; drop --vpp",
-                         ppc::SourceLocation{"--vpp", 0, 0, ""});
+                         ppc::input_location("--vpp"));
   if (o.emit != "table" && o.emit != "html")
     throw ppc::UserError(
         fmt::format("--compare prints a table (or --emit html); --emit {} does not apply", o.emit),
-        ppc::SourceLocation{"--emit", 0, 0, ""});
+        ppc::input_location("--emit"));
   ppc::CompareOptions co;
   std::tie(co.layout, co.has_model) = load_model(o, "");
-  if (o.pp == -1) throw ppc::UserError("--pp is required");
-  if (o.microbatches == -1) throw ppc::UserError("--microbatches is required");
+  require_sizes(o, false);
   co.pp = o.pp;
   co.microbatches = o.microbatches;
   co.cost = cost_model(o);
@@ -235,22 +373,16 @@ int run_compare(const Options& o) {
   return 0;
 }
 
-// --balance: the model's layers re-split for the schedule (balance.h); `o` then compiles it.
-ppc::BalanceResult run_balance(Options& o, const ppc::CostModel& cost,
+// --balance: the model's layers split again for the schedule (balance.h).
+ppc::BalanceResult run_balance(const Options& o, const ppc::CostModel& cost,
                                std::optional<double> limit) {
-  if (!o.from_csv.empty() || !o.from_json.empty() || o.stages != -1)
-    throw ppc::UserError(
-        "--balance re-splits a model's layers: give --layout or --layout-file (not --stages, "
-        "--from-csv or --from-json)",
-        ppc::SourceLocation{"--balance", 0, 0, ""});
+  require_layout(o, "--balance", "re-splits");
   if (o.compare)
     throw ppc::UserError("--compare takes the layout as given; --autotune balances every schedule",
-                         ppc::SourceLocation{"--balance", 0, 0, ""});
+                         ppc::input_location("--balance"));
   ppc::BalanceOptions bo;
-  bo.layout = load_model(o, "").first;
-  if (o.pp == -1) throw ppc::UserError("--pp is required");
-  if (o.schedule.empty()) throw ppc::UserError("--schedule is required (see --list-schedules)");
-  if (o.microbatches == -1) throw ppc::UserError("--microbatches is required");
+  bo.layout = model_to_split(o);
+  require_sizes(o, true);
   bo.pp = o.pp;
   if (o.vpp != -1) bo.vpp = o.vpp;
   bo.schedule = o.schedule;
@@ -265,38 +397,27 @@ ppc::BalanceResult run_balance(Options& o, const ppc::CostModel& cost,
     std::cerr << fmt::format(
         "ppcompile: note: no split found fits --memory-limit {}; this one peaks at {}\n",
         o.memory_limit, ppc::format_memory(res.peak_total, cost.memory_in_bytes));
-  o.layout = res.layout.source;
-  o.layout_file.clear();
-  o.vpp = res.vpp;
-  o.balance = false;
-  o.layer_unit_costs = true;
   return res;
 }
 
-int run(const Options& o);
-
-// --autotune: the table of the best configurations, or the winner compiled like any plan.
+// --autotune: the table of the best configurations, or the winner emitted like any plan.
 int run_autotune(const Options& o) {
-  if (!o.from_csv.empty() || !o.from_json.empty() || o.stages != -1)
-    throw ppc::UserError(
-        "--autotune balances a model's layers: give --layout or --layout-file (not --stages, "
-        "--from-csv or --from-json)",
-        ppc::SourceLocation{"--autotune", 0, 0, ""});
+  require_layout(o, "--autotune", "balances");
   if (o.compare || o.balance)
     throw ppc::UserError(fmt::format("--autotune already compares and balances; drop {}",
                                      o.compare ? "--compare" : "--balance"),
-                         ppc::SourceLocation{"--autotune", 0, 0, ""});
+                         ppc::input_location("--autotune"));
   if (o.vpp != -1)
     throw ppc::UserError("--autotune searches the stages per rank; drop --vpp",
-                         ppc::SourceLocation{"--vpp", 0, 0, ""});
+                         ppc::input_location("--vpp"));
   ppc::AutotuneOptions ao;
-  ao.layout = load_model(o, "").first;
-  if (o.pp == -1) throw ppc::UserError("--pp is required");
-  if (o.microbatches_text.empty()) throw ppc::UserError("--microbatches is required");
+  ao.layout = model_to_split(o);
+  require_sizes(o, false);
   ao.pp = o.pp;
   ao.microbatches = ppc::parse_microbatch_counts(o.microbatches_text, o.pp);
+  const ppc::CostModel cost = cost_model(o);
   // Unit costs stay marked as such (the table says so); autotune takes them per layer.
-  ao.cost = o.cost_file.empty() && !o.cost_flags.any() ? ppc::CostModel{} : cost_model(o);
+  ao.cost = o.cost_file.empty() && !o.cost_flags.any() ? ppc::CostModel{} : cost;
   ao.memory_limit = memory_limit(o);
   if (!o.schedule.empty()) ao.schedules = {o.schedule};
   ao.budget = o.balance_budget;
@@ -304,7 +425,7 @@ int run_autotune(const Options& o) {
   ao.progress = [&](int done, int total, const std::string& what) {
     progress(fmt::format("{}/{} configurations ({})", done, total, what));
   };
-  const ppc::Autotune at = ppc::autotune(ao);
+  ppc::Autotune at = ppc::autotune(ao);
   if (at.rows.empty())
     throw ppc::UserError(fmt::format("no configuration can run this model at --pp {} ({}: {})",
                                      o.pp, at.skipped.front().schedule, at.skipped.front().reason));
@@ -314,21 +435,18 @@ int run_autotune(const Options& o) {
     output.commit();
     return 0;
   }
-  // Any other output: the winner, compiled, verified and emitted like any plan.
-  const ppc::AutotuneRow& best = at.rows.front();
-  Options w = o;
-  w.autotune = false;
-  w.layer_unit_costs = true;
-  w.layout = best.layout;
-  w.layout_file.clear();
-  w.schedule = best.row.schedule;
-  w.microbatches = best.microbatches;
-  w.microbatches_text.clear();
-  return run(w);
+  // Any other output: the winner, lowered, verified and simulated by the search, emitted.
+  ppc::CompareRow& best = at.rows.front().row;
+  VerifiedPlan winner{std::move(best.plan), std::move(best.report), std::move(best.sim)};
+  Emit e{.o = o, .cost = cost, .limit = ao.memory_limit};
+  return emit(e, [&](SimulationNeed, const ppc::Alongside& alongside) {
+    if (alongside.compute_order) alongside.compute_order(winner.plan);
+    if (alongside.whole_plan) alongside.whole_plan(winner.plan);
+    return std::move(winner);
+  });
 }
 
-int run(const Options& o_given) {
-  Options o = o_given;
+int run(Options o) {
   if (o.list_schedules) {
     Output output(o.output);
     list_schedules(output.stream());
@@ -340,81 +458,22 @@ int run(const Options& o_given) {
     o.microbatches = ppc::parse_microbatch_count(o.microbatches_text);
   if (o.compare && !o.balance) return run_compare(o);
   const ppc::CostModel cost = cost_model(o);
-  const std::optional<double> limit = memory_limit(o);
+  Emit e{.o = o, .cost = cost, .limit = memory_limit(o)};
   std::optional<ppc::BalanceResult> balanced;
-  if (o.balance) balanced = run_balance(o, cost, limit);
+  ppc::Plan plan;
+  if (o.balance) {
+    balanced = run_balance(o, cost, e.limit);
+    e.balanced = &*balanced;
+    plan = compile_model(o, {balanced->layout, true}, balanced->vpp, cost, e.limit);
+  } else {
+    plan = build_plan(o, cost, e.limit);
+  }
   const std::string imported_from = !o.from_csv.empty() ? o.from_csv : o.from_json;
   // Verify the compute order (lowering assumes a well-formed one), lower, verify the lowered plan
-  // (prepare.h); the simulation the output needs rides on the verifier's run.
-  const bool timeline = (o.emit == "svg" && o.engine == "timeline") || o.emit == "trace";
-  // The table, the CSV and the JSON plan (all but the report's part) are written into memory
-  // beside the lowered plan's verification, and reach the output only once the plan is valid.
-  // What needs only the compute order starts beside lowering: the table's rows, the compute-only
-  // CSV, and the JSON plan's "compute" arrays.
-  const ppc::TableOptions table{use_color(o), o.compact, terminal_columns(o)};
-  HeldText early;
-  int table_steps = 0;
-  std::vector<std::string> json_compute;
-  ppc::Alongside alongside;
-  auto into_early = [&](auto write) {
-    return [&early, write](const ppc::Plan& p) { write(p, early.stream()); };
-  };
-  if (o.emit == "table") {
-    alongside.compute_order = into_early([&](const ppc::Plan& p, std::ostream& os) {
-      table_steps = ppc::emit_table_rows(p, os, table);
-    });
-  } else if (o.emit == "csv") {
-    auto csv = into_early(
-        [&](const ppc::Plan& p, std::ostream& os) { ppc::emit_csv(p, os, o.compute_only); });
-    (o.compute_only ? alongside.compute_order : alongside.whole_plan) = csv;
-  } else if (o.emit == "json") {
-    alongside.compute_order = [&](const ppc::Plan& p) {
-      json_compute = ppc::json_compute_arrays(p);
-    };
-    alongside.whole_plan = into_early(
-        [&](const ppc::Plan& p, std::ostream& os) { ppc::emit_json_plan(p, os, &json_compute); });
-  }
-  ppc::CheckedPlan checked = ppc::prepare_plan(build_plan(o), cost, imported_from,
-                                               o.emit == "stats" ? ppc::SimulationNeed::Summary
-                                               : timeline        ? ppc::SimulationNeed::Timeline
-                                                                 : ppc::SimulationNeed::None,
-                                               alongside);
-  const ppc::Plan& plan = checked.plan;
-  const ppc::VerifyReport& report = checked.report;
-
-  Output output(o.output);  // the plan is valid: write it as it is emitted
-  std::ostream& out = output.stream();
-  early.write_to(out);  // all of the CSV
-  if (o.emit == "table") {
-    ppc::emit_table_summary(plan, report, table_steps, out);
-  } else if (o.emit == "json") {
-    ppc::emit_json_verification(report, out);
-  } else if (o.emit == "stats") {
-    ppc::emit_stats(plan, report, *checked.sim, out);
-    if (limit) out << ppc::memory_check(*checked.sim, *limit, cost.memory_in_bytes) << "\n";
-    if (balanced) out << ppc::describe_balance(*balanced);
-  } else if (o.emit == "layout") {
-    ppc::emit_layout(plan, out);
-  } else if (o.emit == "layout-string") {
-    ppc::emit_layout_string(plan, out);
-  } else if (o.emit == "svg" && o.engine == "timeline") {
-    ppc::emit_svg(plan, *checked.sim, out, timeline_options(o, cost));
-  } else if (o.emit == "svg" || o.emit == "png") {
-    if (o.emit == "png" && o.output.empty() && isatty(fileno(stdout)))
-      throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png",
-                           ppc::SourceLocation{"--emit", 0, 0, ""});
-    std::ostringstream dot;
-    ppc::emit_dot(plan, dot);
-    out << ppc::render_dot(dot.str(), o.emit, report.compute_actions);
-  } else if (o.emit == "dot") {
-    ppc::emit_dot(plan, out);
-  } else if (o.emit == "trace") {
-    ppc::emit_trace(plan, *checked.sim, out, ppc::TraceOptions{1000, cost.memory_in_bytes});
-  } else if (o.emit == "html") {
-    emit_single_html(plan, report, cost, timeline_options(o, cost), out);
-  }
-  output.commit();
-  return 0;
+  // (verify_and_lower.h), with the emitter's work beside it.
+  return emit(e, [&](SimulationNeed need, const ppc::Alongside& alongside) {
+    return ppc::verify_and_lower_or_throw(std::move(plan), cost, imported_from, need, alongside);
+  });
 }
 
 }  // namespace
@@ -444,7 +503,8 @@ int main(int argc, char** argv) {
   app.add_option("--pp", o.pp, "Pipeline size (ranks)");
   app.add_option("--vpp", o.vpp, "Stages per rank (inferred from the layout; must agree if given)");
   app.add_option("--schedule", o.schedule,
-                 "Schedule name, case-insensitive (see --list-schedules)");
+                 "Schedule name, case-insensitive (see --list-schedules); Auto synthesizes one "
+                 "from the costs and --memory-limit");
   app.add_option("--microbatches", o.microbatches_text,
                  "Microbatches per step (--autotune: also a list 8,16,32 or a range 8-64)");
   app.add_option("--num-layers", o.num_layers,
@@ -452,8 +512,7 @@ int main(int argc, char** argv) {
   app.add_option("--emit", o.emit,
                  "Output: table, csv, json, stats, layout, layout-string, svg, dot, png, trace or "
                  "html")
-      ->check(CLI::IsMember({"table", "csv", "json", "stats", "layout", "layout-string", "svg",
-                             "dot", "png", "trace", "html"}))
+      ->check(CLI::IsMember(emit_names()))
       ->capture_default_str();
   app.add_option("--engine", o.engine,
                  "SVG: timeline (simulated lanes) or dot (dependency graph via Graphviz)")

@@ -490,7 +490,7 @@ TEST(Safetensors, PythonAndTorchReadWhatTheWriterWrote) {
   }
   const std::string path = d.file("model.safetensors");
   pprt::write_safetensors(path, ts, {{"format", "pt"}, {"step", "3"}});
-  const std::string cmd = std::string("/usr/bin/python3 ") + PP_SOURCE_DIR +
+  const std::string cmd = std::string(PP_PYTHON) + " " + PP_SOURCE_DIR +
                           "/tests/runtime/safetensors_reader.py " + path + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compiler/execute.h"
+#include "compiler/deadlock_model.h"
 #include "compiler/verify.h"
 #include "runtime/output/report.h"
 

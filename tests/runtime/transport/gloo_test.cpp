@@ -7,7 +7,10 @@
 
 #include <cerrno>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "rank_threads.h"
@@ -117,6 +120,37 @@ TEST(TcpStore, SetIfAbsentKeepsTheFirstValue) {
   EXPECT_FALSE(client->check("missing"));
   client->set("x", "y");
   EXPECT_EQ(server->get("x"), "y");
+}
+
+// The kernel's table of this machine's TCP sockets in LISTEN state (/proc/net/tcp or tcp6): true
+// if one listens on `port`.
+bool listens_in(const char* table, int port) {
+  std::ifstream in(table);
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    const auto colon = local.rfind(':');
+    if (state == "0A" && colon != std::string::npos &&
+        std::stoi(local.substr(colon + 1), nullptr, 16) == port)
+      return true;
+  }
+  return false;
+}
+
+// The store's server listens on IPv4 only: a dual-stack socket would see local ranks as
+// ::ffff:127.0.0.1, which /etc/hosts does not name, and LibTorch 2.x's event loop would ask DNS
+// about every connection before answering any (docs/building.md, "TCPStore in 2.x").
+TEST(TcpStore, TheServerListensOnIPv4SoLocalRanksNeedNoDNS) {
+  auto server = pprt_test::serve_store(2);
+  const int port = pprt::store_port(*server);
+  EXPECT_TRUE(listens_in("/proc/net/tcp", port)) << port;
+  EXPECT_FALSE(listens_in("/proc/net/tcp6", port)) << port;
+  auto client = pprt_test::connect_store(port);  // and a rank still connects
+  client->set("k", "v");
+  EXPECT_EQ(server->get("k"), "v");
 }
 
 TEST(TcpStore, ConnectingToNoServerIsATransportError) {

@@ -1,0 +1,37 @@
+#include "compiler/lower_for_model.h"
+
+#include <memory>
+#include <utility>
+
+#include "compiler/measured_costs.h"
+
+namespace ppc {
+
+LoweringCosts lowering_costs(const Plan& plan, const CostModel& model) {
+  if (model.unit) return {};
+  auto costs = std::make_shared<const std::vector<StageCost>>(stage_costs(plan, model));
+  LoweringCosts lc;
+  lc.compute = [costs, model](const Action& a, int) { return action_cost(a, *costs, model); };
+  if (model.measured) {  // per-boundary message times
+    auto times = std::make_shared<const std::vector<double>>(message_costs(plan, model).time);
+    lc.transfer = [times](const Action& send) {
+      return (*times)[2 * static_cast<size_t>(send.stage) + (send.kind == ActionKind::SendB)];
+    };
+    return lc;
+  }
+  const double per_message = message_time(model);
+  if (per_message > 0) lc.transfer = [per_message](const Action&) { return per_message; };
+  return lc;
+}
+
+Plan lower_for_model(const Plan& plan, const CostModel& model) {
+  if (model.unit) return lower_send_recv(plan);
+  LoweringCosts eager = lowering_costs(plan, model);
+  LoweringCosts held = eager;
+  held.defer_sends = true;
+  Plan a = lower_send_recv(plan, eager);
+  Plan b = lower_send_recv(plan, held);
+  return simulate(b, model).makespan < simulate(a, model).makespan ? std::move(b) : std::move(a);
+}
+
+}  // namespace ppc

@@ -1,0 +1,246 @@
+// --schedule Auto: the search over list-scheduling policies and placements (synthesize.h).
+#include "compiler/synthesize.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "compiler/diagnostic.h"
+#include "compiler/lower_bound.h"
+#include "compiler/lower_for_model.h"
+
+namespace ppc {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Scored {
+  Plan plan;  // compute order
+  double makespan = kInf;
+  double peak_total = kInf;
+  bool fits = false;
+  std::string what;
+};
+
+// Better: fits the limit, then shorter, then less memory.
+bool better(const Scored& a, const Scored& b) {
+  if (a.fits != b.fits) return a.fits;
+  if (!a.fits) return a.peak_total < b.peak_total;
+  if (a.makespan != b.makespan) return a.makespan < b.makespan * (1 - 1e-12);
+  return a.peak_total < b.peak_total;
+}
+
+class Search {
+ public:
+  Search(const SynthesisOptions& opts) : opts_(opts) {}
+
+  void score(Plan plan, std::string what) {
+    Scored s;
+    const Plan lowered = lower_for_model(plan, opts_.cost);
+    const Simulation sim = simulate(lowered, opts_.cost);
+    s.makespan = sim.makespan;
+    s.peak_total = 0;
+    for (size_t r = 0; r < sim.peak_memory.size(); ++r)
+      s.peak_total = std::max(s.peak_total, sim.peak_memory[r] + sim.param_memory[r]);
+    s.fits = !opts_.memory_limit || s.peak_total <= *opts_.memory_limit;
+    s.plan = std::move(plan);
+    s.what = std::move(what);
+    ++scored_;
+    if (!best_ || better(s, *best_)) best_ = std::move(s);
+  }
+
+  const std::optional<Scored>& best() const { return best_; }
+  int scored() const { return scored_; }
+
+ private:
+  const SynthesisOptions& opts_;
+  std::optional<Scored> best_;
+  int scored_ = 0;
+};
+
+// The plan skeleton of Auto on `style`: what plan_skeleton checks, on that placement.
+Plan skeleton(const SynthesisOptions& o, PlacementStyle style) {
+  ScheduleInfo info = auto_schedule();
+  info.placement = style;
+  CompileOptions co;
+  co.layout = o.layout;
+  co.has_model = o.has_model;
+  co.num_layers = o.num_layers;
+  co.pp = o.pp;
+  co.vpp = o.vpp;
+  co.schedule = info.name;
+  co.microbatches = o.microbatches;
+  return plan_skeleton(co, info);
+}
+
+// The policies tried on every placement: a set that between them gave the best order found by
+// trying every combination of the options (768 of them) on a grid of configurations (uniform and
+// DeepSeek-V3 costs, pp 4-32, 1-4 stages per rank, 8-64 microbatches, with and without memory
+// limits); each was the best on some configuration. Options that do nothing without overlaps are
+// dropped when the costs have none, and the duplicates this makes are removed.
+std::vector<ListPolicy> policies(const CostModel& cost, int pp) {
+  struct Row {
+    bool split, pair_b, new_last, bwd_deep, fwd_deep, w_first;
+    int held_w;   // max_held_w
+    double wait;  // partner_wait
+    int cap;      // max_in_flight in units of pp (0: none)
+  };
+  static const Row kRows[] = {
+      {true, false, true, false, true, false, 0, 0, 1},
+      {true, true, true, true, true, false, 0, 0, 0},
+      {true, true, true, false, true, false, 0, 0, 0},
+      {false, true, true, true, true, true, 0, 1, 0},
+      {true, true, true, true, true, false, 0, 0, 2},
+      {true, false, true, false, true, false, 0, 0, 2},
+      {false, true, false, false, true, true, 0, 1, 2},
+      {true, true, true, false, true, true, 0, 0, 1},
+      {true, true, false, true, true, true, 0, 0, 0},
+      {true, true, false, false, true, true, 0, 0, 0},
+      {true, false, true, false, false, true, 8, 0, 2},
+  };
+  const bool overlaps = !cost.unit && cost.overlap > 0;
+  std::vector<ListPolicy> out;
+  std::vector<std::string> seen;
+  for (const Row& row : kRows) {
+    ListPolicy p;
+    p.split_backward = row.split;
+    p.overlap = overlaps;
+    p.pair_full_backward = overlaps && row.pair_b;
+    p.pair_new_last = overlaps && row.new_last;
+    p.backward_deepest_first = row.bwd_deep;
+    p.forward_deepest_first = row.fwd_deep;
+    p.w_before_new_forward = row.w_first;
+    p.max_held_w = row.held_w;
+    p.partner_wait = overlaps ? row.wait : 0;
+    p.max_in_flight = row.cap * pp;
+    const std::string d = p.describe();
+    if (std::find(seen.begin(), seen.end(), d) != seen.end()) continue;
+    seen.push_back(d);
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+const ScheduleInfo& auto_schedule() {
+  static const ScheduleInfo info{
+      "Auto",
+      {"Synthesized", "Synthesize"},
+      "synthesized for the costs and the memory limit: list scheduling over priorities and "
+      "placements (loop, V), the best simulated order (docs/schedules.md)",
+      VppRule::Any,
+      PlacementStyle::Loop,
+      1,
+      nullptr};
+  return info;
+}
+
+bool is_auto(const ScheduleInfo& info) {
+  return &info == &auto_schedule();
+}
+
+SynthesisResult synthesize(const SynthesisOptions& opts) {
+  std::vector<PlacementStyle> styles = opts.placements;
+  Plan loop = skeleton(opts, PlacementStyle::Loop);
+  if (styles.empty()) {
+    styles.push_back(PlacementStyle::Loop);
+    if (loop.vpp() == 2) styles.push_back(PlacementStyle::V);
+  }
+  Search search(opts);
+  SynthesisResult res;
+  res.lower_bound = kInf;
+  Scored best_named;
+  std::optional<UserError> no_room;
+  for (PlacementStyle style : styles) {
+    Plan base = style == PlacementStyle::Loop ? loop : skeleton(opts, style);
+    res.lower_bound = std::min(res.lower_bound, makespan_lower_bound(base, opts.cost).value);
+    ListScheduleInput in;
+    in.skeleton = &base;
+    in.cost = &opts.cost;
+    if (opts.memory_limit) {
+      const std::vector<StageCost> c = stage_costs(base, opts.cost);
+      for (int r = 0; r < base.pp(); ++r) {
+        double params = 0;
+        for (int s : base.placement.rank_stages[static_cast<size_t>(r)])
+          params += c[static_cast<size_t>(s)].params;
+        in.activation_budget.push_back(*opts.memory_limit - params);
+      }
+    }
+    try {
+      for (const ListPolicy& p : policies(opts.cost, base.pp())) {
+        Plan plan = base;
+        plan.compute = list_schedule(in, p).orders;
+        search.score(std::move(plan), fmt::format("list scheduling on {} placement: {}",
+                                                  placement_name(style), p.describe()));
+      }
+    } catch (const UserError& e) {
+      if (!no_room) no_room = e;  // this placement leaves no room for a microbatch
+    }
+    if (!opts.named_candidates) continue;
+    for (const ScheduleInfo& info : all_schedules()) {
+      if (info.copies != 1 || info.placement != style) continue;
+      if (info.vpp_rule == VppRule::One && base.vpp() != 1) continue;
+      if (info.vpp_rule == VppRule::Two && base.vpp() != 2) continue;
+      Plan plan = base;
+      try {
+        if (info.check)
+          info.check(ScheduleParams{base.pp(), base.vpp(), base.microbatches, &base.placement});
+        plan.compute = info.generate(
+            ScheduleParams{base.pp(), base.vpp(), base.microbatches, &base.placement});
+      } catch (const UserError&) {
+        continue;
+      }
+      Search one(opts);
+      one.score(plan, "as " + info.name);
+      if (!best_named.plan.placement.pp || better(*one.best(), best_named)) {
+        best_named = *one.best();
+        best_named.what = info.name;
+      }
+      search.score(std::move(plan),
+                   fmt::format("as {} ({} placement)", info.name, placement_name(style)));
+    }
+  }
+  if (!search.best()) throw *no_room;
+  const Scored& b = *search.best();
+  res.plan = b.plan;
+  res.plan.schedule = auto_schedule().name;
+  res.makespan = b.makespan;
+  res.peak_total = b.peak_total;
+  res.fits = b.fits;
+  res.chosen = b.what;
+  res.candidates = search.scored();
+  if (best_named.plan.placement.pp) {
+    res.best_named = best_named.what;
+    res.best_named_makespan = best_named.makespan;
+  }
+  return res;
+}
+
+Plan compile_auto(const CompileOptions& co) {
+  SynthesisOptions o;
+  o.layout = co.layout;
+  o.has_model = co.has_model;
+  o.num_layers = co.num_layers;
+  o.pp = co.pp;
+  o.vpp = co.vpp;
+  o.microbatches = co.microbatches;
+  if (co.cost) o.cost = *co.cost;
+  o.memory_limit = co.memory_limit;
+  return synthesize(o).plan;
+}
+
+std::string describe_bound(const Plan& plan, const CostModel& cost, double makespan) {
+  const LowerBound lb = makespan_lower_bound(plan, cost);
+  const RankBound& r = lb.ranks[static_cast<size_t>(lb.rank)];
+  return fmt::format(
+      "lower bound   {:g} (rank {}: first backward at {:g}, work {:g}, overlaps save at most "
+      "{:g}); makespan {:.3f}x of it",
+      lb.value, lb.rank, r.first_backward, r.work, r.max_saving,
+      lb.value > 0 ? makespan / lb.value : 1.0);
+}
+
+}  // namespace ppc

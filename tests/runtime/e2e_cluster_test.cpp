@@ -203,8 +203,7 @@ TEST(TwoHosts, TorchrunWithC10dRendezvousGivesTheLossesOfTheReference) {
         hosts.on(k,
                  concat({TORCHRUN_BIN, "--nnodes", "2", "--nproc_per_node", "2", "--rdzv_backend",
                          "c10d", "--rdzv_endpoint", TestHosts::address(1) + ":29400", "--rdzv_id",
-                         "pprun-test", "--monitor_interval", "1", "--redirects", "9:0", "--tee",
-                         "9:0", "--no_python", PPRUN_BIN},
+                         "pprun-test", "--monitor_interval", "1", "--no_python", PPRUN_BIN},
                         concat(kRun, {"--plan", plan, "--steps", "4", "--metrics",
                                       d.file(fmt::format("m{}.jsonl", k))}))),
         {"GLOO_SOCKET_IFNAME=eth0"}));

@@ -231,8 +231,9 @@ SaveResult CheckpointSaver::save(int64_t step) {
   if (!async_) return save_checkpoint(ctx_, step);
   const auto t0 = Clock::now();
   finish();  // a save waits for the previous one
-  Background& bg = *bg_;
   SaveResult res;
+  res.waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  Background& bg = *bg_;
   at::NoGradGuard no_grad;
   size_t i = 0;
   bg.model.clear();

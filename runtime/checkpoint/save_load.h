@@ -45,6 +45,7 @@ struct SaveContext {
 
 struct SaveResult {
   double seconds = 0;  // this rank's time in the save (training paused)
+  double waited = 0;   // of it, waiting for the previous background save to be written
   uint64_t bytes = 0;  // tensor bytes this rank wrote
 };
 

@@ -28,8 +28,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepTiming, step, begin_unix_us, wall_ns, com
                                    post_ns, optimizer_ns, actions, spans)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DpReport, steps, bytes, buckets, span_ns, exposed_ns)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankReport, rank, peak_inflight, steps, save_seconds, save_bytes,
-                                   save_write_seconds, write_steps, other_steps, write_steps_s,
-                                   other_steps_s, load_seconds, load_bytes, dp)
+                                   save_write_seconds, save_wait_seconds, write_steps, other_steps,
+                                   write_steps_s, other_steps_s, load_seconds, load_bytes, dp)
 
 std::string to_json(const RankReport& r) {
   return json(r).dump();
@@ -247,10 +247,16 @@ std::string saves_text(const TimingSummary& s) {
         "slowest rank): {:.0f} MB/s\n",
         s.saves, s.save_bytes / 1e6, s.save_pause_s, s.save_mb_per_s);
   if (s.saves > 0 && s.save_async) {
+    // A save that waited for the previous one: the saves come faster than a write takes.
+    const std::string waited =
+        s.save_wait_s >= 0.0005
+            ? fmt::format("; {:.3f} s of it waiting for the previous save's write: save less often",
+                          s.save_wait_s)
+            : "";
     out += fmt::format(
         "checkpoints: {} saved in the background, {:.1f} MB each; training paused {:.3f} s per "
-        "save (median, slowest rank), each written in {:.3f} s: {:.0f} MB/s\n",
-        s.saves, s.save_bytes / 1e6, s.save_pause_s, s.save_write_s, s.save_write_mb_per_s);
+        "save (median, slowest rank{}), each written in {:.3f} s: {:.0f} MB/s\n",
+        s.saves, s.save_bytes / 1e6, s.save_pause_s, waited, s.save_write_s, s.save_write_mb_per_s);
     if (s.write_steps > 0)
       out += fmt::format(
           "steps during a background write: {:.2f} ms (mean of {}), the others {:.2f} ms (mean "
@@ -268,15 +274,17 @@ void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
   if (s.load_s > 0) s.load_mb_per_s = s.load_bytes / 1e6 / s.load_s;
   size_t saves = 0;
   for (const RankReport& r : ranks) saves = std::max(saves, r.save_seconds.size());
-  std::vector<double> pauses, rates;
+  std::vector<double> pauses, rates, waits;
   for (size_t i = 0; i < saves; ++i) {
-    double pause = 0;
+    double pause = 0, wait = 0;
     uint64_t bytes = 0;
     for (const RankReport& r : ranks) {
       if (i < r.save_seconds.size()) pause = std::max(pause, r.save_seconds[i]);
+      if (i < r.save_wait_seconds.size()) wait = std::max(wait, r.save_wait_seconds[i]);
       if (i < r.save_bytes.size()) bytes += r.save_bytes[i];
     }
     pauses.push_back(pause);
+    waits.push_back(wait);
     rates.push_back(pause > 0 ? bytes / 1e6 / pause : 0);
     s.save_bytes = bytes;
   }
@@ -287,6 +295,10 @@ void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
   };
   s.saves = static_cast<int>(saves);
   s.save_pause_s = upper_median(pauses);
+  // The wait inside the median pause: that save's (the first save with that pause).
+  const size_t median_save =
+      static_cast<size_t>(std::find(pauses.begin(), pauses.end(), s.save_pause_s) - pauses.begin());
+  const double median_wait = waits[median_save];
   s.save_mb_per_s = upper_median(rates);
   // Asynchronous saves: their background writes, and the steps they ran beside.
   std::vector<double> writes;
@@ -298,6 +310,7 @@ void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
   }
   if (writes.empty()) return;
   s.save_async = true;
+  s.save_wait_s = median_wait;
   s.save_write_s = upper_median(writes);
   s.save_write_mb_per_s = s.save_write_s > 0 ? s.save_bytes / 1e6 / s.save_write_s : 0;
   for (const RankReport& r : ranks) {

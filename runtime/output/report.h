@@ -64,10 +64,12 @@ struct RankReport {
   // tensor bytes it wrote.
   std::vector<double> save_seconds;
   std::vector<uint64_t> save_bytes;
-  // --save-async: per save, the seconds its background write took to the commit; and the steps
-  // that ended while a save was being written, and the others (the run's first step left out):
-  // how many and their summed seconds.
+  // --save-async: per save, the seconds its background write took to the commit, and the seconds
+  // of its pause spent waiting for the previous save's write; and the steps that ended while a
+  // save was being written, and the others (the run's first step left out): how many and their
+  // summed seconds.
   std::vector<double> save_write_seconds;
+  std::vector<double> save_wait_seconds;
   int write_steps = 0, other_steps = 0;
   double write_steps_s = 0, other_steps_s = 0;
   double load_seconds = 0;  // --resume: reading its parameters and AdamW state
@@ -122,10 +124,11 @@ struct TimingSummary {
   double save_pause_s = 0;
   double save_mb_per_s = 0;
   // --save-async: the median over the saves of the slowest rank's background write, the rate
-  // that gives, and the mean step time (slowest rank) of the steps that ended while a save was
-  // being written against the others.
+  // that gives, the part of the median pause spent waiting for the previous save's write (that
+  // save's, slowest rank), and the mean step time (slowest rank) of the steps that ended while a
+  // save was being written against the others.
   bool save_async = false;
-  double save_write_s = 0, save_write_mb_per_s = 0;
+  double save_write_s = 0, save_write_mb_per_s = 0, save_wait_s = 0;
   int write_steps = 0, other_steps = 0;
   double write_step_ms = 0, other_step_ms = 0;
   ComputeBalance balance;  // set by the caller (the step log measures it)

@@ -297,6 +297,7 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     if (save_due(job, step + 1)) {
       const SaveResult saved = saver.save(step + 1);
       report.save_seconds.push_back(saved.seconds);
+      report.save_wait_seconds.push_back(saved.waited);
       report.save_bytes.push_back(saved.bytes);
     }
   }

@@ -83,4 +83,30 @@ TEST(Report, AsynchronousSavesReportTheirPauseAndTheirWrite) {
   EXPECT_DOUBLE_EQ(back.write_steps_s, 0.8);
 }
 
+// A save that waited for the previous one's write says so: its pause is mostly that wait.
+TEST(Report, ABackgroundSaveThatWaitedForThePreviousWriteSaysHowLong) {
+  std::vector<pprt::RankReport> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    ranks[r].save_seconds = {0.01, 0.9 + r * 0.1, 0.02};
+    ranks[r].save_wait_seconds = {0, 0.88 + r * 0.1, 0};
+    ranks[r].save_bytes = {500'000'000, 500'000'000, 500'000'000};
+    ranks[r].save_write_seconds = {2.0, 2.0, 2.0};
+  }
+  pprt::TimingSummary s;
+  pprt::summarise_saves(ranks, s);
+  EXPECT_DOUBLE_EQ(s.save_pause_s, 0.02);  // the median save did not wait
+  EXPECT_DOUBLE_EQ(s.save_wait_s, 0);
+  ranks[0].save_seconds[2] = ranks[1].save_seconds[2] = 1.5;
+  ranks[1].save_wait_seconds[2] = 1.4;
+  summarise_saves(ranks, s);
+  EXPECT_DOUBLE_EQ(s.save_pause_s, 1.0);
+  EXPECT_DOUBLE_EQ(s.save_wait_s, 0.98);  // that save's slowest wait
+  EXPECT_EQ(pprt::saves_text(s),
+            "checkpoints: 3 saved in the background, 1000.0 MB each; training paused 1.000 s per "
+            "save (median, slowest rank; 0.980 s of it waiting for the previous save's write: "
+            "save less often), each written in 2.000 s: 500 MB/s\n");
+  EXPECT_EQ(pprt::rank_report_from_json(pprt::to_json(ranks[1])).save_wait_seconds,
+            ranks[1].save_wait_seconds);
+}
+
 }  // namespace

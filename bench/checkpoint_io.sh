@@ -19,7 +19,7 @@
 #   dd-read   dd reading a file of as many bytes (pages dropped first)
 # Usage: bench/checkpoint_io.sh [DIR [ROUNDS]]   DIR: a directory on the disk to measure
 #        (default build/ckpt-bench); ROUNDS: default 3. STEPS: the background run's steps
-#        (default 16: saves after steps 8 and 16, steps 9-16 beside the first save's write).
+#        (default 24: saves after steps 12 and 24, steps 13-24 beside the first save's write).
 #        Needs about 5 GB of disk and 1.3 GB of /dev/shm.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,7 +28,7 @@ PPC=$BUILD/tools/ppcompile/ppcompile
 PPRUN=$BUILD/tools/pprun/pprun
 DIR=${1:-$BUILD/ckpt-bench}
 ROUNDS=${2:-3}
-STEPS=${STEPS:-16}
+STEPS=${STEPS:-24}
 mkdir -p "$DIR"
 SRC=/dev/shm/ckpt_bench_src.$$
 trap 'rm -rf "$SRC" "$DIR/ck" "$DIR/cka" "$DIR/dd.bin"' EXIT

@@ -274,7 +274,7 @@ void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
   if (s.load_s > 0) s.load_mb_per_s = s.load_bytes / 1e6 / s.load_s;
   size_t saves = 0;
   for (const RankReport& r : ranks) saves = std::max(saves, r.save_seconds.size());
-  std::vector<double> pauses, rates, waits;
+  std::vector<double> pauses, waits;
   for (size_t i = 0; i < saves; ++i) {
     double pause = 0, wait = 0;
     uint64_t bytes = 0;
@@ -285,7 +285,6 @@ void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
     }
     pauses.push_back(pause);
     waits.push_back(wait);
-    rates.push_back(pause > 0 ? bytes / 1e6 / pause : 0);
     s.save_bytes = bytes;
   }
   if (saves == 0) return;
@@ -299,7 +298,8 @@ void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
   const size_t median_save =
       static_cast<size_t>(std::find(pauses.begin(), pauses.end(), s.save_pause_s) - pauses.begin());
   const double median_wait = waits[median_save];
-  s.save_mb_per_s = upper_median(rates);
+  // The rate of that save (the upper median of the rates would come from another save).
+  s.save_mb_per_s = s.save_pause_s > 0 ? s.save_bytes / 1e6 / s.save_pause_s : 0;
   // Asynchronous saves: their background writes, and the steps they ran beside.
   std::vector<double> writes;
   for (size_t i = 0; i < saves; ++i) {

@@ -77,17 +77,21 @@ struct Job {
     Save,    // during the save after it: its model shard written, its optimizer shard not
     Commit,  // rank 0, committing that save: everything written, before the rename
   } kill_at = KillAt::Step;
+  int slow_rank = -1;      // fault injection (tests): this rank's compute actions take ...
+  double slow_factor = 1;  // ... this many times as long (a straggler)
 
   // Checkpoints (docs/checkpoints.md).
   int stop_after = 0;  // --stop-after: stop once this many steps are done (0: --steps);
                        // --steps still sets the learning-rate schedule
   int last_step() const { return stop_after > 0 ? std::min(stop_after, train.steps) : train.steps; }
-  std::string save_dir;     // --save DIR: at the end and every save_every steps
-  int save_every = 0;       // 0: only at the end
-  int keep = 0;             // the newest checkpoints kept; 0: all
-  std::string resume_path;  // --resume: the step directory to start from (resolved)
-  std::string init_from;    // --init-from: a Hugging Face model directory (checkpoint/hf.h)
-  int64_t start_step = 0;   // steps the checkpoint had completed
+  std::string save_dir;      // --save DIR: at the end and every save_every steps
+  int save_every = 0;        // 0: only at the end
+  int keep = 0;              // the newest checkpoints kept; 0: all
+  bool save_async = false;   // --save-async: written in the background while training goes on
+  std::string resume_path;   // --resume: the step directory to start from (resolved)
+  std::string init_from;     // --init-from: a Hugging Face model directory (checkpoint/hf.h)
+  int64_t start_step = 0;    // steps the checkpoint had completed
+  bool resume_auto = false;  // --resume auto: from save_dir's latest checkpoint, if it has one
 };
 
 // The rank that holds the loss (the last stage of the model): it prints progress and writes the

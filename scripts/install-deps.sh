@@ -19,6 +19,7 @@ PKGS=(
   graphviz librsvg2-bin libexpat1-dev
   hyperfine time
   clang-14 libclang-rt-14-dev
+  slurmd slurmctld slurm-client munge iproute2   # the cluster tests: a SLURM cluster, test hosts
 )
 missing=()
 for p in "${PKGS[@]}"; do

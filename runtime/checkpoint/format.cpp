@@ -221,6 +221,15 @@ std::string find_checkpoint(const std::string& path) {
   fail(path, "holds no checkpoint (no 'latest' and no step-* directory)");
 }
 
+bool holds_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  if (fs::exists(fs::path(dir) / kLatest, ec)) return true;  // (find_checkpoint judges it)
+  for (const auto& [step, path] : step_dirs(dir))
+    if (fs::exists(fs::path(path) / kState, ec)) return true;
+  return false;
+}
+
 Checkpoint::Checkpoint(const std::string& path) : dir_(find_checkpoint(path)) {
   const std::string state_file = (fs::path(dir_) / kState).string();
   state_ = parse_checkpoint_state(read_text(state_file), state_file);

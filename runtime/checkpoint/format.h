@@ -59,6 +59,10 @@ std::string shard_file_name(const std::string& kind, int index, int count);
 // complete step-* directory. Throws ppc::UserError naming DIR when it holds no checkpoint.
 std::string find_checkpoint(const std::string& path);
 
+// Whether DIR holds a checkpoint to resume from: a `latest` file or a complete step directory
+// (--resume auto starts fresh otherwise). A DIR that does not exist holds none.
+bool holds_checkpoint(const std::string& dir);
+
 // A checkpoint opened for reading: its state, its indexes and the validated headers of its
 // shards, checked against each other (every tensor an index names is in its shard, as F32, and
 // every shard tensor is in the index). Throws ppc::UserError naming the file and the tensor or

@@ -29,11 +29,44 @@ std::string env_str(const GetEnv& getenv, const char* name, const char* hint) {
   return v;
 }
 
+// SLURM's tasks on node `node` from a per-node count such as SLURM_STEP_TASKS_PER_NODE: "4",
+// "2(x3)" (2 on each of 3 nodes), "3(x2),1"; 0 if it does not say.
+int slurm_tasks_on_node(const char* spec, int node) {
+  if (!spec || node < 0) return 0;
+  const char* p = spec;
+  for (int first = 0; *p;) {
+    char* end = nullptr;
+    const long tasks = std::strtol(p, &end, 10);
+    if (end == p || tasks < 1) return 0;
+    long nodes = 1;
+    p = end;
+    if (*p == '(') {
+      if (p[1] != 'x') return 0;
+      nodes = std::strtol(p + 2, &end, 10);
+      if (end == p + 2 || *end != ')' || nodes < 1) return 0;
+      p = end + 1;
+    }
+    if (node < first + nodes) return static_cast<int>(tasks);
+    first += static_cast<int>(nodes);
+    if (*p == ',')
+      ++p;
+    else if (*p)
+      return 0;
+  }
+  return 0;
+}
+
 // What a rank reads beside its place in the job.
 void read_settings(const GetEnv& getenv, LaunchEnv& e) {
   const char* local = getenv("LOCAL_WORLD_SIZE");
   if (!local && e.launcher == "SLURM") local = getenv("SLURM_NTASKS_PER_NODE");
   if (local) e.local_world = std::max(1, std::atoi(local));
+  if (!local && e.launcher == "SLURM") {  // srun says it per node when not asked for it
+    const char* node = getenv("SLURM_NODEID");
+    const char* spec = getenv("SLURM_STEP_TASKS_PER_NODE");
+    if (!spec) spec = getenv("SLURM_TASKS_PER_NODE");
+    e.local_world = slurm_tasks_on_node(spec, node ? std::atoi(node) : 0);
+  }
   if (const char* ifname = getenv("GLOO_SOCKET_IFNAME")) e.gloo_interface = ifname;
   if (const char* progress = getenv("PPRUN_PROGRESS")) e.progress = progress;
 }

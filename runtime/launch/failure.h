@@ -11,14 +11,16 @@
 //  - a rank diagnosing a failure waits up to a grace period for every other rank to report a
 //    failure or acknowledge: a rank marked lost, or one that does neither, is the lost one (a
 //    killed or stopped process cannot answer); if every rank answered, the first failure is the
-//    cause.
+//    cause;
+//  - a rank that cannot reach the store (its host, or the network to it, is down: the store's
+//    operations would block for the store's whole timeout) gives up on it after the grace period
+//    and names the ranks that run on the store's host (RankHosts) as lost.
 // No LibTorch.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
+#include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -34,14 +36,34 @@ class RunFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Where the ranks run, for naming what a network failure cut off: each rank's IPv4 address on
+// the network that reaches the rendezvous store (its route towards it), gathered when the job
+// starts, and the store's own address.
+struct RankHosts {
+  std::string store;               // the rendezvous store, "ADDR:PORT" as the ranks reach it
+  std::string store_host;          // its IPv4 address ("" if unknown)
+  std::vector<std::string> hosts;  // per rank: its IPv4 address ("" if unknown)
+};
+
+// This machine's IPv4 address on the route towards `host` (a name or an address), or "" when it
+// has none (no IPv4 route, a name that does not resolve). Sends nothing.
+std::string local_address_towards(const std::string& host);
+// `host` resolved to an IPv4 address ("" if it does not resolve).
+std::string ipv4_address_of(const std::string& host);
+// An IPv4 address as a number plus one (0: "" or not an address), and back.
+uint64_t ipv4_number(const std::string& address);
+std::string ipv4_text(uint64_t number);
+
 // Records this rank's failure in the store (best effort: the store may be gone).
 void report_failure(Store* store, int rank, const std::string& message);
 
 // After a communication failure on `rank`: reports it, waits (at most `grace`) for the other
-// ranks' reports and returns what was lost, e.g. "lost rank 2 (killed by signal 9)" or
-// "lost rank 2 (it did not report within 3 s)".
+// ranks' reports and returns what was lost, e.g. "lost rank 2 (killed by signal 9)",
+// "lost rank 2 (no answer within 3 s: the process died or hangs)" or, when the store itself does
+// not answer within the grace period, "lost ranks 0, 1 (on 10.0.0.1, the rendezvous store's host,
+// which does not answer ...)". `hosts` (may be null) names hosts in the verdict.
 std::string diagnose_lost_rank(Store* store, int rank, int world, const std::string& message,
-                               std::chrono::milliseconds grace);
+                               std::chrono::milliseconds grace, const RankHosts* hosts = nullptr);
 
 // For the rank that hosts the store (SLURM, or ranks started by hand): before exiting after a
 // failure, waits (at most twice the `grace` of diagnose_lost_rank, plus 2 s) until every rank has
@@ -50,7 +72,8 @@ std::string diagnose_lost_rank(Store* store, int rank, int world, const std::str
 void linger_for_reports(Store* store, int world, std::chrono::milliseconds grace);
 
 // Watches the store for failures of other ranks while this rank trains (see above). Stop it
-// before the run's final barrier: after it, the store's host may be gone.
+// before the run's final barrier: after it, the store's host may be gone. The store must outlive
+// the process's failure exit (the watch's thread may still be blocked in it).
 class FailureWatch {
  public:
   FailureWatch(Store* store, int rank, int world, std::chrono::milliseconds grace,
@@ -59,25 +82,21 @@ class FailureWatch {
   FailureWatch(const FailureWatch&) = delete;
   FailureWatch& operator=(const FailureWatch&) = delete;
 
-  // The rank's own thread has failed and reports it itself: the watch stands down.
-  void main_failing() { main_failing_ = true; }
+  // Where the ranks run (once gathered), for the verdicts.
+  void set_hosts(RankHosts hosts);
+  std::shared_ptr<const RankHosts> hosts() const;
+  // The rank's own thread has failed and reports it itself: the watch stands down (and is not
+  // waited for: it may be blocked in a store that does not answer).
+  void main_failing();
   // A file to remove if the watch stops the rank (it exits without unwinding: temporary files of
   // outputs that are written atomically).
   void remove_on_stop(const std::string& path);
   void stop();
 
  private:
-  void loop();
-
-  Store* store_;
-  int rank_, world_;
-  std::chrono::milliseconds grace_;
-  bool hosts_store_;
-  std::atomic<bool> main_failing_{false};
-  std::mutex m_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::vector<std::string> remove_on_stop_;
+  struct State;
+  static void loop(std::shared_ptr<State> s);
+  std::shared_ptr<State> state_;
   std::thread thread_;
 };
 

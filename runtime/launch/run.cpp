@@ -62,10 +62,22 @@ void parse_fault(const std::string& text, Job& job) {
                                  : Job::KillAt::Step;
 }
 
+void parse_slow(const std::string& text, Job& job) {
+  int rank = -1;
+  double factor = 0;
+  char end = 0;
+  if (std::sscanf(text.c_str(), "%d:%lf%c", &rank, &factor, &end) != 2 || rank < 0 ||
+      !(factor >= 1) || factor > 1000)
+    fail("--fault-slow",
+         fmt::format("expected RANK:FACTOR (FACTOR from 1 to 1000), got '{}'", text));
+  job.slow_rank = rank;
+  job.slow_factor = factor;
+}
+
 // --resume: the checkpoint's model (the file and flags given may change it, as long as it stays
 // the same model: Checkpoint::check_params), seed and step.
-void resume_from(const RunOptions& o, Job& job) {
-  const Checkpoint ckpt(o.resume_dir);
+void resume_from(const RunOptions& o, const std::string& dir, Job& job) {
+  const Checkpoint ckpt(dir);
   const CheckpointState& st = ckpt.state();
   job.model = resolve_model_config(o.config_path, o.model, st.model);
   if (o.seed_given && o.train.seed != st.train.seed)
@@ -81,7 +93,7 @@ void resume_from(const RunOptions& o, Job& job) {
 // --init-from: the model of a Hugging Face directory, checked against the layout, every weight
 // file checked (names, shapes, dtypes) before anything runs.
 void init_from_hf(const RunOptions& o, Job& job) {
-  if (!o.resume_dir.empty())
+  if (!o.resume_dir.empty() && o.resume_dir != "auto")
     fail("--init-from", "cannot be combined with --resume (a checkpoint holds its own weights)");
   if (!o.config_path.empty()) fail("--config", "the model comes from --init-from's config.json");
   const ModelOverrides& m = o.model;
@@ -132,10 +144,17 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   if (job.plan.microbatches < 1) fail("--microbatches", "must be at least 1");
 
   job.train = o.train;
-  if (!o.init_from.empty())
+  std::string resume = o.resume_dir;
+  if (resume == "auto") {  // a job restarted by its launcher goes on by itself
+    if (o.save_dir.empty())
+      fail("--resume", "auto resumes from the latest checkpoint of --save DIR: give --save");
+    job.resume_auto = true;
+    resume = holds_checkpoint(o.save_dir) ? o.save_dir : "";
+  }
+  if (!resume.empty())
+    resume_from(o, resume, job);
+  else if (!o.init_from.empty())  // with --resume auto: only while --save holds no checkpoint
     init_from_hf(o, job);
-  else if (!o.resume_dir.empty())
-    resume_from(o, job);
   else
     job.model = resolve_model_config(o.config_path, o.model);
   const TrainOptions& t = job.train;
@@ -160,13 +179,17 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   if (!job.resume_path.empty()) check_same_data(job, data);
   if (o.save_every < 0) fail("--save-every", "must be at least 0 (0: only at the end)");
   if (o.keep < 0) fail("--keep", "must be at least 0 (0: keep every checkpoint)");
-  if ((o.save_every > 0 || o.keep > 0) && o.save_dir.empty())
-    fail(o.save_every > 0 ? "--save-every" : "--keep", "needs --save DIR");
+  if ((o.save_every > 0 || o.keep > 0 || o.save_async) && o.save_dir.empty())
+    fail(o.save_every > 0 ? "--save-every"
+         : o.keep > 0     ? "--keep"
+                          : "--save-async",
+         "needs --save DIR");
   if (o.stop_after < 0) fail("--stop-after", "must be at least 0 (0: train to --steps)");
   job.stop_after = o.stop_after;
   job.save_dir = o.save_dir;
   job.save_every = o.save_every;
   job.keep = o.keep;
+  job.save_async = o.save_async;
 
   job.out = o.out;
   std::string progress = o.progress;
@@ -197,6 +220,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   job.threads = o.threads > 0 ? o.threads : std::max(1, cores / local_ranks);
   if (!o.fault_kill.empty()) parse_fault(o.fault_kill, job);
+  if (!o.fault_slow.empty()) parse_slow(o.fault_slow, job);
   // Outputs last: nothing is created if anything above is wrong.
   check_writable(job.out.metrics_path, "--metrics");
   check_writable(job.out.trace_path, "--trace");
@@ -253,6 +277,12 @@ int run_worker(const Job& job, const LaunchEnv& env) {
     std::fflush(stderr);
     std::_Exit(1);
   };
+  // Where this rank and the store are, for naming what a network failure cuts off.
+  RankHosts where;
+  where.store = fmt::format("{}:{}", env.master_addr, env.master_port);
+  where.store_host = ipv4_address_of(env.master_addr);
+  where.hosts.assign(static_cast<size_t>(env.world), "");
+  where.hosts[static_cast<size_t>(env.rank)] = local_address_towards(env.master_addr);
   try {
     StoreOptions so;
     so.host = env.master_addr;
@@ -284,7 +314,7 @@ int run_worker(const Job& job, const LaunchEnv& env) {
     } else if (topo.pp == 1) {
       groups.pipeline = nullptr;
     }
-    train_rank(job, env.rank, env.local_rank, groups, *store, hosts_store);
+    train_rank(job, env.rank, env.local_rank, groups, *store, hosts_store, where);
   } catch (const RunFailure& e) {
     fail_run(e.what());
   } catch (const TransportError& e) {

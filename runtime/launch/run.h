@@ -27,13 +27,15 @@ struct RunOptions {
   double timeout_s = 300;
   int threads = 0;          // 0 = cores / ranks on this machine
   std::string fault_kill;   // "RANK:STEP[:save|commit]" (tests): that rank kills itself mid-step
+  std::string fault_slow;   // "RANK:FACTOR" (tests): that rank computes FACTOR times slower
   bool seed_given = false;  // --seed was on the command line
   int dp = 1;               // --dp: data-parallel replicas
   int stop_after = 0;       // --stop-after
   std::string save_dir;     // --save
   int save_every = 0;       // --save-every
   int keep = 0;             // --keep
-  std::string resume_dir;   // --resume
+  bool save_async = false;  // --save-async
+  std::string resume_dir;   // --resume: DIR, or "auto" (--save's latest checkpoint, if any)
   std::vector<std::string> export_args;  // --export DIR OUT
   std::string export_format = "safetensors";  // --format: safetensors (one file) or hf
   std::string export_dtype = "fp32";          // --dtype (--format hf): fp32 or bf16

@@ -28,7 +28,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepTiming, step, begin_unix_us, wall_ns, com
                                    post_ns, optimizer_ns, actions, spans)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DpReport, steps, bytes, buckets, span_ns, exposed_ns)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankReport, rank, peak_inflight, steps, save_seconds, save_bytes,
-                                   load_seconds, load_bytes, dp)
+                                   save_write_seconds, save_wait_seconds, write_steps, other_steps,
+                                   write_steps_s, other_steps_s, load_seconds, load_bytes, dp)
 
 std::string to_json(const RankReport& r) {
   return json(r).dump();
@@ -168,7 +169,45 @@ std::string summary_text(const TimingSummary& s) {
       kinds += fmt::format("{}{} {:.3f} ms", kinds.empty() ? "" : ", ", k, ms);
     out += "mean compute time per action: " + kinds + "\n";
   }
+  if (s.balance.steps > 0) out += balance_text(s.balance) + "\n";
   return out + saves_text(s);
+}
+
+ComputeBalance compute_balance(const std::vector<std::vector<double>>& steps) {
+  ComputeBalance b;
+  if (steps.empty() || steps.front().empty()) return b;
+  const size_t ranks = steps.front().size();
+  b.steps = static_cast<int>(steps.size());
+  for (size_t r = 0; r < ranks; ++r) {
+    std::vector<double> times;
+    for (const auto& step : steps) times.push_back(r < step.size() ? step[r] * 1e3 : 0);
+    b.ms.push_back(median(times));
+  }
+  b.slowest = static_cast<int>(std::max_element(b.ms.begin(), b.ms.end()) - b.ms.begin());
+  const double mid = median(b.ms);
+  b.ratio = mid > 0 ? b.ms[static_cast<size_t>(b.slowest)] / mid : 0;
+  return b;
+}
+
+std::string balance_text(const ComputeBalance& b) {
+  std::string times;
+  const size_t n = b.ms.size();
+  if (n <= 16) {
+    for (size_t r = 0; r < n; ++r) times += fmt::format("{}{} {:.2f}", r ? ", " : "", r, b.ms[r]);
+    times += " ms";
+  } else {
+    const size_t fastest =
+        static_cast<size_t>(std::min_element(b.ms.begin(), b.ms.end()) - b.ms.begin());
+    times = fmt::format("fastest rank {} {:.2f} ms, median {:.2f} ms, slowest rank {} {:.2f} ms",
+                        fastest, b.ms[fastest], median(b.ms), b.slowest,
+                        b.ms[static_cast<size_t>(b.slowest)]);
+  }
+  const std::string verdict =
+      b.straggler() ? fmt::format("straggler: rank {}, at {:.2f} x the median", b.slowest, b.ratio)
+                    : fmt::format("no straggler (the slowest, rank {}, at {:.2f} x the median)",
+                                  b.slowest, b.ratio);
+  return fmt::format("compute time per step by rank (median of {} step{}): {}; {}", b.steps,
+                     b.steps == 1 ? "" : "s", times, verdict);
 }
 
 void summarise_dp(const std::vector<RankReport>& ranks, int replicas, TimingSummary& s) {
@@ -202,11 +241,28 @@ std::string saves_text(const TimingSummary& s) {
     out += fmt::format(
         "resumed: read {:.1f} MB of checkpoint in {:.3f} s (slowest rank): {:.0f} MB/s\n",
         s.load_bytes / 1e6, s.load_s, s.load_mb_per_s);
-  if (s.saves > 0)
+  if (s.saves > 0 && !s.save_async)
     out += fmt::format(
         "checkpoints: {} saved, {:.1f} MB each; training paused {:.3f} s per save (median, "
         "slowest rank): {:.0f} MB/s\n",
         s.saves, s.save_bytes / 1e6, s.save_pause_s, s.save_mb_per_s);
+  if (s.saves > 0 && s.save_async) {
+    // A save that waited for the previous one: the saves come faster than a write takes.
+    const std::string waited =
+        s.save_wait_s >= 0.0005
+            ? fmt::format("; {:.3f} s of it waiting for the previous save's write: save less often",
+                          s.save_wait_s)
+            : "";
+    out += fmt::format(
+        "checkpoints: {} saved in the background, {:.1f} MB each; training paused {:.3f} s per "
+        "save (median, slowest rank{}), each written in {:.3f} s: {:.0f} MB/s\n",
+        s.saves, s.save_bytes / 1e6, s.save_pause_s, waited, s.save_write_s, s.save_write_mb_per_s);
+    if (s.write_steps > 0)
+      out += fmt::format(
+          "steps during a background write: {:.2f} ms (mean of {}), the others {:.2f} ms (mean "
+          "of {}; slowest rank)\n",
+          s.write_step_ms, s.write_steps, s.other_step_ms, s.other_steps);
+  }
   return out;
 }
 
@@ -218,26 +274,55 @@ void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s) {
   if (s.load_s > 0) s.load_mb_per_s = s.load_bytes / 1e6 / s.load_s;
   size_t saves = 0;
   for (const RankReport& r : ranks) saves = std::max(saves, r.save_seconds.size());
-  std::vector<double> pauses, rates;
+  std::vector<double> pauses, waits;
   for (size_t i = 0; i < saves; ++i) {
-    double pause = 0;
+    double pause = 0, wait = 0;
     uint64_t bytes = 0;
     for (const RankReport& r : ranks) {
       if (i < r.save_seconds.size()) pause = std::max(pause, r.save_seconds[i]);
+      if (i < r.save_wait_seconds.size()) wait = std::max(wait, r.save_wait_seconds[i]);
       if (i < r.save_bytes.size()) bytes += r.save_bytes[i];
     }
     pauses.push_back(pause);
-    rates.push_back(pause > 0 ? bytes / 1e6 / pause : 0);
+    waits.push_back(wait);
     s.save_bytes = bytes;
   }
   if (saves == 0) return;
-  auto median = [](std::vector<double> v) {
+  auto upper_median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
   s.saves = static_cast<int>(saves);
-  s.save_pause_s = median(pauses);
-  s.save_mb_per_s = median(rates);
+  s.save_pause_s = upper_median(pauses);
+  // The wait inside the median pause: that save's (the first save with that pause).
+  const size_t median_save =
+      static_cast<size_t>(std::find(pauses.begin(), pauses.end(), s.save_pause_s) - pauses.begin());
+  const double median_wait = waits[median_save];
+  // The rate of that save (the upper median of the rates would come from another save).
+  s.save_mb_per_s = s.save_pause_s > 0 ? s.save_bytes / 1e6 / s.save_pause_s : 0;
+  // Asynchronous saves: their background writes, and the steps they ran beside.
+  std::vector<double> writes;
+  for (size_t i = 0; i < saves; ++i) {
+    double slowest = 0;
+    for (const RankReport& r : ranks)
+      if (i < r.save_write_seconds.size()) slowest = std::max(slowest, r.save_write_seconds[i]);
+    if (slowest > 0) writes.push_back(slowest);
+  }
+  if (writes.empty()) return;
+  s.save_async = true;
+  s.save_wait_s = median_wait;
+  s.save_write_s = upper_median(writes);
+  s.save_write_mb_per_s = s.save_write_s > 0 ? s.save_bytes / 1e6 / s.save_write_s : 0;
+  for (const RankReport& r : ranks) {
+    if (r.write_steps > 0 && r.write_steps_s / r.write_steps * 1e3 >= s.write_step_ms) {
+      s.write_step_ms = r.write_steps_s / r.write_steps * 1e3;
+      s.write_steps = r.write_steps;
+    }
+    if (r.other_steps > 0 && r.other_steps_s / r.other_steps * 1e3 >= s.other_step_ms) {
+      s.other_step_ms = r.other_steps_s / r.other_steps * 1e3;
+      s.other_steps = r.other_steps;
+    }
+  }
 }
 
 }  // namespace pprt

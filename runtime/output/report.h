@@ -64,6 +64,14 @@ struct RankReport {
   // tensor bytes it wrote.
   std::vector<double> save_seconds;
   std::vector<uint64_t> save_bytes;
+  // --save-async: per save, the seconds its background write took to the commit, and the seconds
+  // of its pause spent waiting for the previous save's write; and the steps that ended while a
+  // save was being written, and the others (the run's first step left out): how many and their
+  // summed seconds.
+  std::vector<double> save_write_seconds;
+  std::vector<double> save_wait_seconds;
+  int write_steps = 0, other_steps = 0;
+  double write_steps_s = 0, other_steps_s = 0;
   double load_seconds = 0;  // --resume: reading its parameters and AdamW state
   uint64_t load_bytes = 0;
   DpReport dp;  // data parallelism (steps 0 without)
@@ -76,6 +84,27 @@ RankReport rank_report_from_json(const std::string& text);
 // replica 0's, by pipeline rank.
 void publish_report(Store& store, int rank, const RankReport& report);
 std::vector<RankReport> gather_reports(Store& store, const Topology& topology);
+
+// A rank is a straggler when its compute time per step is at least this many times the median
+// over the ranks (Megatron-LM's --log-straggler names such ranks).
+inline constexpr double kStragglerRatio = 1.2;
+
+// Compute time per step by rank (every rank of the job, data-parallel replicas included: time
+// inside compute actions, waits excluded), and the slowest rank against the median.
+struct ComputeBalance {
+  int steps = 0;           // steps measured
+  std::vector<double> ms;  // per global rank: the median over the steps
+  int slowest = -1;        // the rank with the largest time
+  double ratio = 0;        // its time / the median over the ranks
+  bool straggler() const { return slowest >= 0 && ratio >= kStragglerRatio; }
+};
+
+// From `steps` (per step, every rank's compute seconds).
+ComputeBalance compute_balance(const std::vector<std::vector<double>>& steps);
+
+// The summary's line: each rank's time (or, past 16 ranks, the fastest, the median and the
+// slowest) and the straggler, if any.
+std::string balance_text(const ComputeBalance& b);
 
 struct TimingSummary {
   std::vector<int> peak_inflight;       // measured, per rank
@@ -94,7 +123,16 @@ struct TimingSummary {
   uint64_t save_bytes = 0;
   double save_pause_s = 0;
   double save_mb_per_s = 0;
-  double load_s = 0;  // --resume: the slowest rank's load, and the read rate over all ranks
+  // --save-async: the median over the saves of the slowest rank's background write, the rate
+  // that gives, the part of the median pause spent waiting for the previous save's write (that
+  // save's, slowest rank), and the mean step time (slowest rank) of the steps that ended while a
+  // save was being written against the others.
+  bool save_async = false;
+  double save_write_s = 0, save_write_mb_per_s = 0, save_wait_s = 0;
+  int write_steps = 0, other_steps = 0;
+  double write_step_ms = 0, other_step_ms = 0;
+  ComputeBalance balance;  // set by the caller (the step log measures it)
+  double load_s = 0;       // --resume: the slowest rank's load, and the read rate over all ranks
   uint64_t load_bytes = 0;
   double load_mb_per_s = 0;
   // Data parallelism (replicas > 1): per step, the gradient bytes all-reduced by a pipeline's

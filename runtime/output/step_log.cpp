@@ -23,6 +23,11 @@ std::string metrics_json(const StepMetrics& m) {
   j["step_time_s"] = m.step_time_s;
   j["tokens_per_s"] = m.tokens_per_s;
   j["elapsed_s"] = m.elapsed_s;
+  if (!m.compute_s.empty()) {
+    j["compute_s"] = m.compute_s;
+    if (m.straggler >= 0)
+      j["straggler"] = nlohmann::ordered_json{{"rank", m.straggler}, {"ratio", m.straggler_ratio}};
+  }
   return j.dump();
 }
 
@@ -81,6 +86,21 @@ void Progress::finish() {
   std::fflush(out_);
 }
 
+namespace {
+
+// Where a run starts from when it resumes (or, with --resume auto, that it found nothing to).
+std::string resume_line(const Job& job) {
+  if (!job.resume_path.empty())
+    return fmt::format("resuming from {}: {} of {} steps done{}\n", job.resume_path, job.start_step,
+                       job.train.steps, job.resume_auto ? " (--resume auto)" : "");
+  if (job.resume_auto)
+    return fmt::format("no checkpoint in {} yet: starting from step 0 (--resume auto)\n",
+                       job.save_dir);
+  return "";
+}
+
+}  // namespace
+
 std::string run_header(const Job& job, const TokenSource& data, const std::string& transport,
                        bool reference) {
   const ppc::Plan& p = job.plan;
@@ -98,11 +118,13 @@ std::string run_header(const Job& job, const TokenSource& data, const std::strin
                            depths == 1 ? "" : "s", job.train.mtp_loss_weight)
              : fmt::format("{} layers", decoders);
   return fmt::format(
-      "{}, {} microbatches of {} sequences{}\n"
-      "model {} = {}, {:.2f}M parameters ({}); data: {}; {}, {}, {} thread{} per rank ({})\n",
-      what, p.microbatches, b, replicas > 1 ? " per replica" : "", p.layout.source, layers,
-      count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(), transport,
-      job.device, job.threads, job.threads == 1 ? "" : "s", thread_pools());
+             "{}, {} microbatches of {} sequences{}\n"
+             "model {} = {}, {:.2f}M parameters ({}); data: {}; {}, {}, {} thread{} per rank "
+             "({})\n",
+             what, p.microbatches, b, replicas > 1 ? " per replica" : "", p.layout.source, layers,
+             count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(),
+             transport, job.device, job.threads, job.threads == 1 ? "" : "s", thread_pools()) +
+         resume_line(job);
 }
 
 void print_lines(const std::string& text) {
@@ -140,6 +162,19 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s) {
                                          static_cast<double>(job_.model.seq_len) / step_time_s
                                    : 0;
   m.elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
+  m.compute_s = stats.compute_s;
+  if (!m.compute_s.empty()) {
+    const ComputeBalance b = compute_balance(std::vector<std::vector<double>>{m.compute_s});
+    if (b.straggler()) {
+      m.straggler = b.slowest;
+      m.straggler_ratio = b.ratio;
+    }
+    // Kept for the summary: the last steps, the run's first (its warm-up) only if alone.
+    constexpr size_t kKept = 50;
+    if (step > job_.start_step || job_.start_step + 1 == job_.last_step())
+      compute_.push_back(m.compute_s);
+    if (compute_.size() > kKept) compute_.pop_front();
+  }
   if (m.step == job_.start_step + 1) first_loss_ = m.loss;
   last_loss_ = m.loss;
   if (metrics_) {

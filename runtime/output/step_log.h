@@ -5,20 +5,23 @@
 
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/atomic_file.h"
 #include "runtime/job.h"
+#include "runtime/output/report.h"
 
 namespace pprt {
 
 class FailureWatch;
 class TokenSource;
 
-// The run's first two lines: what runs (the schedule on its ranks and replicas, or the
-// reference), the microbatches; the model, the data, the transport and the threads.
+// The run's first lines: what runs (the schedule on its ranks and replicas, or the reference),
+// the microbatches; the model, the data, the transport and the threads; where it starts from
+// (with --resume).
 std::string run_header(const Job& job, const TokenSource& data, const std::string& transport,
                        bool reference);
 
@@ -32,6 +35,9 @@ struct StepMetrics {
   double tokens_per_s = 0;         // global_batch * seq_len / step_time
   double elapsed_s = 0;            // since the first step began
   std::optional<double> mtp_loss;  // with m layers: the mean over MTP depths of CE_k
+  std::vector<double> compute_s;   // per global rank: its time in compute actions (no waits)
+  int straggler = -1;              // the slowest rank, if at least kStragglerRatio x the median
+  double straggler_ratio = 0;      // its time / the median over the ranks
 };
 
 std::string metrics_json(const StepMetrics& m);
@@ -52,11 +58,12 @@ class Progress {
   bool drawn_ = false;
 };
 
-// What every rank learns at the end of a step (one all-reduce): the global gradient norm and each
-// microbatch's losses (each computed on one rank).
+// What every rank learns at the end of a step (one all-reduce): the global gradient norm, each
+// microbatch's losses (each computed on one rank) and every rank's compute time.
 struct StepStats {
   double grad_norm = 0;
   std::vector<double> losses, mtp_losses;
+  std::vector<double> compute_s;  // per global rank (empty for the reference)
 };
 
 // The loss rank's output as it trains: the metrics file and the progress display, then the line
@@ -70,6 +77,10 @@ class StepLog {
   void step(int step, const StepStats& stats, double step_time_s);
   // Commits the metrics and prints "pprun: done: N steps in S s, loss A -> B".
   void finish();
+  // The ranks' compute time per step over the last steps (the run's first step left out).
+  ComputeBalance balance() const {
+    return compute_balance(std::vector<std::vector<double>>(compute_.begin(), compute_.end()));
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -79,6 +90,7 @@ class StepLog {
   std::optional<ppc::AtomicFile> metrics_;
   Clock::time_point start_;
   double first_loss_ = 0, last_loss_ = 0;
+  std::deque<std::vector<double>> compute_;  // per step kept, every rank's compute seconds
 };
 
 }  // namespace pprt

@@ -8,6 +8,7 @@
 
 #include <csignal>
 #include <optional>
+#include <thread>
 
 #include "compiler/diagnostic.h"
 #include "runtime/fail.h"
@@ -317,6 +318,9 @@ struct Executor::Impl {
       default:
         PPC_INTERNAL_ASSERT(false, "not a compute action");
     }
+    if (opts.slow_factor > 1)
+      std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(
+          (opts.slow_factor - 1) * static_cast<double>(now_ns() - t0 - waited))));
     const int64_t t1 = now_ns();
     // Shown as waiting first, then computing (an OVERLAP_F_B may wait between its parts).
     span = ActionSpan{t0 - rep->begin_ns, t0 + waited - rep->begin_ns, t1 - rep->begin_ns};

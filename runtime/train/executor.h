@@ -54,6 +54,8 @@ struct ExecutorOptions {
   std::function<void(const PartSample&)> on_part;
   int64_t kill_step = -1;  // fault injection for tests: raise SIGKILL at this step ...
   size_t kill_action = 0;  // ... before this action
+  double slow_factor = 1;  // fault injection for tests: each compute action takes this many
+                           // times as long (it sleeps the difference): a straggler
 };
 
 // A step as the executor replayed it: its timing (report.h; step and optimizer_ns are the

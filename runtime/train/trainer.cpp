@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <sstream>
 
 #include "compiler/atomic_file.h"
@@ -127,6 +128,7 @@ class PipelineGradients final : public StepGradients {
       eo.kill_step = job.kill_step;
       eo.kill_action = plan.order()[static_cast<size_t>(prank)].size() / 2;
     }
+    if (rank == job.slow_rank) eo.slow_factor = job.slow_factor;
     if (groups.replicas) {
       reducer_ = std::make_unique<GradReducer>(plan, prank, job.model, model.store,
                                                *groups.replicas, job.timeout);
@@ -199,6 +201,7 @@ class AccumulatedGradients final : public StepGradients {
 struct Place {
   int replica = 0, replicas = 1;
   Transport* world = nullptr;  // every rank (null: alone)
+  int rank = 0;                // in `world`
   bool counts_norm = true;     // its gradients count in the norm (replica 0's: after data
                                // parallelism's average every replica holds the same)
   const std::unordered_set<std::string>* counted_elsewhere = nullptr;  // shared parameters
@@ -217,21 +220,24 @@ void zero_grads(ParamStore& store) {
   for (NamedParam& p : store.params()) p.tensor.mutable_grad() = at::Tensor();
 }
 
-// The squared gradient norm (shared parameters counted once) and each microbatch's losses (each
-// computed on one rank; averaged over the replicas), summed over every rank in one all-reduce.
+// The squared gradient norm (shared parameters counted once), each microbatch's losses (each
+// computed on one rank; averaged over the replicas) and every rank's compute time (each in its
+// own slot), summed over every rank in one all-reduce.
 StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job, const Place& place,
                        const at::Device& device) {
   const int mbs = job.plan.microbatches;
+  const int ranks = place.world ? place.world->size() : 0;
   at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (NamedParam& p : store.params())
     if (place.counts_norm && p.tensor.grad().defined() &&
         !(place.counted_elsewhere && place.counted_elsewhere->count(p.name)))
       sq += p.tensor.grad().to(at::kDouble).pow(2).sum();
-  std::vector<double> v(1 + 2 * static_cast<size_t>(mbs), 0.0);
+  std::vector<double> v(1 + 2 * static_cast<size_t>(mbs) + static_cast<size_t>(ranks), 0.0);
   if (rep.has_losses) {
     std::copy(rep.losses.begin(), rep.losses.end(), v.begin() + 1);
     std::copy(rep.mtp_losses.begin(), rep.mtp_losses.end(), v.begin() + 1 + mbs);
   }
+  if (ranks > 0) v[static_cast<size_t>(1 + 2 * mbs + place.rank)] = rep.compute_ns / 1e9;
   at::Tensor all = at::tensor(v, at::kDouble).to(device);
   all.narrow(0, 0, 1).add_(sq);
   if (place.world && place.world->size() > 1) place.world->allreduce_sum(all, job.timeout);
@@ -241,6 +247,7 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
   out.grad_norm = std::sqrt(d[0]);
   out.losses.assign(d + 1, d + 1 + mbs);
   out.mtp_losses.assign(d + 1 + mbs, d + 1 + 2 * mbs);
+  out.compute_s.assign(d + 1 + 2 * mbs, d + 1 + 2 * mbs + ranks);
   for (double& x : out.losses) x /= place.replicas;
   for (double& x : out.mtp_losses) x /= place.replicas;
   return out;
@@ -282,9 +289,11 @@ bool save_due(const Job& job, int done) {
 
 // The training of a rank of the pipeline or of the reference, which differ in `place` and `grads`:
 // AdamW over `model`'s parameters (from the checkpoint, with --resume), then the steps from the
-// checkpoint's (or the first) to the last. `save`: where the process sits for checkpoints.
+// checkpoint's (or the first) to the last. `save`: where the process sits for checkpoints;
+// `saves_group`: every rank, for asynchronous saves (null: alone or synchronous).
 RankReport train(const Job& job, const Place& place, LocalModel& model, StepGradients& grads,
-                 const TokenSource& data, SaveContext save, StepLog& log) {
+                 const TokenSource& data, SaveContext save, StepLog& log,
+                 std::shared_ptr<Transport> saves_group = nullptr) {
   auto opt = make_optimizer(model.store, job.train);
   RankReport report;
   resume(job, model.store, *opt, report);
@@ -292,9 +301,12 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
   save.store = &model.store;
   save.opt = opt.get();
   save.data = &data;
+  save.device = model.device;
+  CheckpointSaver saver(save, job.save_async, std::move(saves_group));
   log.start();
   for (int step = static_cast<int>(job.start_step); step < job.last_step(); ++step) {
     const auto t0 = Clock::now();
+    const bool writing = saver.writing();  // a checkpoint is written beside this step
     zero_grads(model.store);
     data.check_unchanged();  // a data file replaced or modified mid-run stops the job
     StepReport rep = grads.run(batch_tensor(data, job, step, place, model.device), step, report);
@@ -305,13 +317,42 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     const double step_s = seconds_since(t0);
     keep_timing(job, step, rep, replayed, report);
     log.step(step, stats, step_s);
+    saver.check();  // a background save that failed stops the rank
+    if (step > job.start_step && job.save_async) {
+      const bool beside = writing || saver.writing();
+      (beside ? report.write_steps : report.other_steps) += 1;
+      (beside ? report.write_steps_s : report.other_steps_s) += step_s;
+    }
     if (save_due(job, step + 1)) {
-      const SaveResult saved = save_checkpoint(save, step + 1);
+      const SaveResult saved = saver.save(step + 1);
       report.save_seconds.push_back(saved.seconds);
+      report.save_wait_seconds.push_back(saved.waited);
       report.save_bytes.push_back(saved.bytes);
     }
   }
+  saver.finish();
+  report.save_write_seconds = saver.write_seconds();
   return report;
+}
+
+// Every rank's address towards the store (failure.h: RankHosts), in one all-reduce: each rank
+// puts its IPv4 address, as a number plus one, in its own slot.
+RankHosts gather_hosts(RankHosts hosts, int rank, Transport* world, const Job& job,
+                       const at::Device& device) {
+  if (!world || world->size() < 2) return hosts;
+  const auto n = static_cast<size_t>(world->size());
+  const std::string mine = hosts.hosts.size() > static_cast<size_t>(rank)
+                               ? hosts.hosts[static_cast<size_t>(rank)]
+                               : std::string();
+  std::vector<double> v(n, 0.0);
+  v[static_cast<size_t>(rank)] = static_cast<double>(ipv4_number(mine));
+  at::Tensor all = at::tensor(v, at::kDouble).to(device);
+  world->allreduce_sum(all, job.timeout);
+  const at::Tensor cpu = all.cpu();
+  hosts.hosts.assign(n, "");
+  for (size_t q = 0; q < n; ++q)
+    hosts.hosts[q] = ipv4_text(static_cast<uint64_t>(cpu.data_ptr<double>()[q]));
+  return hosts;
 }
 
 // --- after the last step ----------------------------------------------------------------------
@@ -335,7 +376,7 @@ void dump_params(const Job& job, int rank, const ParamStore& store) {
 }
 
 void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups& groups,
-                     Store& store, FailureWatch& watch) {
+                     Store& store, FailureWatch& watch, const RankHosts& where) {
   const ppc::Plan& plan = job.plan;
   const Topology topo = job.topology();
   const int prank = topo.pipeline_rank(rank), replica = topo.replica(rank);
@@ -344,11 +385,19 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   if (reporter)
     print_lines(run_header(job, data, groups.world ? groups.world->name() : "no transport", false));
   LocalModel model(job, device_for(job, local_rank));
+  watch.set_hosts(gather_hosts(where, rank, groups.world, job, model.device));
+  check_same_start(store, rank, job);
+  std::shared_ptr<Transport> saves_group;  // asynchronous saves agree over a group of their own
+  if (job.save_async && groups.world && groups.world->size() > 1) {
+    std::vector<int> all(static_cast<size_t>(groups.world->size()));
+    std::iota(all.begin(), all.end(), 0);
+    saves_group = groups.world->new_group(all, "checkpoints");
+  }
   for (int s : plan.placement.rank_stages[static_cast<size_t>(prank)])
     model.rank.add(plan.layout, plan.layout_stage(s));
   PipelineGradients grads(job, rank, groups, model);
   StepLog log(job, reporter, &watch);
-  const Place place{replica, job.dp, groups.world, replica == 0, &grads.counted_elsewhere()};
+  const Place place{replica, job.dp, groups.world, rank, replica == 0, &grads.counted_elsewhere()};
   RankReport report =
       train(job, place, model, grads, data,
             SaveContext{
@@ -360,7 +409,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
                 .not_owned = &grads.counted_elsewhere(),
                 .plan_json = rank == 0 && !job.save_dir.empty() ? plan_json(plan, true) : "",
             },
-            log);
+            log, std::move(saves_group));
   report.rank = prank;
   dump_params(job, rank, model.store);
   publish_report(store, rank, report);
@@ -368,7 +417,9 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   if (reporter) {
     const std::vector<RankReport> all = gather_reports(store, topo);
     log.finish();
-    print_lines(summary_text(summarise(plan, all, job.dp)));
+    TimingSummary summary = summarise(plan, all, job.dp);
+    summary.balance = log.balance();
+    print_lines(summary_text(summary));
     if (!job.out.trace_path.empty())
       ppc::write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
     if (!job.out.profile_path.empty())
@@ -385,17 +436,19 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
 }  // namespace
 
 void train_rank(const Job& job, int rank, int local_rank, const RankGroups& groups, Store& store,
-                bool hosts_store) {
+                bool hosts_store, const RankHosts& where) {
   const std::chrono::milliseconds grace = std::min(job.timeout, std::chrono::milliseconds(3000));
   const int world = job.topology().world();
   FailureWatch watch(&store, rank, world, grace, hosts_store);
+  watch.set_hosts(where);  // the store's address (the ranks' are gathered first thing)
   auto lost = [&](const std::string& what) {
     watch.main_failing();
-    const std::string cause = diagnose_lost_rank(&store, rank, world, what, grace);
+    const std::string cause =
+        diagnose_lost_rank(&store, rank, world, what, grace, watch.hosts().get());
     return RunFailure(fmt::format("rank {}: {}; it stopped at {}", rank, cause, what));
   };
   try {
-    train_rank_impl(job, rank, local_rank, groups, store, watch);
+    train_rank_impl(job, rank, local_rank, groups, store, watch, where);
   } catch (const CommFailure& e) {
     throw lost(e.what());
   } catch (const TransportError& e) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "runtime/job.h"
+#include "runtime/launch/failure.h"
 #include "runtime/launch/process_setup.h"
 #include "runtime/transport/transport.h"
 
@@ -26,8 +27,10 @@ struct RankGroups {
 // reports, diagnosing a lost rank). Throws RunFailure (launch/failure.h) when the run
 // fails, ppc::UserError for bad input found late (an output file that cannot be written).
 // `hosts_store`: this process serves the store (it lingers after a failure, see launch/failure.h).
+// `where`: the store's address and this rank's (the others' are gathered: they name the ranks a
+// network failure cut off).
 void train_rank(const Job& job, int rank, int local_rank, const RankGroups& groups, Store& store,
-                bool hosts_store);
+                bool hosts_store, const RankHosts& where);
 
 // The unpipelined reference of `job` (its plan gives the layout and the microbatches).
 void train_reference(const Job& job);

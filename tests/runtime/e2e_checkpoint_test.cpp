@@ -5,12 +5,15 @@
 //  2. Reshard: a checkpoint of pp 4 under 1F1B resumes under other plans of the same model and
 //     under --reference, within 1e-5 of the uninterrupted run; a different model is refused.
 //  3. Crash safety: a rank killed while writing its shard, or rank 0 killed while committing,
-//     leaves the previous checkpoint as `latest`; --resume continues from it exactly.
+//     leaves the previous checkpoint as `latest`; --resume continues from it exactly. The same
+//     when the save is written in the background (--save-async), whose files are those of a
+//     synchronous save.
 //  4. Bad input: exit 2 before any compute, one line naming the file and the tensor or field.
 //  5. --export writes one safetensors file that Python reads (struct, json, torch.frombuffer).
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 
 #include "e2e_util.h"
 #include "runtime/output/param_dump.h"
@@ -140,14 +143,15 @@ TEST(Reshard, ResumesUnderOtherPlansAndTheReference) {
   EXPECT_FALSE(fs::exists(d.file("m.jsonl")));
 }
 
-// --save-every 3 over 9 steps; the save after step 6 is interrupted.
-void expect_previous_checkpoint_survives(const std::string& fault) {
+// --save-every 3 over 9 steps; the save after step 6 is interrupted. `flags`: the run's own.
+void expect_previous_checkpoint_survives(const std::string& fault,
+                                         const std::vector<std::string>& flags = {}) {
   Saved saved;
   TempDir d;
   const std::string ck = d.file("ck");
-  const Proc crash =
-      pprun(concat(kCk, {"--plan", saved.plan, "--steps", "9", "--save", ck, "--save-every", "3",
-                         "--fault-kill", fault, "--timeout", "20"}));
+  const Proc crash = pprun(
+      concat(kCk, concat(flags, {"--plan", saved.plan, "--steps", "9", "--save", ck, "--save-every",
+                                 "3", "--fault-kill", fault, "--timeout", "20"})));
   EXPECT_NE(crash.exit_code(), 0) << crash.out;
   EXPECT_NE(crash.out.find("was killed by signal 9"), std::string::npos) << crash.out;
   std::ifstream latest(ck + "/latest");
@@ -176,6 +180,58 @@ TEST(CrashSafety, ARankKilledWhileWritingItsShard) {
 
 TEST(CrashSafety, RankZeroKilledWhileCommitting) {
   expect_previous_checkpoint_survives("0:6:commit");
+}
+
+// The kill comes in the background thread writing the save while training goes on.
+TEST(CrashSafety, ARankKilledWhileWritingItsShardInTheBackground) {
+  expect_previous_checkpoint_survives("2:6:save", {"--save-async"});
+}
+
+TEST(CrashSafety, RankZeroKilledWhileCommittingInTheBackground) {
+  expect_previous_checkpoint_survives("0:6:commit", {"--save-async"});
+}
+
+// Every file of every checkpoint, by its path under `dir`.
+std::map<std::string, std::string> files_under(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) {
+      std::ifstream in(e.path(), std::ios::binary);
+      out[fs::relative(e.path(), dir).string()] =
+          std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    }
+  return out;
+}
+
+// --save-async writes what a synchronous save writes: the same files, byte for byte, but for
+// trainer_state.json's rng_state (LibTorch seeds its default generator anew in each process, so
+// two synchronous runs differ there too; nothing in training draws from it).
+TEST(AsyncSave, WritesTheFilesOfASynchronousSave) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|tt|tt|ttL", 4, "1F1B", 8);
+  const auto args = concat(kCk, {"--plan", plan, "--steps", "6", "--save-every", "2"});
+  const Proc sync = pprun(concat(args, {"--save", d.file("sync")}));
+  ASSERT_EQ(sync.exit_code(), 0) << sync.out;
+  const Proc async = pprun(concat(args, {"--save", d.file("async"), "--save-async"}));
+  ASSERT_EQ(async.exit_code(), 0) << async.out;
+  EXPECT_NE(async.out.find("checkpoints: 3 saved in the background"), std::string::npos)
+      << async.out;
+  EXPECT_NE(async.out.find("steps during a background write"), std::string::npos) << async.out;
+  const auto a = files_under(d.file("sync")), b = files_under(d.file("async"));
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(a.size(), 3u * (8 + 2 + 1) + 1) << "3 checkpoints of 4 + 4 shards, 2 indexes and "
+                                               "the state, and latest";
+  for (const auto& [path, bytes] : a) {
+    ASSERT_TRUE(b.count(path)) << path;
+    if (fs::path(path).filename() == "trainer_state.json") {
+      auto x = nlohmann::json::parse(bytes), y = nlohmann::json::parse(b.at(path));
+      x.erase("rng_state");
+      y.erase("rng_state");
+      EXPECT_EQ(x, y) << path;
+    } else {
+      EXPECT_TRUE(bytes == b.at(path)) << path << " differs";
+    }
+  }
 }
 
 // Bad checkpoints: exit 2 before any step, one line naming the file and the tensor or field.

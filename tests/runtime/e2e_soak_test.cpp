@@ -33,73 +33,6 @@ constexpr int kTimeout = 10;  // --timeout, seconds
 // start on a loaded machine), detection before it shows the probe, not the timeout, stopped them.
 constexpr int kPortTimeout = 30;
 
-// Reads what `p` printed so far (without blocking longer than `ms`).
-void pump(Proc& p, int ms) {
-  char buf[4096];
-  pollfd pfd{p.fd, POLLIN, 0};
-  while (poll(&pfd, 1, ms) > 0) {
-    const ssize_t n = read(p.fd, buf, sizeof buf);
-    if (n <= 0) break;
-    p.out.append(buf, static_cast<size_t>(n));
-    ms = 0;
-  }
-}
-
-// Waits (reading output) until `done` holds; false after `timeout` or if the process exited.
-bool wait_until(Proc& p, const std::function<bool()>& done, std::chrono::seconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    pump(p, 100);
-    if (done()) return true;
-    int status = 0;
-    if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
-      p.status = status;
-      return false;
-    }
-  }
-  return false;
-}
-
-int checkpoint_step(const std::string& dir) {
-  std::ifstream in(dir + "/latest");
-  std::string name;
-  if (!(in >> name) || name.size() != 13) return -1;
-  return std::stoi(name.substr(5));
-}
-
-int last_step(const std::string& out) {
-  int last = 0;
-  static const std::regex re("step ([0-9]+)/" + std::to_string(kSteps) + " loss");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
-       ++it)
-    last = std::max(last, std::stoi((*it)[1]));
-  return last;
-}
-
-// The rank processes pprun spawned: its children, by their RANK.
-std::map<int, pid_t> rank_pids(pid_t launcher) {
-  std::map<int, pid_t> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid;
-    rest >> state >> ppid;
-    if (ppid != launcher) continue;
-    std::ifstream env(e.path() / "environ");
-    std::string var;
-    while (std::getline(env, var, '\0'))
-      if (var.rfind("RANK=", 0) == 0) out[std::stoi(var.substr(5))] = std::stoi(name);
-  }
-  return out;
-}
-
 // A tmpfs mounted for the test's life (needs root; mounted() says whether it could be).
 class Tmpfs {
  public:
@@ -156,7 +89,8 @@ class Soak : public ::testing::Test {
     if (!from.empty()) a = concat(a, {"--resume", from});
     Proc p = start(concat({PPRUN_BIN}, a));
     EXPECT_TRUE(wait_until(
-        p, [&] { return checkpoint_step(to) >= at_least && last_step(p.out) > at_least; }, 120s))
+        p, [&] { return checkpoint_step(to) >= at_least && last_step(p.out, kSteps) > at_least; },
+        120s))
         << p.out;
     return p;
   }
@@ -170,7 +104,7 @@ class Soak : public ::testing::Test {
   void record(const std::string& fault, double seconds, const Proc& p, const std::string& named,
               const std::string& dir, const std::string& loaded) {
     const int saved = checkpoint_step(dir);
-    const int done = last_step(p.out);
+    const int done = last_step(p.out, kSteps);
     rows.push_back({fault, fmt::format("{:.1f} s", seconds), std::to_string(p.exit_code()), named,
                     fmt::format("step {}", saved),
                     fmt::format("{} step{} ({}-{})", done - saved, done - saved == 1 ? "" : "s",
@@ -271,7 +205,7 @@ TEST_F(Soak, FiveFaultsInTurnThenTheSameModelAsAnUninterruptedRun) {
     Proc c = start_run(ck, small, base + 5);
     // The save after step base + 10 cannot fit: time from that step to the end.
     EXPECT_TRUE(wait_until(
-        c, [&] { return last_step(c.out) >= base + 10; }, 120s))
+        c, [&] { return last_step(c.out, kSteps) >= base + 10; }, 120s))
         << c.out;
     t0 = Clock::now();
     s = finish_run(c, t0);

@@ -14,7 +14,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -131,9 +134,10 @@ inline Proc pprun(const std::vector<std::string>& args, const std::vector<std::s
   return run(concat({PPRUN_BIN}, args), env);
 }
 
-inline std::string compile(const TempDir& d, const std::string& layout, int pp,
-                           const std::string& schedule, int mbs,
-                           const std::string& name = "plan.json") {
+// `d`: where the plan goes (a TempDir, or anything with file(NAME)).
+template <class Files>
+std::string compile(const Files& d, const std::string& layout, int pp, const std::string& schedule,
+                    int mbs, const std::string& name = "plan.json") {
   const std::string path = d.file(name);
   const Proc p = ppcompile({"--layout", layout, "--pp", std::to_string(pp), "--schedule", schedule,
                             "--microbatches", std::to_string(mbs), "--emit", "json", "-o", path});
@@ -171,6 +175,77 @@ inline int free_port() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+// --- watching a run (the soak, restarts, clusters) ----------------------------------------------
+
+// Reads what `p` printed so far (without blocking longer than `ms`).
+inline void pump(Proc& p, int ms) {
+  char buf[4096];
+  pollfd pfd{p.fd, POLLIN, 0};
+  while (poll(&pfd, 1, ms) > 0) {
+    const ssize_t n = read(p.fd, buf, sizeof buf);
+    if (n <= 0) break;
+    p.out.append(buf, static_cast<size_t>(n));
+    ms = 0;
+  }
+}
+
+// Waits (reading output) until `done` holds; false after `timeout` or if the process exited.
+inline bool wait_until(Proc& p, const std::function<bool()>& done, std::chrono::seconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    pump(p, 100);
+    if (done()) return true;
+    int status = 0;
+    if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
+      p.status = status;
+      return false;
+    }
+  }
+  return false;
+}
+
+// The step of the checkpoint `dir`/latest names (-1: none).
+inline int checkpoint_step(const std::string& dir) {
+  std::ifstream in(dir + "/latest");
+  std::string name;
+  if (!(in >> name) || name.size() != 13) return -1;
+  return std::stoi(name.substr(5));
+}
+
+// The last step of `steps` a run's progress lines ("step N/STEPS loss") report.
+inline int last_step(const std::string& out, int steps) {
+  int last = 0;
+  const std::regex re("step ([0-9]+)/" + std::to_string(steps) + " loss");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it)
+    last = std::max(last, std::stoi((*it)[1]));
+  return last;
+}
+
+// The rank processes a launcher (pprun, torchrun's agent) started: its children, by their RANK.
+inline std::map<int, pid_t> rank_pids(pid_t launcher) {
+  std::map<int, pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid != launcher) continue;
+    std::ifstream env(e.path() / "environ");
+    std::string var;
+    while (std::getline(env, var, '\0'))
+      if (var.rfind("RANK=", 0) == 0) out[std::stoi(var.substr(5))] = std::stoi(name);
+  }
+  return out;
 }
 
 }  // namespace pprun_e2e

@@ -93,9 +93,14 @@ int main(int argc, char** argv) {
                     "Stop once N steps are done, as an interrupted job would (--steps still sets "
                     "the learning-rate schedule); resume later with --resume");
   ckpt->add_option("--keep", o.keep, "Keep the newest K checkpoints in DIR (default: all)");
+  ckpt->add_flag("--save-async", o.save_async,
+                 "Write checkpoints in the background: training pauses only to copy the "
+                 "parameters and AdamW moments to host memory");
   ckpt->add_option("--resume", o.resume_dir,
                    "Start from the latest complete checkpoint in DIR (any plan of the same model) "
-                   "and train on to --steps in all");
+                   "and train on to --steps in all; 'auto': from the latest in --save DIR if "
+                   "there is one, else from the start (for jobs that their launcher restarts)")
+      ->type_name("DIR|auto");
   ckpt->add_option("--export", o.export_args,
                    "Write the model weights of checkpoint DIR into one safetensors file OUT, and "
                    "exit")
@@ -131,6 +136,9 @@ int main(int argc, char** argv) {
   app.add_option("--fault-kill", o.fault_kill,
                  "Testing: rank R kills itself (SIGKILL) in the middle of step S (R:S), or "
                  "during the save after it (R:S:save, R:S:commit)")
+      ->group("");  // hidden
+  app.add_option("--fault-slow", o.fault_slow,
+                 "Testing: rank R's compute actions take F times as long (R:F), a straggler")
       ->group("");  // hidden
 
   if (auto stop = parse_flags(app, argc, argv, "pprun")) return *stop;

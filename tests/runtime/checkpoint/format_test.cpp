@@ -179,6 +179,24 @@ TEST(Checkpoint, NothingHalfWrittenIsPickedAsTheLatest) {
   (void)tmp;
 }
 
+// --resume auto starts fresh where there is no checkpoint at all, and resumes (or says what is
+// wrong) wherever there is one.
+TEST(Checkpoint, WhatHoldsACheckpointToResumeFrom) {
+  TempDir d;
+  EXPECT_FALSE(pprt::holds_checkpoint(d.file("nope")));
+  fs::create_directories(d.file("ck"));
+  EXPECT_FALSE(pprt::holds_checkpoint(d.file("ck")));
+  pprt::prepare_checkpoint(d.file("ck"), 3);           // a first save that crashed
+  fs::create_directories(d.file("ck/step-00000004"));  // no state file
+  EXPECT_FALSE(pprt::holds_checkpoint(d.file("ck")));
+  write_checkpoint(d.file("ck"), 6, 1, 1.0f);
+  EXPECT_TRUE(pprt::holds_checkpoint(d.file("ck")));
+  fs::remove(d.file("ck/latest"));
+  EXPECT_TRUE(pprt::holds_checkpoint(d.file("ck")));  // the newest complete step directory
+  d.write("ck/latest", "garbage\n");
+  EXPECT_TRUE(pprt::holds_checkpoint(d.file("ck")));  // (damaged: --resume says so)
+}
+
 TEST(Checkpoint, EmptyOrMissingDirectoriesAreUserErrors) {
   TempDir d;
   fs::create_directories(d.file("empty"));

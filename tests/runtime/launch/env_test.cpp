@@ -54,6 +54,25 @@ TEST(LaunchEnv, Slurm) {
   EXPECT_EQ(e->local_world, 4);
 }
 
+// Without --ntasks-per-node, srun gives the tasks per node as a list of counts.
+TEST(LaunchEnv, SlurmTasksOnThisNode) {
+  auto local = [](const char* spec, const char* node) {
+    return pprt::launch_env(env_of({{"SLURM_PROCID", "0"},
+                                    {"SLURM_NTASKS", "8"},
+                                    {"MASTER_ADDR", "node1"},
+                                    {"MASTER_PORT", "29500"},
+                                    {"SLURM_STEP_TASKS_PER_NODE", spec},
+                                    {"SLURM_NODEID", node}}))
+        ->local_world;
+  };
+  EXPECT_EQ(local("4", "0"), 4);
+  EXPECT_EQ(local("2(x3)", "2"), 2);
+  EXPECT_EQ(local("3(x2),2", "1"), 3);
+  EXPECT_EQ(local("3(x2),2", "2"), 2);
+  EXPECT_EQ(local("3(x2),2", "3"), 0);  // no such node: unknown
+  EXPECT_EQ(local("garbage", "0"), 0);
+}
+
 TEST(LaunchEnv, ARankPprunSpawned) {
   const auto e = pprt::launch_env(env_of({{"RANK", "0"},
                                           {"WORLD_SIZE", "2"},

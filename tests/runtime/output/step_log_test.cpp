@@ -10,7 +10,7 @@
 namespace {
 
 TEST(StepLog, MetricsLineAndProgressLines) {
-  pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5, {}};
+  pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5, {}, {}, -1, 0};
   EXPECT_EQ(
       pprt::metrics_json(m),
       R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
@@ -19,7 +19,7 @@ TEST(StepLog, MetricsLineAndProgressLines) {
   std::FILE* f = open_memstream(&buf, &len);
   pprt::Progress p(pprt::ProgressMode::Lines, 4, 2, f);
   for (int s = 1; s <= 4; ++s)
-    p.update(pprt::StepMetrics{s, 5.0 - s, 1e-3, 1, 0.5, 2048, 0.5 * s, {}});
+    p.update(pprt::StepMetrics{s, 5.0 - s, 1e-3, 1, 0.5, 2048, 0.5 * s, {}, {}, -1, 0});
   p.finish();
   std::fclose(f);
   const std::string out(buf, len);
@@ -28,6 +28,17 @@ TEST(StepLog, MetricsLineAndProgressLines) {
             "step 1/4 loss 4.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:02\n"
             "step 2/4 loss 3.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:01\n"
             "step 4/4 loss 1.0000 lr 0.001 grad-norm 1.000 tok/s 2.0k eta 0:00\n");
+  // Every rank's compute time, and the straggler when there is one.
+  pprt::StepMetrics c = m;
+  c.compute_s = {0.01, 0.03, 0.011};
+  EXPECT_EQ(
+      pprt::metrics_json(c),
+      R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5,"compute_s":[0.01,0.03,0.011]})");
+  c.straggler = 1;
+  c.straggler_ratio = 2.5;
+  EXPECT_EQ(
+      pprt::metrics_json(c),
+      R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5,"compute_s":[0.01,0.03,0.011],"straggler":{"rank":1,"ratio":2.5}})");
   // With multi-token prediction: its loss beside the main one, in the file and on the line.
   m.mtp_loss = 2.75;
   m.step = 4;

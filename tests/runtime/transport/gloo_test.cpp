@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "rank_threads.h"
 #include "runtime/launch/failure.h"
@@ -196,6 +199,91 @@ TEST(FailureDiagnosis, ARankKilledBySignalIsNamedFromTheLauncherRecord) {
   store->set("lost/2", "killed by signal 9");
   EXPECT_EQ(pprt::diagnose_lost_rank(store.get(), 0, 3, "x", 5s),
             "lost rank 2 (killed by signal 9)");
+}
+
+// Ranks on another host than the diagnosing rank's are named with it (RankHosts); ranks lost for
+// different reasons are named in groups.
+TEST(FailureDiagnosis, RanksOnAnotherHostAreNamedWithIt) {
+  auto store = pprt_test::serve_store(4);
+  store->set("alive/1", "waiting");
+  store->set("lost/3", "killed by signal 9");
+  pprt::RankHosts hosts;
+  hosts.hosts = {"10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"};
+  // Rank 3's record ends the diagnosis at once: rank 2 has not answered yet.
+  EXPECT_EQ(pprt::diagnose_lost_rank(store.get(), 0, 4, "x", 300ms, &hosts),
+            "lost rank 3 on 10.0.0.2 (killed by signal 9)");
+  store->set("lost/2", "no answer within 3 s: the process died or hangs");
+  EXPECT_EQ(pprt::diagnose_lost_rank(store.get(), 1, 4, "x", 300ms, &hosts),
+            "lost rank 2 on 10.0.0.2 (no answer within 3 s: the process died or hangs) and rank "
+            "3 on 10.0.0.2 (killed by signal 9)");
+  auto quiet = pprt_test::serve_store(4);
+  quiet->set("alive/1", "waiting");
+  EXPECT_EQ(pprt::diagnose_lost_rank(quiet.get(), 0, 4, "x", 300ms, &hosts),
+            "lost ranks 2, 3 on 10.0.0.2 (no answer within 0 s: the process died or hangs, or its "
+            "host or the network to it is down)");
+}
+
+// A store whose host cannot be reached: every operation blocks (as a TCP connection to a host
+// behind a cut link does, until the store's own timeout). Outlives the diagnosis threads left
+// blocked in it; release() lets them go.
+class UnreachableStore final : public pprt::Store {
+ public:
+  void set(const std::string&, const std::string&) override { block(); }
+  std::string get(const std::string&) override { return block(), ""; }
+  bool check(const std::string&) override { return block(), false; }
+  std::string set_if_absent(const std::string&, const std::string&) override { return block(), ""; }
+  void release() {
+    std::lock_guard<std::mutex> lock(m_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  void block() {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait_for(lock, 60s, [&] { return released_; });
+    throw pprt::TransportError("timed out");
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+TEST(FailureDiagnosis, AStoreThatDoesNotAnswerNamesTheRanksOnItsHost) {
+  static UnreachableStore store;  // (threads blocked in it may outlive the test)
+  pprt::RankHosts hosts;
+  hosts.store = "host1:29500";
+  hosts.store_host = "10.0.0.1";
+  hosts.hosts = {"10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"};
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(pprt::diagnose_lost_rank(&store, 2, 4, "receive from rank 1 failed", 300ms, &hosts),
+            "lost ranks 0, 1 on 10.0.0.1 with the rendezvous store at host1:29500, which does not "
+            "answer within 2 s: that host or the network to it is down");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(pprt::diagnose_lost_rank(&store, 2, 4, "x", 300ms, nullptr),
+            "lost the rendezvous store (no answer within 2 s: its host or the network to it is "
+            "down, or the process serving it hangs)");
+  // A watch blocked in the store does not hold up its rank's failure exit.
+  t0 = std::chrono::steady_clock::now();
+  {
+    pprt::FailureWatch watch(&store, 2, 4, 300ms, false);
+    std::this_thread::sleep_for(300ms);  // (its first check is blocked by now)
+    watch.main_failing();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  store.release();
+}
+
+TEST(FailureDiagnosis, AddressesOfThisMachineAndAsNumbers) {
+  EXPECT_EQ(pprt::local_address_towards("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(pprt::ipv4_address_of("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(pprt::ipv4_address_of(""), "");
+  EXPECT_EQ(pprt::local_address_towards(""), "");
+  for (const std::string a : {"10.200.0.2", "0.0.0.0", "255.255.255.255", "127.0.0.1"})
+    EXPECT_EQ(pprt::ipv4_text(pprt::ipv4_number(a)), a);
+  EXPECT_EQ(pprt::ipv4_number(""), 0u);
+  EXPECT_EQ(pprt::ipv4_number("host1"), 0u);
+  EXPECT_EQ(pprt::ipv4_text(0), "");
 }
 
 TEST(FailureDiagnosis, WhenEveryRankAnswersTheFirstFailureIsTheCause) {

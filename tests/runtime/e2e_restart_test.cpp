@@ -1,0 +1,110 @@
+// Restarts that resume by themselves (docs/pprun.md, Clusters): `--resume auto` starts fresh
+// when --save's directory holds no checkpoint and goes on from its latest one otherwise, so that
+// a job its launcher restarts continues by itself.
+//  - pprun alone: a run stopped early, then the same command again, then once more when all the
+//    steps are done (nothing to train).
+//  - torchrun --max_restarts 2: a rank killed (SIGKILL) mid-run; torchrun restarts every rank,
+//    which resume from the latest checkpoint, and the run ends with the parameters of an
+//    uninterrupted run, bit for bit (as the soak shows for a manual resume).
+#include <fmt/format.h>
+
+#include "e2e_util.h"
+#include "runtime/output/param_dump.h"
+
+namespace {
+
+using namespace pprun_e2e;
+using namespace std::chrono_literals;
+
+const std::vector<std::string> kRun = concat(kSize, {"--threads", "1", "--progress", "lines"});
+
+TEST(ResumeAuto, StartsFreshThenGoesOnFromTheLatestCheckpoint) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);
+  const std::string ck = d.file("ck");
+  const auto args = concat(kRun, {"--plan", plan, "--steps", "6", "--save", ck, "--save-every", "2",
+                                  "--resume", "auto"});
+  const Proc first = pprun(concat(args, {"--stop-after", "3", "--metrics", d.file("a.jsonl")}));
+  ASSERT_EQ(first.exit_code(), 0) << first.out;
+  EXPECT_NE(first.out.find("no checkpoint in " + ck + " yet: starting from step 0 (--resume auto)"),
+            std::string::npos)
+      << first.out;
+  const Proc second = pprun(concat(args, {"--metrics", d.file("b.jsonl")}));
+  ASSERT_EQ(second.exit_code(), 0) << second.out;
+  EXPECT_NE(second.out.find("resuming from " + ck +
+                            "/step-00000003: 3 of 6 steps done (--resume "
+                            "auto)"),
+            std::string::npos)
+      << second.out;
+  EXPECT_NE(second.out.find("(steps 4-6 of 6)"), std::string::npos) << second.out;
+  // Restarted once more after the end: nothing left to train, and that is a success.
+  const Proc third = pprun(args);
+  EXPECT_EQ(third.exit_code(), 0) << third.out;
+  EXPECT_NE(third.out.find("has completed 6 steps (--steps): nothing to train"), std::string::npos)
+      << third.out;
+  // The two parts are the uninterrupted run.
+  const Proc whole =
+      pprun(concat(kRun, {"--plan", plan, "--steps", "6", "--metrics", d.file("w.jsonl")}));
+  ASSERT_EQ(whole.exit_code(), 0) << whole.out;
+  std::vector<double> parts = losses(d.file("a.jsonl"));
+  const std::vector<double> rest = losses(d.file("b.jsonl"));
+  parts.insert(parts.end(), rest.begin(), rest.end());
+  EXPECT_EQ(parts, losses(d.file("w.jsonl")));
+}
+
+TEST(ResumeAuto, NeedsTheSaveDirectory) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);
+  const Proc p = pprun(concat(kRun, {"--plan", plan, "--resume", "auto"}));
+  EXPECT_EQ(p.exit_code(), 2) << p.out;
+  EXPECT_NE(p.out.find("pprun: error: --resume: auto resumes from the latest checkpoint of --save "
+                       "DIR: give --save"),
+            std::string::npos)
+      << p.out;
+}
+
+TEST(Restart, TorchrunRestartsAKilledRankAndTheRunEndsAsAnUninterruptedOne) {
+  if (std::string(TORCHRUN_BIN).empty() || !fs::exists(TORCHRUN_BIN))
+    GTEST_SKIP() << "no torchrun (TORCHRUN_BIN)";
+  constexpr int kSteps = 24;
+  TempDir d;
+  const std::string plan = compile(d, "Ett|tt|tt|ttL", 4, "1F1B", 8);
+  const std::string ck = d.file("ck");
+  const auto args =
+      concat(kRun, {"--plan", plan, "--steps", std::to_string(kSteps), "--log-every", "1",
+                    "--timeout", "20", "--save", ck, "--save-every", "3", "--resume", "auto"});
+  Proc tr = start(concat(
+      {TORCHRUN_BIN, "--nnodes", "1", "--nproc_per_node", "4", "--max_restarts", "2",
+       "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:" + std::to_string(free_port()),
+       "--monitor_interval", "1", "--no_python", PPRUN_BIN},
+      concat(args, {"--dump-params", d.file("restarted")})));
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(wait_until(
+      tr,
+      [&] {
+        const int at = checkpoint_step(ck);
+        return at >= 3 && last_step(tr.out, kSteps) > at;
+      },
+      120s))
+      << tr.out;
+  const auto ranks = rank_pids(tr.pid);
+  ASSERT_EQ(ranks.size(), 4u) << tr.out;
+  const int before = checkpoint_step(ck);
+  kill(ranks.at(2), SIGKILL);
+  finish(tr, 240s, t0);
+  ASSERT_EQ(tr.exit_code(), 0) << tr.out;
+  // The restarted ranks said where they went on from.
+  EXPECT_NE(tr.out.find(fmt::format("resuming from {}/step-", ck)), std::string::npos) << tr.out;
+  EXPECT_GE(checkpoint_step(ck), before);
+  EXPECT_EQ(checkpoint_step(ck), kSteps);
+  const Proc straight =
+      pprun(concat(concat(kRun, {"--plan", plan}),
+                   {"--steps", std::to_string(kSteps), "--dump-params", d.file("straight")}));
+  ASSERT_EQ(straight.exit_code(), 0) << straight.out;
+  const auto cmp = pprt::compare_param_dumps(pprt::read_param_dump(d.file("restarted")),
+                                             pprt::read_param_dump(d.file("straight")));
+  EXPECT_EQ(cmp.compared, 75u);
+  EXPECT_EQ(cmp.max_abs_diff, 0.0) << "worst: " << cmp.worst;
+}
+
+}  // namespace

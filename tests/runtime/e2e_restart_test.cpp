@@ -76,7 +76,8 @@ TEST(Restart, TorchrunRestartsAKilledRankAndTheRunEndsAsAnUninterruptedOne) {
   Proc tr = start(concat(
       {TORCHRUN_BIN, "--nnodes", "1", "--nproc_per_node", "4", "--max_restarts", "2",
        "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:" + std::to_string(free_port()),
-       "--monitor_interval", "1", "--no_python", PPRUN_BIN},
+       // the agent advertises this address, not the host name (which /etc/hosts may not name)
+       "--local_addr", "127.0.0.1", "--monitor_interval", "1", "--no_python", PPRUN_BIN},
       concat(args, {"--dump-params", d.file("restarted")})));
   const auto t0 = Clock::now();
   ASSERT_TRUE(wait_until(

@@ -1,0 +1,176 @@
+// pprun's command line (cli.h): every flag of docs/pprun.md, parsed into RunOptions.
+#include "runtime/launch/cli.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "compiler/diagnostic.h"
+#include "runtime/launch/failure.h"
+#include "tools/parse_flags.h"
+
+namespace pprt {
+
+std::optional<int> parse_command_line(int argc, char** argv, const char* program, RunOptions& o) {
+  CLI::App app{
+      "pprun: trains a model from a compiled pipeline plan, one process per rank.\n"
+      "Example: ppcompile --layout 'Et|tt|tt|tL' --pp 4 --schedule 1F1B --microbatches 8 --emit "
+      "json -o plan.json\n"
+      "         pprun --plan plan.json --steps 40\n"
+      "Alone it starts one process per rank on this machine; under torchrun or SLURM it is one "
+      "rank.",
+      program};
+  app.get_formatter()->column_width(34);
+  auto* plan =
+      app.add_option("--plan", o.plan_path, "The JSON plan to run (ppcompile --emit json)");
+  app.add_flag("--reference", o.reference,
+               "Run the same model unpipelined in one process (gradient accumulation)");
+  app.add_option("--layout", o.layout,
+                 "--reference without a plan: the model's layout, e.g. 'Etttt|ttttL'")
+      ->excludes(plan);
+  app.add_option("--microbatches", o.microbatches,
+                 "Microbatches per step (must agree with the plan)");
+
+  auto* model = app.add_option_group("model", "Model size (defaults, then --config, then these)");
+  model->add_option("--config", o.config_path, "JSON model config (see examples/tiny-model.json)");
+  model->add_option("--hidden", o.model.hidden, "Model width (default 64)");
+  model->add_option("--heads", o.model.heads, "Attention heads (default 4)");
+  model->add_option("--kv-heads", o.model.kv_heads, "Key/value heads (default 2)");
+  model->add_option("--ffn", o.model.ffn, "SwiGLU width (default 176)");
+  model->add_option("--vocab", o.model.vocab, "Vocabulary (default 256)");
+  model->add_option("--seq-len", o.model.seq_len, "Tokens per sequence (default 64)");
+  model->add_flag("--tie-embeddings", o.model.tie_embeddings,
+                  "The output head uses the token embedding's weight (copies kept in sync)");
+
+  auto* train = app.add_option_group("training");
+  train->add_option("--steps", o.train.steps, "Optimizer steps")->capture_default_str();
+  train->add_option("--global-batch", o.train.global_batch, "Sequences per step")
+      ->capture_default_str();
+  train->add_option("--lr", o.train.lr, "Peak learning rate (AdamW)")->capture_default_str();
+  train->add_option("--warmup", o.train.warmup,
+                    "Linear warm-up steps (default steps/10), then cosine decay");
+  train->add_option("--weight-decay", o.train.weight_decay, "AdamW weight decay on matrices")
+      ->capture_default_str();
+  train->add_option("--clip", o.train.clip, "Clip the global gradient norm to this (0 = off)")
+      ->capture_default_str();
+  train
+      ->add_option("--mtp-loss-weight", o.train.mtp_loss_weight,
+                   "Weight lambda of the multi-token-prediction loss: CE + lambda/D * sum CE_k")
+      ->capture_default_str();
+  auto* seed = train->add_option("--seed", o.train.seed, "Initialisation and data seed")
+                   ->capture_default_str();
+  train->add_option("--data", o.train.data_path,
+                    "Train on a data file instead of the synthetic language (see --data-format)");
+  std::string data_format = "auto";
+  train
+      ->add_option("--data-format", data_format,
+                   "auto, text (bytes), uint16, uint32 (flat token ids) or megatron (PREFIX.bin + "
+                   "PREFIX.idx); auto: a .bin with its .idx is megatron, another .bin uint16, "
+                   "anything else text")
+      ->check(CLI::IsMember({"auto", "text", "uint16", "uint32", "megatron"}))
+      ->capture_default_str();
+
+  auto* out = app.add_option_group("output");
+  out->add_option("--metrics", o.out.metrics_path, "Write JSON lines per step to FILE");
+  out->add_option("--trace", o.out.trace_path,
+                  "Write a Chrome trace of the real execution to FILE");
+  out->add_option("--profile", o.out.profile_path,
+                  "Write the measured costs (per stage F/B/I/W times, memory; per boundary "
+                  "messages) to FILE, a cost file for ppcompile --cost");
+  out->add_option("--dump-params", o.out.dump_dir,
+                  "Write every parameter, keyed by global name, to DIR");
+  out->add_option("--progress", o.progress, "auto, bar, lines or none")->capture_default_str();
+  out->add_option("--log-every", o.out.log_every,
+                  "Log a line every N steps (default: about 20 lines)");
+
+  auto* ckpt = app.add_option_group("checkpoints", "Checkpoints (docs/checkpoints.md)");
+  ckpt->add_option("--save", o.save_dir,
+                   "Write a checkpoint to DIR at the end (and every --save-every steps)");
+  ckpt->add_option("--save-every", o.save_every,
+                   "Also save every N steps (default: only at the end)");
+  train->add_option("--stop-after", o.stop_after,
+                    "Stop once N steps are done, as an interrupted job would (--steps still sets "
+                    "the learning-rate schedule); resume later with --resume");
+  ckpt->add_option("--keep", o.keep, "Keep the newest K checkpoints in DIR (default: all)");
+  ckpt->add_flag("--save-async", o.save_async,
+                 "Write checkpoints in the background: training pauses only to copy the "
+                 "parameters and AdamW moments to host memory");
+  ckpt->add_option("--resume", o.resume_dir,
+                   "Start from the latest complete checkpoint in DIR (any plan of the same model) "
+                   "and train on to --steps in all; 'auto': from the latest in --save DIR if "
+                   "there is one, else from the start (for jobs that their launcher restarts)")
+      ->type_name("DIR|auto");
+  ckpt->add_option("--export", o.export_args,
+                   "Write the model weights of checkpoint DIR into one safetensors file OUT, and "
+                   "exit")
+      ->expected(2)
+      ->type_name("DIR OUT");
+  ckpt->add_option("--format", o.export_format,
+                   "--export: safetensors (one file OUT) or hf (a Hugging Face directory OUT: "
+                   "config.json and safetensors shards, docs/huggingface.md)")
+      ->check(CLI::IsMember({"safetensors", "hf"}))
+      ->capture_default_str();
+  ckpt->add_option("--dtype", o.export_dtype, "--export --format hf: fp32 or bf16 tensors")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  ckpt->add_option("--max-shard-size", o.max_shard_size,
+                   "--export --format hf: shard above this size (5GB, 500MB, 2GiB)")
+      ->capture_default_str();
+  ckpt->add_option("--init-from", o.init_from,
+                   "Start from the weights of a Hugging Face model directory (config.json and "
+                   "safetensors; LlamaForCausalLM, MistralForCausalLM; docs/huggingface.md)");
+
+  auto* exec = app.add_option_group("execution");
+  exec->add_option("--dp", o.dp,
+                   "Data-parallel replicas of the plan's pipeline: pp x N ranks in all "
+                   "(docs/pprun.md: rank order)")
+      ->capture_default_str();
+  exec->add_option("--device", o.device, "cpu (Gloo) or cuda (NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  exec->add_option("--timeout", o.timeout_s, "Seconds a rank waits for a peer before giving up")
+      ->capture_default_str();
+  exec->add_option("--threads", o.threads,
+                   "Intra-op threads per rank (default: cores / ranks on this machine)");
+  app.add_option("--fault-kill", o.fault_kill,
+                 "Testing: rank R kills itself (SIGKILL) in the middle of step S (R:S), or "
+                 "during the save after it (R:S:save, R:S:commit)")
+      ->group("");  // hidden
+  app.add_option("--fault-slow", o.fault_slow,
+                 "Testing: rank R's compute actions take F times as long (R:F), a straggler")
+      ->group("");  // hidden
+
+  if (auto stop = parse_flags(app, argc, argv, program)) return *stop;
+  o.train.data_format = *parse_data_format(data_format);  // checked above
+  o.seed_given = seed->count() > 0;
+  std::error_code ec;
+  o.exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) o.exe = argv[0];
+  o.args.assign(argv + 1, argv + argc);
+  return std::nullopt;
+}
+
+int run_command_line(const RunOptions& o, const char* program) {
+  const char* rank = std::getenv("RANK");
+  const std::string who = rank ? std::string("rank ") + rank + ": " : "";
+  try {
+    return run(o, [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
+  } catch (const ppc::UserError& e) {
+    std::cerr << program << ": " << who << "error: " << e.format() << '\n';
+    return 2;
+  } catch (const RunFailure& e) {
+    std::cerr << program << ": " << e.what() << '\n';
+    return 1;
+  } catch (const ppc::InternalError& e) {
+    std::cerr << program << ": " << who << e.what() << "\n(this is a bug in " << program
+              << "; please report it)\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": " << who << "error: " << e.what() << '\n';
+    return 1;
+  }
+}
+
+}  // namespace pprt

@@ -1,8 +1,6 @@
 // ppcompile: compiles a layout and a schedule into a verified per-rank plan and emits it.
 // Thin: parses flags, runs the library's passes in order, writes the output.
 #include <fmt/format.h>
-#include <sys/ioctl.h>
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -10,11 +8,8 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
-#include <iterator>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -30,60 +25,21 @@
 #include "compiler/layout.h"
 #include "compiler/plan_json.h"
 #include "compiler/read_file.h"
-#include "compiler/render_dot.h"
 #include "compiler/simulate.h"
 #include "compiler/synthesize.h"
 #include "compiler/verify_and_lower.h"
 #include "compiler/visualization.h"
 #include "tools/parse_flags.h"
+#include "tools/ppcompile/emitters.h"
+#include "tools/ppcompile/options.h"
 #include "tools/ppcompile/output.h"
 #include "tools/ppcompile/progress.h"
 
 namespace {
 
-struct Options {
-  std::string layout, layout_file, from_csv, from_json;
-  // -1 = not given.
-  int stages = -1;
-  int pp = -1;
-  int vpp = -1;
-  int num_layers = -1;
-  std::string schedule;
-  int microbatches = -1;
-  std::string emit = "table";
-  bool compute_only = false;
-  std::string output;
-  std::string color = "auto";
-  bool compact = false;
-  bool list_schedules = false;
-  bool compare = false;
-  std::string cost_file;      // --cost FILE
-  ppc::CostFlags cost_flags;  // --cost-f, --cost-b, ...
-  std::string memory_limit;   // --memory-limit BYTES
-  std::string engine = "timeline";
-  std::string arrows = "auto";
-  double width = 1800;
-  std::string microbatches_text;  // --microbatches as given: a list or range with --autotune
-  bool balance = false;           // --balance
-  bool autotune = false;          // --autotune
-  long long balance_budget = 0;   // --balance-budget (0 = automatic)
-  size_t top = 15;                // --top
-};
-
-bool use_color(const Options& o) {
-  if (o.color == "always") return true;
-  if (o.color == "never" || !o.output.empty()) return false;
-  const char* term = std::getenv("TERM");
-  return isatty(fileno(stdout)) && !std::getenv("NO_COLOR") &&
-         !(term && std::string(term) == "dumb");
-}
-
-// The terminal's width when the table goes to one (the table turns compact if wider), else 0.
-int terminal_columns(const Options& o) {
-  if (!o.output.empty() || !isatty(fileno(stdout))) return 0;
-  winsize ws{};
-  return ioctl(fileno(stdout), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 0;
-}
+using namespace ppcompile;  // NOLINT(google-build-using-namespace): the CLI's own helpers
+using ppc::SimulationNeed;
+using ppc::VerifiedPlan;
 
 // The flags every compile needs: --pp, --microbatches and, unless `schedule` is false, --schedule.
 void require_sizes(const Options& o, bool schedule) {
@@ -162,16 +118,6 @@ ppc::Plan build_plan(const Options& o, const ppc::CostModel& cost, std::optional
                        o.vpp != -1 ? std::optional<int>(o.vpp) : std::nullopt, cost, limit);
 }
 
-ppc::TimelineOptions timeline_options(const Options& o, const ppc::CostModel& cost) {
-  ppc::TimelineOptions t;
-  t.arrows = o.arrows == "on"    ? ppc::Arrows::On
-             : o.arrows == "off" ? ppc::Arrows::Off
-                                 : ppc::Arrows::Auto;
-  t.max_width = o.width;
-  t.memory_in_bytes = cost.memory_in_bytes;
-  return t;
-}
-
 // The cost model of --cost FILE or the --cost-* flags; unit costs when neither is given (per
 // layer when balancing: per stage, every split would cost the same).
 ppc::CostModel cost_model(const Options& o) {
@@ -185,130 +131,6 @@ std::optional<double> memory_limit(const Options& o) {
   if (o.memory_limit.empty()) return std::nullopt;
   return ppc::parse_memory_size(o.memory_limit, "--memory-limit");
 }
-
-// --- Emitters ----------------------------------------------------------------------------------
-
-// What an emitter's parts share while one plan is written.
-struct Emit {
-  const Options& o;
-  const ppc::CostModel& cost;
-  std::optional<double> limit;
-  const ppc::BalanceResult* balanced = nullptr;  // --balance's search (--emit stats shows it)
-  ppc::TableOptions table = {};
-  HeldText early = {};  // written beside verification; reaches the output once the plan is valid
-  int table_steps = 0;
-  std::vector<std::string> json_compute = {};
-};
-
-// One --emit: the simulation it needs, the work it starts beside verification (into
-// Emit::early, written first), and what it writes once the plan is valid (either may be null).
-struct Emitter {
-  const char* name;
-  ppc::SimulationNeed need;
-  void (*beside)(Emit&, ppc::Alongside&);
-  void (*write)(Emit&, ppc::VerifiedPlan&, std::ostream&);
-};
-
-using ppc::SimulationNeed;
-using ppc::VerifiedPlan;
-
-// An emitter that needs only the plan.
-template <void (*emit)(const ppc::Plan&, std::ostream&)>
-void of_plan(Emit&, VerifiedPlan& v, std::ostream& os) {
-  emit(v.plan, os);
-}
-
-// Graphviz's rendering of the dependency graph (--emit png, --emit svg --engine dot).
-void render_graph(Emit& e, VerifiedPlan& v, std::ostream& os) {
-  const std::string format = e.o.emit;  // svg or png
-  if (format == "png" && e.o.output.empty() && isatty(fileno(stdout)))
-    throw ppc::UserError("refusing to write PNG to a terminal: use -o FILE.png",
-                         ppc::input_location("--emit"));
-  std::ostringstream dot;
-  ppc::emit_dot(v.plan, dot);
-  os << ppc::render_dot(dot.str(), format, v.report.compute_actions);
-}
-
-const Emitter kEmitters[] = {
-    {"table", SimulationNeed::None,
-     [](Emit& e, ppc::Alongside& a) {
-       a.compute_order = [&e](const ppc::Plan& p) {
-         e.table_steps = ppc::emit_table_rows(p, e.early.stream(), e.table);
-       };
-     },
-     [](Emit& e, VerifiedPlan& v, std::ostream& os) {
-       ppc::emit_table_summary(v.plan, v.report, e.table_steps, os);
-     }},
-    {"csv", SimulationNeed::None,
-     [](Emit& e, ppc::Alongside& a) {
-       (e.o.compute_only ? a.compute_order : a.whole_plan) = [&e](const ppc::Plan& p) {
-         ppc::emit_csv(p, e.early.stream(), e.o.compute_only);
-       };
-     },
-     nullptr},
-    {"json", SimulationNeed::None,
-     [](Emit& e, ppc::Alongside& a) {
-       a.compute_order = [&e](const ppc::Plan& p) { e.json_compute = ppc::json_compute_arrays(p); };
-       a.whole_plan = [&e](const ppc::Plan& p) {
-         ppc::emit_json_plan(p, e.early.stream(), &e.json_compute);
-       };
-     },
-     [](Emit&, VerifiedPlan& v, std::ostream& os) { ppc::emit_json_verification(v.report, os); }},
-    {"stats", SimulationNeed::Summary, nullptr,
-     [](Emit& e, VerifiedPlan& v, std::ostream& os) {
-       ppc::emit_stats(v.plan, v.report, *v.sim, os);
-       if (e.limit) os << ppc::memory_check(*v.sim, *e.limit, e.cost.memory_in_bytes) << "\n";
-       if (e.balanced) os << ppc::describe_balance(*e.balanced);
-       if (v.plan.schedule == ppc::auto_schedule().name)
-         os << ppc::describe_bound(v.plan, e.cost, v.sim->makespan) << "\n";
-     }},
-    {"layout", SimulationNeed::None, nullptr, of_plan<ppc::emit_layout>},
-    {"layout-string", SimulationNeed::None, nullptr, of_plan<ppc::emit_layout_string>},
-    {"svg", SimulationNeed::Timeline, nullptr,
-     [](Emit& e, VerifiedPlan& v, std::ostream& os) {
-       ppc::emit_svg(v.plan, *v.sim, os, timeline_options(e.o, e.cost));
-     }},
-    {"svg --engine dot", SimulationNeed::None, nullptr, render_graph},
-    {"dot", SimulationNeed::None, nullptr, of_plan<ppc::emit_dot>},
-    {"png", SimulationNeed::None, nullptr, render_graph},
-    {"trace", SimulationNeed::Timeline, nullptr,
-     [](Emit& e, VerifiedPlan& v, std::ostream& os) {
-       ppc::emit_trace(v.plan, *v.sim, os, ppc::TraceOptions{1000, e.cost.memory_in_bytes});
-     }},
-    {"html", SimulationNeed::Timeline, nullptr,
-     [](Emit& e, VerifiedPlan& v, std::ostream& os) {
-       ppc::emit_plan_html(std::move(v), e.cost, os, timeline_options(e.o, e.cost));
-     }},
-};
-
-// The values of --emit (a name with a space is another flag's variant of one).
-std::vector<std::string> emit_names() {
-  std::vector<std::string> names;
-  for (const Emitter& e : kEmitters)
-    if (std::string_view(e.name).find(' ') == std::string_view::npos) names.push_back(e.name);
-  return names;
-}
-
-// Emits the plan that `verified` makes valid (it runs `alongside` on it, maybe beside its
-// verification), as --emit asks.
-using Verifier = std::function<VerifiedPlan(SimulationNeed, const ppc::Alongside&)>;
-int emit(Emit& e, const Verifier& verified) {
-  const std::string name = e.o.emit == "svg" && e.o.engine == "dot" ? "svg --engine dot" : e.o.emit;
-  const auto* em = std::find_if(std::begin(kEmitters), std::end(kEmitters),
-                                [&](const Emitter& x) { return x.name == name; });
-  PPC_INTERNAL_ASSERT(em != std::end(kEmitters), "no emitter for --emit " + name);
-  e.table = ppc::TableOptions{use_color(e.o), e.o.compact, terminal_columns(e.o)};
-  ppc::Alongside alongside;
-  if (em->beside) em->beside(e, alongside);
-  VerifiedPlan v = verified(em->need, alongside);
-  Output output(e.o.output);  // the plan is valid: write it as it is emitted
-  e.early.write_to(output.stream());
-  if (em->write) em->write(e, v, output.stream());
-  output.commit();
-  return 0;
-}
-
-// --- Commands --------------------------------------------------------------------------------
 
 // --compare: every schedule that can run the model, as one table (CLI11 rejects --from-csv and
 // --from-json with it).

@@ -1,0 +1,40 @@
+// ppcompile's flags, as parsed (main.cpp defines them; docs/ppcompile.md explains them).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "compiler/cost_model.h"
+
+namespace ppcompile {
+
+struct Options {
+  std::string layout, layout_file, from_csv, from_json;
+  // -1 = not given.
+  int stages = -1;
+  int pp = -1;
+  int vpp = -1;
+  int num_layers = -1;
+  std::string schedule;
+  int microbatches = -1;
+  std::string emit = "table";
+  bool compute_only = false;
+  std::string output;
+  std::string color = "auto";
+  bool compact = false;
+  bool list_schedules = false;
+  bool compare = false;
+  std::string cost_file;      // --cost FILE
+  ppc::CostFlags cost_flags;  // --cost-f, --cost-b, ...
+  std::string memory_limit;   // --memory-limit BYTES
+  std::string engine = "timeline";
+  std::string arrows = "auto";
+  double width = 1800;
+  std::string microbatches_text;  // --microbatches as given: a list or range with --autotune
+  bool balance = false;           // --balance
+  bool autotune = false;          // --autotune
+  long long balance_budget = 0;   // --balance-budget (0 = automatic)
+  size_t top = 15;                // --top
+};
+
+}  // namespace ppcompile

@@ -34,6 +34,19 @@ struct TrainOptions {
 // step.
 double learning_rate(const TrainOptions& o, int step);
 
+// Validation (--eval-data, docs/pprun.md "Validation"): forward-only passes of the plan over
+// held-out data after every `every` steps and after the last one.
+struct EvalOptions {
+  std::string data_path;  // empty: no evaluation (read with --data-format)
+  int every = 0;          // also after every N steps; 0: only after the last
+  int batches = 0;        // global batches per evaluation (resolved by make_job)
+  bool enabled() const { return !data_path.empty(); }
+  // Whether to evaluate once `done` steps are done (`last`: the run's last step).
+  bool due(int done, int last) const {
+    return enabled() && (done == last || (every > 0 && done % every == 0));
+  }
+};
+
 enum class ProgressMode : uint8_t { Bar, Lines, None };
 
 struct OutputOptions {
@@ -66,6 +79,7 @@ struct Job {
   Topology topology() const { return Topology{plan.pp(), dp}; }
   ModelConfig model;
   TrainOptions train;
+  EvalOptions eval;
   OutputOptions out;
   std::string device = "cpu";  // "cpu" or "cuda"
   std::chrono::milliseconds timeout{300'000};

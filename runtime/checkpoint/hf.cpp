@@ -234,16 +234,16 @@ std::pair<ModelConfig, int> read_config(const std::string& file, const std::stri
                              a.dump()));
     for (const Family& f : kFamilies)
       if (a[0] == f.architecture) family = &f;
-    if (!family || std::string(family->model_type) == "qwen2")
+    if (!family)
       fail(file, fmt::format("architectures: '{}' is not supported (pprun reads "
-                             "LlamaForCausalLM and MistralForCausalLM)",
+                             "LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM)",
                              ppc::printable(a[0].get<std::string>())));
   } else if (r.has("model_type") && r.j.at("model_type").is_string()) {
     for (const Family& f : kFamilies)
-      if (r.j.at("model_type") == f.model_type && std::string(f.model_type) != "qwen2") family = &f;
+      if (r.j.at("model_type") == f.model_type) family = &f;
   }
   if (!family)
-    fail(file, fmt::format("model_type: {} is not supported (pprun reads llama and mistral)",
+    fail(file, fmt::format("model_type: {} is not supported (pprun reads llama, mistral and qwen2)",
                            r.has("model_type") ? r.j.at("model_type").dump() : "missing"));
   architecture = family->architecture;
   const std::string type = family->model_type;
@@ -271,10 +271,15 @@ std::pair<ModelConfig, int> read_config(const std::string& file, const std::stri
     fail(file, fmt::format("hidden_act: {} is not supported (pprun's MLP is SwiGLU: silu)",
                            r.at("hidden_act").dump()));
   r.used.insert("hidden_act");
-  for (const char* bias : {"attention_bias", "mlp_bias"})
-    if (r.boolean(bias, false))
-      fail(file, fmt::format("{}: true is not supported (pprun's {} projections have no biases)",
-                             bias, std::string(bias) == "mlp_bias" ? "MLP" : "attention"));
+  // Qwen2's q/k/v projections always have biases (its config has no field for them). Llama's
+  // attention_bias would also give o_proj one, which pprun does not have.
+  c.qkv_bias = type == "qwen2";
+  if (r.boolean("attention_bias", false))
+    fail(file,
+         "attention_bias: true is not supported (it gives o_proj a bias too; pprun's "
+         "attention has q/k/v biases only, as Qwen2ForCausalLM has them)");
+  if (r.boolean("mlp_bias", false))
+    fail(file, "mlp_bias: true is not supported (pprun's MLP projections have no biases)");
   if (r.has("attention_dropout")) {
     const json& d = r.at("attention_dropout");
     if (!d.is_number() || d.get<double>() != 0)
@@ -500,7 +505,9 @@ HfExport export_hf(const std::string& path, const std::string& out_dir, TensorDt
     fail("--export", fmt::format("'{}' exists and is not an empty directory (nothing is "
                                  "overwritten)",
                                  out_dir));
-  const std::string family = c.hf_family.empty() ? "llama" : c.hf_family;
+  // pprun's own models: Llama's family, or Qwen2's with q/k/v biases (check_model_config keeps
+  // a Hugging Face family and the biases in agreement).
+  const std::string family = !c.hf_family.empty() ? c.hf_family : c.qkv_bias ? "qwen2" : "llama";
   HfExport result;
   for (const Family& f : kFamilies)
     if (family == f.model_type) result.architecture = f.architecture;

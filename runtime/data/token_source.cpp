@@ -60,12 +60,19 @@ TokenSource TokenSource::from_file(const std::string& path, int vocab, int seq_l
 TokenSource open_training_data(const Job& job) {
   const TrainOptions& t = job.train;
   if (t.data_path.empty()) {
-    if (t.data_format != DataFormat::Auto)
-      fail("--data-format", fmt::format("{} needs --data FILE", data_format_name(t.data_format)));
+    if (t.data_format != DataFormat::Auto && !job.eval.enabled())
+      fail("--data-format", fmt::format("{} needs --data FILE (or --eval-data FILE)",
+                                        data_format_name(t.data_format)));
     return TokenSource::synthetic(job.model.vocab, t.seed);
   }
   return TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed,
                                 t.data_format);
+}
+
+TokenSource open_eval_data(const Job& job) {
+  PPC_INTERNAL_ASSERT(job.eval.enabled(), "--eval-data given");
+  return TokenSource::from_file(job.eval.data_path, job.model.vocab, job.model.seq_len,
+                                job.train.seed, job.train.data_format);
 }
 
 void TokenSource::synthetic_row(uint64_t key, int len, int64_t* out) const {
@@ -99,6 +106,22 @@ void TokenSource::batch(int64_t step, int64_t first_row, int rows, int len,
     }
     const uint64_t span = file_->size() - static_cast<uint64_t>(len) + 1;
     file_->copy(mix64(key) % span, static_cast<size_t>(len), row);
+  }
+}
+
+int64_t TokenSource::sequence_count(int len) const {
+  PPC_INTERNAL_ASSERT(file_ && len >= 2 && static_cast<uint64_t>(len) <= file_->size(),
+                      "evaluation sequences come from a data file holding one");
+  return static_cast<int64_t>((file_->size() - 1) / static_cast<uint64_t>(len - 1));
+}
+
+void TokenSource::sequences(int64_t first, int rows, int len, std::vector<int64_t>& out) const {
+  const int64_t n = sequence_count(len);
+  out.resize(static_cast<size_t>(rows) * static_cast<size_t>(len));
+  for (int r = 0; r < rows; ++r) {
+    const auto i = static_cast<uint64_t>((first + r) % n);
+    file_->copy(i * static_cast<uint64_t>(len - 1), static_cast<size_t>(len),
+                out.data() + static_cast<size_t>(r) * static_cast<size_t>(len));
   }
 }
 

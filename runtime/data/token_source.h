@@ -42,6 +42,13 @@ class TokenSource {
     batch(step, 0, rows, len, out);
   }
 
+  // Evaluation's rows (a data file only): sequence i is the window of `len` tokens at token
+  // i * (len - 1), so that consecutive sequences predict every token of the file once. Rows
+  // [first, first + rows) of that list, each index taken modulo sequence_count(len), into `out`.
+  void sequences(int64_t first, int rows, int len, std::vector<int64_t>& out) const;
+  // The whole windows of `len` tokens the file holds at that stride (at least 1 once opened).
+  int64_t sequence_count(int len) const;
+
   // "synthetic language (vocab 256)", "bytes of FILE (12345 bytes)", "uint16 tokens of FILE (N
   // tokens)", "Megatron dataset PREFIX (...)"
   std::string describe() const;
@@ -63,6 +70,8 @@ class TokenSource {
 
 // The data a job trains on: --data with --data-format, or the synthetic language.
 TokenSource open_training_data(const Job& job);
+// The held-out data it evaluates on (--eval-data, read with --data-format); job.eval.enabled().
+TokenSource open_eval_data(const Job& job);
 
 // Counter-based random numbers (splitmix64): the same on every rank and platform.
 uint64_t mix64(uint64_t x);

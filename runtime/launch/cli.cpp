@@ -72,6 +72,16 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
       ->check(CLI::IsMember({"auto", "text", "uint16", "uint32", "megatron"}))
       ->capture_default_str();
 
+  auto* eval = app.add_option_group("validation", "Validation (docs/pprun.md: Validation)");
+  eval->add_option("--eval-data", o.eval_data,
+                   "Evaluate on this held-out data file (read as --data-format says): "
+                   "forward-only passes of the plan, eval_loss in --metrics and the progress");
+  eval->add_option("--eval-every", o.eval_every,
+                   "Evaluate after every N steps too (default 0: only after the last step)");
+  eval->add_option("--eval-batches", o.eval_batches,
+                   "Global batches of held-out sequences per evaluation (default: the whole "
+                   "batches the file holds, 1 to 20)");
+
   auto* out = app.add_option_group("output");
   out->add_option("--metrics", o.out.metrics_path, "Write JSON lines per step to FILE");
   out->add_option("--trace", o.out.trace_path,
@@ -120,7 +130,8 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
       ->capture_default_str();
   ckpt->add_option("--init-from", o.init_from,
                    "Start from the weights of a Hugging Face model directory (config.json and "
-                   "safetensors; LlamaForCausalLM, MistralForCausalLM; docs/huggingface.md)");
+                   "safetensors; LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM; "
+                   "docs/huggingface.md)");
 
   auto* exec = app.add_option_group("execution");
   exec->add_option("--dp", o.dp,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -126,6 +127,29 @@ void check_same_data(const Job& job, const TokenSource& data) {
                                now.path.empty() ? "" : " from " + now.path));
 }
 
+// --eval-data, --eval-every, --eval-batches: the held-out file opened and checked like --data;
+// by default as many whole global batches of its sequences as it holds, from 1 to
+// kDefaultEvalBatches.
+void resolve_eval(const RunOptions& o, Job& job) {
+  constexpr int64_t kDefaultEvalBatches = 20;
+  EvalOptions& e = job.eval;
+  if (!e.enabled()) {
+    if (o.eval_every) fail("--eval-every", "needs --eval-data FILE (the held-out data)");
+    if (o.eval_batches) fail("--eval-batches", "needs --eval-data FILE (the held-out data)");
+    return;
+  }
+  if (o.eval_every && *o.eval_every < 0)
+    fail("--eval-every",
+         fmt::format("must be at least 0 (0: only after the last step), got {}", *o.eval_every));
+  if (o.eval_batches && *o.eval_batches < 1)
+    fail("--eval-batches", fmt::format("must be at least 1, got {}", *o.eval_batches));
+  const TokenSource held = open_eval_data(job);  // opens and validates it
+  e.every = o.eval_every.value_or(0);
+  const int64_t whole = held.sequence_count(job.model.seq_len + 1) / job.train.global_batch;
+  e.batches = o.eval_batches ? *o.eval_batches
+                             : static_cast<int>(std::clamp<int64_t>(whole, 1, kDefaultEvalBatches));
+}
+
 }  // namespace
 
 Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
@@ -175,8 +199,10 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
     fail("--seq-len",
          fmt::format("is {}, but the layout's {} MTP depths need at least {} tokens per sequence",
                      job.model.seq_len, depths, depths + 1));
+  job.eval.data_path = o.eval_data;
   const TokenSource data = open_training_data(job);  // opens and validates the data file
   if (!job.resume_path.empty()) check_same_data(job, data);
+  resolve_eval(o, job);
   if (o.save_every < 0) fail("--save-every", "must be at least 0 (0: only at the end)");
   if (o.keep < 0) fail("--keep", "must be at least 0 (0: keep every checkpoint)");
   if ((o.save_every > 0 || o.keep > 0 || o.save_async) && o.save_dir.empty())

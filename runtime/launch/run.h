@@ -21,6 +21,8 @@ struct RunOptions {
   std::string config_path;
   ModelOverrides model;
   TrainOptions train;
+  std::string eval_data;                        // --eval-data FILE
+  std::optional<int> eval_every, eval_batches;  // --eval-every N, --eval-batches K
   OutputOptions out;
   std::string progress = "auto";  // auto, bar, lines, none
   std::string device = "cpu";
@@ -36,13 +38,13 @@ struct RunOptions {
   int keep = 0;             // --keep
   bool save_async = false;  // --save-async
   std::string resume_dir;   // --resume: DIR, or "auto" (--save's latest checkpoint, if any)
-  std::vector<std::string> export_args;  // --export DIR OUT
+  std::vector<std::string> export_args;       // --export DIR OUT
   std::string export_format = "safetensors";  // --format: safetensors (one file) or hf
   std::string export_dtype = "fp32";          // --dtype (--format hf): fp32 or bf16
   std::string max_shard_size = "5GB";         // --max-shard-size (--format hf)
   std::string init_from;                      // --init-from DIR (Hugging Face)
-  std::string exe;                       // this program (spawning)
-  std::vector<std::string> args;         // its arguments, passed on to spawned ranks
+  std::string exe;                            // this program (spawning)
+  std::vector<std::string> args;              // its arguments, passed on to spawned ranks
 };
 
 // Checks and resolves the options (plan, model, data, device, ...). Throws ppc::UserError.

@@ -63,6 +63,11 @@ void add_decoder(std::vector<ParamSpec>& out, const ModelConfig& c, const std::s
   out.push_back({pre + "attn.wq.weight", {c.heads * hd, H}, std, true});
   out.push_back({pre + "attn.wk.weight", {c.kv_heads * hd, H}, std, true});
   out.push_back({pre + "attn.wv.weight", {c.kv_heads * hd, H}, std, true});
+  if (c.qkv_bias) {  // Qwen2's: zeros at a random start
+    out.push_back({pre + "attn.wq.bias", {c.heads * hd}, 0, false, true});
+    out.push_back({pre + "attn.wk.bias", {c.kv_heads * hd}, 0, false, true});
+    out.push_back({pre + "attn.wv.bias", {c.kv_heads * hd}, 0, false, true});
+  }
   out.push_back({pre + "attn.wo.weight", {H, c.heads * hd}, out_std, true});
   out.push_back({pre + "mlp_norm.weight", {H}, 0, false});
   out.push_back({pre + "mlp.w1.weight", {F, H}, std, true});

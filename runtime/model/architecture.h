@@ -32,7 +32,8 @@ struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;
   double init_std = 0;  // normal(0, init_std) from (seed, name); 0: ones (norm scales)
-  bool decay = true;    // AdamW weight decay (matrices), not norm scales
+  bool decay = true;    // AdamW weight decay (matrices), not norm scales or biases
+  bool zeros = false;   // starts at zero (biases), whatever init_std says
   int64_t numel() const;
 };
 

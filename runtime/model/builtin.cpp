@@ -60,7 +60,10 @@ struct BuiltinModule : torch::nn::Module {
   BuiltinModule(const LayerInfo& info, const std::vector<ParamSpec>& specs) {
     for (const ParamSpec& s : specs) {
       at::Tensor t = info.shared(s.name, s.shape, [&](at::Tensor& x) {
-        x.copy_(init_param(s.name, s.shape, s.init_std, info.seed));
+        if (s.zeros)
+          x.zero_();
+        else
+          x.copy_(init_param(s.name, s.shape, s.init_std, info.seed));
       });
       p.push_back(register_parameter(fmt::format("p{}", p.size()), t));
     }
@@ -69,15 +72,19 @@ struct BuiltinModule : torch::nn::Module {
 
 struct Decoder {
   at::Tensor *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w1, *w3, *w2;
-  std::shared_ptr<FusedWeight> qkv = std::make_shared<FusedWeight>();      // [wq; wk; wv]
-  std::shared_ptr<FusedWeight> gate_up = std::make_shared<FusedWeight>();  // [w1; w3]
+  at::Tensor *bq = nullptr, *bk = nullptr, *bv = nullptr;              // with ModelConfig::qkv_bias
+  std::shared_ptr<FusedWeight> qkv = std::make_shared<FusedWeight>();  // [wq; wk; wv]
+  std::shared_ptr<FusedWeight> qkv_bias = std::make_shared<FusedWeight>();  // [bq; bk; bv]
+  std::shared_ptr<FusedWeight> gate_up = std::make_shared<FusedWeight>();   // [w1; w3]
 };
 
-Decoder decoder_params(BuiltinModule& m, size_t& i) {
+// In architecture.h's order: the biases (if any) follow wv.
+Decoder decoder_params(BuiltinModule& m, size_t& i, bool qkv_bias) {
   Decoder d{};
-  at::Tensor** slots[] = {&d.attn_norm, &d.wq, &d.wk, &d.wv, &d.wo,
-                          &d.mlp_norm,  &d.w1, &d.w3, &d.w2};
-  for (at::Tensor** slot : slots) *slot = &m.p[i++];
+  for (at::Tensor** slot : {&d.attn_norm, &d.wq, &d.wk, &d.wv}) *slot = &m.p[i++];
+  if (qkv_bias)
+    for (at::Tensor** slot : {&d.bq, &d.bk, &d.bv}) *slot = &m.p[i++];
+  for (at::Tensor** slot : {&d.wo, &d.mlp_norm, &d.w1, &d.w3, &d.w2}) *slot = &m.p[i++];
   return d;
 }
 
@@ -88,7 +95,8 @@ at::Tensor norm(const Common& c, const at::Tensor& x, at::Tensor* g, WeightWork*
 at::Tensor decoder(const Common& c, const AttentionConsts& attn, const at::Tensor& x,
                    const Decoder& d, WeightWork* w) {
   const at::Tensor h = norm(c, x, d.attn_norm, w);
-  const at::Tensor qkv = fused_linear(h, {d.wq, d.wk, d.wv}, *d.qkv, w);
+  at::Tensor qkv = fused_linear(h, {d.wq, d.wk, d.wv}, *d.qkv, w);
+  if (d.bq) qkv = fused_bias(qkv, {d.bq, d.bk, d.bv}, *d.qkv_bias, w);
   const at::Tensor x1 = residual_linear(x, attention(qkv, attn), d.wo, w);
   const at::Tensor h2 = norm(c, x1, d.mlp_norm, w);
   const at::Tensor gate_up = fused_linear(h2, {d.w1, d.w3}, *d.gate_up, w);
@@ -164,7 +172,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
         auto m = std::make_shared<BuiltinModule>(
             info, layer_params(common->cfg, ppc::LayerKind::Decoder, info.index, info));
         size_t i = 0;
-        auto d = std::make_shared<Decoder>(decoder_params(*m, i));
+        auto d = std::make_shared<Decoder>(decoder_params(*m, i, common->cfg.qkv_bias));
         BuiltinModule* raw = m.get();
         return make(common, m, [common, raw, d](const at::Tensor& x, const Microbatch& mb) {
           const AttentionConsts& attn = attn_of(*common, *raw, x);
@@ -195,7 +203,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
         p->enorm = &m->p[i++];
         p->hnorm = &m->p[i++];
         p->eh_proj = &m->p[i++];
-        p->layer = decoder_params(*m, i);
+        p->layer = decoder_params(*m, i, common->cfg.qkv_bias);
         p->final_norm = &m->p[i++];
         PPC_INTERNAL_ASSERT(i == m->p.size(), "every parameter of a layer is used");
         BuiltinModule* raw = m.get();

@@ -53,11 +53,16 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
       if (!v.is_boolean())
         fail(input, fmt::format("{}: expected true or false, got {}", key, v.dump()));
       c.tie_embeddings = v.get<bool>();
+    } else if (key == "qkv_bias") {
+      if (!v.is_boolean())
+        fail(input, fmt::format("{}: expected true or false, got {}", key, v.dump()));
+      c.qkv_bias = v.get<bool>();
     } else if (key == "head_dim")
       integer(c.head_size);
     else if (key == "hf_family") {
-      if (!v.is_string() || (v != "llama" && v != "mistral"))
-        fail(input, fmt::format("{}: expected \"llama\" or \"mistral\", got {}", key, v.dump()));
+      if (!v.is_string() || (v != "llama" && v != "mistral" && v != "qwen2"))
+        fail(input, fmt::format("{}: expected \"llama\", \"mistral\" or \"qwen2\", got {}", key,
+                                v.dump()));
       c.hf_family = v.get<std::string>();
     } else if (key == "hf_max_positions")
       integer(c.hf_max_positions);
@@ -87,7 +92,7 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
     } else
       fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, "
                               "seq_len, rope_theta, norm_eps, tie_embeddings, head_dim, "
-                              "rope_scaling, hf_family, hf_max_positions)",
+                              "rope_scaling, qkv_bias, hf_family, hf_max_positions)",
                               ppc::printable(key)));
   }
   check_model_config(c, input);
@@ -110,6 +115,7 @@ nlohmann::ordered_json model_config_json(const ModelConfig& c) {
                          {"low_freq_factor", c.rope_scaling.low_freq_factor},
                          {"high_freq_factor", c.rope_scaling.high_freq_factor},
                          {"original_max_positions", c.rope_scaling.original_max_positions}};
+  if (c.qkv_bias) j["qkv_bias"] = true;
   if (!c.hf_family.empty()) j["hf_family"] = c.hf_family;
   if (c.hf_max_positions > 0) j["hf_max_positions"] = c.hf_max_positions;
   return j;
@@ -153,14 +159,17 @@ void check_model_config(const ModelConfig& c, const std::string& where) {
                             c.rope_scaling.high_freq_factor, c.rope_scaling.low_freq_factor));
   if (c.heads % c.kv_heads != 0)
     fail(where, fmt::format("heads {} is not a multiple of kv_heads {}", c.heads, c.kv_heads));
+  if (!c.hf_family.empty() && c.qkv_bias != (c.hf_family == "qwen2"))
+    fail(where, fmt::format("qkv_bias is {}, but the Hugging Face family {} {} q/k/v biases",
+                            c.qkv_bias, c.hf_family, c.qkv_bias ? "has no" : "has"));
 }
 
 std::string describe(const ModelConfig& c) {
-  return fmt::format("hidden {}, heads {} (kv {}{}), ffn {}, vocab {}, seq {}{}{}", c.hidden,
-                     c.heads, c.kv_heads,
-                     c.head_size > 0 ? fmt::format(", head_dim {}", c.head_size) : "", c.ffn,
-                     c.vocab, c.seq_len, c.tie_embeddings ? ", tied embeddings" : "",
-                     c.rope_scaling.factor > 0 ? ", llama3 rope scaling" : "");
+  return fmt::format(
+      "hidden {}, heads {} (kv {}{}), ffn {}, vocab {}, seq {}{}{}{}", c.hidden, c.heads,
+      c.kv_heads, c.head_size > 0 ? fmt::format(", head_dim {}", c.head_size) : "", c.ffn, c.vocab,
+      c.seq_len, c.tie_embeddings ? ", tied embeddings" : "",
+      c.rope_scaling.factor > 0 ? ", llama3 rope scaling" : "", c.qkv_bias ? ", q/k/v biases" : "");
 }
 
 }  // namespace pprt

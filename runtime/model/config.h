@@ -32,8 +32,9 @@ struct ModelConfig {
   bool tie_embeddings = false;  // the output head uses the token embedding's weight
   int head_size = 0;            // size of an attention head; 0: hidden / heads
   RopeScaling rope_scaling;     // Llama 3's rotary frequency scaling (factor 0: none)
+  bool qkv_bias = false;        // the q/k/v projections have biases (Qwen2); o_proj never does
   // A model read from a Hugging Face directory (--init-from, docs/huggingface.md): its family
-  // ("llama", "mistral") and max_position_embeddings, which --export --format hf writes
+  // ("llama", "mistral", "qwen2") and max_position_embeddings, which --export --format hf writes
   // back. Empty / 0 for pprun's own models.
   std::string hf_family;
   int hf_max_positions = 0;
@@ -50,8 +51,8 @@ struct ModelOverrides {
 
 // Parses a JSON object holding any of "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",
 // "rope_theta", "norm_eps", "tie_embeddings", "head_dim", "rope_scaling" (an object:
-// "factor", "low_freq_factor", "high_freq_factor", "original_max_positions"), "hf_family",
-// "hf_max_positions" over `base`. Throws ppc::UserError naming the input
+// "factor", "low_freq_factor", "high_freq_factor", "original_max_positions"), "qkv_bias",
+// "hf_family", "hf_max_positions" over `base`. Throws ppc::UserError naming the input
 // and the field (unknown fields are errors: a typo must not silently train another model).
 ModelConfig parse_model_config(std::string_view json_text, const std::string& input_name,
                                ModelConfig base = {});
@@ -67,7 +68,8 @@ ModelConfig resolve_model_config(const std::string& config_path, const ModelOver
                                  ModelConfig base = {});
 
 // Throws ppc::UserError (naming the field, as `where`) if the sizes do not fit together: all
-// positive, heads divides hidden with an even head size, kv_heads divides heads, limits.
+// positive, heads divides hidden with an even head size, kv_heads divides heads, limits; a
+// Hugging Face family agrees with qkv_bias (qwen2 has the biases, llama and mistral do not).
 void check_model_config(const ModelConfig& c, const std::string& where);
 
 // "hidden 64, heads 4 (kv 2), ffn 176, vocab 256, seq 64" (+ ", tied embeddings")

@@ -229,6 +229,55 @@ struct FusedLinear3Fn : torch::autograd::Function<FusedLinear3Fn> {
   }
 };
 
+// y = x + [b_0; b_1; ...]: the biases' gradients are sums of their columns of gy over the rows.
+void accumulate_fused_bias(const std::vector<at::Tensor*>& params, const at::Tensor& gy) {
+  const at::Tensor sums = rows_of(gy).sum(0);
+  int64_t first = 0;
+  for (at::Tensor* p : params) {
+    accumulate(*p, sums.narrow(0, first, p->size(0)));
+    first += p->size(0);
+  }
+}
+
+// The biases are inputs only so that the output requires their gradients; `bf` is their
+// concatenation (FusedWeight). x's gradient is gy itself; the deferred work keeps gy, which
+// autograd then never adds into in place (see linear_backward).
+struct FusedBias3Fn : torch::autograd::Function<FusedBias3Fn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor&, const at::Tensor& bf,
+                            WeightWork* work, at::Tensor* p0, at::Tensor* p1, at::Tensor* p2) {
+    ctx->saved_data["work"] = reinterpret_cast<int64_t>(work);
+    ctx->saved_data["params"] =
+        std::vector<int64_t>{reinterpret_cast<int64_t>(p0), reinterpret_cast<int64_t>(p1),
+                             reinterpret_cast<int64_t>(p2)};
+    return x + bf;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor& gy = grads[0];
+    std::vector<at::Tensor*> params;
+    for (int64_t p : ctx->saved_data["params"].toIntVector())
+      params.push_back(reinterpret_cast<at::Tensor*>(p));
+    variable_list out(9);
+    WeightWork* work = work_of(ctx);
+    if (!work) {
+      if (ctx->needs_input_grad(0)) out[0] = gy;
+      const at::Tensor sums = rows_of(gy).sum(0);
+      int64_t first = 0;
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (ctx->needs_input_grad(1 + i)) out[1 + i] = sums.narrow(0, first, params[i]->size(0));
+        first += params[i]->size(0);
+      }
+      return out;
+    }
+    out[0] = gy;
+    if (work->deferring())
+      work->defer([params, gy] { accumulate_fused_bias(params, gy); });
+    else
+      accumulate_fused_bias(params, gy);
+    return out;
+  }
+};
+
 // y = silu(g) * u, where [g, u] is the fused gate/up product's output: the gradient comes back
 // as one tensor [dg, du], the layout that product's backward takes, with no concatenation.
 // On the CPU (Kernels::Auto) the forward keeps sigmoid(g), so that the backward is one loop with
@@ -398,6 +447,13 @@ at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws,
   if (ws.size() == 2) return FusedLinear2Fn::apply(x, *ws[0], *ws[1], w, work, ws[0], ws[1]);
   PPC_INTERNAL_ASSERT(ws.size() == 3, "a fused linear map of two or three weights");
   return FusedLinear3Fn::apply(x, *ws[0], *ws[1], *ws[2], w, work, ws[0], ws[1], ws[2]);
+}
+
+at::Tensor fused_bias(const at::Tensor& x, const std::vector<at::Tensor*>& bs, FusedWeight& bf,
+                      WeightWork* work) {
+  PPC_INTERNAL_ASSERT(bs.size() == 3, "fused biases: q, k and v");
+  const at::Tensor& b = bf.of(bs);
+  return FusedBias3Fn::apply(x, *bs[0], *bs[1], *bs[2], b, work, bs[0], bs[1], bs[2]);
 }
 
 at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, WeightWork* work,

@@ -66,6 +66,11 @@ at::Tensor residual_linear(const at::Tensor& r, const at::Tensor& x, at::Tensor*
 // keeps their concatenation.
 at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws, FusedWeight& wf,
                         WeightWork* work);
+// y = x + [b_q, b_k, b_v] over the last dimension (Qwen2's q, k and v biases, after their fused
+// product); `bf` keeps their concatenation. x's gradient is y's; each bias's is
+// the sum of its columns of y's gradient over the rows, at once (B) or deferred to the W (I).
+at::Tensor fused_bias(const at::Tensor& x, const std::vector<at::Tensor*>& bs, FusedWeight& bf,
+                      WeightWork* work);
 // y = g * x / sqrt(mean(x^2) + eps).
 at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, WeightWork* work,
                     Kernels kernels = Kernels::Auto);

@@ -18,6 +18,8 @@ std::string metrics_json(const StepMetrics& m) {
   j["step"] = m.step;
   j["loss"] = m.loss;
   if (m.mtp_loss) j["mtp_loss"] = *m.mtp_loss;
+  if (m.eval_loss) j["eval_loss"] = *m.eval_loss;
+  if (m.eval_mtp_loss) j["eval_mtp_loss"] = *m.eval_mtp_loss;
   j["lr"] = m.lr;
   j["grad_norm"] = m.grad_norm;
   j["step_time_s"] = m.step_time_s;
@@ -49,6 +51,12 @@ std::string mtp_text(const StepMetrics& m) {
   return m.mtp_loss ? fmt::format(" mtp-loss {:.4f}", *m.mtp_loss) : "";
 }
 
+std::string eval_text(const StepMetrics& m) {
+  if (!m.eval_loss) return "";
+  return fmt::format(" eval-loss {:.4f}{}", *m.eval_loss,
+                     m.eval_mtp_loss ? fmt::format(" eval-mtp-loss {:.4f}", *m.eval_mtp_loss) : "");
+}
+
 }  // namespace
 
 Progress::Progress(ProgressMode mode, int steps, int log_every, std::FILE* out, int done_before)
@@ -64,17 +72,19 @@ void Progress::update(const StepMetrics& m) {
   if (mode_ == ProgressMode::Bar) {
     constexpr int kWidth = 24;
     const int filled = steps_ > 0 ? m.step * kWidth / steps_ : kWidth;
-    std::fprintf(out_, "\r\033[Kstep %*d/%d [%s%s] loss %.4f%s | %s tok/s | ETA %s",
+    if (m.eval_loss) last_eval_ = eval_text(m);
+    std::fprintf(out_, "\r\033[Kstep %*d/%d [%s%s] loss %.4f%s%s | %s tok/s | ETA %s",
                  static_cast<int>(std::to_string(steps_).size()), m.step, steps_,
                  std::string(static_cast<size_t>(filled), '#').c_str(),
                  std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), m.loss,
-                 mtp_text(m).c_str(), rate_text(m.tokens_per_s).c_str(), clock_text(eta).c_str());
+                 mtp_text(m).c_str(), last_eval_.c_str(), rate_text(m.tokens_per_s).c_str(),
+                 clock_text(eta).c_str());
     std::fflush(out_);
     drawn_ = true;
-  } else if (mode_ == ProgressMode::Lines &&
-             (m.step % every_ == 0 || m.step == done_before_ + 1 || m.step == steps_)) {
-    std::fprintf(out_, "step %d/%d loss %.4f%s lr %.3g grad-norm %.3f tok/s %s eta %s\n", m.step,
-                 steps_, m.loss, mtp_text(m).c_str(), m.lr, m.grad_norm,
+  } else if (mode_ == ProgressMode::Lines && (m.step % every_ == 0 || m.step == done_before_ + 1 ||
+                                              m.step == steps_ || m.eval_loss)) {
+    std::fprintf(out_, "step %d/%d loss %.4f%s%s lr %.3g grad-norm %.3f tok/s %s eta %s\n", m.step,
+                 steps_, m.loss, mtp_text(m).c_str(), eval_text(m).c_str(), m.lr, m.grad_norm,
                  rate_text(m.tokens_per_s).c_str(), clock_text(eta).c_str());
     std::fflush(out_);
   }
@@ -97,6 +107,16 @@ std::string resume_line(const Job& job) {
     return fmt::format("no checkpoint in {} yet: starting from step 0 (--resume auto)\n",
                        job.save_dir);
   return "";
+}
+
+// --eval-data: what is evaluated, and when.
+std::string eval_line(const Job& job) {
+  const EvalOptions& e = job.eval;
+  if (!e.enabled()) return "";
+  return fmt::format("validation on {}: {} batch{} of {} sequences, forward only, {}\n",
+                     e.data_path, e.batches, e.batches == 1 ? "" : "es", job.train.global_batch,
+                     e.every > 0 ? fmt::format("every {} steps and after the last", e.every)
+                                 : std::string("after the last step"));
 }
 
 }  // namespace
@@ -124,7 +144,7 @@ std::string run_header(const Job& job, const TokenSource& data, const std::strin
              what, p.microbatches, b, replicas > 1 ? " per replica" : "", p.layout.source, layers,
              count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(),
              transport, job.device, job.threads, job.threads == 1 ? "" : "s", thread_pools()) +
-         resume_line(job);
+         eval_line(job) + resume_line(job);
 }
 
 void print_lines(const std::string& text) {
@@ -144,7 +164,8 @@ StepLog::StepLog(const Job& job, bool active, FailureWatch* watch)
   }
 }
 
-void StepLog::step(int step, const StepStats& stats, double step_time_s) {
+void StepLog::step(int step, const StepStats& stats, double step_time_s,
+                   const std::optional<EvalStats>& eval) {
   if (!active_) return;
   auto mean = [](const std::vector<double>& v) {
     double sum = 0;
@@ -175,6 +196,11 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s) {
       compute_.push_back(m.compute_s);
     if (compute_.size() > kKept) compute_.pop_front();
   }
+  if (eval) {
+    m.eval_loss = eval->loss;
+    m.eval_mtp_loss = eval->mtp_loss;
+    last_eval_ = eval->loss;
+  }
   if (m.step == job_.start_step + 1) first_loss_ = m.loss;
   last_loss_ = m.loss;
   if (metrics_) {
@@ -191,8 +217,9 @@ void StepLog::finish() {
   metrics_.reset();
   const int run = job_.last_step() - static_cast<int>(job_.start_step);
   const bool part = job_.start_step > 0 || job_.last_step() < job_.train.steps;
-  std::printf("pprun: done: %d step%s in %.2f s, loss %.4f -> %.4f%s\n", run, run == 1 ? "" : "s",
+  std::printf("pprun: done: %d step%s in %.2f s, loss %.4f -> %.4f%s%s\n", run, run == 1 ? "" : "s",
               std::chrono::duration<double>(Clock::now() - start_).count(), first_loss_, last_loss_,
+              last_eval_ ? fmt::format(", eval loss {:.4f}", *last_eval_).c_str() : "",
               part ? fmt::format(" (steps {}-{} of {})", job_.start_step + 1, job_.last_step(),
                                  job_.train.steps)
                          .c_str()

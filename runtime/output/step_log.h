@@ -35,9 +35,11 @@ struct StepMetrics {
   double tokens_per_s = 0;         // global_batch * seq_len / step_time
   double elapsed_s = 0;            // since the first step began
   std::optional<double> mtp_loss;  // with m layers: the mean over MTP depths of CE_k
-  std::vector<double> compute_s;   // per global rank: its time in compute actions (no waits)
-  int straggler = -1;              // the slowest rank, if at least kStragglerRatio x the median
-  double straggler_ratio = 0;      // its time / the median over the ranks
+  std::vector<double> compute_s;  // per global rank: its time in compute actions (no waits)
+  int straggler = -1;             // the slowest rank, if at least kStragglerRatio x the median
+  double straggler_ratio = 0;     // its time / the median over the ranks
+  // After an evaluation (--eval-data): loss and mtp_loss on the held-out data.
+  std::optional<double> eval_loss, eval_mtp_loss;
 };
 
 std::string metrics_json(const StepMetrics& m);
@@ -56,6 +58,7 @@ class Progress {
   int steps_, every_, done_before_;
   std::FILE* out_;
   bool drawn_ = false;
+  std::string last_eval_;  // the bar: the last evaluation's text, kept until the next one
 };
 
 // What every rank learns at the end of a step (one all-reduce): the global gradient norm, each
@@ -66,6 +69,13 @@ struct StepStats {
   std::vector<double> compute_s;  // per global rank (empty for the reference)
 };
 
+// An evaluation's result (every rank's, after one all-reduce): the mean main cross-entropy over
+// the held-out sequences, and with MTP the mean over depths of theirs.
+struct EvalStats {
+  double loss = 0;
+  std::optional<double> mtp_loss;
+};
+
 // The loss rank's output as it trains: the metrics file and the progress display, then the line
 // that ends the run. Does nothing where not `active` (the other ranks).
 class StepLog {
@@ -74,7 +84,9 @@ class StepLog {
   StepLog(const Job& job, bool active, FailureWatch* watch);
   // Starts the clock (elapsed time, the final line's duration): before the first step.
   void start() { start_ = Clock::now(); }
-  void step(int step, const StepStats& stats, double step_time_s);
+  // `eval`: the evaluation after this step, if one ran.
+  void step(int step, const StepStats& stats, double step_time_s,
+            const std::optional<EvalStats>& eval = std::nullopt);
   // Commits the metrics and prints "pprun: done: N steps in S s, loss A -> B".
   void finish();
   // The ranks' compute time per step over the last steps (the run's first step left out).
@@ -90,6 +102,7 @@ class StepLog {
   std::optional<ppc::AtomicFile> metrics_;
   Clock::time_point start_;
   double first_loss_ = 0, last_loss_ = 0;
+  std::optional<double> last_eval_;  // the last evaluation's loss (the bar and the final line)
   std::deque<std::vector<double>> compute_;  // per step kept, every rank's compute seconds
 };
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -182,16 +183,23 @@ struct Executor::Impl {
   }
   int64_t b_shaped = -1;
 
-  void post_batch(size_t begin, size_t end) {
+  // Posts the SEND/RECV actions [begin, end) as one batch; `forward_only`: only SEND_F and RECV_F
+  // (evaluation), nothing if the batch holds none.
+  void post_batch(size_t begin, size_t end, bool forward_only = false) {
+    auto posted = [&](const Action& a) {
+      return !forward_only || a.kind == ActionKind::SendF || a.kind == ActionKind::RecvF;
+    };
     std::vector<P2POp> ops;
     ops.reserve(end - begin);
     const size_t first_send = sends.size();
     for (size_t j = begin; j < end; ++j) {
       const Action& a = actions[j];
+      if (!posted(a)) continue;
       Slot& sl = slot(a.stage, a.microbatch);
       switch (a.kind) {
         case ActionKind::SendF:
           sends.push_back(PendingSend{sl.output.detach().contiguous(), nullptr, j});
+          if (forward_only) sl.output = at::Tensor();  // nothing else reads it
           ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, false),
                               &sends.back().tensor});
           break;
@@ -216,6 +224,7 @@ struct Executor::Impl {
           PPC_INTERNAL_ASSERT(false, "a batch holds only SEND/RECV");
       }
     }
+    if (ops.empty()) return;
     // `sends` must not reallocate while ops point into it: reserved for the whole step.
     std::vector<std::unique_ptr<Work>> works;
     try {
@@ -224,14 +233,16 @@ struct Executor::Impl {
       comm_failed(begin, e, actions[begin].peer);
     }
     size_t next_send = first_send;
-    for (size_t j = begin, k = 0; j < end; ++j, ++k) {
+    for (size_t j = begin, k = 0; j < end; ++j) {
       const Action& a = actions[j];
+      if (!posted(a)) continue;
+      ++k;
       if (ppc::is_send(a.kind))
-        sends[next_send++].work = std::move(works[k]);
+        sends[next_send++].work = std::move(works[k - 1]);
       else if (a.kind == ActionKind::RecvF)
-        slot(a.stage, a.microbatch).recv_act_work = std::move(works[k]);
+        slot(a.stage, a.microbatch).recv_act_work = std::move(works[k - 1]);
       else
-        slot(a.stage, a.microbatch).recv_grad_work = std::move(works[k]);
+        slot(a.stage, a.microbatch).recv_grad_work = std::move(works[k - 1]);
     }
   }
 
@@ -256,6 +267,26 @@ struct Executor::Impl {
     sl.output = std::move(out);
     meter.done(s, ActionKind::F);
     rep->peak_inflight = std::max(rep->peak_inflight, ++inflight);
+  }
+
+  // Evaluation's F: the stage's forward without autograd (no graph, no weight work); the input
+  // is consumed, the output kept only for the SEND_F or the local next stage that reads it.
+  void forward_only(int s, int mb) {
+    Slot& sl = slot(s, mb);
+    Stage& st = stage_of(s);
+    const int p = plan.prev_stage(s);
+    at::Tensor input;
+    if (p < 0) {
+    } else if (is_local(p)) {
+      input = std::move(slot(p, mb).output);
+    } else {
+      wait(sl.recv_act_work, sl.recv_act_index);
+      input = std::move(sl.recv_act);
+    }
+    const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
+    at::Tensor out = st.forward(input, rows, mb, nullptr, &sl.losses);
+    // The loss (or, after it, what an empty last stage passes on) ends the forward.
+    if (!st.has_loss() && plan.next_stage(s) >= 0) sl.output = std::move(out);
   }
 
   void backward(int s, int mb, bool input_only) {
@@ -328,6 +359,66 @@ struct Executor::Impl {
     rep->wait_ns += waited;
   }
 
+  // The losses of every local stage's microbatches into `r`, each slot emptied (checked: nothing
+  // left pending).
+  void collect_losses(StepReport& r) {
+    r.losses.assign(static_cast<size_t>(mbs), 0.0);
+    r.mtp_losses.assign(static_cast<size_t>(mbs), 0.0);
+    for (int s = 0; s < plan.num_stages(); ++s) {
+      if (!is_local(s)) continue;
+      for (int mb = 0; mb < mbs; ++mb) {
+        Slot& sl = slot(s, mb);
+        if (sl.losses.main.defined()) {
+          r.losses[static_cast<size_t>(mb)] = sl.losses.main.item<double>();
+          r.has_losses = true;
+        }
+        if (sl.losses.aux.defined())
+          r.mtp_losses[static_cast<size_t>(mb)] = sl.losses.aux.mean().item<double>();
+        PPC_INTERNAL_ASSERT(
+            sl.work.empty() && !sl.output.defined() && !sl.recv_act_work && !sl.recv_grad_work,
+            fmt::format("rank {}: stage {} microbatch {} has work left at the end of the step",
+                        rank, s, mb));
+        sl = Slot{};
+      }
+    }
+  }
+
+  // Evaluation: the plan's F actions (an OVERLAP_F_B's forward part) and their SEND_F/RECV_F, in
+  // the rank's order, each batch of the plan posted without its SEND_B/RECV_B; no autograd.
+  StepReport run_forward(const at::Tensor& tokens) {
+    c10::NoGradGuard no_grad;
+    StepReport r;
+    rep = &r;
+    r.begin_ns = now_ns();
+    r.spans.assign(actions.size(), ActionSpan{});
+    PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "eval batch divisible by microbatches");
+    b = static_cast<int>(tokens.size(0) / mbs);
+    if (transport) shape_boundaries(b);
+    this->tokens = tokens;
+    sends.clear();
+    sends.reserve(actions.size());
+    for (size_t i = 0; i < actions.size();) {
+      const Action& a = actions[i];
+      if (ppc::is_comm(a.kind)) {
+        post_batch(i, batch_end[i], true);
+        i = batch_end[i];
+        continue;
+      }
+      if (a.kind == ActionKind::F || a.kind == ActionKind::OverlapFB)
+        forward_only(a.stage, a.microbatch);
+      ++i;
+    }
+    for (PendingSend& s : sends) {
+      wait(s.work, s.index);
+      s.tensor = at::Tensor();
+    }
+    sends.clear();
+    collect_losses(r);
+    r.wall_ns = now_ns() - r.begin_ns;
+    rep = nullptr;
+    return r;
+  }
+
   StepReport run(const at::Tensor& tokens, int64_t step) {
     StepReport r;
     rep = &r;
@@ -366,25 +457,7 @@ struct Executor::Impl {
       s.tensor = at::Tensor();
     }
     sends.clear();
-    r.losses.assign(static_cast<size_t>(mbs), 0.0);
-    r.mtp_losses.assign(static_cast<size_t>(mbs), 0.0);
-    for (int s = 0; s < plan.num_stages(); ++s) {
-      if (!is_local(s)) continue;
-      for (int mb = 0; mb < mbs; ++mb) {
-        Slot& sl = slot(s, mb);
-        if (sl.losses.main.defined()) {
-          r.losses[static_cast<size_t>(mb)] = sl.losses.main.item<double>();
-          r.has_losses = true;
-        }
-        if (sl.losses.aux.defined())
-          r.mtp_losses[static_cast<size_t>(mb)] = sl.losses.aux.mean().item<double>();
-        PPC_INTERNAL_ASSERT(
-            sl.work.empty() && !sl.output.defined() && !sl.recv_act_work && !sl.recv_grad_work,
-            fmt::format("rank {}: stage {} microbatch {} has work left at the end of the step",
-                        rank, s, mb));
-        sl = Slot{};
-      }
-    }
+    collect_losses(r);
     r.wall_ns = now_ns() - r.begin_ns;
     rep = nullptr;
     return r;
@@ -401,6 +474,10 @@ Executor::~Executor() = default;
 
 StepReport Executor::run_step(const at::Tensor& tokens, int64_t step) {
   return impl_->run(tokens, step);
+}
+
+StepReport Executor::run_forward(const at::Tensor& tokens) {
+  return impl_->run_forward(tokens);
 }
 
 }  // namespace pprt

@@ -13,6 +13,7 @@
 //    accumulated gradients are those of the mean loss.
 //  - It counts in-flight activations (F done, B or I not yet), whose peak must equal the
 //    compiler's prediction (ppc::peak_inflight).
+//  - run_forward replays only the forward half of the plan, for evaluation.
 // Included only by LibTorch translation units.
 #pragma once
 
@@ -80,6 +81,13 @@ class Executor {
   // tokens: [global_batch, seq_len + 1] int64 on the device; microbatch mb is rows
   // [mb * b, (mb + 1) * b). Throws CommFailure on a communication failure.
   StepReport run_step(const at::Tensor& tokens, int64_t step);
+
+  // Evaluation (--eval-data): the forward-only projection of the rank's actions on `tokens`
+  // (as run_step's): its F actions (the forward part of an OVERLAP_F_B) and their SEND_F/RECV_F,
+  // in the plan's order, each batch posted without its SEND_B/RECV_B; no backward, no autograd
+  // graph, no gradient touched. Returns the microbatches' losses (the rest of the report is
+  // empty). Deadlock-free whenever the plan is (docs/pprun.md, "Validation").
+  StepReport run_forward(const at::Tensor& tokens);
 
  private:
   struct Impl;

@@ -1,6 +1,7 @@
 #include "runtime/train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/optim/adamw.h>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "compiler/atomic_file.h"
@@ -110,6 +112,9 @@ class StepGradients {
   // of a shared parameter, the mean over data-parallel replicas) and returns what the step
   // measured, its microbatches' losses among it.
   virtual StepReport run(const at::Tensor& tokens, int step, RankReport& report) = 0;
+  // Evaluation: the same microbatches forward only (no gradient, no optimizer state, no data
+  // position touched); returns their losses as run() does.
+  virtual StepReport evaluate(const at::Tensor& tokens) = 0;
 };
 
 // A rank of the pipeline: the executor replays its actions, then data parallelism averages the
@@ -152,6 +157,8 @@ class PipelineGradients final : public StepGradients {
     return rep;
   }
 
+  StepReport evaluate(const at::Tensor& tokens) override { return exec_->run_forward(tokens); }
+
   const std::unordered_set<std::string>& counted_elsewhere() const {
     return shared_.counted_elsewhere();
   }
@@ -185,6 +192,22 @@ class AccumulatedGradients final : public StepGradients {
       rep.losses.push_back(parts.main.item<double>());
       rep.mtp_losses.push_back(parts.aux.defined() ? parts.aux.mean().item<double>() : 0.0);
       torch::autograd::backward({loss * (1.0 / mbs)});
+    }
+    return rep;
+  }
+
+  StepReport evaluate(const at::Tensor& tokens) override {
+    c10::NoGradGuard no_grad;
+    const int mbs = job_.plan.microbatches;
+    const int b = static_cast<int>(tokens.size(0)) / mbs;
+    StepReport rep;
+    rep.has_losses = true;
+    for (int mb = 0; mb < mbs; ++mb) {
+      LossReport parts;
+      model_.forward(at::Tensor(), tokens.narrow(0, static_cast<int64_t>(mb) * b, b), mb, nullptr,
+                     &parts);
+      rep.losses.push_back(parts.main.item<double>());
+      rep.mtp_losses.push_back(parts.aux.defined() ? parts.aux.mean().item<double>() : 0.0);
     }
     return rep;
   }
@@ -253,6 +276,37 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
   return out;
 }
 
+// Validation (--eval-data): job.eval.batches global batches of held-out sequences (batch k holds
+// sequences [k G, (k + 1) G), this replica its share of them), each run forward only; the mean
+// of their microbatches' losses over every rank (one all-reduce).
+EvalStats evaluate(const Job& job, const Place& place, StepGradients& grads,
+                   const TokenSource& data, const at::Device& device) {
+  const int mbs = job.plan.microbatches, len = job.model.seq_len + 1;
+  const int share = job.train.global_batch / place.replicas;
+  data.check_unchanged();
+  double sum[2] = {0, 0};
+  std::vector<int64_t> rows;
+  for (int k = 0; k < job.eval.batches; ++k) {
+    data.sequences(static_cast<int64_t>(k) * job.train.global_batch +
+                       static_cast<int64_t>(place.replica) * share,
+                   share, len, rows);
+    const at::Tensor tokens =
+        at::from_blob(rows.data(), {share, len}, at::kLong).clone().to(device);
+    const StepReport rep = grads.evaluate(tokens);
+    if (!rep.has_losses) continue;
+    for (double x : rep.losses) sum[0] += x;
+    for (double x : rep.mtp_losses) sum[1] += x;
+  }
+  at::Tensor all = at::tensor(std::vector<double>{sum[0], sum[1]}, at::kDouble).to(device);
+  if (place.world && place.world->size() > 1) place.world->allreduce_sum(all, job.timeout);
+  const at::Tensor cpu = all.cpu();
+  const double n = static_cast<double>(place.replicas) * job.eval.batches * mbs;
+  EvalStats out;
+  out.loss = cpu.data_ptr<double>()[0] / n;
+  if (mtp_depths(job.plan.layout) > 0) out.mtp_loss = cpu.data_ptr<double>()[1] / n;
+  return out;
+}
+
 // Clips by the global norm (like torch.nn.utils.clip_grad_norm_).
 void clip_gradients(ParamStore& store, const TrainOptions& o, double norm) {
   if (o.clip <= 0) return;
@@ -292,8 +346,8 @@ bool save_due(const Job& job, int done) {
 // checkpoint's (or the first) to the last. `save`: where the process sits for checkpoints;
 // `saves_group`: every rank, for asynchronous saves (null: alone or synchronous).
 RankReport train(const Job& job, const Place& place, LocalModel& model, StepGradients& grads,
-                 const TokenSource& data, SaveContext save, StepLog& log,
-                 std::shared_ptr<Transport> saves_group = nullptr) {
+                 const TokenSource& data, const std::optional<TokenSource>& eval_data,
+                 SaveContext save, StepLog& log, std::shared_ptr<Transport> saves_group = nullptr) {
   auto opt = make_optimizer(model.store, job.train);
   RankReport report;
   resume(job, model.store, *opt, report);
@@ -316,7 +370,10 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     optimizer_step(*opt, job.train, step);
     const double step_s = seconds_since(t0);
     keep_timing(job, step, rep, replayed, report);
-    log.step(step, stats, step_s);
+    std::optional<EvalStats> eval;
+    if (job.eval.due(step + 1, job.last_step()))
+      eval = evaluate(job, place, grads, *eval_data, model.device);
+    log.step(step, stats, step_s, eval);
     saver.check();  // a background save that failed stops the rank
     if (step > job.start_step && job.save_async) {
       const bool beside = writing || saver.writing();
@@ -364,6 +421,12 @@ std::string plan_json(const ppc::Plan& plan, bool verify) {
   return os.str();
 }
 
+// --eval-data, opened (and checked again) by every rank.
+std::optional<TokenSource> open_eval(const Job& job) {
+  if (!job.eval.enabled()) return std::nullopt;
+  return open_eval_data(job);
+}
+
 void dump_params(const Job& job, int rank, const ParamStore& store) {
   if (job.out.dump_dir.empty()) return;  // (make_job created the directory)
   ppc::AtomicFile f(fmt::format("{}/params.rank{}.jsonl", job.out.dump_dir, rank), "--dump-params");
@@ -382,6 +445,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   const int prank = topo.pipeline_rank(rank), replica = topo.replica(rank);
   const bool reporter = rank == topo.global(loss_rank(plan), 0);
   const TokenSource data = open_training_data(job);
+  const std::optional<TokenSource> eval_data = open_eval(job);
   if (reporter)
     print_lines(run_header(job, data, groups.world ? groups.world->name() : "no transport", false));
   LocalModel model(job, device_for(job, local_rank));
@@ -399,7 +463,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   StepLog log(job, reporter, &watch);
   const Place place{replica, job.dp, groups.world, rank, replica == 0, &grads.counted_elsewhere()};
   RankReport report =
-      train(job, place, model, grads, data,
+      train(job, place, model, grads, data, eval_data,
             SaveContext{
                 .world = groups.world,
                 .rank = rank,
@@ -470,13 +534,14 @@ void train_rank(const Job& job, int rank, int local_rank, const RankGroups& grou
 
 void train_reference(const Job& job) {
   const TokenSource data = open_training_data(job);
+  const std::optional<TokenSource> eval_data = open_eval(job);
   print_lines(run_header(job, data, "no transport", true));
   LocalModel model(job, device_for(job, 0));
   model.rank.add(job.plan.layout, -1);
   AccumulatedGradients grads(job, *model.stages.front());
   StepLog log(job, true, nullptr);
   const RankReport report =
-      train(job, Place{}, model, grads, data,
+      train(job, Place{}, model, grads, data, eval_data,
             SaveContext{.plan_json = job.save_dir.empty() ? "" : plan_json(job.plan, false)}, log);
   dump_params(job, 0, model.store);
   log.finish();

@@ -24,13 +24,13 @@ TEST(ModelConfig, ReadsFieldsOverDefaults) {
 TEST(ModelConfig, ErrorsNameTheFileAndField) {
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"hiden": 64})", "m.json"); }),
             "m.json: hiden: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
-            "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, hf_family, "
-            "hf_max_positions)");
+            "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, qkv_bias, "
+            "hf_family, hf_max_positions)");
   // A key with a newline (fuzz finding: the message's first line was blank).
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"\n": 33})", "m.json"); }),
             "m.json: \\x0a: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
-            "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, hf_family, "
-            "hf_max_positions)");
+            "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, qkv_bias, "
+            "hf_family, hf_max_positions)");
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"heads": -1})", "m.json"); }),
             "m.json: heads: expected a positive integer, got -1");
   EXPECT_EQ(
@@ -92,7 +92,23 @@ TEST(ModelConfig, HuggingFaceFieldsRoundTrip) {
             "scaling");
   EXPECT_EQ(
       filetest::user_error([] { pprt::parse_model_config(R"({"hf_family": "gpt2"})", "m.json"); }),
-      "m.json: hf_family: expected \"llama\" or \"mistral\", got \"gpt2\"");
+      "m.json: hf_family: expected \"llama\", \"mistral\" or \"qwen2\", got \"gpt2\"");
+  // Qwen2's q/k/v biases: written only when on, and the family must agree.
+  pprt::ModelConfig q;
+  q.qkv_bias = true;
+  q.hf_family = "qwen2";
+  EXPECT_EQ(pprt::parse_model_config(pprt::model_config_json(q).dump(), "state"), q);
+  EXPECT_FALSE(pprt::model_config_json(pprt::ModelConfig{}).contains("qkv_bias"));
+  EXPECT_EQ(pprt::describe(q),
+            "hidden 64, heads 4 (kv 2), ffn 176, vocab 256, seq 64, q/k/v biases");
+  EXPECT_TRUE(pprt::parse_model_config(R"({"qkv_bias": true})", "m.json").qkv_bias);
+  EXPECT_EQ(
+      filetest::user_error([] { pprt::parse_model_config(R"({"hf_family": "qwen2"})", "m.json"); }),
+      "m.json: qkv_bias is false, but the Hugging Face family qwen2 has q/k/v biases");
+  EXPECT_EQ(filetest::user_error([] {
+              pprt::parse_model_config(R"({"hf_family": "llama", "qkv_bias": true})", "m.json");
+            }),
+            "m.json: qkv_bias is true, but the Hugging Face family llama has no q/k/v biases");
   EXPECT_EQ(filetest::user_error(
                 [] { pprt::parse_model_config(R"({"rope_scaling": {"factr": 8}})", "m.json"); }),
             "m.json: rope_scaling.factr: unknown field or not a whole number (expected factor, "

@@ -244,6 +244,11 @@ struct Reference {
     return x * at::rsqrt(x.pow(2).mean({-1}, true) + c.norm_eps) * p.at(name);
   }
   at::Tensor lin(const at::Tensor& x, const std::string& name) { return x.matmul(p.at(name).t()); }
+  // A q/k/v projection: with ModelConfig::qkv_bias, plus its bias.
+  at::Tensor proj(const at::Tensor& x, const std::string& pre) {
+    at::Tensor y = lin(x, pre + ".weight");
+    return c.qkv_bias ? y + p.at(pre + ".bias") : y;
+  }
   at::Tensor rope(const at::Tensor& x) {
     const int64_t T = c.seq_len, hd = c.head_dim();
     at::Tensor inv = at::pow(c.rope_theta, -at::arange(0, hd, 2, at::kDouble) / double(hd));
@@ -256,10 +261,9 @@ struct Reference {
   at::Tensor decoder(const at::Tensor& x, const std::string& pre) {
     const int64_t b = x.size(0), T = x.size(1), hd = c.head_dim(), rep = c.heads / c.kv_heads;
     at::Tensor h = rms(x, pre + "attn_norm.weight");
-    at::Tensor q = rope(lin(h, pre + "attn.wq.weight").view({b, T, c.heads, hd}).transpose(1, 2));
-    at::Tensor k =
-        rope(lin(h, pre + "attn.wk.weight").view({b, T, c.kv_heads, hd}).transpose(1, 2));
-    at::Tensor v = lin(h, pre + "attn.wv.weight").view({b, T, c.kv_heads, hd}).transpose(1, 2);
+    at::Tensor q = rope(proj(h, pre + "attn.wq").view({b, T, c.heads, hd}).transpose(1, 2));
+    at::Tensor k = rope(proj(h, pre + "attn.wk").view({b, T, c.kv_heads, hd}).transpose(1, 2));
+    at::Tensor v = proj(h, pre + "attn.wv").view({b, T, c.kv_heads, hd}).transpose(1, 2);
     k = k.repeat_interleave(rep, 1);
     v = v.repeat_interleave(rep, 1);
     at::Tensor causal = at::ones({T, T}, at::kBool).tril();
@@ -394,6 +398,64 @@ TEST(Model, FusedCpuLoopsGiveWhatAtenOperationsGive) {
       const at::Tensor& w = grads[1].at(name);
       EXPECT_TRUE(at::allclose(g, w, 1e-4, 1e-6))
           << name << " (split " << split << ") differs by " << (g - w).abs().max().item<double>();
+    }
+  }
+}
+
+// Qwen2's q/k/v biases (ModelConfig::qkv_bias): zeros at the start, and, once set, the loss and
+// every gradient (biases included) equal the Reference's through autograd, with the full backward
+// (B), with I then W (the biases' gradients deferred into W), and with the gradients returned to
+// autograd (no WeightWork), with MTP and pipelined stages.
+TEST(Model, QkvBiasesFollowTheirDefinition) {
+  ModelConfig c = small_config();
+  c.qkv_bias = true;
+  const at::Tensor tk = tokens(c, 3);
+  for (int how = 0; how < 3; ++how) {  // B, I then W, autograd
+    auto m = build("Et|tm|L", c, 7, 0.3);
+    std::map<std::string, at::Tensor> params = by_name(m);
+    ASSERT_EQ(params.count("layers.1.attn.wk.bias"), 1u);
+    ASSERT_EQ(params.count("mtp.0.layer.attn.wv.bias"), 1u);
+    EXPECT_EQ(params.at("layers.0.attn.wq.bias").sizes().vec(), (std::vector<int64_t>{c.hidden}));
+    EXPECT_EQ(params.at("layers.0.attn.wk.bias").sizes().vec(),
+              (std::vector<int64_t>{c.hidden / 2}));
+    {
+      at::NoGradGuard no_grad;
+      for (auto& [name, t] : params)
+        if (name.ends_with(".bias")) {
+          EXPECT_TRUE(t.eq(0).all().item<bool>()) << name;
+          t.normal_(0, 0.5);
+        }
+    }
+    at::Tensor got;
+    if (how == 2) {
+      got = chain(m, tk);
+      got.backward();
+    } else {
+      at::Tensor x;
+      std::vector<WeightWork> works(3);
+      for (size_t s = 0; s < 3; ++s) x = m[s].forward(x, tk, 0, &works[s], nullptr);
+      got = x;
+      for (WeightWork& w : works) w.set_deferring(how == 1);
+      got.backward();
+      for (WeightWork& w : works) {
+        EXPECT_EQ(w.empty(), how == 0);
+        w.run();
+      }
+    }
+    std::map<std::string, at::Tensor> got_grads;
+    for (auto& p : m.params()) got_grads[p.name] = p.tensor.grad().clone();
+    zero(m);
+    Reference ref{params, c};
+    std::vector<double> mtp;
+    const at::Tensor want = ref.loss(tk, 2, 1, 0.3, &mtp);
+    want.backward();
+    EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << "how " << how;
+    for (auto& p : m.params()) {
+      const at::Tensor& w = p.tensor.grad();
+      ASSERT_TRUE(w.defined()) << p.name;
+      EXPECT_TRUE(at::allclose(got_grads[p.name], w, 1e-4, 1e-6))
+          << p.name << " (how " << how << ") differs by "
+          << (got_grads[p.name] - w).abs().max().item<double>();
     }
   }
 }

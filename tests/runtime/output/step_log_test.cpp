@@ -10,7 +10,7 @@
 namespace {
 
 TEST(StepLog, MetricsLineAndProgressLines) {
-  pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5, {}, {}, -1, 0};
+  pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5, {}, {}, -1, 0, {}, {}};
   EXPECT_EQ(
       pprt::metrics_json(m),
       R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
@@ -19,7 +19,7 @@ TEST(StepLog, MetricsLineAndProgressLines) {
   std::FILE* f = open_memstream(&buf, &len);
   pprt::Progress p(pprt::ProgressMode::Lines, 4, 2, f);
   for (int s = 1; s <= 4; ++s)
-    p.update(pprt::StepMetrics{s, 5.0 - s, 1e-3, 1, 0.5, 2048, 0.5 * s, {}, {}, -1, 0});
+    p.update(pprt::StepMetrics{s, 5.0 - s, 1e-3, 1, 0.5, 2048, 0.5 * s, {}, {}, -1, 0, {}, {}});
   p.finish();
   std::fclose(f);
   const std::string out(buf, len);
@@ -51,6 +51,22 @@ TEST(StepLog, MetricsLineAndProgressLines) {
   std::fclose(f);
   EXPECT_EQ(std::string(buf, len),
             "step 4/4 loss 2.5000 mtp-loss 2.7500 lr 0.001 grad-norm 0.750 tok/s 2.0k eta 0:00\n");
+  std::free(buf);
+  // After an evaluation (--eval-data): eval_loss and eval_mtp_loss after the training losses,
+  // and a line even at a step that would not have had one.
+  m.eval_loss = 3.25;
+  m.eval_mtp_loss = 3.5;
+  EXPECT_EQ(
+      pprt::metrics_json(m),
+      R"({"step":4,"loss":2.5,"mtp_loss":2.75,"eval_loss":3.25,"eval_mtp_loss":3.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
+  m.step = 3;
+  f = open_memstream(&buf, &len);
+  pprt::Progress e(pprt::ProgressMode::Lines, 8, 2, f);
+  e.update(m);
+  std::fclose(f);
+  EXPECT_EQ(std::string(buf, len),
+            "step 3/8 loss 2.5000 mtp-loss 2.7500 eval-loss 3.2500 eval-mtp-loss 3.5000 lr 0.001 "
+            "grad-norm 0.750 tok/s 2.0k eta 0:03\n");
   std::free(buf);
 }
 

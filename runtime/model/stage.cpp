@@ -13,6 +13,7 @@
 #include "compiler/diagnostic.h"
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
+#include "runtime/model/autograd_split.h"
 
 namespace pprt {
 
@@ -253,6 +254,7 @@ Stage::Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
   if (!m.layers.empty()) {
     m.first = m.layers.front().place.position == 0;
     m.last = m.layers.back().place.position == m.layers.back().place.layers - 1;
+    if (ctx.generic_split || generic_split_forced()) m.split = false;
   } else {
     m.split = true;  // nothing to split
   }

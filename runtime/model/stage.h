@@ -97,6 +97,10 @@ struct ModelContext {
   double aux_loss_weight = 0;  // --mtp-loss-weight
   uint64_t seed = 0;
   at::Device device = at::Device(at::kCPU);
+  // Every stage splits its backward through the autograd graph (autograd_split.h), even where
+  // its layers split their own (the built-in model's): for tests and benchmarks of the split.
+  // PPRUN_GENERIC_SPLIT=1 in the environment does the same.
+  bool generic_split = false;
 };
 
 // The layers of one layout stage (or of the whole model: the unpipelined reference).
@@ -112,10 +116,13 @@ class Stage {
   Stage(Stage&&) noexcept;
   Stage& operator=(Stage&&) noexcept;
 
-  int index() const;             // the layout stage (-1: the whole model)
-  bool has_loss() const;         // holds the model's last layer: forward() returns the loss
-  bool takes_tokens() const;     // holds the model's first layer, which starts from the token ids
-  bool splits_backward() const;  // every layer splits its own backward (Layer::splits_backward)
+  int index() const;          // the layout stage (-1: the whole model)
+  bool has_loss() const;      // holds the model's last layer: forward() returns the loss
+  bool takes_tokens() const;  // holds the model's first layer, which starts from the token ids
+  // Every layer splits its own backward (Layer::splits_backward), and the context does not ask
+  // for the generic split: forward() then takes a WeightWork. Otherwise an I splits the stage's
+  // backward through the autograd graph (autograd_split.h).
+  bool splits_backward() const;
   // The global names of the parameters its layers hold, each once, in order of first use.
   const std::vector<std::string>& param_names() const;
 

@@ -49,17 +49,22 @@ std::vector<StageMedians> ProfileRecorder::medians() const {
   auto first = by_step_.begin();
   if (by_step_.size() > 1) ++first;
   std::map<Key, std::vector<double>> times;
-  std::map<int, std::vector<double>> activation;
+  std::map<int, std::vector<double>> activation, held;
   for (auto it = first; it != by_step_.end(); ++it)
     for (const auto& [key, samples] : it->second) {
       double ns = 0, bytes = 0;
+      std::vector<double> freed;
       for (const PartSample& s : samples) {
         ns += static_cast<double>(s.ns);
         bytes += static_cast<double>(std::max<int64_t>(s.bytes, 0));
+        freed.push_back(static_cast<double>(std::max<int64_t>(-s.bytes, 0)));
       }
       const auto n = static_cast<double>(samples.size());
       times[key].push_back(ns / n / 1e6);
       if (key.second == ActionKind::F) activation[key.first].push_back(bytes / n);
+      // What a W frees: the median of the step's (its first W on a stage also allocates the
+      // parameters' gradients, which stay).
+      if (key.second == ActionKind::W) held[key.first].push_back(median(freed));
     }
   std::map<int, StageMedians> out;
   for (const auto& [key, v] : times) {
@@ -84,6 +89,7 @@ std::vector<StageMedians> ProfileRecorder::medians() const {
     }
   }
   for (const auto& [stage, v] : activation) out[stage].activation = median(v);
+  for (const auto& [stage, v] : held) out[stage].held = median(v);
   std::vector<StageMedians> list;
   for (auto& [stage, m] : out) list.push_back(m);
   return list;
@@ -97,7 +103,8 @@ void publish_profile(Store& store, int rank, const std::vector<StageMedians>& me
                  {"b", opt(m.b)},
                  {"i", opt(m.i)},
                  {"w", opt(m.w)},
-                 {"activation", opt(m.activation)}});
+                 {"activation", opt(m.activation)},
+                 {"held", opt(m.held)}});
   store.set(fmt::format("profile/{}", rank), j.dump());
 }
 
@@ -106,7 +113,8 @@ std::vector<StageMedians> gather_profiles(Store& store, const Topology& topology
   for (int r = 0; r < topology.pp; ++r)
     for (const json& e : json::parse(store.get(fmt::format("profile/{}", topology.global(r, 0)))))
       out.push_back(StageMedians{e.at("stage").get<int>(), opt_from(e, "f"), opt_from(e, "b"),
-                                 opt_from(e, "i"), opt_from(e, "w"), opt_from(e, "activation")});
+                                 opt_from(e, "i"), opt_from(e, "w"), opt_from(e, "activation"),
+                                 opt_from(e, "held")});
   return out;
 }
 
@@ -228,6 +236,11 @@ std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_
     s[3].add(m.w);
     s[4].add(m.activation);
   }
+  // The fraction of a microbatch's activation kept from its I until its W, over the stages that
+  // ran both.
+  double held = 0, act = 0;
+  for (const StageMedians& m : medians)
+    if (m.held && m.activation) held += *m.held, act += *m.activation;
   json stages = json::array();
   for (int k = 0; k < S; ++k) {
     const auto& s = sums[static_cast<size_t>(k)];
@@ -277,6 +290,7 @@ std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_
       {"layout", ppc::layout_string(plan.layout)},
       {"stages", stages},
       {"boundaries", boundaries}};
+  if (act > 0) out["weight_grad_memory"] = rounded(std::clamp(held / act, 0.0, 1.0));
   return out.dump(1) + "\n";
 }
 

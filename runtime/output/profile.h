@@ -2,7 +2,8 @@
 // (docs/cost-model.md, "Measured costs"): per layout stage the F, B, I and W times (per step the
 // mean over microbatches, then the median over the steps after the first; milliseconds), the
 // activation bytes one in-flight microbatch holds there and the parameter bytes; per boundary the
-// bytes of one message and its transfer time.
+// bytes of one message and its transfer time; for a run with I and W, the fraction of the
+// activation a microbatch still holds from its I until its W (weight_grad_memory).
 //
 // Each rank records every compute part it runs (the executor's hook: an OVERLAP_F_B gives its
 // forward and its backward part separately), reduces them to per-stage medians and publishes them
@@ -27,7 +28,8 @@ namespace pprt {
 
 // One compute part as the executor ran it: its stage (plan stage), kind (F, B, I or W), compute
 // time with any wait for a received input left out, and the bytes it allocated that were still
-// allocated when it ended (for F: the activation the microbatch holds until its B or I).
+// allocated when it ended (for F: the activation the microbatch holds until its B or I; for a W,
+// negative: less the bytes it freed, which are what its microbatch held from its I to its W).
 struct PartSample {
   int stage = 0;
   ppc::ActionKind kind = ppc::ActionKind::F;
@@ -40,6 +42,7 @@ struct StageMedians {
   int stage = 0;  // plan stage
   std::optional<double> f, b, i, w;
   std::optional<double> activation;  // bytes
+  std::optional<double> held;        // bytes a microbatch holds from its I until its W
 };
 
 // Collects a rank's samples step by step; the first step of a run of several warms up (its

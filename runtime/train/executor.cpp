@@ -13,6 +13,7 @@
 
 #include "compiler/diagnostic.h"
 #include "runtime/fail.h"
+#include "runtime/model/autograd_split.h"
 
 namespace pprt {
 
@@ -36,7 +37,8 @@ struct Slot {
   at::Tensor recv_act, recv_grad;
   std::unique_ptr<Work> recv_act_work, recv_grad_work;
   size_t recv_act_index = 0, recv_grad_index = 0;
-  WeightWork work;  // the weight gradients an I leaves for the W (layers that split their own)
+  WeightWork work;      // the weight gradients an I leaves for the W (layers that split their own)
+  AutogradSplit split;  // the same through the autograd graph (layers that do not)
 };
 
 struct PendingSend {
@@ -167,6 +169,11 @@ struct Executor::Impl {
   // A receive buffer for the tensor crossing layout boundary `i` (entering layout stage i).
   at::Tensor buffer(int i) const {
     const TensorSpec& spec = bounds[static_cast<size_t>(i)];
+    // --profile: allocated where the allocator keeps its size, so that a part that frees it
+    // (an I or a W, measured) counts the bytes freed.
+    std::optional<c10::DebugInfoGuard> seen;
+    if (opts.on_part)
+      seen.emplace(c10::DebugInfoKind::PROFILER_STATE, std::make_shared<NetAllocated>());
     return at::empty(spec.shape, at::TensorOptions().dtype(spec.dtype).device(device));
   }
   // The boundaries' shapes for microbatches of `rows` sequences.
@@ -246,6 +253,19 @@ struct Executor::Impl {
     }
   }
 
+  // Runs a part of the autograd split; what the autograd engine throws (a module that modified a
+  // tensor its backward needs, say) becomes one line naming the stage.
+  template <class F>
+  auto split_step(Stage& st, const char* part, F&& f) {
+    try {
+      return f();
+    } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
+      fail(st.describe(), fmt::format("its {} (the input/weight split through autograd) failed: {}",
+                                      part, what.substr(0, what.find('\n'))));
+    }
+  }
+
   void forward(int s, int mb) {
     Slot& sl = slot(s, mb);
     Stage& st = stage_of(s);
@@ -299,18 +319,23 @@ struct Executor::Impl {
       waited += wait(sl.recv_grad_work, sl.recv_grad_index);
       grad_out = std::move(sl.recv_grad);
     }
-    if (!stage_of(s).splits_backward() && input_only)
-      fail(stage_of(s).describe(),
-           "its layers do not split their own backward (Layer::splits_backward), which an I "
-           "action needs");
-    PartMeter meter(*this, false);
-    sl.work.set_deferring(input_only);
-    if (grad_out.defined())
-      torch::autograd::backward({sl.output}, {grad_out});
-    else
-      torch::autograd::backward({sl.output});
+    Stage& st = stage_of(s);
+    PartMeter meter(*this, input_only);
+    at::Tensor grad_in;
+    if (input_only && !st.splits_backward()) {
+      // Layers that do not split their own backward: the split through the autograd graph.
+      grad_in = split_step(st, "I",
+                           [&] { return sl.split.backward_input(sl.output, grad_out, sl.input); });
+    } else {
+      sl.work.set_deferring(input_only);
+      if (grad_out.defined())
+        torch::autograd::backward({sl.output}, {grad_out});
+      else
+        torch::autograd::backward({sl.output});
+      if (sl.input.defined()) grad_in = sl.input.grad();
+    }
     if (sl.input.defined())  // a stage that starts with E ignores its input: a zero gradient
-      sl.grad_input = sl.input.grad().defined() ? sl.input.grad() : at::zeros_like(sl.input);
+      sl.grad_input = grad_in.defined() ? std::move(grad_in) : at::zeros_like(sl.input);
     sl.input = at::Tensor();
     sl.output = at::Tensor();
     meter.done(s, input_only ? ActionKind::I : ActionKind::B);
@@ -318,8 +343,15 @@ struct Executor::Impl {
   }
 
   void weight(int s, int mb) {
-    PartMeter meter(*this, false);
-    slot(s, mb).work.run();
+    Slot& sl = slot(s, mb);
+    PartMeter meter(*this, true);
+    if (sl.split.pending())
+      split_step(stage_of(s), "W", [&] {
+        sl.split.backward_weight();
+        return 0;
+      });
+    else
+      sl.work.run();
     meter.done(s, ActionKind::W);
   }
 
@@ -375,7 +407,8 @@ struct Executor::Impl {
         if (sl.losses.aux.defined())
           r.mtp_losses[static_cast<size_t>(mb)] = sl.losses.aux.mean().item<double>();
         PPC_INTERNAL_ASSERT(
-            sl.work.empty() && !sl.output.defined() && !sl.recv_act_work && !sl.recv_grad_work,
+            sl.work.empty() && !sl.split.pending() && !sl.output.defined() && !sl.recv_act_work &&
+                !sl.recv_grad_work,
             fmt::format("rank {}: stage {} microbatch {} has work left at the end of the step",
                         rank, s, mb));
         sl = Slot{};

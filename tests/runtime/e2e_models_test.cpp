@@ -38,17 +38,19 @@ std::vector<double> field(const std::string& metrics, const std::string& key) {
   return out;
 }
 
-void expect_parity(const ModelCase& c, int steps = 3) {
+// `env`: added to both runs' environment.
+void expect_parity(const ModelCase& c, int steps = 3, const std::vector<std::string>& env = {}) {
   TempDir d;
   const std::string plan = compile(d, c.layout, c.pp, c.schedule, c.microbatches);
   // One intra-op thread in both runs: a test's ranks share two cores with the other tests.
   const auto common = concat(concat(kModel, c.flags),  // 16 sequences a step
                              {"--plan", plan, "--steps", std::to_string(steps), "--threads", "1"});
   const Proc pipe =
-      pprun(concat(common, {"--metrics", d.file("p.jsonl"), "--dump-params", d.file("pd")}));
+      pprun(concat(common, {"--metrics", d.file("p.jsonl"), "--dump-params", d.file("pd")}), env);
   ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
-  const Proc ref = pprun(concat(
-      common, {"--reference", "--metrics", d.file("r.jsonl"), "--dump-params", d.file("rd")}));
+  const Proc ref = pprun(concat(common, {"--reference", "--metrics", d.file("r.jsonl"),
+                                         "--dump-params", d.file("rd")}),
+                         env);
   ASSERT_EQ(ref.exit_code(), 0) << ref.out;
 
   const bool mtp = c.layout.find('m') != std::string::npos;
@@ -129,6 +131,13 @@ std::string case_name(const ::testing::TestParamInfo<ModelCase>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Mtp, ModelParity, ::testing::ValuesIn(mtp_cases()), case_name);
+
+// The built-in model with the input/weight split through autograd forced on it
+// (docs/library-split.md): an MTP layout with tied embeddings under ZBV, pprun as a whole.
+TEST(ModelParity, GenericSplitForcedOnTheBuiltinModel) {
+  expect_parity({"generic", "Et|tt|tm|mL", "ZBVZeroBubble", 2, 4, {"--tie-embeddings"}, {}}, 3,
+                {"PPRUN_GENERIC_SPLIT=1"});
+}
 
 TEST(ModelParity, EveryScheduleOfPpcompileRunsAnMtpLayout) {
   std::set<std::string> covered;

@@ -1,9 +1,10 @@
 // pprun --profile FILE, as real processes: the file is a cost file ppcompile --cost reads, it
 // holds what the run measured (every stage's times, activation and parameter bytes, every
-// boundary's message), and it round-trips: simulating the plan that ran under it predicts the
-// step time pprun measured (the median over the same steps) within issue 30's 10 %, for 1F1B,
-// Interleaved1F1B and ZB-H2. The model is large enough that compute, not the runtime's fixed
-// costs, fills a step; the suite runs alone (RUN_SERIAL) so that its two ranks have the cores.
+// boundary's message, with I and W the memory held between them), and it round-trips: simulating
+// the plan that ran under it predicts the step time pprun measured (the median over the same steps)
+// within issue 30's 10 %, for 1F1B, Interleaved1F1B and ZB-H2. The model is large enough that
+// compute, not the runtime's fixed costs, fills a step; the suite runs alone (RUN_SERIAL) so that
+// its two ranks have the cores.
 #include <cmath>
 #include <regex>
 
@@ -62,6 +63,13 @@ TEST_P(Profile, RoundTripsWithinTenPercent) {
     // A forward keeps at least its output and the decoder layers' saved inputs: megabytes here.
     EXPECT_GT(s.at("activation").get<double>(), 1e6) << s.dump();
     EXPECT_GT(s.at("params").get<double>(), 1e6) << s.dump();
+  }
+  // With I and W: the fraction of a microbatch's activation held from its I until its W (the
+  // hand-written split keeps each layer's inputs and output gradients: a good part of it).
+  EXPECT_EQ(j.contains("weight_grad_memory"), split) << j.dump();
+  if (split) {
+    EXPECT_GT(j.at("weight_grad_memory").get<double>(), 0.05) << j.dump();
+    EXPECT_LE(j.at("weight_grad_memory").get<double>(), 1) << j.dump();
   }
   // [streams 1, batch 2, seq 128, hidden 256] floats.
   for (const auto& b : j.at("boundaries")) {

@@ -88,9 +88,9 @@ class Microbatch {
 
   // For layers that split their own backward (Layer::splits_backward): where to defer weight
   // work. Null when the stage holds a layer that does not split its own backward (the runtime
-  // then runs no I for the stage yet: the split through the autograd graph is to come), or when
-  // a caller wants the weight gradients from autograd: the layer's backward then returns them
-  // as any LibTorch operation does.
+  // then splits the stage's backward through the autograd graph: docs/library-split.md), or
+  // when a caller wants the weight gradients from autograd: the layer's backward then returns
+  // them as any LibTorch operation does.
   WeightWork* weight_work() const { return weights_; }
 
   // What the loss layer or function reports for this microbatch: `main` (a scalar) is logged as

@@ -10,6 +10,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/lower_bound.h"
 #include "compiler/lower_for_model.h"
+#include "compiler/simulate.h"
 
 namespace ppc {
 
@@ -60,6 +61,92 @@ class Search {
   std::optional<Scored> best_;
   int scored_ = 0;
 };
+
+// One rank's order with the oldest `k` Ws of the run of Ws that ends it moved earlier: one after
+// every `gap`-th of its actions that are not Ws, starting `skip` of them before that run and going
+// back (each W goes only where its own I ran before it). Returns false if none could move.
+bool hoist_tail_ws(std::vector<Action>& order, size_t k, size_t skip, size_t gap) {
+  size_t tail = order.size();
+  while (tail > 0 && order[tail - 1].kind == ActionKind::W) --tail;
+  const size_t in_tail = order.size() - tail;
+  k = std::min(k, in_tail);
+  std::vector<size_t> after;  // insertion points: after these positions, ascending
+  size_t seen = 0;
+  for (size_t j = tail; j-- > 0 && after.size() < k;)
+    if (order[j].kind != ActionKind::W && seen++ >= skip && (seen - 1 - skip) % gap == 0)
+      after.push_back(j);
+  std::reverse(after.begin(), after.end());
+  // Where each W's I ran (the order has one I, or an OVERLAP_F_B holding it, per W).
+  std::vector<size_t> i_at(in_tail, order.size());
+  for (size_t j = 0; j < tail; ++j)
+    for_each_part(order[j], [&](const Action& p) {
+      if (p.kind != ActionKind::I) return;
+      for (size_t q = 0; q < in_tail; ++q)
+        if (order[tail + q].stage == p.stage && order[tail + q].microbatch == p.microbatch)
+          i_at[q] = j;
+    });
+  std::vector<Action> out;
+  out.reserve(order.size());
+  std::vector<bool> moved(in_tail, false);
+  size_t point = 0;
+  bool any = false;
+  for (size_t j = 0; j < tail; ++j) {
+    out.push_back(order[j]);
+    if (point < after.size() && after[point] == j) {
+      ++point;
+      for (size_t q = 0; q < in_tail; ++q)  // the oldest W not moved yet that may run here
+        if (!moved[q] && i_at[q] <= j) {
+          out.push_back(order[tail + q]);
+          moved[q] = any = true;
+          break;
+        }
+    }
+  }
+  for (size_t q = 0; q < in_tail; ++q)
+    if (!moved[q]) out.push_back(order[tail + q]);
+  order = std::move(out);
+  return any;
+}
+
+// Ws that outlast the pace-setting rank (the one with the largest lower bound). A rank that kept
+// its Ws back while its forwards and backwards kept it busy may end with a run of Ws that goes on
+// after the pace-setting rank has finished. Then the oldest Ws of each such run (as many as the
+// overrun takes) move earlier, spread among the rank's other actions at a few depths and spacings;
+// the best of these, when it makes the plan shorter, is kept, and the search repeats from it.
+// Ws send nothing, so every exchange keeps its order and lowering cannot get stuck on the result;
+// a W moved earlier frees its memory earlier, so the peak does not grow.
+Scored move_w_tails(Scored best, const SynthesisOptions& opts, int rounds, int& scored) {
+  if (opts.cost.unit) return best;
+  const std::vector<StageCost> c = stage_costs(best.plan, opts.cost);
+  const int pace = makespan_lower_bound(best.plan, opts.cost).rank;
+  for (int round = 0; round < rounds; ++round) {
+    const Simulation sim = simulate(lower_for_model(best.plan, opts.cost), opts.cost);
+    const double target = sim.last_end[static_cast<size_t>(pace)];
+    Search search(opts);
+    for (const double depth : {0.25, 0.5, 0.75})
+      for (const size_t gap : {1, 2}) {
+        Plan next = best.plan;
+        bool moved = false;
+        for (int r = 0; r < next.pp(); ++r) {
+          const size_t ru = static_cast<size_t>(r);
+          std::vector<Action>& order = next.compute[ru];
+          const double over = sim.last_end[ru] - target;
+          if (r == pace || over <= 0 || order.empty() || order.back().kind != ActionKind::W)
+            continue;
+          const double w = c[static_cast<size_t>(order.back().stage)].w;
+          const size_t k = static_cast<size_t>(std::ceil(over / std::max(w, 1e-12)));
+          size_t others = 0;
+          for (const Action& a : order) others += a.kind != ActionKind::W;
+          moved |= hoist_tail_ws(order, k, static_cast<size_t>(depth * others), gap);
+        }
+        if (moved) search.score(std::move(next), best.what + ", Ws moved from the tails");
+      }
+    scored += search.scored();
+    if (!search.best() || !better(*search.best(), best)) break;
+    best = *search.best();
+  }
+  return best;
+}
 
 // The plan skeleton of Auto on `style`: what plan_skeleton checks, on that placement.
 Plan skeleton(const SynthesisOptions& o, PlacementStyle style) {
@@ -205,14 +292,15 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
     }
   }
   if (!search.best()) throw *no_room;
-  const Scored& b = *search.best();
+  int hoisted = 0;
+  const Scored b = move_w_tails(*search.best(), opts, 3, hoisted);
   res.plan = b.plan;
   res.plan.schedule = auto_schedule().name;
   res.makespan = b.makespan;
   res.peak_total = b.peak_total;
   res.fits = b.fits;
   res.chosen = b.what;
-  res.candidates = search.scored();
+  res.candidates = search.scored() + hoisted;
   if (best_named.plan.placement.pp) {
     res.best_named = best_named.what;
     res.best_named_makespan = best_named.makespan;

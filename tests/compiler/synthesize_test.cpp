@@ -311,8 +311,8 @@ TEST(Synthesize, ALimitWithoutRoomForOneMicrobatchIsAUserError) {
 
 // Issue 30's goals on DeepSeek-V3 (pp 16, 64 microbatches, the project's costs). With the limit at
 // 1F1B's peak: at most 0.9 of the best named one-copy schedule that fits. With twice that: the
-// figure the docs quote (the issue asks for 5 % of the bound; docs/schedules.md says why this
-// bound is not reached).
+// figure the docs quote, 1.057 (the issue asks for 5 % of the bound; docs/schedules.md says what
+// is left and why).
 TEST(Synthesize, DeepSeekV3Goals) {
   CompareOptions o;
   o.layout = parse_layout_file(pptest::source_path("layouts/deepseek-v3.layout"));
@@ -350,7 +350,11 @@ TEST(Synthesize, DeepSeekV3Goals) {
     if (factor == 1.0) {
       EXPECT_LE(auto_makespan, 0.9 * best_named);
     } else {
-      EXPECT_LE(auto_makespan, 1.08 * bound);
+      EXPECT_LE(auto_makespan, 1.06 * bound);
+      // The Ws the other ranks held back no longer outlast the rank that sets the pace (the one
+      // with the largest bound): moved earlier (move_w_tails), they end with it.
+      const LowerBound lb = makespan_lower_bound(autorow->plan, o.cost);
+      EXPECT_DOUBLE_EQ(autorow->sim.last_end[static_cast<size_t>(lb.rank)], auto_makespan);
     }
   }
 }

@@ -18,6 +18,7 @@ struct RunOptions {
   bool reference = false;
   std::string layout;               // --reference without a plan
   std::optional<int> microbatches;  // must agree with the plan
+  ModelSource source;               // the model (its family); pprun's own by default
   std::string config_path;
   ModelOverrides model;
   TrainOptions train;
@@ -36,13 +37,13 @@ struct RunOptions {
   int keep = 0;             // --keep
   bool save_async = false;  // --save-async
   std::string resume_dir;   // --resume: DIR, or "auto" (--save's latest checkpoint, if any)
-  std::vector<std::string> export_args;  // --export DIR OUT
+  std::vector<std::string> export_args;       // --export DIR OUT
   std::string export_format = "safetensors";  // --format: safetensors (one file) or hf
   std::string export_dtype = "fp32";          // --dtype (--format hf): fp32 or bf16
   std::string max_shard_size = "5GB";         // --max-shard-size (--format hf)
   std::string init_from;                      // --init-from DIR (Hugging Face)
-  std::string exe;                       // this program (spawning)
-  std::vector<std::string> args;         // its arguments, passed on to spawned ranks
+  std::string exe;                            // this program (spawning)
+  std::vector<std::string> args;              // its arguments, passed on to spawned ranks
 };
 
 // Checks and resolves the options (plan, model, data, device, ...). Throws ppc::UserError.

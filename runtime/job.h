@@ -25,6 +25,8 @@ struct ModelSource {
   // The configuration sizes the model (pprun's own): --config, --hidden ... --init-from and the
   // checkpoint checks of its architecture apply. Otherwise only --vocab and --seq-len do.
   bool sized = true;
+  // The layout symbols the model has layers for, checked against the plan before anything runs.
+  std::string symbols;
 };
 
 struct TrainOptions {

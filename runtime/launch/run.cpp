@@ -148,6 +148,12 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   job.train = o.train;
   job.source = o.source;
   PPC_INTERNAL_ASSERT(job.source.make != nullptr, "a run has a model");
+  for (size_t st = 0; st < job.plan.layout.stages.size(); ++st)  // as model/stage.cpp says it
+    for (ppc::LayerKind k : job.plan.layout.stages[st])
+      if (const char c = ppc::layer_symbol(k);
+          !job.source.symbols.empty() && job.source.symbols.find(c) == std::string::npos)
+        fail("layout", fmt::format("symbol '{}' (stage {}) has no layer in the model '{}'", c, st,
+                                   job.source.family));
   if (!job.source.sized) {  // a program's own model: its sizes are its code's
     const ModelOverrides& m = o.model;
     const std::pair<bool, const char*> sizing[] = {

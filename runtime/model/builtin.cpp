@@ -266,6 +266,7 @@ ModelSource builtin_source() {
   s.make = [](const ModelConfig& c) { return builtin_model(c); };
   s.family = "pprun";
   s.sized = true;
+  s.symbols = "EtmL";
   return s;
 }
 

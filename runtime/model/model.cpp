@@ -68,6 +68,7 @@ int main(int argc, char** argv, Model model) {
   ModelSource source;
   source.family = model.family();
   source.sized = false;  // its sizes are its code's
+  for (char c : model.symbols()) source.symbols += c;
   source.make = [model](const ModelConfig&) { return model; };
   return main_of(argc, argv, std::move(source));
 }

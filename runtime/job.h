@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,21 @@
 #include "runtime/model/config.h"
 
 namespace pprt {
+
+class Model;  // pprt/pprt.h
+
+// The model a run trains: made, once the run's model configuration is resolved, by `make`, in the
+// rank processes and the reference (pprt::main's program gives one model: the same whatever the
+// configuration; pprun's own family, builtin.h, is sized by it).
+struct ModelSource {
+  std::function<Model(const ModelConfig&)> make;  // empty: pprun's own (builtin.h)
+  std::string family = "pprun";                   // the model's name, for messages
+  // The configuration sizes the model (pprun's own): --config, --hidden ... --init-from and the
+  // checkpoint checks of its architecture apply. Otherwise only --vocab and --seq-len do.
+  bool sized = true;
+  // The layout symbols the model has layers for, checked against the plan before anything runs.
+  std::string symbols;
+};
 
 struct TrainOptions {
   int steps = 40;
@@ -78,6 +94,7 @@ struct Job {
   int dp = 1;      // data-parallel replicas of the plan's pipeline
   Topology topology() const { return Topology{plan.pp(), dp}; }
   ModelConfig model;
+  ModelSource source;  // what makes the model from `model`
   TrainOptions train;
   EvalOptions eval;
   OutputOptions out;

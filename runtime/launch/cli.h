@@ -9,13 +9,22 @@
 
 namespace pprt {
 
-// Parses the command line into `o` (which holds the defaults). Returns the exit code to stop with
-// (0 after --help; 2 after a bad flag, with one line on stderr naming it), or nullopt to go on.
-// Sets o.exe (this program, which spawned ranks run again) and o.args.
+// Parses the command line into `o` (which holds the defaults and the model's source). Returns the
+// exit code to stop with (0 after --help; 2 after a bad flag, with one line on stderr naming it),
+// or nullopt to go on. Sets o.exe (this program, which spawned ranks run again) and o.args.
 std::optional<int> parse_command_line(int argc, char** argv, const char* program, RunOptions& o);
 
 // Runs `o` (run.h: run) and returns the process exit code: 0, 2 for bad input (one line on
 // stderr: "PROGRAM: [rank R: ]error: WHERE: MESSAGE"), 1 for a failed run.
 int run_command_line(const RunOptions& o, const char* program);
+
+// Both: the whole of a training program, pprun's or pprt::main's (pprt/main.h), for the model of
+// `source`. `program` names it in messages (null: argv[0]'s file name). Flags that size pprun's
+// own model (--config, --hidden, ..., --init-from, --export, --profile) exist only for a sized
+// source.
+int main_of(int argc, char** argv, ModelSource source, const char* program = nullptr);
+
+// pprun's own model family (model/builtin.h: builtin_model), sized by the run's configuration.
+ModelSource builtin_source();
 
 }  // namespace pprt

@@ -86,7 +86,9 @@ void resume_from(const RunOptions& o, const std::string& dir, Job& job) {
                                "orders the data): leave --seed out to resume",
                                o.train.seed, ckpt.dir(), st.train.seed));
   job.train.seed = st.train.seed;
-  ckpt.check_params(model_params(job.model, job.plan.layout), job.model, job.plan.layout);
+  // A model of the program's own: its parameters are checked by name and shape as they load.
+  if (job.source.sized)
+    ckpt.check_params(model_params(job.model, job.plan.layout), job.model, job.plan.layout);
   job.resume_path = ckpt.dir();
   job.start_step = st.step;
 }
@@ -168,6 +170,27 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   if (job.plan.microbatches < 1) fail("--microbatches", "must be at least 1");
 
   job.train = o.train;
+  job.source = o.source;
+  PPC_INTERNAL_ASSERT(job.source.make != nullptr, "a run has a model");
+  for (size_t st = 0; st < job.plan.layout.stages.size(); ++st)  // as model/stage.cpp says it
+    for (ppc::LayerKind k : job.plan.layout.stages[st])
+      if (const char c = ppc::layer_symbol(k);
+          !job.source.symbols.empty() && job.source.symbols.find(c) == std::string::npos)
+        fail("layout", fmt::format("symbol '{}' (stage {}) has no layer in the model '{}'", c, st,
+                                   job.source.family));
+  if (!job.source.sized) {  // a program's own model: its sizes are its code's
+    const ModelOverrides& m = o.model;
+    const std::pair<bool, const char*> sizing[] = {
+        {!o.config_path.empty(), "--config"},  {m.hidden.has_value(), "--hidden"},
+        {m.heads.has_value(), "--heads"},      {m.kv_heads.has_value(), "--kv-heads"},
+        {m.ffn.has_value(), "--ffn"},          {m.tie_embeddings, "--tie-embeddings"},
+        {!o.init_from.empty(), "--init-from"}, {!o.out.profile_path.empty(), "--profile"}};
+    for (const auto& [given, flag] : sizing)
+      if (given)
+        fail(flag, fmt::format("applies to pprun's own model only; model '{}' is its program's "
+                               "(only --vocab and --seq-len configure it)",
+                               job.source.family));
+  }
   std::string resume = o.resume_dir;
   if (resume == "auto") {  // a job restarted by its launcher goes on by itself
     if (o.save_dir.empty())
@@ -195,7 +218,8 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   if (!(t.lr > 0)) fail("--lr", "must be positive");
   if (t.clip < 0) fail("--clip", "must be at least 0 (0 = no clipping)");
   if (!(t.mtp_loss_weight >= 0)) fail("--mtp-loss-weight", "must be at least 0");
-  if (const int depths = mtp_depths(job.plan.layout); depths >= job.model.seq_len)
+  if (const int depths = job.source.sized ? mtp_depths(job.plan.layout) : 0;
+      depths >= job.model.seq_len)
     fail("--seq-len",
          fmt::format("is {}, but the layout's {} MTP depths need at least {} tokens per sequence",
                      job.model.seq_len, depths, depths + 1));

@@ -18,6 +18,7 @@ struct RunOptions {
   bool reference = false;
   std::string layout;               // --reference without a plan
   std::optional<int> microbatches;  // must agree with the plan
+  ModelSource source;               // the model (its family); pprun's own by default
   std::string config_path;
   ModelOverrides model;
   TrainOptions train;

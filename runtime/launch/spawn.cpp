@@ -249,6 +249,13 @@ class Supervisor {
   int exit_code() {
     if (interrupted_) return 128 + interrupted_;
     if (first_failure_ < 0) return 0;
+    // A rank that found bad input (exit code 2: a model's wrong shape met mid-run) is the cause,
+    // whichever rank exited first: the others failed because it stopped.
+    for (const Child& c : kids_)
+      if (WIFEXITED(c.status) && WEXITSTATUS(c.status) == 2) {
+        first_failure_ = c.rank;
+        break;
+      }
     // A rank that was stopped is the cause, whichever rank exited first.
     for (const Child& c : kids_)
       if (c.killed_stopped) first_failure_ = c.rank;

@@ -13,6 +13,7 @@
 
 #include "compiler/diagnostic.h"
 #include "runtime/data/token_source.h"
+#include "runtime/launch/cli.h"
 #include "runtime/model/architecture.h"
 
 namespace pprt {
@@ -266,6 +267,15 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
       },
       [](const std::vector<int64_t>&) { return std::vector<int64_t>{}; });
   return model;
+}
+
+ModelSource builtin_source() {
+  ModelSource s;
+  s.make = [](const ModelConfig& c) { return builtin_model(c); };
+  s.family = "pprun";
+  s.sized = true;
+  s.symbols = "EtmL";
+  return s;
 }
 
 }  // namespace pprt

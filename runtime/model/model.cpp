@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 
 #include "compiler/diagnostic.h"
+#include "pprt/main.h"
 #include "pprt/pprt.h"
+#include "runtime/launch/cli.h"
 #include "runtime/model/stage.h"
 
 namespace pprt {
@@ -60,6 +62,15 @@ at::Tensor LayerInfo::shared(const std::string& shared_name, const std::vector<i
   at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
   init(t);
   return t.set_requires_grad(true);
+}
+
+int main(int argc, char** argv, Model model) {
+  ModelSource source;
+  source.family = model.family();
+  source.sized = false;  // its sizes are its code's
+  for (char c : model.symbols()) source.symbols += c;
+  source.make = [model](const ModelConfig&) { return model; };
+  return main_of(argc, argv, std::move(source));
 }
 
 }  // namespace pprt

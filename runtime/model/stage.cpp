@@ -373,6 +373,23 @@ std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
   return out;
 }
 
+std::vector<TensorSpec> learned_boundaries(const ModelContext& ctx, const ppc::Layout& layout,
+                                           int64_t rows) {
+  RankModel whole(ctx);
+  for (size_t s = 0; s < layout.stages.size(); ++s) whole.add(layout, static_cast<int>(s));
+  at::NoGradGuard no_grad;
+  const at::Tensor tokens = at::zeros({rows, ctx.setup.seq_len + 1},
+                                      at::TensorOptions().dtype(at::kLong).device(ctx.device));
+  std::vector<TensorSpec> out{placeholder_spec()};
+  at::Tensor x;
+  for (Stage* stage : whole.stages) {
+    LossReport losses;
+    x = stage->forward(x, tokens, 0, nullptr, &losses);
+    out.push_back(TensorSpec{x.sizes().vec(), x.scalar_type()});
+  }
+  return out;
+}
+
 RankModel::RankModel(const ModelContext& c) : ctx(c), shared(store, c.seed) {}
 
 Stage& RankModel::add(const ppc::Layout& layout, int stage) {

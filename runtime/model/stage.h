@@ -154,6 +154,16 @@ std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
                                                            const ppc::Layout& layout, int64_t rows,
                                                            std::string* missing = nullptr);
 
+// The same, learned from one forward of the whole model, for a model whose layers do not all
+// declare their shapes: every layout stage built on this process from `ctx` (parameters of their
+// own, on ctx.device, as the reference makes them) and run once, without autograd, on a
+// microbatch of `rows` sequences of token id 0; each stage's output gives its boundary (shape and
+// dtype). It costs one unpipelined forward of one microbatch and, while it runs, the memory of the
+// whole model's parameters; the model is freed afterwards. Throws ppc::UserError naming the stage
+// and layer when a layer fails.
+std::vector<TensorSpec> learned_boundaries(const ModelContext& ctx, const ppc::Layout& layout,
+                                           int64_t rows);
+
 // A process's parameters and the stages that use them (a rank's stages, or the whole model).
 struct RankModel {
   ModelContext ctx;

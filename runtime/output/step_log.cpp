@@ -131,6 +131,15 @@ std::string run_header(const Job& job, const TokenSource& data, const std::strin
       : job.dp > 1 ? fmt::format("{} on {} ranks (vpp {}) x {} data-parallel replicas = {} ranks",
                                  p.schedule, p.pp(), p.vpp(), job.dp, p.pp() * job.dp)
                    : fmt::format("{} on {} ranks (vpp {})", p.schedule, p.pp(), p.vpp());
+  if (!job.source.sized)  // a program's own model (pprt::main): its layers are its code's
+    return fmt::format(
+               "{}, {} microbatches of {} sequences{}\n"
+               "model '{}' of layout {} (vocab {}, seq {}); data: {}; {}, {}, {} thread{} per "
+               "rank ({})\n",
+               what, p.microbatches, b, replicas > 1 ? " per replica" : "", job.source.family,
+               p.layout.source, job.model.vocab, job.model.seq_len, data.describe(), transport,
+               job.device, job.threads, job.threads == 1 ? "" : "s", thread_pools()) +
+           resume_line(job);
   const int decoders = p.layout.count(ppc::LayerKind::Decoder);
   const int depths = mtp_depths(p.layout);
   const std::string layers =

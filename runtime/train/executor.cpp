@@ -181,14 +181,24 @@ struct Executor::Impl {
     if (rows == b_shaped) return;
     std::string missing;
     auto d = declared_boundaries(*ctx.model, ctx.setup, plan.layout, rows, &missing);
-    if (!d)
-      fail(missing, fmt::format("the layer declares no output shape (Model::layer's `shape`), "
-                                "which a pipelined run of model '{}' needs",
-                                ctx.model->family()));
-    bounds = std::move(*d);
+    // A layer declares no shape: one forward of the whole model tells them (stage.h).
+    declared = d.has_value();
+    bounds = d ? std::move(*d) : learned_boundaries(ctx, plan.layout, rows);
     b_shaped = rows;
   }
   int64_t b_shaped = -1;
+  bool declared = true;
+  // What a stage sends must be what the next stage's rank receives (a layer whose output's shape
+  // depends on more than the microbatch's size breaks the boundary's shape).
+  void check_sent(int s, const at::Tensor& out) {
+    const TensorSpec& want = bounds[static_cast<size_t>(plan.layout_stage(s) + 1)];
+    if (out.sizes().vec() != want.shape)
+      fail(stage_of(s).describe(),
+           fmt::format("its output is {}, but the next stage receives {} (the boundary's shape, "
+                       "{} for every microbatch)",
+                       to_string(TensorSpec{out.sizes().vec(), out.scalar_type()}), to_string(want),
+                       declared ? "from its layers' declared shapes" : "learned from one forward"));
+  }
 
   // Posts the SEND/RECV actions [begin, end) as one batch; `forward_only`: only SEND_F and RECV_F
   // (evaluation), nothing if the batch holds none.
@@ -205,6 +215,7 @@ struct Executor::Impl {
       Slot& sl = slot(a.stage, a.microbatch);
       switch (a.kind) {
         case ActionKind::SendF:
+          check_sent(a.stage, sl.output);
           sends.push_back(PendingSend{sl.output.detach().contiguous(), nullptr, j});
           if (forward_only) sl.output = at::Tensor();  // nothing else reads it
           ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, false),

@@ -1,15 +1,14 @@
 #include "runtime/train/grad_reducer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <map>
 
 #include "compiler/diagnostic.h"
-#include "runtime/model/architecture.h"
 
 namespace pprt {
 
@@ -47,9 +46,9 @@ void set_grads(const std::vector<at::Tensor*>& params, const at::Tensor& flat) {
 
 }  // namespace
 
-GradReducer::GradReducer(const ppc::Plan& plan, int pipeline_rank, const ModelConfig& config,
-                         ParamStore& store, Transport& group, std::chrono::milliseconds timeout,
-                         size_t bucket_bytes)
+GradReducer::GradReducer(const ppc::Plan& plan, int pipeline_rank,
+                         const std::vector<Stage*>& stages, ParamStore& store, Transport& group,
+                         std::chrono::milliseconds timeout, size_t bucket_bytes)
     : group_(group), timeout_(timeout), scale_(1.0 / group.size()) {
   // When each local stage's weight gradients are final: its last B or W in the rank's order.
   const auto& order = plan.order()[static_cast<size_t>(pipeline_rank)];
@@ -60,13 +59,14 @@ GradReducer::GradReducer(const ppc::Plan& plan, int pipeline_rank, const ModelCo
         if (a.kind == ppc::ActionKind::B || a.kind == ppc::ActionKind::W) last[a.stage] = i;
       });
   // Each parameter is final after the last of those of the stages that use it.
-  const auto specs = stage_specs(plan.layout, 0);
+  const std::vector<int>& mine = plan.placement.rank_stages[static_cast<size_t>(pipeline_rank)];
+  PPC_INTERNAL_ASSERT(mine.size() == stages.size(), "a Stage per stage of the rank");
   std::map<std::string, size_t> ready;
-  for (int s : plan.placement.rank_stages[static_cast<size_t>(pipeline_rank)]) {
-    const StageSpec& spec = specs[static_cast<size_t>(plan.layout_stage(s))];
-    for (const ParamSpec& p : params_of(config, spec.layers, spec.total_decoders)) {
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const int s = mine[k];
+    for (const std::string& name : stages[k]->param_names()) {
       PPC_INTERNAL_ASSERT(last.count(s), "a stage with parameters has a backward");
-      ready[p.name] = std::max(ready[p.name], last[s]);
+      ready[name] = std::max(ready[name], last[s]);
     }
   }
   // Buckets in the order of readiness (the store's order within one moment: the same on every
@@ -133,9 +133,47 @@ ReduceStats GradReducer::finish() {
   return st;
 }
 
-SharedGradSum::SharedGradSum(const ppc::Plan& plan, const ModelConfig& config, int pipeline_rank,
-                             ParamStore& store, Transport& pipeline) {
-  for (const SharedGroup& g : shared_groups(plan, config)) {
+std::vector<SharedNames> shared_names(const std::vector<std::vector<std::string>>& held_by_rank) {
+  std::map<std::string, std::vector<int>> holders;  // ranks in increasing order
+  for (size_t r = 0; r < held_by_rank.size(); ++r)
+    for (const std::string& name : held_by_rank[r]) {
+      std::vector<int>& ranks = holders[name];
+      if (ranks.empty() || ranks.back() != static_cast<int>(r))
+        ranks.push_back(static_cast<int>(r));
+    }
+  std::map<std::vector<int>, std::vector<std::string>> groups;  // names arrive sorted
+  for (auto& [name, ranks] : holders)
+    if (ranks.size() > 1) groups[ranks].push_back(name);
+  std::vector<SharedNames> out;
+  for (auto& [ranks, names] : groups) out.push_back(SharedNames{ranks, std::move(names)});
+  return out;
+}
+
+std::vector<std::vector<std::string>> gather_param_names(Store& store, int pipeline_rank,
+                                                         int replica, int pp,
+                                                         const std::vector<std::string>& mine) {
+  auto key = [](int r) { return fmt::format("params/{}", r); };
+  if (replica == 0) store.set(key(pipeline_rank), fmt::format("{}", fmt::join(mine, "\n")));
+  std::vector<std::vector<std::string>> out(static_cast<size_t>(pp));
+  for (int r = 0; r < pp; ++r) {
+    if (r == pipeline_rank) {
+      out[static_cast<size_t>(r)] = mine;
+      continue;
+    }
+    const std::string text = store.get(key(r));
+    std::vector<std::string>& names = out[static_cast<size_t>(r)];
+    for (size_t at = 0; at < text.size();) {
+      const size_t end = std::min(text.find('\n', at), text.size());
+      names.push_back(text.substr(at, end - at));
+      at = end + 1;
+    }
+  }
+  return out;
+}
+
+SharedGradSum::SharedGradSum(const std::vector<std::vector<std::string>>& held_by_rank,
+                             int pipeline_rank, ParamStore& store, Transport& pipeline) {
+  for (const SharedNames& g : shared_names(held_by_rank)) {
     if (!std::binary_search(g.ranks.begin(), g.ranks.end(), pipeline_rank)) continue;
     Group group;
     group.transport =

@@ -33,9 +33,9 @@ namespace pprt {
 
 class GradReducer {
  public:
-  // `pipeline_rank`'s parameters in `store` (built from `plan`), reduced over `group` (the
-  // replicas of this pipeline rank).
-  GradReducer(const ppc::Plan& plan, int pipeline_rank, const ModelConfig& config,
+  // `pipeline_rank`'s parameters in `store`, held by `stages` (its stages, in the order of the
+  // plan's placement), reduced over `group` (the replicas of this pipeline rank).
+  GradReducer(const ppc::Plan& plan, int pipeline_rank, const std::vector<Stage*>& stages,
               ParamStore& store, Transport& group, std::chrono::milliseconds timeout,
               size_t bucket_bytes = size_t{25} << 20);
   ~GradReducer();
@@ -68,15 +68,32 @@ class GradReducer {
   size_t next_ = 0;              // the first bucket not started
 };
 
-// The parameters a rank holds with other ranks (architecture.h: shared_groups; the embedding of
-// E, of every m and of a tied head, DualPipe's two copies): after each step their gradients are
-// summed over a process group per set of ranks holding them, so that the copies stay identical.
+// The parameters several pipeline ranks hold (a parameter of one global name on several ranks:
+// the embedding of E, of every m and of a tied head, a model's LayerInfo::shared tensors,
+// DualPipe's two copies), from the names each rank holds: groups of (ranks, names), the names of
+// a group sorted, groups ordered by their ranks.
+struct SharedNames {
+  std::vector<int> ranks;
+  std::vector<std::string> names;
+};
+std::vector<SharedNames> shared_names(const std::vector<std::vector<std::string>>& held_by_rank);
+
+// Every pipeline rank's parameter names (`mine`: this rank's), through the rendezvous store: each
+// replica 0 publishes its own; every rank reads the pipeline's.
+std::vector<std::vector<std::string>> gather_param_names(Store& store, int pipeline_rank,
+                                                         int replica, int pp,
+                                                         const std::vector<std::string>& mine);
+
+// The parameters a rank holds with other ranks (shared_names): after each step their gradients
+// are summed over a process group per set of ranks holding them, so that the copies stay
+// identical.
 class SharedGradSum {
  public:
   SharedGradSum() = default;  // nothing shared
   // The groups of `pipeline_rank`'s shared parameters in `store`, made over `pipeline` (every
-  // member makes them, in the one global order of the groups).
-  SharedGradSum(const ppc::Plan& plan, const ModelConfig& config, int pipeline_rank,
+  // member makes them, in the one global order of the groups); `held_by_rank`: every pipeline
+  // rank's parameter names (gather_param_names).
+  SharedGradSum(const std::vector<std::vector<std::string>>& held_by_rank, int pipeline_rank,
                 ParamStore& store, Transport& pipeline);
 
   // One flat all-reduce per group (its parameters in name order: the same on every member).

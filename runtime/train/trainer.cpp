@@ -20,7 +20,6 @@
 #include "runtime/checkpoint/save_load.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/failure.h"
-#include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/param_dump.h"
 #include "runtime/output/profile.h"
@@ -50,7 +49,7 @@ at::Device device_for(const Job& job, int local_rank) {
                                    gpu_for_local_rank(local_rank, cuda_device_count())));
 }
 
-// The model the job trains: pprun's own (builtin.h), through pprt::Model like any other.
+// The context of the model the job trains (pprun's own, builtin.h, or a program's: pprt::main).
 ModelContext model_context(const Job& job, const Model& model, const at::Device& device) {
   ModelContext ctx;
   ctx.model = &model;
@@ -70,7 +69,7 @@ struct LocalModel {
   ParamStore& store;
   std::vector<Stage*>& stages;
   LocalModel(const Job& job, const at::Device& d)
-      : model(builtin_model(job.model)),
+      : model(job.source.make(job.model)),
         device(d),
         rank(model_context(job, model, d)),
         store(rank.store),
@@ -121,12 +120,18 @@ class StepGradients {
 // gradients over the replicas and the copies of shared parameters are summed.
 class PipelineGradients final : public StepGradients {
  public:
-  PipelineGradients(const Job& job, int rank, const RankGroups& groups, LocalModel& model)
+  PipelineGradients(const Job& job, int rank, const RankGroups& groups, LocalModel& model,
+                    Store& store)
       : job_(job) {
     const ppc::Plan& plan = job.plan;
     const int prank = job.topology().pipeline_rank(rank);
-    if (groups.pipeline)
-      shared_ = SharedGradSum(plan, job.model, prank, model.store, *groups.pipeline);
+    if (groups.pipeline) {  // the parameters other pipeline ranks hold too: from their names
+      std::vector<std::string> mine;
+      for (const NamedParam& p : model.store.params()) mine.push_back(p.name);
+      shared_ = SharedGradSum(
+          gather_param_names(store, prank, job.topology().replica(rank), plan.pp(), mine), prank,
+          model.store, *groups.pipeline);
+    }
     ExecutorOptions eo;
     eo.timeout = job.timeout;
     if (rank == job.kill_rank && job.kill_at == Job::KillAt::Step) {
@@ -135,7 +140,7 @@ class PipelineGradients final : public StepGradients {
     }
     if (rank == job.slow_rank) eo.slow_factor = job.slow_factor;
     if (groups.replicas) {
-      reducer_ = std::make_unique<GradReducer>(plan, prank, job.model, model.store,
+      reducer_ = std::make_unique<GradReducer>(plan, prank, model.stages, model.store,
                                                *groups.replicas, job.timeout);
       eo.after_compute = [r = reducer_.get()](size_t i) { r->action_done(i); };
     }
@@ -459,7 +464,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   }
   for (int s : plan.placement.rank_stages[static_cast<size_t>(prank)])
     model.rank.add(plan.layout, plan.layout_stage(s));
-  PipelineGradients grads(job, rank, groups, model);
+  PipelineGradients grads(job, rank, groups, model, store);
   StepLog log(job, reporter, &watch);
   const Place place{replica, job.dp, groups.world, rank, replica == 0, &grads.counted_elsewhere()};
   RankReport report =

@@ -1,9 +1,8 @@
-// pprun: trains a model by replaying a compiled plan (ppcompile --emit json), one process per
-// rank. Thin: the flags and the run are the library's (runtime/launch/cli.h).
+// pprun: trains pprun's own model family (runtime/model/builtin.h) by replaying a compiled plan
+// (ppcompile --emit json), one process per rank. Thin: the same entry point as any program of
+// the library (pprt::main, pprt/main.h), given the built-in family.
 #include "runtime/launch/cli.h"
 
 int main(int argc, char** argv) {
-  pprt::RunOptions o;
-  if (auto stop = pprt::parse_command_line(argc, argv, "pprun", o)) return *stop;
-  return pprt::run_command_line(o, "pprun");
+  return pprt::main_of(argc, argv, pprt::builtin_source(), "pprun");
 }

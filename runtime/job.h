@@ -13,6 +13,13 @@
 
 namespace pprt {
 
+// --dtype: the precision of activations and matrix products. Bf16 is mixed precision (Megatron-LM's
+// --bf16): the parameters stay fp32 (the master weights), and so do their gradients, accumulated
+// over the microbatches, AdamW's state, RMSNorm's statistics, softmax and the loss
+// (runtime/model/precision.h, docs/gpu.md).
+enum class Precision : uint8_t { Fp32, Bf16 };
+const char* precision_name(Precision p);  // "fp32", "bf16"
+
 struct TrainOptions {
   int steps = 40;
   int global_batch = 16;      // sequences per step; a multiple of the plan's microbatches
@@ -26,6 +33,7 @@ struct TrainOptions {
   uint64_t seed = 1234;          // initialisation and data
   std::string data_path;         // empty = synthetic language
   DataFormat data_format = DataFormat::Auto;
+  Precision dtype = Precision::Fp32;  // --dtype
 
   int warmup_steps() const { return warmup >= 0 ? warmup : steps / 10; }
 };
@@ -92,6 +100,8 @@ struct Job {
   std::string init_from;     // --init-from: a Hugging Face model directory (checkpoint/hf.h)
   int64_t start_step = 0;    // steps the checkpoint had completed
   bool resume_auto = false;  // --resume auto: from save_dir's latest checkpoint, if it has one
+  // --resume: the --dtype the checkpoint was trained with.
+  Precision resumed_dtype = Precision::Fp32;
 };
 
 // The rank that holds the loss (the last stage of the model): it prints progress and writes the

@@ -97,6 +97,9 @@ struct ModelContext {
   double aux_loss_weight = 0;  // --mtp-loss-weight
   uint64_t seed = 0;
   at::Device device = at::Device(at::kCPU);
+  // The dtype of the activations crossing stage boundaries (--dtype: the model's activations;
+  // precision.h). The placeholder before the first layer and the loss stay fp32.
+  at::ScalarType dtype = at::kFloat;
 };
 
 // The layers of one layout stage (or of the whole model: the unpipelined reference).
@@ -142,10 +145,12 @@ class Stage {
 // The tensor crossing each boundary of `layout` for microbatches of `rows` sequences: entry i
 // enters layout stage i, the last leaves the model (the loss, a scalar). From the layers' declared
 // shapes (Model::layer's ShapeFn); nothing if a layer declares none (`missing` then says which).
+// Activations are of `dtype` (ModelContext::dtype); the placeholder and the loss are fp32.
 std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
                                                            const ModelSetup& setup,
                                                            const ppc::Layout& layout, int64_t rows,
-                                                           std::string* missing = nullptr);
+                                                           std::string* missing = nullptr,
+                                                           at::ScalarType dtype = at::kFloat);
 
 // A process's parameters and the stages that use them (a rank's stages, or the whole model).
 struct RankModel {

@@ -172,7 +172,7 @@ struct Executor::Impl {
   void shape_boundaries(int64_t rows) {
     if (rows == b_shaped) return;
     std::string missing;
-    auto d = declared_boundaries(*ctx.model, ctx.setup, plan.layout, rows, &missing);
+    auto d = declared_boundaries(*ctx.model, ctx.setup, plan.layout, rows, &missing, ctx.dtype);
     if (!d)
       fail(missing, fmt::format("the layer declares no output shape (Model::layer's `shape`), "
                                 "which a pipelined run of model '{}' needs",
@@ -191,7 +191,13 @@ struct Executor::Impl {
       Slot& sl = slot(a.stage, a.microbatch);
       switch (a.kind) {
         case ActionKind::SendF:
-          sends.push_back(PendingSend{sl.output.detach().contiguous(), nullptr, j});
+          // In the boundary's dtype, which the receiver's buffer has (a no-op for pprun's model,
+          // whose activations are of that dtype already).
+          sends.push_back(
+              PendingSend{sl.output.detach()
+                              .to(bounds[static_cast<size_t>(plan.layout_stage(a.stage) + 1)].dtype)
+                              .contiguous(),
+                          nullptr, j});
           ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, false),
                               &sends.back().tensor});
           break;
@@ -215,6 +221,10 @@ struct Executor::Impl {
         default:
           PPC_INTERNAL_ASSERT(false, "a batch holds only SEND/RECV");
       }
+    }
+    for (size_t k = first_send; k < sends.size(); ++k) {
+      rep->sent_bytes += static_cast<int64_t>(sends[k].tensor.nbytes());
+      ++rep->sends;
     }
     // `sends` must not reallocate while ops point into it: reserved for the whole step.
     std::vector<std::unique_ptr<Work>> works;

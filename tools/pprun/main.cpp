@@ -60,6 +60,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   auto* seed = train->add_option("--seed", o.train.seed, "Initialisation and data seed")
                    ->capture_default_str();
+  train
+      ->add_option("--dtype", o.dtype,
+                   "fp32 or bf16: the precision of activations and matrix products (bf16: mixed "
+                   "precision, with fp32 master weights, gradients and AdamW state; "
+                   "docs/gpu.md); with --export --format hf: of the tensors written")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   train->add_option("--data", o.train.data_path,
                     "Train on a data file instead of the synthetic language (see --data-format)");
   std::string data_format = "auto";
@@ -110,9 +117,6 @@ int main(int argc, char** argv) {
                    "--export: safetensors (one file OUT) or hf (a Hugging Face directory OUT: "
                    "config.json and safetensors shards, docs/huggingface.md)")
       ->check(CLI::IsMember({"safetensors", "hf"}))
-      ->capture_default_str();
-  ckpt->add_option("--dtype", o.export_dtype, "--export --format hf: fp32 or bf16 tensors")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   ckpt->add_option("--max-shard-size", o.max_shard_size,
                    "--export --format hf: shard above this size (5GB, 500MB, 2GiB)")

@@ -6,6 +6,10 @@
 
 namespace pprt {
 
+const char* precision_name(Precision p) {
+  return p == Precision::Bf16 ? "bf16" : "fp32";
+}
+
 double learning_rate(const TrainOptions& o, int step) {
   const int warmup = std::min(o.warmup_steps(), o.steps);
   if (step < warmup) return o.lr * (step + 1) / warmup;

@@ -16,12 +16,19 @@ namespace pprt {
 
 class Model;  // pprt/pprt.h
 
+// --dtype: the precision of activations and matrix products. Bf16 is mixed precision (Megatron-LM's
+// --bf16): the parameters stay fp32 (the master weights), and so do their gradients, accumulated
+// over the microbatches, AdamW's state, RMSNorm's statistics, softmax and the loss
+// (runtime/model/precision.h, docs/gpu.md).
+enum class Precision : uint8_t { Fp32, Bf16 };
+const char* precision_name(Precision p);  // "fp32", "bf16"
+
 // The model a run trains: made, once the run's model configuration is resolved, by `make`, in the
 // rank processes and the reference (pprt::main's program gives one model: the same whatever the
-// configuration; pprun's own family, builtin.h, is sized by it).
+// configuration; pprun's own family, builtin.h, is sized by it, and takes --dtype's precision).
 struct ModelSource {
-  std::function<Model(const ModelConfig&)> make;  // empty: pprun's own (builtin.h)
-  std::string family = "pprun";                   // the model's name, for messages
+  std::function<Model(const ModelConfig&, Precision)> make;  // empty: pprun's own (builtin.h)
+  std::string family = "pprun";                              // the model's name, for messages
   // The configuration sizes the model (pprun's own): --config, --hidden ... --init-from and the
   // checkpoint checks of its architecture apply. Otherwise only --vocab and --seq-len do.
   bool sized = true;
@@ -42,6 +49,7 @@ struct TrainOptions {
   uint64_t seed = 1234;          // initialisation and data
   std::string data_path;         // empty = synthetic language
   DataFormat data_format = DataFormat::Auto;
+  Precision dtype = Precision::Fp32;  // --dtype
 
   int warmup_steps() const { return warmup >= 0 ? warmup : steps / 10; }
 };
@@ -123,6 +131,8 @@ struct Job {
   std::string init_from;     // --init-from: a Hugging Face model directory (checkpoint/hf.h)
   int64_t start_step = 0;    // steps the checkpoint had completed
   bool resume_auto = false;  // --resume auto: from save_dir's latest checkpoint, if it has one
+  // --resume: the --dtype the checkpoint was trained with.
+  Precision resumed_dtype = Precision::Fp32;
 };
 
 // The rank that holds the loss (the last stage of the model): it prints progress and writes the

@@ -4,14 +4,16 @@
 #   (a) pp 1 --device cuda: losses against the CPU --reference over 10 steps (1e-4);
 #   (b) pp 2 and pp 4 ranks sharing the GPU (test mode PPRUN_TEST_SHARE_GPU=1) under 1F1B, ZB-H2
 #       and DualPipeV: losses against the same reference (1e-4);
-#   (c) bf16 on the GPU: pipelined against the bf16 --reference (2e-3) -- needs pprun --dtype;
+#   (c) bf16 on the GPU (--dtype bf16, mixed precision): pipelined against the bf16 --reference
+#       (2e-3), pp 2 under the same schedules;
 #   (d) one Llama-3-8B-shaped decoder layer (hidden 4096, 32 heads, 8 kv heads, ffn 14336, seq 4096,
 #       one sequence per microbatch): pprun's F, B, I and W times and TFLOP/s (ZB-H2 and 1F1B at
 #       pp 1, run with CUDA_LAUNCH_BLOCKING=1 so that an action's span is its kernels' time), the
 #       same layer in PyTorch eager (bench/gpu_layer_eager.py, SDPA), against the 989 TFLOP/s peak;
 #   (e) one pp 1 training step at that width (4 layers, vocabulary 128,256): the step's time against
 #       the sum of its actions' times.
-# Steps that need bf16 in pprun say "skipped: pprun has no --dtype yet" while it has none.
+# (d) and (e) run pprun with --dtype bf16. A pprun built before it had --dtype (GPU_CHECK_BUILD)
+# says "skipped: pprun has no --dtype yet" in (c) and runs (d) and (e) in fp32.
 #
 #   scripts/gpu-check.sh                         # on the GPU machine, from a clean clone
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_BUILD=build scripts/gpu-check.sh   # the CPU dry run (tiny shapes)

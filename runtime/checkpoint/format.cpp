@@ -104,7 +104,8 @@ std::string checkpoint_state_json(const CheckpointState& s) {
                                {"eps", t.eps},
                                {"clip", t.clip},
                                {"mtp_loss_weight", t.mtp_loss_weight},
-                               {"seed", t.seed}};
+                               {"seed", t.seed},
+                               {"dtype", precision_name(t.dtype)}};
   j["data"] = ordered_json{{"format", s.data.format},
                            {"path", s.data.path},
                            {"index_path", s.data.index_path},
@@ -178,6 +179,14 @@ CheckpointState parse_checkpoint_state(const std::string& text, const std::strin
   if (!seed.is_number_unsigned() && !(seed.is_number_integer() && seed.get<int64_t>() >= 0))
     fail(file, fmt::format("training.seed: expected a non-negative integer, got {}", seed.dump()));
   s.train.seed = seed.get<uint64_t>();
+  // The precision it was trained in (informational: the weights and AdamW's state are fp32 either
+  // way, so a run of any --dtype resumes it); absent before --dtype trained: fp32.
+  if (t.contains("dtype")) {
+    const std::string dtype = text_of(t, "dtype", "training.dtype");
+    if (dtype != "fp32" && dtype != "bf16")
+      fail(file, fmt::format("training.dtype: expected \"fp32\" or \"bf16\", got \"{}\"", dtype));
+    s.train.dtype = dtype == "bf16" ? Precision::Bf16 : Precision::Fp32;
+  }
   const auto& d = need(j, "data", "data");
   s.data.format = text_of(d, "format", "data.format");
   s.data.path = text_of(d, "path", "data.path");

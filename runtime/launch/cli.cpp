@@ -78,6 +78,13 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
       ->capture_default_str();
   auto* seed = train->add_option("--seed", o.train.seed, "Initialisation and data seed")
                    ->capture_default_str();
+  train
+      ->add_option("--dtype", o.dtype,
+                   "fp32 or bf16: the precision of activations and matrix products (bf16: mixed "
+                   "precision, with fp32 master weights, gradients and AdamW state; "
+                   "docs/gpu.md); with --export --format hf: of the tensors written")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   train->add_option("--data", o.train.data_path,
                     "Train on a data file instead of the synthetic language (see --data-format)");
   std::string data_format = "auto";
@@ -140,9 +147,6 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
                      "--export: safetensors (one file OUT) or hf (a Hugging Face directory OUT: "
                      "config.json and safetensors shards, docs/huggingface.md)")
         ->check(CLI::IsMember({"safetensors", "hf"}))
-        ->capture_default_str();
-    ckpt->add_option("--dtype", o.export_dtype, "--export --format hf: fp32 or bf16 tensors")
-        ->check(CLI::IsMember({"fp32", "bf16"}))
         ->capture_default_str();
     ckpt->add_option("--max-shard-size", o.max_shard_size,
                      "--export --format hf: shard above this size (5GB, 500MB, 2GiB)")

@@ -91,6 +91,7 @@ void resume_from(const RunOptions& o, const std::string& dir, Job& job) {
     ckpt.check_params(model_params(job.model, job.plan.layout), job.model, job.plan.layout);
   job.resume_path = ckpt.dir();
   job.start_step = st.step;
+  job.resumed_dtype = st.train.dtype;
 }
 
 // --init-from: the model of a Hugging Face directory, checked against the layout, every weight
@@ -184,13 +185,17 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
         {!o.config_path.empty(), "--config"},  {m.hidden.has_value(), "--hidden"},
         {m.heads.has_value(), "--heads"},      {m.kv_heads.has_value(), "--kv-heads"},
         {m.ffn.has_value(), "--ffn"},          {m.tie_embeddings, "--tie-embeddings"},
-        {!o.init_from.empty(), "--init-from"}, {!o.out.profile_path.empty(), "--profile"}};
+        {!o.init_from.empty(), "--init-from"}, {!o.out.profile_path.empty(), "--profile"},
+        {o.dtype != "fp32", "--dtype"}};
     for (const auto& [given, flag] : sizing)
       if (given)
         fail(flag, fmt::format("applies to pprun's own model only; model '{}' is its program's "
                                "(only --vocab and --seq-len configure it)",
                                job.source.family));
   }
+  if (o.dtype != "fp32" && o.dtype != "bf16")
+    fail("--dtype", fmt::format("'{}': expected fp32 or bf16", o.dtype));
+  job.train.dtype = o.dtype == "bf16" ? Precision::Bf16 : Precision::Fp32;
   std::string resume = o.resume_dir;
   if (resume == "auto") {  // a job restarted by its launcher goes on by itself
     if (o.save_dir.empty())
@@ -402,15 +407,14 @@ int spawn(const Job& job, const RunOptions& o) {
 
 int run(const RunOptions& o, const GetEnv& getenv) {
   if (!o.export_args.empty() && o.export_format == "hf") {
-    if (o.export_dtype != "fp32" && o.export_dtype != "bf16")
-      fail("--dtype", fmt::format("'{}': expected fp32 or bf16", o.export_dtype));
+    if (o.dtype != "fp32" && o.dtype != "bf16")
+      fail("--dtype", fmt::format("'{}': expected fp32 or bf16", o.dtype));
     const HfExport e = export_hf(o.export_args.at(0), o.export_args.at(1),
-                                 o.export_dtype == "bf16" ? TensorDtype::BF16 : TensorDtype::F32,
+                                 o.dtype == "bf16" ? TensorDtype::BF16 : TensorDtype::F32,
                                  parse_byte_size(o.max_shard_size, "--max-shard-size"));
     std::printf("pprun: wrote the %zu tensors of %s as a Hugging Face %s (%s, %zu file%s) to %s\n",
                 e.tensors, find_checkpoint(o.export_args.at(0)).c_str(), e.architecture.c_str(),
-                o.export_dtype.c_str(), e.shards, e.shards == 1 ? "" : "s",
-                o.export_args.at(1).c_str());
+                o.dtype.c_str(), e.shards, e.shards == 1 ? "" : "s", o.export_args.at(1).c_str());
     return 0;
   }
   if (!o.export_args.empty()) {

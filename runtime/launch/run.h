@@ -41,7 +41,7 @@ struct RunOptions {
   std::string resume_dir;   // --resume: DIR, or "auto" (--save's latest checkpoint, if any)
   std::vector<std::string> export_args;       // --export DIR OUT
   std::string export_format = "safetensors";  // --format: safetensors (one file) or hf
-  std::string export_dtype = "fp32";          // --dtype (--format hf): fp32 or bf16
+  std::string dtype = "fp32";                 // --dtype: training's; --export --format hf's
   std::string max_shard_size = "5GB";         // --max-shard-size (--format hf)
   std::string init_from;                      // --init-from DIR (Hugging Face)
   std::string exe;                            // this program (spawning)

@@ -14,6 +14,7 @@
 
 #include "runtime/model/cpu_kernels.h"
 #include "runtime/model/ops.h"
+#include "runtime/model/precision.h"
 
 namespace pprt {
 
@@ -83,6 +84,10 @@ std::vector<CausalBlock> causal_blocks(int64_t T) {
 // (causal_blocks, whose rows are then contiguous), and never copied. The scale and the causal
 // mask (stacked likewise) go into that product (baddbmm). The gradient comes back as one tensor
 // in the fused product's layout.
+// Mixed precision (a bf16 qkv): the scores are fp32 (q k^T of the bf16 operands, widened: ATen's
+// CPU bf16 products round their result to bf16), and so are the softmax, its saved probabilities
+// and its backward; the products with v and the gradients' products run in bf16, as a flash
+// attention kernel does on a GPU.
 struct AttentionFn : torch::autograd::Function<AttentionFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& qkv, const AttentionConsts* c) {
     const int64_t b = qkv.size(0), T = qkv.size(1), hd = c->head_dim, h = c->heads,
@@ -101,12 +106,14 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
       const int64_t n = blk.t1 - blk.t0;
       const at::Tensor mask = c->mask.narrow(0, blk.t0 * group, n * group).narrow(1, 0, blk.t1);
       const at::Tensor p =
-          at::softmax(at::baddbmm(mask, qs.narrow(1, blk.t0 * group, n * group),
-                                  ks.narrow(1, 0, blk.t1).transpose(1, 2), 1.0, c->scale),
+          at::softmax(at::baddbmm(mask, widened(qs.narrow(1, blk.t0 * group, n * group)),
+                                  widened(ks.narrow(1, 0, blk.t1)).transpose(1, 2), 1.0, c->scale),
                       -1);
       out.narrow(1, blk.t0, n)
-          .copy_(
-              p.bmm(vs.narrow(1, 0, blk.t1)).view({b, kv, n, group, hd}).permute({0, 2, 1, 3, 4}));
+          .copy_(p.to(qkv.scalar_type())
+                     .bmm(vs.narrow(1, 0, blk.t1))
+                     .view({b, kv, n, group, hd})
+                     .permute({0, 2, 1, 3, 4}));
       saved.push_back(p);
     }
     ctx->save_for_backward(saved);
@@ -126,7 +133,8 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
     for (size_t i = blocks.size(); i-- > 0;) {
       const CausalBlock& blk = blocks[i];
       const int64_t n = blk.t1 - blk.t0;
-      const at::Tensor& p = saved[3 + i];
+      const at::Tensor& p = saved[3 + i];            // fp32
+      const at::Tensor pc = p.to(qs.scalar_type());  // p in the products' dtype
       const at::Tensor gi = go.narrow(1, blk.t0, n)
                                 .permute({0, 2, 1, 3, 4})
                                 .contiguous()
@@ -134,14 +142,15 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
       const at::Tensor qi = qs.narrow(1, blk.t0 * group, n * group);
       const at::Tensor ki = ks.narrow(1, 0, blk.t1), vi = vs.narrow(1, 0, blk.t1);
       const at::Tensor ds =
-          at::_softmax_backward_data(gi.bmm(vi.transpose(1, 2)), p, -1, p.scalar_type());
+          at::_softmax_backward_data(widened(gi.bmm(vi.transpose(1, 2))), p, -1, p.scalar_type())
+              .to(qs.scalar_type());
       dq.narrow(2, blk.t0, n).copy_(ds.bmm(ki).view({b, kv, n, group, hd}));
       if (blk.t1 == T) {
         dk = ds.transpose(1, 2).bmm(qi);
-        dv = p.transpose(1, 2).bmm(gi);
+        dv = pc.transpose(1, 2).bmm(gi);
       } else {
         dk.narrow(1, 0, blk.t1).baddbmm_(ds.transpose(1, 2), qi);
-        dv.narrow(1, 0, blk.t1).baddbmm_(p.transpose(1, 2), gi);
+        dv.narrow(1, 0, blk.t1).baddbmm_(pc.transpose(1, 2), gi);
       }
     }
     at::Tensor d = at::empty({b, T, (h + 2 * kv) * hd}, grads[0].options());
@@ -157,13 +166,14 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
 
 // The same attention from ATen operations: the rotary embedding, then LibTorch's fused attention
 // with the causal flag and grouped-query heads (query head j*group + r reads key/value head j, as
-// in AttentionFn). Autograd gives its backward.
+// in AttentionFn). Autograd gives its backward. The rotated q and k keep qkv's dtype (the tables
+// are fp32); SDPA's kernels keep the softmax's statistics in fp32 for bf16 inputs.
 at::Tensor attention_sdpa(const at::Tensor& qkv, const AttentionConsts& c) {
   const int64_t b = qkv.size(0), T = qkv.size(1), hd = c.head_dim, h = c.heads, kv = c.kv_heads;
   const int64_t half = hd / 2;
   auto rope = [&](const at::Tensor& x) {  // [b, n, T, hd]: x * cos + [-x2, x1] * sin
     const at::Tensor turned = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-    return x * c.cos + turned * c.sin;
+    return (x * c.cos + turned * c.sin).to(x.scalar_type());
   };
   const at::Tensor q = rope(heads_of(qkv, 0, h, hd)), k = rope(heads_of(qkv, h, kv, hd));
   const at::Tensor v = heads_of(qkv, h + kv, kv, hd);

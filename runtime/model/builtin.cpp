@@ -15,6 +15,7 @@
 #include "runtime/data/token_source.h"
 #include "runtime/launch/cli.h"
 #include "runtime/model/architecture.h"
+#include "runtime/model/precision.h"
 
 namespace pprt {
 
@@ -39,6 +40,7 @@ uint64_t name_hash(const std::string& s) {
 struct Common {
   ModelConfig cfg;
   Kernels kernels;
+  at::ScalarType dtype = at::kFloat;  // activations and products (precision.h)
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<const AttentionConsts>> attn;
 
@@ -77,6 +79,9 @@ struct Decoder {
   std::shared_ptr<FusedWeight> qkv = std::make_shared<FusedWeight>();  // [wq; wk; wv]
   std::shared_ptr<FusedWeight> qkv_bias = std::make_shared<FusedWeight>();  // [bq; bk; bv]
   std::shared_ptr<FusedWeight> gate_up = std::make_shared<FusedWeight>();   // [w1; w3]
+  // Working copies of wo and w2 in the activations' dtype (mixed precision only).
+  std::shared_ptr<FusedWeight> wo_copy = std::make_shared<FusedWeight>();
+  std::shared_ptr<FusedWeight> w2_copy = std::make_shared<FusedWeight>();
 };
 
 // In architecture.h's order: the biases (if any) follow wv.
@@ -98,10 +103,10 @@ at::Tensor decoder(const Common& c, const AttentionConsts& attn, const at::Tenso
   const at::Tensor h = norm(c, x, d.attn_norm, w);
   at::Tensor qkv = fused_linear(h, {d.wq, d.wk, d.wv}, *d.qkv, w);
   if (d.bq) qkv = fused_bias(qkv, {d.bq, d.bk, d.bv}, *d.qkv_bias, w);
-  const at::Tensor x1 = residual_linear(x, attention(qkv, attn), d.wo, w);
+  const at::Tensor x1 = residual_linear(x, attention(qkv, attn), d.wo, w, d.wo_copy.get());
   const at::Tensor h2 = norm(c, x1, d.mlp_norm, w);
   const at::Tensor gate_up = fused_linear(h2, {d.w1, d.w3}, *d.gate_up, w);
-  return residual_linear(x1, swiglu(gate_up, c.kernels), d.w2, w);
+  return residual_linear(x1, swiglu(gate_up, c.kernels), d.w2, w, d.w2_copy.get());
 }
 
 // The parameters of one layer as architecture.h lists them.
@@ -119,6 +124,11 @@ Layer make(const std::shared_ptr<Common>& common, std::shared_ptr<BuiltinModule>
   l.splits_backward = true;
   (void)common;
   return l;
+}
+
+// The embedding's rows in the activations' dtype (autograd casts their gradient back to fp32).
+at::Tensor embed(const Common& c, at::Tensor* w, const at::Tensor& ids, WeightWork* work) {
+  return embedding(w, ids, work).to(c.dtype);
 }
 
 // The attention tables of x's device, kept by the layer.
@@ -144,10 +154,11 @@ at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape
   return t;
 }
 
-Model builtin_model(const ModelConfig& config, Kernels kernels) {
+Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType dtype) {
   auto common = std::make_shared<Common>();
   common->cfg = config;
   common->kernels = kernels;
+  common->dtype = dtype;
   const int64_t hidden = config.hidden, T = config.seq_len;
   Model model("pprun");
 
@@ -158,8 +169,8 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
         auto m = std::make_shared<BuiltinModule>(
             info, layer_params(common->cfg, ppc::LayerKind::Embedding, 0, info));
         at::Tensor* w = &m->p[0];
-        return make(common, m, [w](const at::Tensor& ids, const Microbatch& mb) {
-          return embedding(w, ids.contiguous(), mb.weight_work()).unsqueeze(0);
+        return make(common, m, [common, w](const at::Tensor& ids, const Microbatch& mb) {
+          return embed(*common, w, ids.contiguous(), mb.weight_work()).unsqueeze(0);
         });
       },
       [hidden](const std::vector<int64_t>& in) {
@@ -196,6 +207,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
           int64_t depth;
           at::Tensor *embed, *enorm, *hnorm, *eh_proj, *final_norm;
           Decoder layer;
+          FusedWeight eh_proj_copy;  // mixed precision
         };
         auto p = std::make_shared<Mtp>();
         p->depth = info.index + 1;
@@ -218,8 +230,9 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
           std::vector<at::Tensor> hs = x.unbind(0);
           at::Tensor ids = rows.narrow(1, k, T + 1 - k);
           if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
-          at::Tensor e = norm(c, embedding(p->embed, ids.contiguous(), w), p->enorm, w);
-          at::Tensor h = linear(at::cat({e, norm(c, hs.back(), p->hnorm, w)}, -1), p->eh_proj, w);
+          at::Tensor e = norm(c, embed(c, p->embed, ids.contiguous(), w), p->enorm, w);
+          at::Tensor h = linear(at::cat({e, norm(c, hs.back(), p->hnorm, w)}, -1), p->eh_proj, w,
+                                &p->eh_proj_copy);
           hs.push_back(
               norm(c, decoder(c, attn_of(*common, *raw, x), h, p->layer, w), p->final_norm, w));
           return at::stack(hs);
@@ -239,15 +252,19 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
             info, layer_params(common->cfg, ppc::LayerKind::Loss, 0, info));
         at::Tensor* norm_w = &m->p[0];
         at::Tensor* head = &m->p[1];
+        auto head_copy = std::make_shared<FusedWeight>();  // mixed precision
         const double lambda = info.aux_loss_weight;
         return make(common, m,
-                    [common, norm_w, head, lambda, T](const at::Tensor& x, const Microbatch& mb) {
+                    [common, norm_w, head, head_copy, lambda, T](const at::Tensor& x,
+                                                                 const Microbatch& mb) {
                       WeightWork* w = mb.weight_work();
                       const at::Tensor& rows = mb.tokens();
                       const std::vector<at::Tensor> hs = x.unbind(0);
                       auto ce = [&](const at::Tensor& h, int64_t k) {  // h normalised; k from 0
                         const int64_t valid = T - k;
-                        at::Tensor logits = linear(h.narrow(1, 0, valid), head, w);
+                        // The logits in the activations' dtype, the loss in fp32.
+                        at::Tensor logits =
+                            linear(h.narrow(1, 0, valid), head, w, head_copy.get()).to(at::kFloat);
                         return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
                                                       rows.narrow(1, 1 + k, valid).reshape({-1}));
                       };
@@ -271,7 +288,9 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
 
 ModelSource builtin_source() {
   ModelSource s;
-  s.make = [](const ModelConfig& c) { return builtin_model(c); };
+  s.make = [](const ModelConfig& c, Precision p) {
+    return builtin_model(c, Kernels::Auto, compute_dtype(p));
+  };
   s.family = "pprun";
   s.sized = true;
   s.symbols = "EtmL";

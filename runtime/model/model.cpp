@@ -69,7 +69,7 @@ int main(int argc, char** argv, Model model) {
   source.family = model.family();
   source.sized = false;  // its sizes are its code's
   for (char c : model.symbols()) source.symbols += c;
-  source.make = [model](const ModelConfig&) { return model; };
+  source.make = [model](const ModelConfig&, Precision) { return model; };  // --dtype: fp32 only
   return main_of(argc, argv, std::move(source));
 }
 

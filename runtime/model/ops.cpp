@@ -9,6 +9,7 @@
 
 #include "compiler/diagnostic.h"
 #include "runtime/model/cpu_kernels.h"
+#include "runtime/model/precision.h"
 
 namespace pprt {
 
@@ -27,10 +28,12 @@ namespace {
 // .grad is undefined) becomes .grad; later ones are added in place, by the product itself where
 // there is one (addmm_ into .grad: no gradient tensor per microbatch, and no second pass over it).
 // B and W both come here, in the same order, so I then W gives B's gradients bit for bit.
+// A gradient in another dtype than the parameter's (bf16 into an fp32 master) is added in the
+// parameter's.
 void accumulate(at::Tensor& param, const at::Tensor& g) {
   at::Tensor& grad = param.mutable_grad();
   if (!grad.defined())
-    grad = g;
+    grad = master_grad(param, g);
   else
     grad.add_(g);
 }
@@ -38,11 +41,14 @@ at::Tensor rows_of(const at::Tensor& t) {
   return t.reshape({-1, t.size(-1)});
 }
 
-// y = x W^T: dW = gy^T x.
+// y = x W^T: dW = gy^T x. Under mixed precision the product runs in x's dtype (with the GEMM's
+// fp32 accumulation) and is added to the fp32 master's gradient (Megatron's main_grad).
 void accumulate_linear(at::Tensor& param, const at::Tensor& x, const at::Tensor& gy) {
   at::Tensor& grad = param.mutable_grad();
   const at::Tensor x2 = rows_of(x), gy2 = rows_of(gy);
-  if (!grad.defined())
+  if (x2.scalar_type() != param.scalar_type())
+    accumulate(param, gy2.t().mm(x2));
+  else if (!grad.defined())
     grad = gy2.t().mm(x2);
   else
     grad.addmm_(gy2.t(), x2);
@@ -113,11 +119,12 @@ std::pair<at::Tensor, at::Tensor> linear_backward(AutogradContext* ctx, const at
                                                   size_t xi) {
   const auto saved = ctx->get_saved_variables();
   const at::Tensor& x = saved[0];
-  const at::Tensor& w = saved[1];
+  const at::Tensor& w = saved[1];  // the product's operand: the weight or its working copy
   WeightWork* work = work_of(ctx);
   if (!work) {  // autograd's: only what the running backward needs
     return {ctx->needs_input_grad(xi) ? gy.matmul(w) : at::Tensor(),
-            ctx->needs_input_grad(xi + 1) ? linear_weight_grad(x, gy) : at::Tensor()};
+            ctx->needs_input_grad(xi + 1) ? master_grad(*param_of(ctx), linear_weight_grad(x, gy))
+                                          : at::Tensor()};
   }
   at::Tensor gx = gy.matmul(w);
   at::Tensor* param = param_of(ctx);
@@ -128,17 +135,18 @@ std::pair<at::Tensor, at::Tensor> linear_backward(AutogradContext* ctx, const at
   return {gx, at::Tensor()};
 }
 
-// y = x @ W^T
+// y = x @ W^T, where `wc` is the product's operand: W itself, or its working copy in x's dtype
+// (W is an input so that the output requires its gradient).
 struct LinearFn : torch::autograd::Function<LinearFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            WeightWork* work, at::Tensor* param) {
-    ctx->save_for_backward({x, w});
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor&,
+                            const at::Tensor& wc, WeightWork* work, at::Tensor* param) {
+    ctx->save_for_backward({x, wc});
     remember(ctx, work, param);
-    return x.matmul(w.t());
+    return x.matmul(wc.t());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto [gx, gw] = linear_backward(ctx, grads[0], 0);
-    return {gx, gw, at::Tensor(), at::Tensor()};
+    return {gx, gw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -146,16 +154,17 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
 // BLAS does not clear the output first). r's gradient is gy.
 struct ResidualLinearFn : torch::autograd::Function<ResidualLinearFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& r, const at::Tensor& x,
-                            const at::Tensor& w, WeightWork* work, at::Tensor* param) {
-    ctx->save_for_backward({x, w});
+                            const at::Tensor&, const at::Tensor& wc, WeightWork* work,
+                            at::Tensor* param) {
+    ctx->save_for_backward({x, wc});
     remember(ctx, work, param);
-    return at::addmm(rows_of(r), rows_of(x), w.t()).view(r.sizes());
+    return at::addmm(rows_of(r), rows_of(x), wc.t()).view(r.sizes());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor& gy = grads[0];
     auto [gx, gw] = linear_backward(ctx, gy, 1);
     const bool r_needed = work_of(ctx) || ctx->needs_input_grad(0);
-    return {r_needed ? gy : at::Tensor(), gx, gw, at::Tensor(), at::Tensor()};
+    return {r_needed ? gy : at::Tensor(), gx, gw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -194,7 +203,8 @@ variable_list fused_linear_backward(AutogradContext* ctx, const variable_list& g
     int64_t first = 0;
     for (size_t i = 0; i < params.size(); ++i) {
       if (ctx->needs_input_grad(1 + i))
-        out[1 + i] = gy2.narrow(1, first, params[i]->size(0)).t().mm(rows_of(x));
+        out[1 + i] =
+            master_grad(*params[i], gy2.narrow(1, first, params[i]->size(0)).t().mm(rows_of(x)));
       first += params[i]->size(0);
     }
     return out;
@@ -230,8 +240,9 @@ struct FusedLinear3Fn : torch::autograd::Function<FusedLinear3Fn> {
 };
 
 // y = x + [b_0; b_1; ...]: the biases' gradients are sums of their columns of gy over the rows.
+// The sums run in the masters' dtype (fp32 under --dtype bf16), as the products' GEMMs accumulate.
 void accumulate_fused_bias(const std::vector<at::Tensor*>& params, const at::Tensor& gy) {
-  const at::Tensor sums = rows_of(gy).sum(0);
+  const at::Tensor sums = rows_of(gy).sum(0, false, params.front()->scalar_type());
   int64_t first = 0;
   for (at::Tensor* p : params) {
     accumulate(*p, sums.narrow(0, first, p->size(0)));
@@ -261,10 +272,11 @@ struct FusedBias3Fn : torch::autograd::Function<FusedBias3Fn> {
     WeightWork* work = work_of(ctx);
     if (!work) {
       if (ctx->needs_input_grad(0)) out[0] = gy;
-      const at::Tensor sums = rows_of(gy).sum(0);
+      const at::Tensor sums = rows_of(gy).sum(0, false, params.front()->scalar_type());
       int64_t first = 0;
       for (size_t i = 0; i < params.size(); ++i) {
-        if (ctx->needs_input_grad(1 + i)) out[1 + i] = sums.narrow(0, first, params[i]->size(0));
+        if (ctx->needs_input_grad(1 + i))
+          out[1 + i] = master_grad(*params[i], sums.narrow(0, first, params[i]->size(0)));
         first += params[i]->size(0);
       }
       return out;
@@ -415,8 +427,10 @@ struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
 
 }  // namespace
 
-const at::Tensor& FusedWeight::of(const std::vector<at::Tensor*>& ps) {
-  bool fresh = w.defined() && data.size() == ps.size();
+const at::Tensor& FusedWeight::of(const std::vector<at::Tensor*>& ps,
+                                  std::optional<at::ScalarType> dtype) {
+  const at::ScalarType type = dtype.value_or(ps.front()->scalar_type());
+  bool fresh = w.defined() && w.scalar_type() == type && data.size() == ps.size();
   for (size_t i = 0; fresh && i < ps.size(); ++i)
     fresh = ps[i]->data_ptr() == data[i] && ps[i]->_version() == versions[i];
   if (fresh) return w;
@@ -428,22 +442,30 @@ const at::Tensor& FusedWeight::of(const std::vector<at::Tensor*>& ps) {
     data.push_back(p->data_ptr());
     versions.push_back(static_cast<int64_t>(p->_version()));
   }
-  w = at::cat(ws);
+  w = ws.size() == 1 ? ws.front().to(type) : at::cat(ws).to(type);
   return w;
 }
 
-at::Tensor linear(const at::Tensor& x, at::Tensor* w, WeightWork* work) {
-  return LinearFn::apply(x, *w, work, w);
+namespace {
+// The operand of a product of x with weight w: w itself, or its working copy in x's dtype.
+at::Tensor operand(const at::Tensor& x, at::Tensor* w, FusedWeight* copy) {
+  if (x.scalar_type() == w->scalar_type()) return *w;
+  return copy ? copy->of({w}, x.scalar_type()) : w->detach().to(x.scalar_type());
+}
+}  // namespace
+
+at::Tensor linear(const at::Tensor& x, at::Tensor* w, WeightWork* work, FusedWeight* copy) {
+  return LinearFn::apply(x, *w, operand(x, w, copy), work, w);
 }
 
 at::Tensor residual_linear(const at::Tensor& r, const at::Tensor& x, at::Tensor* w,
-                           WeightWork* work) {
-  return ResidualLinearFn::apply(r, x, *w, work, w);
+                           WeightWork* work, FusedWeight* copy) {
+  return ResidualLinearFn::apply(r, x, *w, operand(x, w, copy), work, w);
 }
 
 at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws, FusedWeight& wf,
                         WeightWork* work) {
-  const at::Tensor& w = wf.of(ws);
+  const at::Tensor& w = wf.of(ws, x.scalar_type());
   if (ws.size() == 2) return FusedLinear2Fn::apply(x, *ws[0], *ws[1], w, work, ws[0], ws[1]);
   PPC_INTERNAL_ASSERT(ws.size() == 3, "a fused linear map of two or three weights");
   return FusedLinear3Fn::apply(x, *ws[0], *ws[1], *ws[2], w, work, ws[0], ws[1], ws[2]);
@@ -452,13 +474,17 @@ at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws,
 at::Tensor fused_bias(const at::Tensor& x, const std::vector<at::Tensor*>& bs, FusedWeight& bf,
                       WeightWork* work) {
   PPC_INTERNAL_ASSERT(bs.size() == 3, "fused biases: q, k and v");
-  const at::Tensor& b = bf.of(bs);
+  const at::Tensor& b = bf.of(bs, x.scalar_type());  // a working copy in x's dtype (bf16)
   return FusedBias3Fn::apply(x, *bs[0], *bs[1], *bs[2], b, work, bs[0], bs[1], bs[2]);
 }
 
 at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, WeightWork* work,
                     Kernels kernels) {
-  return RmsNormFn::apply(x, *g, eps, work, g, kernels == Kernels::Auto);
+  if (x.scalar_type() == g->scalar_type())
+    return RmsNormFn::apply(x, *g, eps, work, g, kernels == Kernels::Auto);
+  // Mixed precision: in fp32 (g's), through autograd's casts on either side.
+  return RmsNormFn::apply(x.to(g->scalar_type()), *g, eps, work, g, kernels == Kernels::Auto)
+      .to(x.scalar_type());
 }
 
 at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, WeightWork* work) {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <vector>
 
 #include "pprt/pprt.h"
@@ -43,27 +44,35 @@ struct AttentionConsts {
 AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device,
                                  Kernels kernels = Kernels::Auto);
 
-// The concatenation [W_0; W_1; ...] of a fused linear map's weights, kept from one microbatch to
-// the next and made again only when a weight changed (each in-place update, the optimizer's
-// included, bumps a tensor's version; checkpoint loading bumps it too).
+// The concatenation [W_0; W_1; ...] of a fused linear map's weights, or a weight's working copy
+// in another dtype (mixed precision: precision.h), kept from one microbatch to the next and made
+// again only when a weight changed (each in-place update, the optimizer's included, bumps a
+// tensor's version; checkpoint loading bumps it too).
 struct FusedWeight {
   at::Tensor w;
   std::vector<const void*> data;
   std::vector<int64_t> versions;
 
-  const at::Tensor& of(const std::vector<at::Tensor*>& ps);
+  // The weights `ps` concatenated, in `dtype` (none: theirs). Detached.
+  const at::Tensor& of(const std::vector<at::Tensor*>& ps,
+                       std::optional<at::ScalarType> dtype = std::nullopt);
 };
 
 // Whether the fused CPU loops of cpu_kernels.h take these tensors: float32 on the CPU.
 bool cpu_float(std::initializer_list<const at::Tensor*> ts);
 
+// Matrix products run in the dtype of their input x; a weight of another dtype (an fp32 master
+// under --dtype bf16) takes part through its working copy in x's dtype, kept in `copy` (made per
+// call without one), and its gradient goes into the master's .grad in the master's dtype.
+
 // y = x W^T.
-at::Tensor linear(const at::Tensor& x, at::Tensor* w, WeightWork* work);
+at::Tensor linear(const at::Tensor& x, at::Tensor* w, WeightWork* work,
+                  FusedWeight* copy = nullptr);
 // y = r + x W^T (the residual stream r and a branch's output x).
 at::Tensor residual_linear(const at::Tensor& r, const at::Tensor& x, at::Tensor* w,
-                           WeightWork* work);
+                           WeightWork* work, FusedWeight* copy = nullptr);
 // y = x [W_0; W_1; ...]^T for two or three weights (q, k and v; gate and up) as one product; `wf`
-// keeps their concatenation.
+// keeps their concatenation (in x's dtype).
 at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws, FusedWeight& wf,
                         WeightWork* work);
 // y = x + [b_q, b_k, b_v] over the last dimension (Qwen2's q, k and v biases, after their fused
@@ -71,7 +80,8 @@ at::Tensor fused_linear(const at::Tensor& x, const std::vector<at::Tensor*>& ws,
 // the sum of its columns of y's gradient over the rows, at once (B) or deferred to the W (I).
 at::Tensor fused_bias(const at::Tensor& x, const std::vector<at::Tensor*>& bs, FusedWeight& bf,
                       WeightWork* work);
-// y = g * x / sqrt(mean(x^2) + eps).
+// y = g * x / sqrt(mean(x^2) + eps), computed in g's dtype (fp32 under --dtype bf16: the
+// statistics, the scale and the backward), the output in x's.
 at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, WeightWork* work,
                     Kernels kernels = Kernels::Auto);
 // y = W[ids].

@@ -345,18 +345,20 @@ std::optional<TensorSpec> Stage::declared_out(const TensorSpec& in, int64_t rows
     if (!b.symbol->shape) return std::nullopt;
     shape = b.symbol->shape(shape);
   }
-  return TensorSpec{shape, at::kFloat};
+  return TensorSpec{shape, m.ctx.dtype};
 }
 
 std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
                                                            const ModelSetup& setup,
                                                            const ppc::Layout& layout, int64_t rows,
-                                                           std::string* missing) {
+                                                           std::string* missing,
+                                                           at::ScalarType dtype) {
   const std::vector<LayerPlace> places = layer_places(layout);
   std::vector<TensorSpec> out{placeholder_spec()};
   size_t next = 0;
   for (size_t s = 0; s < layout.stages.size(); ++s) {
     std::vector<int64_t> shape = out.back().shape;
+    at::ScalarType type = out.back().dtype;
     for (; next < places.size() && places[next].stage == static_cast<int>(s); ++next) {
       const LayerPlace& p = places[next];
       const Model::Symbol* sym = model.symbol(p.symbol);
@@ -366,9 +368,11 @@ std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
       }
       if (p.position == 0) shape = {rows, setup.seq_len};
       shape = sym->shape(shape);
+      type = dtype;
+      if (p.position == p.layers - 1) type = at::kFloat;  // the loss
       if (p.position == p.layers - 1 && model.loss()) shape = {};
     }
-    out.push_back(TensorSpec{shape, at::kFloat});
+    out.push_back(TensorSpec{shape, type});
   }
   return out;
 }

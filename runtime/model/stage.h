@@ -101,6 +101,9 @@ struct ModelContext {
   // its layers split their own (the built-in model's): for tests and benchmarks of the split.
   // PPRUN_GENERIC_SPLIT=1 in the environment does the same.
   bool generic_split = false;
+  // The dtype of the activations crossing stage boundaries (--dtype: the model's activations;
+  // precision.h). The placeholder before the first layer and the loss stay fp32.
+  at::ScalarType dtype = at::kFloat;
 };
 
 // The layers of one layout stage (or of the whole model: the unpipelined reference).
@@ -149,10 +152,12 @@ class Stage {
 // The tensor crossing each boundary of `layout` for microbatches of `rows` sequences: entry i
 // enters layout stage i, the last leaves the model (the loss, a scalar). From the layers' declared
 // shapes (Model::layer's ShapeFn); nothing if a layer declares none (`missing` then says which).
+// Activations are of `dtype` (ModelContext::dtype); the placeholder and the loss are fp32.
 std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
                                                            const ModelSetup& setup,
                                                            const ppc::Layout& layout, int64_t rows,
-                                                           std::string* missing = nullptr);
+                                                           std::string* missing = nullptr,
+                                                           at::ScalarType dtype = at::kFloat);
 
 // The same, learned from one forward of the whole model, for a model whose layers do not all
 // declare their shapes: every layout stage built on this process from `ctx` (parameters of their

@@ -215,7 +215,7 @@ double post_ms_per_op(const ppc::Plan& plan, const std::vector<RankReport>& rank
 
 std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_t microbatch_rows,
                          double mtp_loss_weight, const std::vector<StageMedians>& medians,
-                         const std::vector<RankReport>& ranks) {
+                         const std::vector<RankReport>& ranks, int activation_bytes) {
   const int S = plan.stages_per_copy();
   const auto specs = stage_specs(plan.layout, mtp_loss_weight);
   // DualPipe: both copies of a layout stage pooled (their mean).
@@ -272,7 +272,7 @@ std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_
   for (int k = 0; k + 1 < S; ++k) {
     int64_t numel = 1;
     for (int64_t d : specs[static_cast<size_t>(k)].out.shape(microbatch_rows, model)) numel *= d;
-    json e = {{"message_bytes", numel * 4}};
+    json e = {{"message_bytes", numel * activation_bytes}};
     const auto& t = k < static_cast<int>(times.size()) ? times[static_cast<size_t>(k)]
                                                        : std::optional<double>{};
     if (t)

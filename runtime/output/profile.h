@@ -73,9 +73,10 @@ std::vector<std::optional<double>> transfer_times(const ppc::Plan& plan,
 double post_ms_per_op(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
 
 // The cost file (JSON text) from every rank's medians, the ranks' reports and the model: one
-// entry per layout stage (DualPipe's two copies of a stage pooled) and per layout boundary.
+// entry per layout stage (DualPipe's two copies of a stage pooled) and per layout boundary, whose
+// messages hold `activation_bytes` per element (4: fp32; 2: --dtype bf16).
 std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_t microbatch_rows,
                          double mtp_loss_weight, const std::vector<StageMedians>& medians,
-                         const std::vector<RankReport>& ranks);
+                         const std::vector<RankReport>& ranks, int activation_bytes = 4);
 
 }  // namespace pprt

@@ -25,7 +25,7 @@ void from_json(const json& j, ActionSpan& a) {
   a = ActionSpan{j.at(0).get<int64_t>(), j.at(1).get<int64_t>(), j.at(2).get<int64_t>()};
 }
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepTiming, step, begin_unix_us, wall_ns, compute_ns, wait_ns,
-                                   post_ns, optimizer_ns, actions, spans)
+                                   post_ns, optimizer_ns, actions, sent_bytes, sends, spans)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DpReport, steps, bytes, buckets, span_ns, exposed_ns)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankReport, rank, peak_inflight, steps, save_seconds, save_bytes,
                                    save_write_seconds, save_wait_seconds, write_steps, other_steps,
@@ -94,6 +94,10 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
   s.peak_inflight.assign(static_cast<size_t>(plan.pp()), 0);
   for (const RankReport& r : ranks) s.peak_inflight[static_cast<size_t>(r.rank)] = r.peak_inflight;
   if (ranks.empty() || ranks.front().steps.empty()) return s;
+  for (const RankReport& r : ranks) {
+    s.sent_bytes += r.steps.back().sent_bytes;
+    s.sends += r.steps.back().sends;
+  }
   const size_t nsteps = ranks.front().steps.size();
   for (const RankReport& r : ranks)
     if (r.steps.size() != nsteps) return s;
@@ -169,6 +173,9 @@ std::string summary_text(const TimingSummary& s) {
       kinds += fmt::format("{}{} {:.3f} ms", kinds.empty() ? "" : ", ", k, ms);
     out += "mean compute time per action: " + kinds + "\n";
   }
+  if (s.sends > 0)
+    out += fmt::format("transfers between stages: {} bytes per step in {} messages ({:.3f} MB)\n",
+                       s.sent_bytes, s.sends, s.sent_bytes / 1e6);
   if (s.balance.steps > 0) out += balance_text(s.balance) + "\n";
   return out + saves_text(s);
 }

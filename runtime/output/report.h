@@ -30,6 +30,8 @@ struct StepTiming {
   int64_t post_ns = 0;        // posting batches to the transport
   int64_t optimizer_ns = 0;   // after the replay: gradient clipping (all-reduce) and AdamW
   size_t actions = 0;
+  int64_t sent_bytes = 0;  // the tensors this rank sent to other ranks (activations, gradients)
+  int sends = 0;           // in that many messages
   std::vector<ActionSpan> spans;  // per lowered action (empty if not kept)
 };
 
@@ -117,6 +119,10 @@ struct TimingSummary {
   int analysed_steps = 0;
   std::vector<std::pair<std::string, double>>
       mean_ms;  // per compute kind ("F", "B", "I", ...): mean duration
+  // Per step, the bytes a pipeline's ranks sent each other between stages (activations forward,
+  // their gradients backward: halved by --dtype bf16), in that many messages (the last step's).
+  int64_t sent_bytes = 0;
+  int sends = 0;
   // Checkpoints: how many were saved, the bytes of one (all ranks), and over the saves the median
   // of the slowest rank's pause and the write rate that gives.
   int saves = 0;

@@ -101,8 +101,14 @@ namespace {
 // Where a run starts from when it resumes (or, with --resume auto, that it found nothing to).
 std::string resume_line(const Job& job) {
   if (!job.resume_path.empty())
-    return fmt::format("resuming from {}: {} of {} steps done{}\n", job.resume_path, job.start_step,
-                       job.train.steps, job.resume_auto ? " (--resume auto)" : "");
+    return fmt::format(
+        "resuming from {}: {} of {} steps done{}{}\n", job.resume_path, job.start_step,
+        job.train.steps, job.resume_auto ? " (--resume auto)" : "",
+        job.resumed_dtype == job.train.dtype
+            ? ""
+            : fmt::format(" (trained in {}, going on in {}: the master weights "
+                          "are fp32 either way)",
+                          precision_name(job.resumed_dtype), precision_name(job.train.dtype)));
   if (job.resume_auto)
     return fmt::format("no checkpoint in {} yet: starting from step 0 (--resume auto)\n",
                        job.save_dir);
@@ -148,11 +154,13 @@ std::string run_header(const Job& job, const TokenSource& data, const std::strin
              : fmt::format("{} layers", decoders);
   return fmt::format(
              "{}, {} microbatches of {} sequences{}\n"
-             "model {} = {}, {:.2f}M parameters ({}); data: {}; {}, {}, {} thread{} per rank "
+             "model {} = {}, {:.2f}M parameters ({}); data: {}; {}, {}{}, {} thread{} per rank "
              "({})\n",
              what, p.microbatches, b, replicas > 1 ? " per replica" : "", p.layout.source, layers,
              count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(),
-             transport, job.device, job.threads, job.threads == 1 ? "" : "s", thread_pools()) +
+             transport, job.device,
+             job.train.dtype == Precision::Bf16 ? ", bf16 (fp32 master weights)" : "", job.threads,
+             job.threads == 1 ? "" : "s", thread_pools()) +
          eval_line(job) + resume_line(job);
 }
 

@@ -180,7 +180,7 @@ struct Executor::Impl {
   void shape_boundaries(int64_t rows) {
     if (rows == b_shaped) return;
     std::string missing;
-    auto d = declared_boundaries(*ctx.model, ctx.setup, plan.layout, rows, &missing);
+    auto d = declared_boundaries(*ctx.model, ctx.setup, plan.layout, rows, &missing, ctx.dtype);
     // A layer declares no shape: one forward of the whole model tells them (stage.h).
     declared = d.has_value();
     bounds = d ? std::move(*d) : learned_boundaries(ctx, plan.layout, rows);
@@ -216,7 +216,13 @@ struct Executor::Impl {
       switch (a.kind) {
         case ActionKind::SendF:
           check_sent(a.stage, sl.output);
-          sends.push_back(PendingSend{sl.output.detach().contiguous(), nullptr, j});
+          // In the boundary's dtype, which the receiver's buffer has (a no-op for pprun's model,
+          // whose activations are of that dtype already).
+          sends.push_back(
+              PendingSend{sl.output.detach()
+                              .to(bounds[static_cast<size_t>(plan.layout_stage(a.stage) + 1)].dtype)
+                              .contiguous(),
+                          nullptr, j});
           if (forward_only) sl.output = at::Tensor();  // nothing else reads it
           ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, false),
                               &sends.back().tensor});
@@ -241,6 +247,10 @@ struct Executor::Impl {
         default:
           PPC_INTERNAL_ASSERT(false, "a batch holds only SEND/RECV");
       }
+    }
+    for (size_t k = first_send; k < sends.size(); ++k) {
+      rep->sent_bytes += static_cast<int64_t>(sends[k].tensor.nbytes());
+      ++rep->sends;
     }
     if (ops.empty()) return;
     // `sends` must not reallocate while ops point into it: reserved for the whole step.

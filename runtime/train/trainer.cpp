@@ -20,6 +20,7 @@
 #include "runtime/checkpoint/save_load.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/failure.h"
+#include "runtime/model/precision.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/param_dump.h"
 #include "runtime/output/profile.h"
@@ -58,6 +59,7 @@ ModelContext model_context(const Job& job, const Model& model, const at::Device&
   ctx.aux_loss_weight = job.train.mtp_loss_weight;
   ctx.seed = job.train.seed;
   ctx.device = device;
+  ctx.dtype = compute_dtype(job.train.dtype);
   return ctx;
 }
 
@@ -69,7 +71,7 @@ struct LocalModel {
   ParamStore& store;
   std::vector<Stage*>& stages;
   LocalModel(const Job& job, const at::Device& d)
-      : model(job.source.make(job.model)),
+      : model(job.source.make(job.model, job.train.dtype)),
         device(d),
         rank(model_context(job, model, d)),
         store(rank.store),
@@ -495,7 +497,8 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
       ppc::write_file_atomically(
           job.out.profile_path,
           profile_json(plan, job.model, job.train.global_batch / job.dp / plan.microbatches,
-                       job.train.mtp_loss_weight, gather_profiles(store, topo), all),
+                       job.train.mtp_loss_weight, gather_profiles(store, topo), all,
+                       job.train.dtype == Precision::Bf16 ? 2 : 4),
           "--profile");
   }
   watch.stop();  // after the barrier the store's host may be gone

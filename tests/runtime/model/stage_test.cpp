@@ -50,9 +50,12 @@ struct Model {
 };
 
 Model build(const std::string& layout, const ModelConfig& c, uint64_t seed = 7,
-            double mtp_weight = 0.1, pprt::Kernels kernels = pprt::Kernels::Auto) {
-  Model m{pprt::builtin_model(c, kernels), ppc::parse_layout(layout), {c.vocab, c.seq_len}, {}};
+            double mtp_weight = 0.1, pprt::Kernels kernels = pprt::Kernels::Auto,
+            at::ScalarType dtype = at::kFloat) {
+  Model m{
+      pprt::builtin_model(c, kernels, dtype), ppc::parse_layout(layout), {c.vocab, c.seq_len}, {}};
   pprt::ModelContext ctx{&m.model, m.setup, mtp_weight, seed, at::Device(at::kCPU)};
+  ctx.dtype = dtype;
   m.rank = std::make_unique<pprt::RankModel>(ctx);
   for (int s = 0; s < m.layout.num_stages(); ++s) m.rank->add(m.layout, s);
   return m;
@@ -468,6 +471,84 @@ TEST(Model, EmptyStagesAtEitherEndPassTheStateOn) {
   EXPECT_TRUE(at::allclose(chain(padded, tk), chain(plain, tk), 1e-6, 1e-6));
   EXPECT_EQ(padded.boundary(1, 2), (std::vector<int64_t>{1}));  // the placeholder
   EXPECT_EQ(padded.boundary(3, 2), (std::vector<int64_t>{}));   // the loss
+}
+
+// --- mixed precision (--dtype bf16: runtime/model/precision.h) ---------------------------------
+
+// The bf16 model: fp32 parameters and gradients, bf16 activations crossing the boundaries (the
+// placeholder and the loss fp32), and I then W giving B's gradients bit for bit, with MTP and tied
+// embeddings (the embedding's gradient comes from E, m and L).
+TEST(Model, Bf16KeepsFp32MastersAndSplitsItsBackwardExactly) {
+  ModelConfig c = small_config();
+  c.tie_embeddings = true;
+  auto m = build("Et|tm|mL", c, 7, 0.1, pprt::Kernels::Auto, at::kBFloat16);
+  const at::Tensor tk = tokens(c, 2);
+  const auto bounds =
+      pprt::declared_boundaries(m.model, m.setup, m.layout, 2, nullptr, at::kBFloat16).value();
+  ASSERT_EQ(bounds.size(), 4u);
+  EXPECT_EQ(bounds[0].dtype, at::kFloat);  // the placeholder
+  EXPECT_EQ(bounds[1].dtype, at::kBFloat16);
+  EXPECT_EQ(bounds[2].dtype, at::kBFloat16);
+  EXPECT_EQ(bounds[3].dtype, at::kFloat);  // the loss
+  const at::Tensor out = m[0].forward(at::Tensor(), tk, 0, nullptr, nullptr);
+  EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+  const at::Tensor two = (at::randn({2, 2, c.seq_len, c.hidden}) * 0.5).to(at::kBFloat16);
+  const at::Tensor grad = (at::randn({2, 2, c.seq_len, c.hidden}) * 1e-3).to(at::kBFloat16);
+  for (const bool split : {false, true}) {
+    const Grads g = backward(m, m[1], two.narrow(0, 0, 1), tk, grad, split);
+    EXPECT_EQ(g.input.scalar_type(), at::kBFloat16);
+    for (const auto& [name, t] : g.params) EXPECT_EQ(t.scalar_type(), at::kFloat) << name;
+  }
+  for (auto& p : m.params()) EXPECT_EQ(p.tensor.scalar_type(), at::kFloat) << p.name;
+  expect_same(backward(m, m[0], at::Tensor(), tk, grad.narrow(0, 0, 1), false),
+              backward(m, m[0], at::Tensor(), tk, grad.narrow(0, 0, 1), true));
+  expect_same(backward(m, m[1], two.narrow(0, 0, 1), tk, grad, false),
+              backward(m, m[1], two.narrow(0, 0, 1), tk, grad, true));
+  expect_same(backward(m, m[2], two, tk, at::Tensor(), false),
+              backward(m, m[2], two, tk, at::Tensor(), true));
+}
+
+// The bf16 model against the fp32 one and against itself: its loss is the fp32 model's within
+// bf16's precision; the CPU's written-out attention and fused loops (Auto) against ATen's
+// operations and SDPA (Generic: what a GPU runs, in bf16); the weight gradients of the hand-written
+// split (a WeightWork) against those autograd accumulates without one (cast to the fp32 masters);
+// after an optimizer-like update of the masters the working copies follow.
+TEST(Model, Bf16FollowsFp32AndEveryPathAgrees) {
+  const ModelConfig c = small_config();
+  const at::Tensor tk = tokens(c, 3);
+  auto f32 = build("EttmL", c, 7, 0.3);
+  const double want = f32[0].forward(at::Tensor(), tk, 0, nullptr, nullptr).item<double>();
+  std::map<std::string, at::Tensor> grads[3];
+  double loss[3];
+  for (int i = 0; i < 3; ++i) {
+    const auto kernels = i == 1 ? pprt::Kernels::Generic : pprt::Kernels::Auto;
+    auto m = build("EttmL", c, 7, 0.3, kernels, at::kBFloat16);
+    WeightWork work;
+    const at::Tensor l = m[0].forward(at::Tensor(), tk, 0, i == 2 ? nullptr : &work, nullptr);
+    EXPECT_EQ(l.scalar_type(), at::kFloat);  // the loss
+    l.backward();
+    work.run();
+    loss[i] = l.item<double>();
+    for (auto& p : m.params()) {
+      ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
+      EXPECT_EQ(p.tensor.grad().scalar_type(), at::kFloat) << p.name;
+      grads[i][p.name] = p.tensor.grad().clone();
+    }
+    if (i == 0) {  // the working copies are made again after the masters change
+      at::NoGradGuard no_grad;
+      for (auto& p : m.params()) p.tensor.mul_(0.5);
+      const double halved = m[0].forward(at::Tensor(), tk, 0, &work, nullptr).item<double>();
+      EXPECT_GT(std::fabs(halved - loss[0]), 1e-3);
+    }
+  }
+  EXPECT_NEAR(loss[0], want, 2e-2 * want);
+  EXPECT_NEAR(loss[1], loss[0], 1e-2 * want);
+  EXPECT_EQ(loss[2], loss[0]);  // the same forward
+  for (const auto& [name, g] : grads[0]) {
+    const double scale = g.abs().max().item<double>() + 1e-6;
+    EXPECT_LE((g - grads[1].at(name)).abs().max().item<double>(), 0.1 * scale) << name;
+    EXPECT_LE((g - grads[2].at(name)).abs().max().item<double>(), 1e-3 * scale) << name;
+  }
 }
 
 }  // namespace

@@ -23,16 +23,6 @@ using namespace pprun_e2e;
 const std::vector<std::string> kOne = concat(kModel, {"--threads", "1"});
 const std::vector<std::string> kBf16 = concat(kOne, {"--dtype", "bf16"});
 
-std::vector<double> field(const std::string& metrics, const std::string& key) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains(key)) out.push_back(j.at(key).get<double>());
-  }
-  return out;
-}
-
 struct Bf16Case {
   std::string name, layout, schedule;
   int pp, microbatches;

@@ -28,16 +28,6 @@ void PrintTo(const ModelCase& c, std::ostream* os) {
   *os << c.layout << " " << c.schedule << " pp " << c.pp;
 }
 
-std::vector<double> field(const std::string& metrics, const std::string& key) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains(key)) out.push_back(j.at(key).get<double>());
-  }
-  return out;
-}
-
 // `env`: added to both runs' environment.
 void expect_parity(const ModelCase& c, int steps = 3, const std::vector<std::string>& env = {}) {
   TempDir d;

@@ -29,16 +29,6 @@ std::string deepseek_costs() {
   return std::string(PP_SOURCE_DIR) + "/examples/cost-deepseek-v3.json";
 }
 
-std::vector<double> field(const std::string& metrics, const std::string& key) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains(key)) out.push_back(j.at(key).get<double>());
-  }
-  return out;
-}
-
 // What the synthesized plan holds: its placement and whether it has pairs, splits, full B.
 struct Shape {
   std::string placement;

@@ -154,6 +154,17 @@ inline std::vector<double> losses(const std::string& metrics) {
   return out;
 }
 
+// The values of `key` in a --metrics file, one per line that has it (a step's, an evaluation's).
+inline std::vector<double> field(const std::string& metrics, const std::string& key) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains(key)) out.push_back(j.at(key).get<double>());
+  }
+  return out;
+}
+
 inline std::set<std::string> schedules_of_ppcompile() {
   const Proc p = ppcompile({"--list-schedules"});
   std::set<std::string> out;

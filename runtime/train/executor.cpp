@@ -437,6 +437,19 @@ struct Executor::Impl {
     }
   }
 
+  // The end of a step or of an evaluation: waits for the sends still in flight (time spent
+  // waiting), gathers the losses and closes the report.
+  void finish(StepReport& r) {
+    for (PendingSend& s : sends) {
+      r.wait_ns += wait(s.work, s.index);
+      s.tensor = at::Tensor();
+    }
+    sends.clear();
+    collect_losses(r);
+    r.wall_ns = now_ns() - r.begin_ns;
+    rep = nullptr;
+  }
+
   // Evaluation: the plan's F actions (an OVERLAP_F_B's forward part) and their SEND_F/RECV_F, in
   // the rank's order, each batch of the plan posted without its SEND_B/RECV_B; no autograd.
   StepReport run_forward(const at::Tensor& tokens) {
@@ -462,14 +475,7 @@ struct Executor::Impl {
         forward_only(a.stage, a.microbatch);
       ++i;
     }
-    for (PendingSend& s : sends) {
-      wait(s.work, s.index);
-      s.tensor = at::Tensor();
-    }
-    sends.clear();
-    collect_losses(r);
-    r.wall_ns = now_ns() - r.begin_ns;
-    rep = nullptr;
+    finish(r);
     return r;
   }
 
@@ -506,14 +512,7 @@ struct Executor::Impl {
       if (opts.after_compute) opts.after_compute(i);
       ++i;
     }
-    for (PendingSend& s : sends) {
-      r.wait_ns += wait(s.work, s.index);
-      s.tensor = at::Tensor();
-    }
-    sends.clear();
-    collect_losses(r);
-    r.wall_ns = now_ns() - r.begin_ns;
-    rep = nullptr;
+    finish(r);
     return r;
   }
 };

@@ -27,6 +27,7 @@
 #include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 #include "runtime/train/executor.h"
+#include "test_plans.h"
 
 namespace {
 
@@ -224,17 +225,6 @@ pprt::Model user_model(bool branch) {
   return m;
 }
 
-ppc::Plan compile(const std::string& layout, int pp, const std::string& schedule, int mbs) {
-  ppc::CompileOptions o;
-  o.layout = ppc::parse_layout(layout);
-  o.has_model = true;
-  o.pp = pp;
-  o.schedule = schedule;
-  o.microbatches = mbs;
-  o.lower = true;
-  return ppc::compile(o);
-}
-
 at::Tensor tokens(int vocab, int seq_len, int64_t step) {
   std::vector<int64_t> v;
   pprt::TokenSource::synthetic(vocab, 3).batch(step, kRows, seq_len + 1, v);
@@ -366,7 +356,7 @@ void expect_user_model_trains(bool branch, const std::string& layout, int pp,
                               const std::string& schedule, int mbs) {
   const pprt::Model model = user_model(branch);
   const RunSetup s{&model, {kVocab, kSeq}};
-  const ppc::Plan plan = compile(layout, pp, schedule, mbs);
+  const ppc::Plan plan = rttest::compile(layout, pp, schedule, mbs);
   const Trained want = train_reference(s, plan.layout, mbs, kSteps);
   EXPECT_LT(want.losses.back(), want.losses.front()) << "the model should learn";
   expect_same_training(train_pipelined(s, plan, kSteps), want, 1e-5);
@@ -404,7 +394,7 @@ void expect_builtin_generic_equals_hand_written(const std::string& layout, int p
   c.ffn = 64;
   c.seq_len = 16;
   const pprt::Model model = pprt::builtin_model(c);
-  const ppc::Plan plan = compile(layout, pp, schedule, mbs);
+  const ppc::Plan plan = rttest::compile(layout, pp, schedule, mbs);
   RunSetup hand{&model, {c.vocab, c.seq_len}, false}, generic = hand;
   generic.generic = true;
   expect_same_training(train_pipelined(generic, plan, 3), train_pipelined(hand, plan, 3), 1e-6);

@@ -19,8 +19,11 @@
 #include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 #include "runtime/train/executor.h"
+#include "test_plans.h"
 
 namespace {
+
+using rttest::compile;
 
 using pprt::ModelConfig;
 using pprt::Stage;
@@ -41,17 +44,6 @@ at::Tensor tokens(const ModelConfig& c) {
   std::vector<int64_t> v;
   pprt::TokenSource::synthetic(c.vocab, 3).batch(0, kRows, c.seq_len + 1, v);
   return at::from_blob(v.data(), {kRows, c.seq_len + 1}, at::kLong).clone();
-}
-
-ppc::Plan compile(const std::string& layout, int pp, const std::string& schedule, int mbs) {
-  ppc::CompileOptions o;
-  o.layout = ppc::parse_layout(layout);
-  o.has_model = true;
-  o.pp = pp;
-  o.schedule = schedule;
-  o.microbatches = mbs;
-  o.lower = true;
-  return ppc::compile(o);
 }
 
 // Lowers a plan whose compute orders were changed, and checks it with the verifier.

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "compiler/diagnostic.h"
+#include "runtime/fail.h"
 #include "runtime/launch/failure.h"
 #include "tools/parse_flags.h"
 
@@ -211,6 +212,7 @@ int run_command_line(const RunOptions& o, const char* program) {
 int main_of(int argc, char** argv, ModelSource source, const char* program) {
   const std::string name =
       program ? program : std::filesystem::path(argc > 0 ? argv[0] : "pprt").filename().string();
+  set_program_name(name);  // every status and error line of the process starts with it
   RunOptions o;
   o.source = std::move(source);
   if (auto stop = parse_command_line(argc, argv, name.c_str(), o)) return *stop;

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/fail.h"
+
 namespace pprt {
 
 namespace {
@@ -365,8 +367,8 @@ void FailureWatch::loop(std::shared_ptr<State> s) {
     lock.lock();
   }
   if (s->stop || s->main_failing) return;
-  std::fprintf(stderr, "pprun: rank %d: %s; it was stopped while waiting for its peers\n", s->rank,
-               cause.c_str());
+  std::fprintf(stderr, "%s: rank %d: %s; it was stopped while waiting for its peers\n",
+               program_name().c_str(), s->rank, cause.c_str());
   for (const std::string& path : s->remove_on_stop) std::remove(path.c_str());
   if (s->hosts_store) linger_for_reports(s->store, s->world, s->grace);
   std::fflush(stdout);

@@ -74,10 +74,10 @@ GpuPlacement place_on_gpu(int rank, int local_rank, int local_world, int device_
   if (!getenv("NCCL_SOCKET_IFNAME")) p.env.emplace_back("NCCL_SOCKET_IFNAME", "lo");
   if (!getenv("NCCL_IB_DISABLE")) p.env.emplace_back("NCCL_IB_DISABLE", "1");
   p.banner = fmt::format(
-      "pprun: TEST MODE ({}=1): rank {} on GPU {} shared with the other ranks, which NCCL takes "
+      "{}: TEST MODE ({}=1): rank {} on GPU {} shared with the other ranks, which NCCL takes "
       "for separate hosts (NCCL_HOSTID); unsupported by NVIDIA; for correctness tests only, never "
       "for timing",
-      kShareGpuVariable, rank, p.device);
+      program_name(), kShareGpuVariable, rank, p.device);
   return p;
 }
 

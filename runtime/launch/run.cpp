@@ -324,7 +324,7 @@ int run_worker(const Job& job, const LaunchEnv& env) {
   // Says why the run failed and exits 1, without running the destructors (the transport may be
   // wedged); the store's host first waits for the other ranks' reports.
   auto fail_run = [&](const std::string& message) {
-    std::fprintf(stderr, "pprun: %s\n", message.c_str());
+    std::fprintf(stderr, "%s: %s\n", program_name().c_str(), message.c_str());
     if (hosts_store)
       linger_for_reports(store.get(), env.world,
                          std::min(job.timeout, std::chrono::milliseconds(3000)));
@@ -397,8 +397,8 @@ int spawn(const Job& job, const RunOptions& o) {
     sp.env.emplace_back("PPRUN_PROGRESS", isatty(STDOUT_FILENO) ? "bar" : "lines");
   sp.grace = job.timeout + std::chrono::seconds(5);
   sp.store = store.get();
-  std::printf("pprun: starting %d ranks on this machine (rendezvous 127.0.0.1:%d)\n", sp.world,
-              sp.port);
+  std::printf("%s: starting %d ranks on this machine (rendezvous 127.0.0.1:%d)\n",
+              program_name().c_str(), sp.world, sp.port);
   std::fflush(stdout);
   return spawn_ranks(sp);
 }
@@ -412,26 +412,28 @@ int run(const RunOptions& o, const GetEnv& getenv) {
     const HfExport e = export_hf(o.export_args.at(0), o.export_args.at(1),
                                  o.dtype == "bf16" ? TensorDtype::BF16 : TensorDtype::F32,
                                  parse_byte_size(o.max_shard_size, "--max-shard-size"));
-    std::printf("pprun: wrote the %zu tensors of %s as a Hugging Face %s (%s, %zu file%s) to %s\n",
-                e.tensors, find_checkpoint(o.export_args.at(0)).c_str(), e.architecture.c_str(),
-                o.dtype.c_str(), e.shards, e.shards == 1 ? "" : "s", o.export_args.at(1).c_str());
+    std::printf("%s: wrote the %zu tensors of %s as a Hugging Face %s (%s, %zu file%s) to %s\n",
+                program_name().c_str(), e.tensors, find_checkpoint(o.export_args.at(0)).c_str(),
+                e.architecture.c_str(), o.dtype.c_str(), e.shards, e.shards == 1 ? "" : "s",
+                o.export_args.at(1).c_str());
     return 0;
   }
   if (!o.export_args.empty()) {
     const size_t n = export_checkpoint(o.export_args.at(0), o.export_args.at(1));
-    std::printf("pprun: wrote the %zu model tensors of %s to %s\n", n,
+    std::printf("%s: wrote the %zu model tensors of %s to %s\n", program_name().c_str(), n,
                 find_checkpoint(o.export_args.at(0)).c_str(), o.export_args.at(1).c_str());
     return 0;
   }
   const std::optional<LaunchEnv> env = o.reference ? std::nullopt : launch_env(getenv);
   const Job job = make_job(o, env);
   if (!job.init_from.empty() && !env)
-    std::printf("pprun: initialising from %s\n",
+    std::printf("%s: initialising from %s\n", program_name().c_str(),
                 HfModel(job.init_from, job.model.seq_len).describe().c_str());
   if (job.start_step >= job.last_step()) {
     if (!env || env->rank == 0)
-      std::printf("pprun: the checkpoint %s has completed %lld steps%s: nothing to train\n",
-                  job.resume_path.c_str(), static_cast<long long>(job.start_step),
+      std::printf("%s: the checkpoint %s has completed %lld steps%s: nothing to train\n",
+                  program_name().c_str(), job.resume_path.c_str(),
+                  static_cast<long long>(job.start_step),
                   job.stop_after > 0 ? " (--stop-after)" : " (--steps)");
     return 0;
   }

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <optional>
 
+#include "runtime/fail.h"
+
 extern char** environ;
 
 namespace pprt {
@@ -203,7 +205,8 @@ Child start_rank(int r, const Command& cmd, const Signals& signals, pid_t parent
     dup2(out[1], 1);
     dup2(err[1], 2);
     execve(cmd.argv[0], cmd.argv.data(), cmd.envps[static_cast<size_t>(r)].data());
-    const char msg[] = "pprun: cannot execute the rank process\n";
+    const char msg[] = ": cannot execute the rank process\n";  // after the program's name
+    (void)!::write(2, program_name().data(), program_name().size());
     (void)!::write(2, msg, sizeof msg - 1);
     _exit(127);
   }
@@ -264,7 +267,7 @@ class Supervisor {
     for (const Child& c : kids_)
       if (c.rank != f.rank && failed(c.status))
         others += fmt::format(" rank {} {};", c.rank, describe_status(c));
-    relay_.message(fmt::format("pprun: rank {} {}{}{}\n", f.rank, describe_status(f),
+    relay_.message(fmt::format("{}: rank {} {}{}{}\n", program_name(), f.rank, describe_status(f),
                                others.empty() ? "" : "; then",
                                others.empty() ? "" : others.substr(0, others.size() - 1)));
     return WIFEXITED(f.status) ? WEXITSTATUS(f.status) : 1;
@@ -305,7 +308,8 @@ class Supervisor {
       if (si.ssi_signo == SIGCHLD) continue;  // reaped below
       if (!interrupted_) {
         interrupted_ = static_cast<int>(si.ssi_signo);
-        relay_.message(fmt::format("pprun: {}; stopping the ranks\n", strsignal(interrupted_)));
+        relay_.message(
+            fmt::format("{}: {}; stopping the ranks\n", program_name(), strsignal(interrupted_)));
         signal_all(SIGTERM);
         kill_at_ = Clock::now() + std::chrono::seconds(3);
       }
@@ -360,8 +364,8 @@ class Supervisor {
         c.killed_stopped = true;
         record_lost(c, fmt::format("stopped by signal {}", c.stopped_by));
         kill(c.pid, SIGKILL);
-        relay_.message(fmt::format("pprun: rank {} is stopped ({}): killing it\n", c.rank,
-                                   strsignal(c.stopped_by)));
+        relay_.message(fmt::format("{}: rank {} is stopped ({}): killing it\n", program_name(),
+                                   c.rank, strsignal(c.stopped_by)));
       }
   }
 
@@ -370,8 +374,8 @@ class Supervisor {
     const auto t = Clock::now();
     if (stop_at_ && t >= *stop_at_ && running_ > 0) {
       relay_.message(fmt::format(
-          "pprun: ranks still running {:.0f} s after rank {} failed; terminating them\n",
-          std::chrono::duration<double>(o_.grace).count(), first_failure_));
+          "{}: ranks still running {:.0f} s after rank {} failed; terminating them\n",
+          program_name(), std::chrono::duration<double>(o_.grace).count(), first_failure_));
       signal_all(SIGTERM);
       terminating_ = true;
       stop_at_.reset();

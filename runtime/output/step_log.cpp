@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "runtime/data/token_source.h"
+#include "runtime/fail.h"
 #include "runtime/launch/failure.h"
 #include "runtime/launch/process_setup.h"
 #include "runtime/model/architecture.h"
@@ -166,7 +167,8 @@ std::string run_header(const Job& job, const TokenSource& data, const std::strin
 
 void print_lines(const std::string& text) {
   std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) std::printf("pprun: %s\n", line.c_str());
+  for (std::string line; std::getline(lines, line);)
+    std::printf("%s: %s\n", program_name().c_str(), line.c_str());
   std::fflush(stdout);
 }
 
@@ -234,8 +236,9 @@ void StepLog::finish() {
   metrics_.reset();
   const int run = job_.last_step() - static_cast<int>(job_.start_step);
   const bool part = job_.start_step > 0 || job_.last_step() < job_.train.steps;
-  std::printf("pprun: done: %d step%s in %.2f s, loss %.4f -> %.4f%s%s\n", run, run == 1 ? "" : "s",
-              std::chrono::duration<double>(Clock::now() - start_).count(), first_loss_, last_loss_,
+  std::printf("%s: done: %d step%s in %.2f s, loss %.4f -> %.4f%s%s\n", program_name().c_str(), run,
+              run == 1 ? "" : "s", std::chrono::duration<double>(Clock::now() - start_).count(),
+              first_loss_, last_loss_,
               last_eval_ ? fmt::format(", eval loss {:.4f}", *last_eval_).c_str() : "",
               part ? fmt::format(" (steps {}-{} of {})", job_.start_step + 1, job_.last_step(),
                                  job_.train.steps)

@@ -25,7 +25,7 @@ class TokenSource;
 std::string run_header(const Job& job, const TokenSource& data, const std::string& transport,
                        bool reference);
 
-// Prints each line of `text` as "pprun: LINE" on stdout, and flushes it.
+// Prints each line of `text` as "PROGRAM: LINE" (program_name()) on stdout, and flushes it.
 void print_lines(const std::string& text);
 
 struct StepMetrics {
@@ -35,9 +35,9 @@ struct StepMetrics {
   double tokens_per_s = 0;         // global_batch * seq_len / step_time
   double elapsed_s = 0;            // since the first step began
   std::optional<double> mtp_loss;  // with m layers: the mean over MTP depths of CE_k
-  std::vector<double> compute_s;  // per global rank: its time in compute actions (no waits)
-  int straggler = -1;             // the slowest rank, if at least kStragglerRatio x the median
-  double straggler_ratio = 0;     // its time / the median over the ranks
+  std::vector<double> compute_s;   // per global rank: its time in compute actions (no waits)
+  int straggler = -1;              // the slowest rank, if at least kStragglerRatio x the median
+  double straggler_ratio = 0;      // its time / the median over the ranks
   // After an evaluation (--eval-data): loss and mtp_loss on the held-out data.
   std::optional<double> eval_loss, eval_mtp_loss;
 };
@@ -87,7 +87,7 @@ class StepLog {
   // `eval`: the evaluation after this step, if one ran.
   void step(int step, const StepStats& stats, double step_time_s,
             const std::optional<EvalStats>& eval = std::nullopt);
-  // Commits the metrics and prints "pprun: done: N steps in S s, loss A -> B".
+  // Commits the metrics and prints "PROGRAM: done: N steps in S s, loss A -> B".
   void finish();
   // The ranks' compute time per step over the last steps (the run's first step left out).
   ComputeBalance balance() const {

@@ -1,0 +1,81 @@
+// A second user model (issue 26's proof), a program of the library (pprt::main) as a user writes
+// one, for e2e_library_branch_test.cpp: ordinary LibTorch modules whose backward the runtime knows
+// nothing about, so that the zero-bubble schedules split it through the autograd graph.
+//   E  an embedding;
+//   t  a block of two branches joined (x + gelu(proj(h)) * sigmoid(gate(proj(tanh(h mix)))), h
+//      the block's LayerNorm of x): the submodule `proj` is called on both branches, and the
+//      matrix `mix` is one tensor shared by every block of the model (LayerInfo::shared), so two
+//      blocks of a stage use it and ranks holding blocks hold copies of it;
+//   L  LayerNorm and a linear head; the loss is Model::loss (cross-entropy).
+// It declares no shapes: a pipelined run learns its boundaries from one forward (the GPT-2 example
+// declares its own).
+#include <ATen/ATen.h>
+#include <pprt/main.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+namespace branchy {
+
+constexpr int64_t kWidth = 16;
+
+// The submodule both branches of a block call.
+struct ProjImpl : torch::nn::Module {
+  torch::nn::Linear fc{nullptr};
+  ProjImpl() { fc = register_module("fc", torch::nn::Linear(kWidth, kWidth)); }
+  at::Tensor forward(const at::Tensor& x) { return fc(x); }
+};
+TORCH_MODULE(Proj);
+
+struct BlockImpl : torch::nn::Module {
+  torch::nn::LayerNorm norm{nullptr};
+  Proj proj{nullptr};
+  torch::nn::Linear gate{nullptr};
+  at::Tensor mix;  // the model's one shared matrix
+  explicit BlockImpl(const pprt::LayerInfo& info) {
+    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
+    proj = register_module("proj", Proj());
+    gate = register_module("gate", torch::nn::Linear(kWidth, kWidth));
+    mix = register_parameter("mix", info.shared("shared.mix", {kWidth, kWidth},
+                                                [](at::Tensor& t) { t.normal_(0, 0.3); }));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    const at::Tensor h = norm(x);
+    const at::Tensor a = at::gelu(proj(h));                   // one branch
+    const at::Tensor b = proj(at::tanh(at::linear(h, mix)));  // the other, same proj
+    return x + a * at::sigmoid(gate(b));                      // joined
+  }
+};
+TORCH_MODULE(Block);
+
+struct HeadImpl : torch::nn::Module {
+  torch::nn::LayerNorm norm{nullptr};
+  torch::nn::Linear out{nullptr};
+  explicit HeadImpl(int vocab) {
+    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
+    out = register_module("out", torch::nn::Linear(kWidth, vocab));
+  }
+  at::Tensor forward(const at::Tensor& x) { return out(norm(x)); }
+};
+TORCH_MODULE(Head);
+
+pprt::Model model() {
+  pprt::Model m("branchy");
+  m.layer('E', "embed",
+          [](const pprt::LayerInfo& l) {
+            return pprt::make_layer(torch::nn::Embedding(l.vocab, kWidth));
+          })
+      .layer('t', "h", [](const pprt::LayerInfo& l) { return pprt::make_layer(Block(l)); })
+      .layer('L', "head", [](const pprt::LayerInfo& l) { return pprt::make_layer(Head(l.vocab)); })
+      .loss([](const at::Tensor& logits, const pprt::Microbatch& mb) {
+        return at::cross_entropy_loss(logits.flatten(0, 1), mb.targets().flatten());
+      });
+  return m;
+}
+
+}  // namespace branchy
+
+int main(int argc, char** argv) {
+  return pprt::main(argc, argv, branchy::model());
+}

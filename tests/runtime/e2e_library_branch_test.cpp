@@ -1,0 +1,176 @@
+// A second user model through the library, in real processes (issue 26's proof): branchy_model.cpp,
+// a program of pprt::main whose blocks join two branches that call one submodule, and share one
+// matrix across every block of the model (LayerInfo::shared). Under 1F1B, ZB-H1 and ZBV (the
+// zero-bubble ones split its backward through the autograd graph), launched by itself and by
+// torchrun (and by SLURM's srun, with e2e_cluster_test.cpp's cluster, as root), its losses equal
+// its own --reference within 1e-5 and its parameters within 1e-4, and the ranks' copies of the
+// shared matrix are equal bit for bit. A program of the library speaks with its own name.
+#include <cmath>
+
+#include "e2e_cluster.h"
+#include "runtime/output/param_dump.h"
+
+namespace {
+
+using namespace pprun_e2e;
+
+// --lr 0.03: 3 steps of this small model learn in spite of each step's other data.
+const std::vector<std::string> kArgs = {
+    "--global-batch", "8", "--vocab", "48", "--seq-len", "12", "--lr", "0.03", "--threads", "1"};
+
+Proc branchy(const std::vector<std::string>& args) {
+  return run(concat({BRANCHY_MODEL_BIN}, args));
+}
+
+// The run's per-step losses and dumped parameters equal the reference's (run here).
+void expect_its_reference(const TempDir& d, const std::string& plan, int steps,
+                          const std::string& metrics, const std::string& dump) {
+  const Proc ref = branchy(concat(
+      kArgs, {"--plan", plan, "--steps", std::to_string(steps), "--progress", "none", "--reference",
+              "--metrics", d.file("r.jsonl"), "--dump-params", d.file("rd")}));
+  ASSERT_EQ(ref.exit_code(), 0) << ref.out;
+  const auto got = losses(metrics), want = losses(d.file("r.jsonl"));
+  ASSERT_EQ(want.size(), size_t(steps));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << "step " << i + 1;
+  EXPECT_LT(got.back(), got.front());  // it learns
+
+  // read_param_dump fails if two ranks' copies of a parameter differ in any bit.
+  std::map<std::string, pprt::DumpedParam> a, b;
+  ASSERT_NO_THROW(a = pprt::read_param_dump(dump));
+  b = pprt::read_param_dump(d.file("rd"));
+  const pprt::DumpComparison cmp = pprt::compare_param_dumps(a, b);
+  EXPECT_TRUE(cmp.only_in_a.empty() && cmp.only_in_b.empty() && cmp.shape_differs.empty());
+  EXPECT_EQ(cmp.compared, b.size());
+  EXPECT_LE(cmp.max_abs_diff, 1e-4) << "worst: " << cmp.worst;
+  // The submodule both branches call is one module of its block; the shared matrix is one
+  // parameter of the model, under its shared name.
+  for (const char* name :
+       {"shared.mix", "h.0.proj.fc.weight", "h.3.gate.bias", "head.0.out.weight"})
+    EXPECT_EQ(b.count(name), 1u) << name;
+  EXPECT_EQ(b.count("h.0.mix"), 0u);
+}
+
+struct Case {
+  std::string schedule, layout;
+  int pp;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.schedule;
+}
+
+class BranchyModel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BranchyModel, LossesEqualItsReference) {
+  const Case& c = GetParam();
+  TempDir d;
+  const int steps = 3;
+  const std::string plan = compile(d, c.layout, c.pp, c.schedule, 4);
+  const Proc pipe =
+      branchy(concat(kArgs, {"--plan", plan, "--steps", std::to_string(steps), "--progress", "none",
+                             "--metrics", d.file("p.jsonl"), "--dump-params", d.file("pd")}));
+  ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
+  expect_its_reference(d, plan, steps, d.file("p.jsonl"), d.file("pd"));
+  // Every rank holds blocks, so each holds a copy of the shared matrix.
+  std::set<int> holders;
+  for (const auto& [r, params] : pprt::read_param_dump_by_rank(d.file("pd")))
+    if (params.count("shared.mix")) holders.insert(r);
+  EXPECT_EQ(holders, (std::set<int>{0, 1}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, BranchyModel,
+                         ::testing::Values(Case{"1F1B", "Ett|ttL", 2}, Case{"ZB-H1", "Ett|ttL", 2},
+                                           Case{"ZBV", "Et|tt|tt|tL", 2}),
+                         [](const auto& info) {
+                           std::string n = info.param.schedule;
+                           n.erase(std::remove(n.begin(), n.end(), '-'), n.end());
+                           return n;
+                         });
+
+TEST(BranchyModelLaunchers, TorchrunGivesItsReference) {
+  if (std::string(TORCHRUN_BIN).empty() || !fs::exists(TORCHRUN_BIN))
+    GTEST_SKIP() << "no torchrun (PP_TORCHRUN: the torch environment's)";
+  TempDir d;
+  const std::string plan = compile(d, "Ett|ttL", 2, "ZB-H1", 4);
+  const Proc tr =
+      run(concat({TORCHRUN_BIN, "--nnodes", "1", "--nproc_per_node", "2", "--master_addr",
+                  "127.0.0.1", "--master_port", std::to_string(free_port()), "--monitor_interval",
+                  "1", "--no_python", BRANCHY_MODEL_BIN},
+                 concat(kArgs, {"--plan", plan, "--steps", "3", "--progress", "lines", "--metrics",
+                                d.file("m.jsonl"), "--dump-params", d.file("dump")})));
+  ASSERT_EQ(tr.exit_code(), 0) << tr.out;
+  EXPECT_NE(tr.out.find("branchy_model: done: 3 steps"), std::string::npos) << tr.out;
+  expect_its_reference(d, plan, 3, d.file("m.jsonl"), d.file("dump"));
+}
+
+// Named Slurm.* for the cluster tests' time limit (tests/runtime/CMakeLists.txt).
+TEST(Slurm, AProgramOfTheLibraryUnderSrunGivesItsReference) {
+  PPRUN_SKIP_UNLESS_ROOT();
+  SlurmCluster slurm;
+  ASSERT_TRUE(slurm.ok());
+  TempDir d;
+  const std::string plan = compile(d, "Et|tt|tt|tL", 2, "ZBV", 4);
+  const Proc p = run(slurm.client(
+      concat({"srun", "-n", "2", "--overcommit", BRANCHY_MODEL_BIN},
+             concat(kArgs, {"--plan", plan, "--steps", "3", "--progress", "lines", "--metrics",
+                            d.file("m.jsonl"), "--dump-params", d.file("dump")})),
+      {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"}));
+  ASSERT_EQ(p.exit_code(), 0) << p.out << slurm.logs();
+  EXPECT_NE(p.out.find("branchy_model: ZBVZeroBubble on 2 ranks"), std::string::npos) << p.out;
+  expect_its_reference(d, plan, 3, d.file("m.jsonl"), d.file("dump"));
+}
+
+// --- A program's own name --------------------------------------------------------------------
+
+std::vector<std::string> lines_of(const std::string& out) {
+  std::vector<std::string> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) v.push_back(line);
+  return v;
+}
+
+// Every line of `out` that is a message (not a progress or a metrics line) starts with `name:`.
+void expect_no_pprun_lines(const std::string& out) {
+  for (const std::string& line : lines_of(out))
+    EXPECT_NE(line.rfind("pprun:", 0), 0u) << "a program of the library says 'pprun:':\n" << out;
+}
+
+TEST(LibraryProgramName, ItsStatusLinesCarryItsName) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|ttL", 2, "ZB-H1", 2);
+  const Proc p = branchy(concat(kArgs, {"--plan", plan, "--steps", "1", "--progress", "lines"}));
+  ASSERT_EQ(p.exit_code(), 0) << p.out;
+  EXPECT_NE(p.out.find("branchy_model: starting 2 ranks on this machine"), std::string::npos)
+      << p.out;
+  EXPECT_NE(p.out.find("branchy_model: ZB-H1 on 2 ranks"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("branchy_model: done: 1 step"), std::string::npos) << p.out;
+  expect_no_pprun_lines(p.out);
+}
+
+TEST(LibraryProgramName, AFailedRankIsReportedUnderItsName) {
+  TempDir d;
+  const std::string plan = compile(d, "Et|tL", 2, "1F1B", 2);
+  // faulty_model's FAULTY_MODEL=varies: rank 0 finds a stage output of another shape, exit 2.
+  const Proc p =
+      run(concat({FAULTY_MODEL_BIN}, {"--plan", plan, "--steps", "1", "--vocab", "32", "--seq-len",
+                                      "8", "--global-batch", "4", "--progress", "none", "--threads",
+                                      "1", "--timeout", "20"}),
+          {"FAULTY_MODEL=varies"});
+  EXPECT_EQ(p.exit_code(), 2) << p.out;
+  EXPECT_NE(p.out.find("faulty_model: rank 0: error: stage 0 (layers 'E' #0 .. 't' #0)"),
+            std::string::npos)
+      << p.out;
+  EXPECT_NE(p.out.find("faulty_model: rank 0 exited with code 2"), std::string::npos) << p.out;
+  expect_no_pprun_lines(p.out);
+}
+
+TEST(LibraryProgramName, AnErrorBeforeTheRanksStartIsOneLineUnderItsName) {
+  const Proc p = branchy({"--plan", "/nonexistent/plan.json"});
+  EXPECT_EQ(p.exit_code(), 2) << p.out;
+  EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 1) << p.out;
+  EXPECT_EQ(p.out.rfind("branchy_model: error: /nonexistent/plan.json", 0), 0u) << p.out;
+}
+
+}  // namespace

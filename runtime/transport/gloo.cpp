@@ -125,7 +125,7 @@ c10::intrusive_ptr<c10d::TCPStore> connect_client(const std::string& host,
 
 class TcpStore final : public Store {
  public:
-  explicit TcpStore(const StoreOptions& o) : prefix_(o.prefix), port_(o.port) {
+  explicit TcpStore(const StoreOptions& o) : prefix_(o.prefix), port_(o.port), timeout_(o.timeout) {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<std::uint16_t>(o.port);
     opts.isServer = o.is_server;
@@ -168,7 +168,20 @@ class TcpStore final : public Store {
   void set(const std::string& key, const std::string& value) override {
     guard("set", key, [&] { store_->set(prefix_ + key, bytes(value)); });
   }
+  // Waits in short checks, not in c10d's get: its client holds its one connection for as long as
+  // a get waits, and the rank's FailureWatch, which asks this store whether a peer failed, would
+  // wait behind it for the whole timeout instead of stopping the rank at once.
   std::string get(const std::string& key) override {
+    const auto end = std::chrono::steady_clock::now() + timeout_;
+    for (auto pause = std::chrono::milliseconds(1); !check(key);
+         pause = std::min(2 * pause, std::chrono::milliseconds(50))) {
+      if (std::chrono::steady_clock::now() >= end)
+        throw TransportError(
+            fmt::format("rendezvous store get '{}' failed: wait timeout after "
+                        "{}ms, keys: {}{}",
+                        key, timeout_.count(), prefix_, key));
+      std::this_thread::sleep_for(pause);
+    }
     std::string out;
     guard("get", key, [&] { out = text(store_->get(prefix_ + key)); });
     return out;
@@ -222,6 +235,7 @@ class TcpStore final : public Store {
   std::string prefix_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
   int port_;
+  std::chrono::milliseconds timeout_;
 };
 
 class GlooWork final : public Work {

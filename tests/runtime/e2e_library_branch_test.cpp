@@ -4,7 +4,9 @@
 // zero-bubble ones split its backward through the autograd graph), launched by itself and by
 // torchrun (and by SLURM's srun, with e2e_cluster_test.cpp's cluster, as root), its losses equal
 // its own --reference within 1e-5 and its parameters within 1e-4, and the ranks' copies of the
-// shared matrix are equal bit for bit. A program of the library speaks with its own name.
+// shared matrix are equal bit for bit. A program of the library speaks with its own name. And a
+// model's mistakes in a pipelined run (faulty_model.cpp) stop every rank at once with one line
+// naming the stage and the layer, exit code 2.
 #include <cmath>
 
 #include "e2e_cluster.h"
@@ -172,5 +174,57 @@ TEST(LibraryProgramName, AnErrorBeforeTheRanksStartIsOneLineUnderItsName) {
   EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 1) << p.out;
   EXPECT_EQ(p.out.rfind("branchy_model: error: /nonexistent/plan.json", 0), 0u) << p.out;
 }
+
+// --- A model's mistakes in a pipelined run (docs/library.md: Errors) --------------------------
+
+struct Fault {
+  std::string name, want;  // FAULTY_MODEL, a line the output holds
+};
+
+void PrintTo(const Fault& f, std::ostream* os) {
+  *os << f.name;
+}
+
+class PipelinedModelError : public ::testing::TestWithParam<Fault> {};
+
+// Each mistake stops every rank with exit code 2 within seconds (not the --timeout the ranks
+// waiting for the failed one would otherwise sit out), its message one line naming the stage and
+// the layer, never LibTorch's own multi-line report.
+TEST_P(PipelinedModelError, IsOneLineNamingStageAndLayerAndStopsEveryRank) {
+  const Fault& f = GetParam();
+  TempDir d;
+  const std::string plan = compile(d, "Ett|tL", 2, "1F1B", 2);
+  const Proc p =
+      run(concat({FAULTY_MODEL_BIN}, {"--plan", plan, "--steps", "1", "--vocab", "32", "--seq-len",
+                                      "8", "--global-batch", "4", "--progress", "none", "--threads",
+                                      "1", "--timeout", "120"}),
+          {"FAULTY_MODEL=" + f.name});
+  EXPECT_EQ(p.exit_code(), 2) << p.out;
+  EXPECT_LT(p.seconds, 60) << p.out;
+  EXPECT_NE(p.out.find(f.want), std::string::npos) << p.out;
+  for (const std::string& line : lines_of(p.out)) {
+    EXPECT_EQ(line.find("Exception raised from"), std::string::npos) << p.out;
+    EXPECT_EQ(line.find("terminate called"), std::string::npos) << p.out;
+  }
+  expect_no_pprun_lines(p.out);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, PipelinedModelError,
+    ::testing::Values(
+        Fault{"declared",
+              "error: stage 0, layer 't' #0 (h.0): its output is [2, 8, 8], but its declared shape "
+              "for an input [2, 8, 8] is [2, 8, 9]"},
+        Fault{"libtorch",
+              "error: stage 0, layer 't' #1 (h.1): its forward failed: mat1 and mat2 shapes "
+              "cannot be multiplied (16x8 and 9x8)"},
+        Fault{"scalar",
+              "error: stage 1: the loss must be a scalar, but it is [2, 8, 32] (the last layer's "
+              "output: give Model::loss)"},
+        Fault{"prefix",
+              "faulty_model: rank 0: error: stage 0, layer 't' #1 (block): parameter "
+              "'block.fc.weight' exists already on this rank"},
+        Fault{"own", "faulty_model: rank 0: error: h.1: this block wants an even stage"}),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -20,6 +20,15 @@ Model::Model(std::string family) : impl_(std::make_shared<Impl>()) {
 }
 
 Model& Model::layer(char symbol, std::string name, LayerFactory make, ShapeFn shape) {
+  SetupShapeFn sized;
+  if (shape)
+    sized = [shape = std::move(shape)](const std::vector<int64_t>& in, const ModelSetup&) {
+      return shape(in);
+    };
+  return layer(symbol, std::move(name), std::move(make), std::move(sized));
+}
+
+Model& Model::layer(char symbol, std::string name, LayerFactory make, SetupShapeFn shape) {
   PPC_INTERNAL_ASSERT(make != nullptr, "a layer needs a factory");
   for (Symbol& s : impl_->symbols)
     if (s.symbol == symbol) {  // registered again: the later registration wins

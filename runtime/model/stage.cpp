@@ -315,8 +315,8 @@ at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, int m
     x = m.located(where, "its forward failed", [&] { return b.layer.forward(x, mb); });
     if (!x.defined()) fail(where, "its forward returned no tensor");
     if (b.symbol->shape) {
-      const std::vector<int64_t> want =
-          m.located(where, "its shape function failed", [&] { return b.symbol->shape(in); });
+      const std::vector<int64_t> want = m.located(where, "its shape function failed",
+                                                  [&] { return b.symbol->shape(in, m.ctx.setup); });
       if (x.sizes().vec() != want)
         fail(where, fmt::format("its output is {}, but its declared shape for an input {} is {}",
                                 shape_text(x.sizes()), shape_text(in), shape_text(want)));
@@ -343,7 +343,7 @@ std::optional<TensorSpec> Stage::declared_out(const TensorSpec& in, int64_t rows
   std::vector<int64_t> shape = m.first ? std::vector<int64_t>{rows, m.ctx.setup.seq_len} : in.shape;
   for (const Impl::Built& b : m.layers) {
     if (!b.symbol->shape) return std::nullopt;
-    shape = b.symbol->shape(shape);
+    shape = b.symbol->shape(shape, m.ctx.setup);
   }
   return TensorSpec{shape, m.ctx.dtype};
 }
@@ -367,7 +367,7 @@ std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
         return std::nullopt;
       }
       if (p.position == 0) shape = {rows, setup.seq_len};
-      shape = sym->shape(shape);
+      shape = sym->shape(shape, setup);
       type = dtype;
       if (p.position == p.layers - 1) type = at::kFloat;  // the loss
       if (p.position == p.layers - 1 && model.loss()) shape = {};

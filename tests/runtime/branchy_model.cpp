@@ -7,14 +7,18 @@
 //      matrix `mix` is one tensor shared by every block of the model (LayerInfo::shared), so two
 //      blocks of a stage use it and ranks holding blocks hold copies of it;
 //   L  LayerNorm and a linear head; the loss is Model::loss (cross-entropy).
-// It declares no shapes: a pipelined run learns its boundaries from one forward (the GPT-2 example
-// declares its own).
+// BRANCHY_SHAPES=declared declares every layer's output shape (the head's from the run's --vocab:
+// a SetupShapeFn); otherwise a pipelined run learns the boundaries from one forward.
 #include <ATen/ATen.h>
 #include <pprt/main.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 namespace branchy {
 
@@ -60,14 +64,27 @@ struct HeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(Head);
 
-pprt::Model model() {
+pprt::Model model(bool declared) {
+  const pprt::ShapeFn hidden = [](const std::vector<int64_t>& in) {
+    return std::vector<int64_t>{in[0], in[1], kWidth};
+  };
+  const pprt::SetupShapeFn logits = [](const std::vector<int64_t>& in,
+                                       const pprt::ModelSetup& setup) {
+    return std::vector<int64_t>{in[0], in[1], setup.vocab};
+  };
   pprt::Model m("branchy");
-  m.layer('E', "embed",
-          [](const pprt::LayerInfo& l) {
-            return pprt::make_layer(torch::nn::Embedding(l.vocab, kWidth));
-          })
-      .layer('t', "h", [](const pprt::LayerInfo& l) { return pprt::make_layer(Block(l)); })
-      .layer('L', "head", [](const pprt::LayerInfo& l) { return pprt::make_layer(Head(l.vocab)); })
+  m.layer(
+       'E', "embed",
+       [](const pprt::LayerInfo& l) {
+         return pprt::make_layer(torch::nn::Embedding(l.vocab, kWidth));
+       },
+       declared ? hidden : pprt::ShapeFn())
+      .layer(
+          't', "h", [](const pprt::LayerInfo& l) { return pprt::make_layer(Block(l)); },
+          declared ? hidden : pprt::ShapeFn())
+      .layer(
+          'L', "head", [](const pprt::LayerInfo& l) { return pprt::make_layer(Head(l.vocab)); },
+          declared ? logits : pprt::SetupShapeFn())
       .loss([](const at::Tensor& logits, const pprt::Microbatch& mb) {
         return at::cross_entropy_loss(logits.flatten(0, 1), mb.targets().flatten());
       });
@@ -77,5 +94,6 @@ pprt::Model model() {
 }  // namespace branchy
 
 int main(int argc, char** argv) {
-  return pprt::main(argc, argv, branchy::model());
+  const char* shapes = std::getenv("BRANCHY_SHAPES");
+  return pprt::main(argc, argv, branchy::model(shapes && std::string(shapes) == "declared"));
 }

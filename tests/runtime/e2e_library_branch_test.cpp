@@ -4,9 +4,10 @@
 // zero-bubble ones split its backward through the autograd graph), launched by itself and by
 // torchrun (and by SLURM's srun, with e2e_cluster_test.cpp's cluster, as root), its losses equal
 // its own --reference within 1e-5 and its parameters within 1e-4, and the ranks' copies of the
-// shared matrix are equal bit for bit. A program of the library speaks with its own name. And a
-// model's mistakes in a pipelined run (faulty_model.cpp) stop every rank at once with one line
-// naming the stage and the layer, exit code 2.
+// shared matrix are equal bit for bit (under ZBV also with every shape declared, the head's from
+// --vocab). A program of the library speaks with its own name. And a model's mistakes in a
+// pipelined run (faulty_model.cpp) stop every rank at once with one line naming the stage and the
+// layer, exit code 2.
 #include <cmath>
 
 #include "e2e_cluster.h"
@@ -20,8 +21,8 @@ using namespace pprun_e2e;
 const std::vector<std::string> kArgs = {
     "--global-batch", "8", "--vocab", "48", "--seq-len", "12", "--lr", "0.03", "--threads", "1"};
 
-Proc branchy(const std::vector<std::string>& args) {
-  return run(concat({BRANCHY_MODEL_BIN}, args));
+Proc branchy(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  return run(concat({BRANCHY_MODEL_BIN}, args), env);
 }
 
 // The run's per-step losses and dumped parameters equal the reference's (run here).
@@ -57,10 +58,11 @@ void expect_its_reference(const TempDir& d, const std::string& plan, int steps,
 struct Case {
   std::string schedule, layout;
   int pp;
+  bool declared = false;  // BRANCHY_SHAPES=declared: every layer declares its output's shape
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.schedule;
+  *os << c.schedule << (c.declared ? " declared" : "");
 }
 
 class BranchyModel : public ::testing::TestWithParam<Case> {};
@@ -72,7 +74,8 @@ TEST_P(BranchyModel, LossesEqualItsReference) {
   const std::string plan = compile(d, c.layout, c.pp, c.schedule, 4);
   const Proc pipe =
       branchy(concat(kArgs, {"--plan", plan, "--steps", std::to_string(steps), "--progress", "none",
-                             "--metrics", d.file("p.jsonl"), "--dump-params", d.file("pd")}));
+                             "--metrics", d.file("p.jsonl"), "--dump-params", d.file("pd")}),
+              {c.declared ? "BRANCHY_SHAPES=declared" : "BRANCHY_SHAPES="});
   ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
   expect_its_reference(d, plan, steps, d.file("p.jsonl"), d.file("pd"));
   // Every rank holds blocks, so each holds a copy of the shared matrix.
@@ -84,11 +87,12 @@ TEST_P(BranchyModel, LossesEqualItsReference) {
 
 INSTANTIATE_TEST_SUITE_P(Schedules, BranchyModel,
                          ::testing::Values(Case{"1F1B", "Ett|ttL", 2}, Case{"ZB-H1", "Ett|ttL", 2},
-                                           Case{"ZBV", "Et|tt|tt|tL", 2}),
+                                           Case{"ZBV", "Et|tt|tt|tL", 2},
+                                           Case{"ZBV", "Et|tt|tt|tL", 2, true}),
                          [](const auto& info) {
                            std::string n = info.param.schedule;
                            n.erase(std::remove(n.begin(), n.end(), '-'), n.end());
-                           return n;
+                           return n + (info.param.declared ? "Declared" : "");
                          });
 
 TEST(BranchyModelLaunchers, TorchrunGivesItsReference) {

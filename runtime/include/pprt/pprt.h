@@ -199,6 +199,10 @@ using LayerFactory = std::function<Layer(const LayerInfo&)>;
 // token ids [b, seq_len]); for a model whose every symbol declares one, the runtime knows each
 // boundary's shape without a forward, and checks every output against it.
 using ShapeFn = std::function<std::vector<int64_t>(const std::vector<int64_t>& input)>;
+// The same for a shape that depends on the run's configuration (--vocab, --seq-len): a head's
+// logits [b, T, setup.vocab].
+using SetupShapeFn =
+    std::function<std::vector<int64_t>(const std::vector<int64_t>& input, const ModelSetup& setup)>;
 // The microbatch's loss (a scalar) from the last layer's output.
 using LossFn = std::function<at::Tensor(const at::Tensor& output, const Microbatch& mb)>;
 
@@ -214,6 +218,7 @@ class Model {
   // `make` builds one (on the CPU; the runtime moves it to the device), `name` names it in
   // messages and parameter names, `shape` (optional) declares its output's shape.
   Model& layer(char symbol, std::string name, LayerFactory make, ShapeFn shape = {});
+  Model& layer(char symbol, std::string name, LayerFactory make, SetupShapeFn shape);
   // The loss of a microbatch from the last layer's output (optional: without one, the last
   // layer's output is the loss).
   Model& loss(LossFn fn);
@@ -223,7 +228,7 @@ class Model {
     char symbol = 0;
     std::string name;
     LayerFactory make;
-    ShapeFn shape;
+    SetupShapeFn shape;  // empty: no shape declared (a ShapeFn given ignores the setup)
   };
   const std::string& family() const;
   const Symbol* symbol(char c) const;  // null if the model has no layer for it

@@ -101,7 +101,7 @@ class JsonReader {
     if (!l.is_string()) fail("layout", fmt::format("expected a layout string, got {}", l.dump()));
     auto mc = std::make_shared<MeasuredCosts>();
     mc->input = name;
-    mc->layout = parse_layout(l.get<std::string>(), name + ": layout");
+    mc->layout = parse_layout(l.get<std::string>(), name + ": layout", kAnySymbols);
     const size_t S = static_cast<size_t>(mc->layout.num_stages());
     mc->stages.assign(S, std::nullopt);
     mc->boundaries.assign(S > 0 ? S - 1 : 0, MeasuredBoundary{});
@@ -183,6 +183,20 @@ std::pair<int, int> line_column(std::string_view text, size_t pos) {
 
 }  // namespace
 
+const LayerCost& CostModel::layer(LayerKind k) const {
+  static const LayerCost kFree{};
+  if (auto it = layers.find(layer_symbol(k)); it != layers.end()) return it->second;
+  return is_builtin(k) ? kFree : layer(LayerKind::Decoder);
+}
+
+std::string uncosted_own_symbols(const CostModel& model, const Layout& layout) {
+  std::string out;
+  if (model.unit || model.measured) return out;
+  for (char c : own_symbols(layout))
+    if (model.layers.count(c) == 0) out += c;
+  return out;
+}
+
 CostModel parse_cost_model(std::string_view text, const std::string& input_name) {
   json j;
   try {
@@ -206,20 +220,21 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   m.unit = false;
   if (j.contains("layers")) {
     const json& layers = j["layers"];
-    if (!layers.is_object()) rd.fail("layers", "expected an object with entries E, t, m, L");
-    rd.only_keys(layers, "layers", {"E", "t", "m", "L"});
+    if (!layers.is_object())
+      rd.fail("layers", "expected an object with entries E, t, m, L or a model's own symbols");
     for (auto it = layers.begin(); it != layers.end(); ++it) {
-      const LayerKind k = it.key() == "E"   ? LayerKind::Embedding
-                          : it.key() == "t" ? LayerKind::Decoder
-                          : it.key() == "m" ? LayerKind::Mtp
-                                            : LayerKind::Loss;
-      m.layers[static_cast<size_t>(k)] = rd.layer(it.value(), "layers." + it.key());
+      const std::string& key = it.key();
+      if (key.size() != 1 || !is_layer_symbol(key[0]))
+        rd.fail(printable("layers." + key),
+                "unknown field (known: E, t, m, L and a model's own symbols, each one ASCII "
+                "letter)");
+      m.layers[key[0]] = rd.layer(it.value(), "layers." + key);
     }
   }
   if (j.contains("stage")) {
     m.empty_stage = rd.layer(j["stage"], "stage");
   } else if (j.contains("layers") && j["layers"].contains("t")) {
-    m.empty_stage = m.layers[static_cast<size_t>(LayerKind::Decoder)];
+    m.empty_stage = m.layers.at('t');
   } else {
     m.empty_stage = LayerCost{1, 1, 1, std::nullopt, 1, 0};
   }
@@ -279,7 +294,7 @@ CostModel cost_model_from_flags(const CostFlags& fl) {
   });
   CostModel m;
   m.unit = false;
-  m.layers.fill(c);
+  for (char k : {'E', 't', 'm', 'L'}) m.layers[k] = c;  // and a model's own symbols (as 't')
   m.empty_stage = c;
   m.latency = fl.latency.value_or(0);
   m.bandwidth = fl.bandwidth.value_or(0);
@@ -350,7 +365,7 @@ CostModel unit_layer_costs() {
 
 std::string describe(const CostModel& m) {
   if (m.unit) return "unit (per stage F=1, B=2, I=1, W=1; no communication cost)";
-  const LayerCost& t = m.layers[static_cast<size_t>(LayerKind::Decoder)];
+  const LayerCost& t = m.layer(LayerKind::Decoder);
   std::string s =
       fmt::format("cost model (t: F={:g} B={:g} I={:g} W={:g}", t.f, t.backward(), t.i, t.w);
   const double msg = message_time(m);

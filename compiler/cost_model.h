@@ -37,6 +37,11 @@ CostModel cost_model_from_flags(const CostFlags& flags);
 // per in-flight microbatch, no parameters, free communication.
 CostModel unit_layer_costs();
 
+// The symbols of the model's own that `layout` uses and `model` gives no per-layer cost for (they
+// cost what 't' costs); empty under unit or measured per-stage costs, where per-layer costs do not
+// apply. ppcompile says so once on stderr.
+std::string uncosted_own_symbols(const CostModel& model, const Layout& layout);
+
 // "80GiB", "80GB", "8e10", "512M": a memory size in bytes (K/M/G/T = powers of 1000 with or
 // without B, KiB/MiB/GiB/TiB = powers of 1024). UserError naming `flag` otherwise.
 double parse_memory_size(const std::string& text, const char* flag);

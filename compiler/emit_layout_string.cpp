@@ -65,7 +65,7 @@ std::string with_commas(const std::string& s) {
     const bool digit = s[i] >= '0' && s[i] <= '9';
     if (digit && i + 1 < s.size()) {
       const char next = s[i + 1];
-      if (next == 'E' || next == 't' || next == 'm' || next == 'L' || next == '(') out += ',';
+      if (is_layer_symbol(next) || next == '(') out += ',';  // E, t, m, L or a model's own
     }
   }
   return out;

@@ -47,7 +47,7 @@ const char* layer_name(LayerKind k) {
     case LayerKind::Loss:
       return "loss";
   }
-  return "layer";
+  return "a layer of the model's own";
 }
 
 // A layer of the whole model, in model order, with where it was written.
@@ -59,18 +59,34 @@ struct ModelLayer {
 
 }  // namespace
 
-char layer_symbol(LayerKind k) {
-  switch (k) {
-    case LayerKind::Embedding:
-      return 'E';
-    case LayerKind::Decoder:
-      return 't';
-    case LayerKind::Mtp:
-      return 'm';
-    case LayerKind::Loss:
-      return 'L';
+void check_own_symbols(std::string_view symbols, const std::string& flag) {
+  for (size_t i = 0; i < symbols.size(); ++i) {
+    const char c = symbols[i];
+    const auto printable = [&] {
+      return c >= 0x20 && c < 0x7F ? fmt::format("'{}'", c)
+                                   : fmt::format("byte 0x{:02X}", static_cast<unsigned char>(c));
+    };
+    if (!is_layer_symbol(c))
+      throw UserError(fmt::format("{} is not a layer symbol: a model's own symbols are ASCII "
+                                  "letters, as in --symbols xv",
+                                  printable()),
+                      input_location(flag));
+    if (is_builtin(own_layer(c)))
+      throw UserError(fmt::format("'{}' is built in ({}): a model's own symbols are letters other "
+                                  "than E, t, m and L",
+                                  c, layer_name(own_layer(c))),
+                      input_location(flag));
+    if (symbols.find(c) != i)
+      throw UserError(fmt::format("'{}' is declared twice", c), input_location(flag));
   }
-  return '?';
+}
+
+std::string own_symbols(const Layout& layout) {
+  std::string out;
+  for (const auto& stage : layout.stages)
+    for (LayerKind k : stage)
+      if (!is_builtin(k) && out.find(layer_symbol(k)) == std::string::npos) out += layer_symbol(k);
+  return out;
 }
 
 int Layout::count(LayerKind k) const {

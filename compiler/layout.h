@@ -17,14 +17,39 @@
 
 namespace ppc {
 
+// A layer's kind is its layout symbol. E, t, m and L are built in; any other ASCII letter is a
+// symbol of the model's own (an encoder layer, a vision block: docs/layout-language.md), held as
+// the letter itself, e.g. LayerKind{'x'} (own_layer('x')).
 enum class LayerKind : uint8_t {
-  Embedding,  // 'E'
-  Decoder,    // 't'
-  Mtp,        // 'm'
-  Loss,       // 'L'
+  Embedding = 'E',
+  Decoder = 't',
+  Mtp = 'm',
+  Loss = 'L',
 };
 
-char layer_symbol(LayerKind k);
+constexpr char layer_symbol(LayerKind k) {
+  return static_cast<char>(k);
+}
+constexpr bool is_builtin(LayerKind k) {
+  return k == LayerKind::Embedding || k == LayerKind::Decoder || k == LayerKind::Mtp ||
+         k == LayerKind::Loss;
+}
+// Whether `c` can be a layer symbol at all: an ASCII letter.
+constexpr bool is_layer_symbol(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+constexpr LayerKind own_layer(char c) {
+  return static_cast<LayerKind>(static_cast<uint8_t>(c));
+}
+
+// Every ASCII letter: for re-reading a layout that was checked when it was written (a checkpoint's,
+// a plan's), whatever symbols of its own its model declared.
+inline constexpr std::string_view kAnySymbols =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+// Checks a declaration of a model's own symbols (ppcompile --symbols "xv"): ASCII letters other
+// than E, t, m and L, each once. Throws UserError naming `flag` and the offending character.
+void check_own_symbols(std::string_view symbols, const std::string& flag);
 
 struct Layout {
   std::string source;                          // the text as given (for messages and plans)
@@ -68,12 +93,16 @@ inline constexpr int kMaxLayoutInputBytes = 256 * 1024;
 
 // Parses the layout language. `input_name` names the input in messages ("layout" for --layout,
 // the file name for --layout-file). Files may hold '#' comments and blank lines; parse_layout_file
-// strips them and keeps line/column information for errors.
-Layout parse_layout(std::string_view text, const std::string& input_name = "layout");
-Layout parse_layout_file(const std::string& path);
+// strips them and keeps line/column information for errors. `own_symbols` are the letters the
+// model declares as symbols of its own besides E, t, m and L (check_own_symbols); any other letter
+// is an unknown symbol, reported with a caret (so that a typo such as 'T' for 't' is caught).
+Layout parse_layout(std::string_view text, const std::string& input_name = "layout",
+                    std::string_view own_symbols = {});
+Layout parse_layout_file(const std::string& path, std::string_view own_symbols = {});
 // What parse_layout_file does with the file's contents (a leading UTF-8 byte order mark is
 // dropped); `input_name` names the file in messages.
-Layout parse_layout_file_text(std::string_view text, const std::string& input_name);
+Layout parse_layout_file_text(std::string_view text, const std::string& input_name,
+                              std::string_view own_symbols = {});
 
 // The layout on one line in Megatron-LM's layout syntax, compressed with "X*N" and groups
 // "(...)*N" (never nested): parse_layout() reads it back to exactly the same stages
@@ -116,8 +145,12 @@ Placement place_layout(const Layout& layout, int pp, std::optional<int> vpp, Pla
 
 // Model rules for a layout that describes a whole model: exactly one E and it is the first layer;
 // exactly one L and it is the last layer; no t after an m; if num_layers is given, the number of
-// t equals it. Errors point at the offending symbol's column.
+// t equals it. The rules say nothing of a model's own symbols (they may stand anywhere between E
+// and L). Errors point at the offending symbol's column.
 void check_model(const Layout& layout, std::optional<int> num_layers = std::nullopt);
+
+// The symbols of the model's own (not E, t, m, L) that `layout` uses, in order of first use.
+std::string own_symbols(const Layout& layout);
 
 // "E t t t" or "(empty)"
 std::string stage_symbols(const std::vector<LayerKind>& stage);

@@ -64,7 +64,7 @@ std::string describe_char(std::string_view utf8) {
   return fmt::format("'{}' (U+{:04X})", utf8, static_cast<uint32_t>(cp));
 }
 
-std::string unknown_symbol_message(const Token* t, bool is_file) {
+std::string unknown_symbol_message(const Token* t, bool is_file, std::string_view own) {
   const std::string text = t->getText();
   std::string msg = fmt::format("unknown symbol {}", describe_char(text));
   if (text == "#") {
@@ -79,6 +79,10 @@ std::string unknown_symbol_message(const Token* t, bool is_file) {
   if (hint != nullptr) msg += fmt::format(" (did you mean '{}'?)", hint);
   msg += "; ";
   msg += kLayerList;
+  if (!own.empty()) {  // (none declared: the message is as it was before a model could declare)
+    msg += ", and the model's own";
+    for (char c : own) msg += fmt::format(" '{}'", c);
+  }
   return msg;
 }
 
@@ -138,7 +142,8 @@ class ThrowingErrorListener : public antlr4::BaseErrorListener {
 
 // --- Checks on the token stream ---------------------------------------------------------------
 
-void check_tokens(const Source& src, const std::vector<Token*>& tokens, bool is_file) {
+void check_tokens(const Source& src, const std::vector<Token*>& tokens, bool is_file,
+                  std::string_view own) {
   std::vector<const Token*> open;  // unclosed '(' tokens
   bool any = false;
   for (const Token* t : tokens) {
@@ -146,7 +151,11 @@ void check_tokens(const Source& src, const std::vector<Token*>& tokens, bool is_
       case Token::EOF:
         break;
       case LayoutParser::UNKNOWN:
-        src.fail(t, unknown_symbol_message(t, is_file));
+        src.fail(t, unknown_symbol_message(t, is_file, own));
+      case LayoutParser::OWN:
+        if (own.find(t->getText().front()) == std::string_view::npos)
+          src.fail(t, unknown_symbol_message(t, is_file, own));
+        break;
       case LayoutParser::LPAREN:
         open.push_back(t);
         if (open.size() > static_cast<size_t>(kMaxLayoutNesting))
@@ -290,6 +299,8 @@ class Expander {
         return LayerKind::Mtp;
       case LayoutParser::LOSS:
         return LayerKind::Loss;
+      case LayoutParser::OWN:
+        return own_layer(symbol->getText().front());
       default:
         break;
     }
@@ -355,7 +366,8 @@ std::string strip_comments(std::string_view text) {
   return out;
 }
 
-Layout parse_text(std::string_view text, const std::string& input_name, bool is_file) {
+Layout parse_text(std::string_view text, const std::string& input_name, bool is_file,
+                  std::string_view own) {
   Source src{input_name, display_lines(text)};
   if (text.size() > static_cast<size_t>(kMaxLayoutInputBytes)) {
     throw UserError(
@@ -392,7 +404,7 @@ Layout parse_text(std::string_view text, const std::string& input_name, bool is_
     antlr4::CommonTokenStream tokens(&lexer);
     tokens.fill();
     const std::vector<Token*> all = tokens.getTokens();
-    check_tokens(src, all, is_file);
+    check_tokens(src, all, is_file, own);
 
     LayoutParser parser(&tokens);
     ThrowingErrorListener parser_errors(src, &tokens);
@@ -428,11 +440,12 @@ Layout parse_text(std::string_view text, const std::string& input_name, bool is_
 
 }  // namespace
 
-Layout parse_layout(std::string_view text, const std::string& input_name) {
-  return parse_text(text, input_name, /*is_file=*/false);
+Layout parse_layout(std::string_view text, const std::string& input_name,
+                    std::string_view own_symbols) {
+  return parse_text(text, input_name, /*is_file=*/false, own_symbols);
 }
 
-Layout parse_layout_file(const std::string& path) {
+Layout parse_layout_file(const std::string& path, std::string_view own_symbols) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw UserError("cannot read layout file: it is a directory", input_location(path));
@@ -450,13 +463,14 @@ Layout parse_layout_file(const std::string& path) {
           input_location(path));
   }
   if (in.bad()) throw UserError("cannot read layout file: read error", input_location(path));
-  return parse_layout_file_text(text, path);
+  return parse_layout_file_text(text, path, own_symbols);
 }
 
-Layout parse_layout_file_text(std::string_view text, const std::string& input_name) {
+Layout parse_layout_file_text(std::string_view text, const std::string& input_name,
+                              std::string_view own_symbols) {
   // A UTF-8 byte order mark is not part of the layout.
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
-  return parse_text(text, input_name, /*is_file=*/true);
+  return parse_text(text, input_name, /*is_file=*/true, own_symbols);
 }
 
 }  // namespace ppc

@@ -62,11 +62,11 @@ std::vector<StageCost> layer_costs(const CostModel& model, const MeasuredCosts& 
     const auto& entry = mc.stages[t];
     double total = 0;
     for (LayerKind k : stage) {
-      const LayerCost& l = model.layers[static_cast<size_t>(k)];
+      const LayerCost& l = model.layer(k);
       total += l.f + l.backward();
     }
     for (LayerKind k : stage) {
-      const LayerCost& l = model.layers[static_cast<size_t>(k)];
+      const LayerCost& l = model.layer(k);
       if (!entry) {
         out.push_back(of_layer(l));
         continue;
@@ -235,7 +235,7 @@ std::vector<StageCost> model_layer_costs(const CostModel& model,
                                          const std::vector<LayerKind>& layers) {
   if (!model.measured) {
     std::vector<StageCost> out;
-    for (LayerKind k : layers) out.push_back(of_layer(model.layers[static_cast<size_t>(k)]));
+    for (LayerKind k : layers) out.push_back(of_layer(model.layer(k)));
     return out;
   }
   check_same_model(*model.measured, layers);

@@ -67,29 +67,19 @@ class Reader {
   std::string input_;
 };
 
-std::vector<LayerKind> parse_stage_symbols(const std::string& text, const Reader& rd,
-                                           const std::string& path) {
+std::vector<LayerKind> parse_stage_symbols(const std::string& text, std::string_view own,
+                                           const Reader& rd, const std::string& path) {
   std::vector<LayerKind> out;
   if (text == "(empty)") return out;
   for (char c : text) {
-    switch (c) {
-      case ' ':
-        break;
-      case 'E':
-        out.push_back(LayerKind::Embedding);
-        break;
-      case 't':
-        out.push_back(LayerKind::Decoder);
-        break;
-      case 'm':
-        out.push_back(LayerKind::Mtp);
-        break;
-      case 'L':
-        out.push_back(LayerKind::Loss);
-        break;
-      default:
-        rd.fail(path, fmt::format("unknown layer symbol '{}' in \"{}\"", c, text));
-    }
+    if (c == ' ') continue;
+    const LayerKind k = own_layer(c);
+    if (!is_layer_symbol(c) || (!is_builtin(k) && own.find(c) == std::string_view::npos))
+      rd.fail(path,
+              fmt::format(
+                  "unknown layer symbol '{}' in \"{}\"{}", c, text,
+                  is_layer_symbol(c) ? " (a model's own symbol is listed in layout.symbols)" : ""));
+    out.push_back(k);
   }
   return out;
 }
@@ -118,6 +108,9 @@ void emit_json_plan(const Plan& plan, std::ostream& os,
   ojson stages = ojson::array();
   for (const auto& s : plan.layout.stages) stages.push_back(stage_symbols(s));
   layout["stages"] = std::move(stages);
+  // Only a layout with symbols of its model's own has the field (plans of E, t, m, L are as
+  // before).
+  if (const std::string own = own_symbols(plan.layout); !own.empty()) layout["symbols"] = own;
 
   os << "{\n";
   os << "  \"format\": \"ppcompile-plan\",\n";
@@ -204,10 +197,19 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
   const json& hm = rd.field(layout, "layout", "has_model");
   if (!hm.is_boolean()) rd.fail("layout.has_model", "expected true or false");
   plan.has_model = hm.get<bool>();
+  std::string own;  // absent in plans of E, t, m and L only (and in plans older than the field)
+  if (layout.contains("symbols")) {
+    own = rd.string(layout, "layout", "symbols");
+    try {
+      check_own_symbols(own, "");
+    } catch (const UserError& e) {
+      rd.fail("layout.symbols", e.message());
+    }
+  }
   for (size_t i = 0; i < lstages.size(); ++i) {
     const std::string path = fmt::format("layout.stages[{}]", i);
     if (!lstages[i].is_string()) rd.fail(path, "expected a string");
-    plan.layout.stages.push_back(parse_stage_symbols(lstages[i].get<std::string>(), rd, path));
+    plan.layout.stages.push_back(parse_stage_symbols(lstages[i].get<std::string>(), own, rd, path));
   }
   const int num_stages = static_cast<int>(plan.layout.stages.size()) * plan.copies;
   if (num_stages < 1 || num_stages % pp != 0)

@@ -21,7 +21,7 @@ std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model) {
       c = StageCost{e.f, e.backward(), e.i, e.w, e.activation, e.params};
     }
     for (LayerKind k : layers) {
-      const LayerCost& l = model.layers[static_cast<size_t>(k)];
+      const LayerCost& l = model.layer(k);
       c.f += l.f;
       c.b += l.backward();
       c.i += l.i;

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/deadlock_model.h"
+#include "compiler/layout.h"
 #include "compiler/plan.h"
 
 namespace ppc {
@@ -37,7 +39,11 @@ struct CostModel {
   // Unit costs: every stage, whatever its layers, costs F=1, B=2, I=W=1 and keeps 1 unit of
   // activation per in-flight microbatch; no communication cost. Otherwise costs come from layers.
   bool unit = true;
-  std::array<LayerCost, 4> layers{};  // indexed by LayerKind: E, t, m, L
+  // Per layer symbol: E, t, m, L and a model's own symbols (docs/cost-model.md). Read through
+  // layer(): E, t, m or L with no entry costs nothing; a model's own symbol with no entry costs
+  // what 't' costs.
+  std::map<char, LayerCost> layers;
+  const LayerCost& layer(LayerKind k) const;
   // What an empty stage (or a generic --stages stage) costs when unit == false.
   LayerCost empty_stage{};
   double latency = 0;        // per message

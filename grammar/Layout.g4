@@ -42,11 +42,14 @@ repeat
     : STAR COUNT
     ;
 
+// E, t, m and L are built in; any other ASCII letter is a symbol of the model's own, which the
+// compiler accepts only where the model declares it (ppcompile --symbols; docs/layout-language.md).
 layer
     : EMBEDDING
     | DECODER
     | MTP
     | LOSS
+    | OWN
     ;
 
 // ---------------------------------------------------------------------------------------------
@@ -56,6 +59,9 @@ EMBEDDING : 'E' ;
 DECODER   : 't' ;   // a transformer (decoder) layer
 MTP       : 'm' ;   // a multi-token-prediction layer
 LOSS      : 'L' ;   // the output head and loss
+// Any other ASCII letter: a layer of the model's own. It comes after the four above, so that
+// ANTLR's rule order gives E, t, m and L their own tokens.
+OWN       : [A-Za-z] ;
 
 BAR       : '|' ;
 LPAREN    : '(' ;

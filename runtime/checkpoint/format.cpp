@@ -295,7 +295,7 @@ void Checkpoint::check_params(const std::vector<ParamSpec>& params, const ModelC
   differs("tie_embeddings", model.tie_embeddings, c.tie_embeddings);
   ppc::Layout theirs;
   try {
-    theirs = ppc::parse_layout(state_.layout);
+    theirs = ppc::parse_layout(state_.layout, "layout", ppc::kAnySymbols);  // checked when saved
   } catch (const ppc::UserError& e) {
     fail(dir_ + "/" + kState, "layout: " + e.message());
   }

@@ -31,7 +31,8 @@ ppc::Plan reference_plan(const RunOptions& o) {
     fail("--reference", "give the model as --plan FILE, or as --layout STR with --microbatches M");
   if (!o.microbatches) fail("--microbatches", "--reference --layout needs --microbatches");
   ppc::Plan plan;
-  plan.layout = ppc::parse_layout(o.layout);
+  // Any letter: a symbol the model has no layer for is reported by name below (resume_from).
+  plan.layout = ppc::parse_layout(o.layout, "layout", ppc::kAnySymbols);
   plan.has_model = true;
   plan.microbatches = *o.microbatches;
   plan.schedule = "reference";

@@ -119,10 +119,10 @@ struct CostCase {
 std::vector<CostCase> cost_cases() {
   CostModel layers;  // unequal layers, a cheap empty stage, communication latency
   layers.unit = false;
-  layers.layers[0] = LayerCost{1, 1, 1, std::nullopt, 1, 0.5};  // E
-  layers.layers[1] = LayerCost{3, 3, 3, std::nullopt, 2, 1};    // t
-  layers.layers[2] = LayerCost{4, 4, 4, std::nullopt, 2, 1};    // m
-  layers.layers[3] = LayerCost{5, 5, 5, std::nullopt, 3, 2};    // L
+  layers.layers['E'] = LayerCost{1, 1, 1, std::nullopt, 1, 0.5};
+  layers.layers['t'] = LayerCost{3, 3, 3, std::nullopt, 2, 1};
+  layers.layers['m'] = LayerCost{4, 4, 4, std::nullopt, 2, 1};
+  layers.layers['L'] = LayerCost{5, 5, 5, std::nullopt, 3, 2};
   layers.empty_stage = LayerCost{0.5, 0.5, 0.5, std::nullopt, 0, 0};
   layers.latency = 0.25;
   return {{"layers+latency", layers},

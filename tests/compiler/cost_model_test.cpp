@@ -14,7 +14,7 @@ namespace ppc {
 namespace {
 
 const LayerCost& layer(const CostModel& m, LayerKind k) {
-  return m.layers[static_cast<size_t>(k)];
+  return m.layer(k);
 }
 
 std::string parse_error(const std::string& text) {
@@ -83,8 +83,11 @@ TEST(CostModel, FileErrorsAreOneLocatedLine) {
             "cost.json: layers.t.f: expected a non-negative number, got -1");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": "fast"}}})"),
             "cost.json: layers.t.f: expected a number, got \"fast\"");
-  EXPECT_EQ(parse_error(R"({"layers": {"x": {"f": 1}}})"),
-            "cost.json: layers.x: unknown field (known: E, t, m, L)");
+  // A letter other than E, t, m, L is a model's own symbol (own_symbols_test.cpp); more is not.
+  EXPECT_EQ(
+      parse_error(R"({"layers": {"tt": {"f": 1}}})"),
+      "cost.json: layers.tt: unknown field (known: E, t, m, L and a model's own symbols, each "
+      "one ASCII letter)");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": 1, "fwd": 2}}})"),
             "cost.json: layers.t.fwd: unknown field (known: f, b, i, w, activation, params)");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"b": 2}}})"),
@@ -119,7 +122,9 @@ TEST(CostModel, FlagsGiveOneLayersCosts) {
   fl.w = 2;
   fl.latency = 0.1;
   const CostModel m = cost_model_from_flags(fl);
-  for (const LayerCost& c : m.layers) {
+  for (LayerKind k : {LayerKind::Embedding, LayerKind::Decoder, LayerKind::Mtp, LayerKind::Loss,
+                      own_layer('x')}) {
+    const LayerCost& c = m.layer(k);
     EXPECT_EQ(c.f, 2);
     EXPECT_EQ(c.i, 3);
     EXPECT_EQ(c.w, 2);

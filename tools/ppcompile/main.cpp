@@ -51,8 +51,8 @@ void require_sizes(const Options& o, bool schedule) {
 
 // The model from --layout, --layout-file or --stages, and whether it is a model (not generic).
 std::pair<ppc::Layout, bool> load_model(const Options& o, const char* also) {
-  if (!o.layout.empty()) return {ppc::parse_layout(o.layout), true};
-  if (!o.layout_file.empty()) return {ppc::parse_layout_file(o.layout_file), true};
+  if (!o.layout.empty()) return {ppc::parse_layout(o.layout, "layout", o.symbols), true};
+  if (!o.layout_file.empty()) return {ppc::parse_layout_file(o.layout_file, o.symbols), true};
   if (o.stages != -1) {
     if (o.stages < 1 || o.stages > ppc::kMaxLayoutItems)
       throw ppc::UserError(
@@ -80,6 +80,18 @@ ppc::Layout model_to_split(const Options& o) {
   return layout;
 }
 
+// Once per run: the model's own symbols that the cost model gives no per-layer cost, which cost
+// what a decoder layer 't' costs (docs/cost-model.md).
+void note_uncosted(const ppc::CostModel& cost, const ppc::Layout& layout) {
+  const std::string missing = ppc::uncosted_own_symbols(cost, layout);
+  if (missing.empty()) return;
+  std::string list;
+  for (char c : missing) list += fmt::format("{}'{}'", list.empty() ? "" : ", ", c);
+  std::cerr << fmt::format(
+      "ppcompile: note: the cost model has no entry for {}: {} as much as a decoder layer 't'\n",
+      list, missing.size() == 1 ? "it costs" : "they cost");
+}
+
 // The compute order of `model` under --schedule (verify_and_lower lowers it). `cost` and `limit`:
 // what --schedule Auto synthesizes its order for.
 ppc::Plan compile_model(const Options& o, std::pair<ppc::Layout, bool> model,
@@ -87,6 +99,7 @@ ppc::Plan compile_model(const Options& o, std::pair<ppc::Layout, bool> model,
                         std::optional<double> limit) {
   ppc::CompileOptions co;
   std::tie(co.layout, co.has_model) = std::move(model);
+  note_uncosted(cost, co.layout);
   require_sizes(o, true);
   if (o.num_layers >= 0) co.num_layers = o.num_layers;
   co.pp = o.pp;
@@ -104,8 +117,8 @@ ppc::Plan build_plan(const Options& o, const ppc::CostModel& cost, std::optional
   if (!o.from_csv.empty()) {
     ppc::CsvImportOptions io;
     io.input_name = o.from_csv;
-    if (!o.layout.empty()) io.layout = ppc::parse_layout(o.layout);
-    if (!o.layout_file.empty()) io.layout = ppc::parse_layout_file(o.layout_file);
+    if (!o.layout.empty()) io.layout = ppc::parse_layout(o.layout, "layout", o.symbols);
+    if (!o.layout_file.empty()) io.layout = ppc::parse_layout_file(o.layout_file, o.symbols);
     io.has_model = io.layout.has_value();
     if (!o.schedule.empty()) io.schedule = o.schedule;
     auto given = [](int v) { return v >= 0 ? std::optional<int>(v) : std::nullopt; };
@@ -151,6 +164,7 @@ int run_compare(const Options& o) {
   co.pp = o.pp;
   co.microbatches = o.microbatches;
   co.cost = cost_model(o);
+  note_uncosted(co.cost, co.layout);
   co.memory_limit = memory_limit(o);
   const ppc::Comparison cmp = ppc::compare_schedules(co);
   if (cmp.rows.empty()) {
@@ -211,6 +225,7 @@ int run_autotune(const Options& o) {
   ao.pp = o.pp;
   ao.microbatches = ppc::parse_microbatch_counts(o.microbatches_text, o.pp);
   const ppc::CostModel cost = cost_model(o);
+  note_uncosted(cost, ao.layout);
   // Unit costs stay marked as such (the table says so); autotune takes them per layer.
   ao.cost = o.cost_file.empty() && !o.cost_flags.any() ? ppc::CostModel{} : cost;
   ao.memory_limit = memory_limit(o);
@@ -242,6 +257,7 @@ int run_autotune(const Options& o) {
 }
 
 int run(Options o) {
+  ppc::check_own_symbols(o.symbols, "--symbols");
   if (o.list_schedules) {
     Output output(o.output);
     ppc::emit_schedule_list(output.stream());
@@ -302,6 +318,9 @@ int main(int argc, char** argv) {
                  "from the costs and --memory-limit");
   app.add_option("--microbatches", o.microbatches_text,
                  "Microbatches per step (--autotune: also a list 8,16,32 or a range 8-64)");
+  app.add_option("--symbols", o.symbols,
+                 "The model's own layer symbols besides E, t, m and L, as letters: 'xv' lets the "
+                 "layout hold x and v (docs/layout-language.md)");
   app.add_option("--num-layers", o.num_layers,
                  "Check that the layout has this many decoder layers (t)");
   app.add_option("--emit", o.emit,

@@ -10,6 +10,7 @@ namespace ppcompile {
 
 struct Options {
   std::string layout, layout_file, from_csv, from_json;
+  std::string symbols;  // --symbols: the model's own layer symbols besides E, t, m, L
   // -1 = not given.
   int stages = -1;
   int pp = -1;

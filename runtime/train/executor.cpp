@@ -366,13 +366,18 @@ struct Executor::Impl {
   void weight(int s, int mb) {
     Slot& sl = slot(s, mb);
     PartMeter meter(*this, true);
-    if (sl.split.pending())
+    if (sl.split.pending()) {
       split_step(stage_of(s), "W", [&] {
         sl.split.backward_weight();
         return 0;
       });
-    else
+    } else {
+      // Outside the autograd engine: without this guard the products would record a graph
+      // (their inputs are the saved activations, which require grad), which the parameters'
+      // .grad would then hold, and with it every activation of the step, received ones included.
+      at::NoGradGuard no_grad;
       sl.work.run();
+    }
     meter.done(s, ActionKind::W);
   }
 

@@ -75,6 +75,13 @@ struct Executor::Impl {
   int mbs, b = 0;
   double inv_mbs;
 
+  // Receive buffers, kept across steps: per local stage and direction ([local stage * 2 +
+  // backward]), the buffers of the microbatches in flight. A RECV takes the first buffer of its
+  // pool that nothing else holds (the pool's reference is its storage's only one: the stage that
+  // read it and autograd are done with it) and of the boundary's shape, so a plan's steps reuse
+  // the same buffers, as many per pool as receives of it are alive at once.
+  std::vector<std::vector<at::Tensor>> pools;
+
   // Per step.
   std::vector<Slot> slots;  // [local stage][microbatch]
   std::vector<PendingSend> sends;
@@ -129,6 +136,7 @@ struct Executor::Impl {
                            ? batch_end[i + 1]
                            : i + 1;
     slots.resize(stages.size() * static_cast<size_t>(mbs));
+    pools.resize(stages.size() * 2);
   }
 
   Slot& slot(int stage, int mb) {
@@ -176,9 +184,31 @@ struct Executor::Impl {
       seen.emplace(c10::DebugInfoKind::PROFILER_STATE, std::make_shared<NetAllocated>());
     return at::empty(spec.shape, at::TensorOptions().dtype(spec.dtype).device(device));
   }
+  // The receive buffer of local stage `s`'s RECV_F (its input boundary) or RECV_B (its output
+  // boundary) from its pool; an alias (detach()), so that autograd's flags and gradients set on
+  // what the stage receives stay off the pool's tensor.
+  at::Tensor receive_buffer(int s, bool backward) {
+    const int boundary = plan.layout_stage(s) + (backward ? 1 : 0);
+    const TensorSpec& spec = bounds[static_cast<size_t>(boundary)];
+    auto& pool = pools[static_cast<size_t>(local[static_cast<size_t>(s)]) * 2 + (backward ? 1 : 0)];
+    for (const at::Tensor& t : pool)
+      if (t.storage().use_count() == 1 && t.sizes().vec() == spec.shape &&
+          t.scalar_type() == spec.dtype)
+        return t.detach();
+    pool.push_back(buffer(boundary));
+    return pool.back().detach();
+  }
+  std::vector<const void*> receive_buffers() const {
+    std::vector<const void*> v;
+    for (const auto& pool : pools)
+      for (const at::Tensor& t : pool) v.push_back(t.data_ptr());
+    return v;
+  }
+
   // The boundaries' shapes for microbatches of `rows` sequences.
   void shape_boundaries(int64_t rows) {
     if (rows == b_shaped) return;
+    for (auto& pool : pools) pool.clear();  // of the old shapes
     std::string missing;
     auto d = declared_boundaries(*ctx.model, ctx.setup, plan.layout, rows, &missing, ctx.dtype);
     // A layer declares no shape: one forward of the whole model tells them (stage.h).
@@ -233,13 +263,13 @@ struct Executor::Impl {
                               &sends.back().tensor});
           break;
         case ActionKind::RecvF:
-          sl.recv_act = buffer(plan.layout_stage(a.stage));
+          sl.recv_act = receive_buffer(a.stage, false);
           sl.recv_act_index = j;
           ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
                               tag(plan.prev_stage(a.stage), a.microbatch, false), &sl.recv_act});
           break;
         case ActionKind::RecvB:
-          sl.recv_grad = buffer(plan.layout_stage(a.stage) + 1);
+          sl.recv_grad = receive_buffer(a.stage, true);
           sl.recv_grad_index = j;
           ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
                               tag(plan.next_stage(a.stage), a.microbatch, true), &sl.recv_grad});
@@ -536,6 +566,10 @@ StepReport Executor::run_step(const at::Tensor& tokens, int64_t step) {
 
 StepReport Executor::run_forward(const at::Tensor& tokens) {
   return impl_->run_forward(tokens);
+}
+
+std::vector<const void*> Executor::receive_buffers() const {
+  return impl_->receive_buffers();
 }
 
 }  // namespace pprt

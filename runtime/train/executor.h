@@ -5,7 +5,8 @@
 //    computes the weight gradients from it.
 //  - A maximal run of consecutive SEND/RECV actions is posted as one batch (Transport::post).
 //    A receive is waited for just before the compute that needs it; sends are waited for at the
-//    end of the step. Stages on the same rank pass tensors locally.
+//    end of the step. Stages on the same rank pass tensors locally. Receives land in buffers kept
+//    across steps (receive_buffers()).
 //  - Every stage gets the microbatch's token rows; the first stage of each model copy starts from
 //    them, the others from the tensor of their boundary (model/stage.h: declared_boundaries, a
 //    placeholder before the first layer, the loss after the last). The stage holding the loss
@@ -88,6 +89,10 @@ class Executor {
   // graph, no gradient touched. Returns the microbatches' losses (the rest of the report is
   // empty). Deadlock-free whenever the plan is (docs/pprun.md, "Validation").
   StepReport run_forward(const at::Tensor& tokens);
+
+  // The receive buffers it keeps across steps (their data), for tests: a plan's steps reuse
+  // them, so after the first step of a shape this set no longer changes.
+  std::vector<const void*> receive_buffers() const;
 
  private:
   struct Impl;

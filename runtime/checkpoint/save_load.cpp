@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -16,6 +19,7 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -161,6 +165,10 @@ struct CheckpointSaver::Background {
   bool writes = true;
   int shard = 0, shards = 1;
   c10::Device device{c10::kCPU};
+  // On a GPU: the buffers are pinned, the copies into them are queued on `copy_stream` and
+  // `copied` recorded after them; the writing thread waits for it (training does not).
+  std::optional<c10::Stream> copy_stream;
+  std::optional<c10::Event> copied;
   bool kill_save = false, kill_commit = false;  // fault injection (tests), for this save
   std::shared_ptr<Transport> group;
   // What it came to.
@@ -183,11 +191,18 @@ CheckpointSaver::CheckpointSaver(const SaveContext& ctx, bool async,
   if (!async_ || !ctx.writes) return;
   // The host buffers, allocated and touched now rather than in the first save's pause (a
   // fresh page costs a fault): each parameter and its two moments, in the order of the shards.
+  // From a GPU, pinned (page-locked), so that the copies into them are DMA transfers that need
+  // not stop the host.
   at::NoGradGuard no_grad;
+  const bool gpu = ctx.device.is_cuda();
+  if (gpu)
+    bg_->copy_stream = c10::impl::VirtualGuardImpl(ctx.device.type())
+                           .getStreamFromGlobalPool(ctx.device, /*isHighPriority=*/false);
   for (NamedParam& p : ctx.store->params()) {
     if (ctx.not_owned && ctx.not_owned->count(p.name)) continue;
     for (int k = 0; k < 3; ++k)
-      bg_->buffers.push_back(at::zeros(p.tensor.sizes(), at::TensorOptions().dtype(at::kFloat)));
+      bg_->buffers.push_back(
+          at::zeros(p.tensor.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(gpu)));
   }
 }
 
@@ -238,17 +253,37 @@ SaveResult CheckpointSaver::save(int64_t step) {
   size_t i = 0;
   bg.model.clear();
   bg.optimizer.clear();
+  // From a GPU: the copies go on a stream of their own, after what training queued (the
+  // optimizer's update), and training's stream waits for them on the device (the next update must
+  // not change a tensor being copied): the host only queues them.
+  const bool gpu = bg.copy_stream.has_value();
+  std::optional<c10::Stream> training;
+  std::optional<c10::StreamGuard> on_copy_stream;
+  if (gpu && ctx_.writes) {
+    training = c10::impl::VirtualGuardImpl(bg.device.type()).getStream(bg.copy_stream->device());
+    c10::Event ready(bg.device.type());
+    ready.record(*training);
+    ready.block(*bg.copy_stream);
+    on_copy_stream.emplace(*bg.copy_stream);
+  }
   if (ctx_.writes)
     for_each_saved(ctx_, [&](const std::string& name, const at::Tensor& t, bool moment) {
       if (i == bg.buffers.size())  // (made by the constructor)
-        bg.buffers.push_back(at::empty(t.sizes(), at::TensorOptions().dtype(at::kFloat)));
+        bg.buffers.push_back(
+            at::empty(t.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(gpu)));
       at::Tensor& b = bg.buffers[i++];
-      b.copy_(t.detach());
+      b.copy_(t.detach(), /*non_blocking=*/gpu);
       res.bytes += static_cast<uint64_t>(b.numel()) * sizeof(float);
       (moment ? bg.optimizer : bg.model)
           .push_back(TensorWrite{name, TensorDtype::F32, b.sizes().vec(), b.data_ptr(),
                                  static_cast<size_t>(b.numel()) * sizeof(float)});
     });
+  if (training) {
+    bg.copied.emplace(bg.device.type());
+    bg.copied->record(*bg.copy_stream);
+    bg.copied->block(*training);
+    on_copy_stream.reset();
+  }
   if (ctx_.rank == 0) bg.state = state_of(ctx_, step);
   bg.kill_save = kill_here(ctx_, step, Job::KillAt::Save);
   bg.kill_commit = kill_here(ctx_, step, Job::KillAt::Commit);
@@ -295,6 +330,7 @@ void CheckpointSaver::write(const std::shared_ptr<Background>& bgp, int64_t step
     if (every_rank(ok)) {
       ok = attempt([&] {
         if (!bg.writes) return;
+        if (bg.copied) bg.copied->synchronize();  // the copies from the GPU are done
         void (*between)() = nullptr;
         if (bg.kill_save) between = [] { std::raise(SIGKILL); };
         write_checkpoint_shard(tmp, bg.shard, bg.shards, bg.model, bg.optimizer, between);

@@ -207,10 +207,13 @@ AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& devic
   c.sin = ang.sin().to(at::kFloat).to(device);
   c.cos_back = (ang.cos() * scale).to(at::kFloat).to(device);
   c.sin_back = (ang.sin() * -scale).to(at::kFloat).to(device);
-  c.mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat)
-               .triu(1)
-               .repeat_interleave(cfg.heads / cfg.kv_heads, 0)
-               .to(device);
+  // Only the CPU path reads the mask (attention() takes SDPA elsewhere, and with Generic): not
+  // built there ([heads / kv_heads x T, T] fp32: 256 MiB at seq 4096 with 4 query heads per kv
+  // head).
+  if (device.is_cpu() && kernels != Kernels::Generic)
+    c.mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat)
+                 .triu(1)
+                 .repeat_interleave(cfg.heads / cfg.kv_heads, 0);
   c.heads = cfg.heads;
   c.kv_heads = cfg.kv_heads;
   c.head_dim = hd;

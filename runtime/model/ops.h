@@ -29,7 +29,7 @@ enum class Kernels : uint8_t { Auto, Generic };
 
 // What attention needs besides its input: the rotary tables [T, head_dim], the causal mask with
 // each row repeated once per query head of a key/value head's group ([T * heads / kv_heads, T],
-// row t * group + r), and the head counts.
+// row t * group + r; only for the CPU path, undefined elsewhere), and the head counts.
 // Both halves of a rotary table hold the same angles, so the rotation's transpose (for gradients)
 // is the rotation by the opposite angle: `rotate` with the sine negated. The backward's tables
 // also carry the softmax scale of the scores' product.

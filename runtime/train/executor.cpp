@@ -2,7 +2,11 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/Event.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -47,6 +51,62 @@ struct PendingSend {
   size_t index;
 };
 
+// A device with streams (CUDA), through LibTorch's device-generic interface (c10::Stream,
+// c10::Event, the device's DeviceGuardImpl), so that the same code compiles against a CPU
+// LibTorch, where it is never used (the CPU has no streams: everything runs in program order).
+//  - The replay runs on a stream of its own (the compute stream, from LibTorch's pool), fenced with
+//    the caller's stream at both ends: it starts after what the caller queued (the step's tokens,
+//    the optimizer), and the caller's later work (gradient clipping, the optimizer) waits for it.
+//  - A receive's consumer waits for the transfer on the device (Work::wait_on_current_stream),
+//    not on the host; the host waits for every transfer at the end of the step (finish()), where
+//    a failure or the timeout shows.
+//  - Each compute action is timed with events on the compute stream (begin, end, and the device
+//    waits inside it), read after the step: the spans, compute and wait times and --profile's parts
+//    are the device's times, relative to the step's start on the device. The host's clocks
+//    would time only the queuing of the kernels.
+struct DeviceQueue {
+  std::optional<c10::impl::VirtualGuardImpl> impl;
+  c10::Device device{c10::kCPU};
+  std::optional<c10::Stream> compute, caller;
+  std::vector<c10::Event> events;  // kept across steps (re-recorded after the step's sync)
+  size_t used = 0;
+
+  explicit DeviceQueue(const at::Device& d) {
+    if (!d.is_cuda()) return;
+    impl.emplace(d.type());
+    device = d.has_index() ? d : impl->getDevice();
+    compute = impl->getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+  }
+  bool on() const { return compute.has_value(); }
+
+  // A timing event recorded now on the compute stream; its index.
+  size_t mark() {
+    if (used == events.size()) events.emplace_back(device.type(), c10::EventFlag::BACKEND_DEFAULT);
+    events[used].record(*compute);
+    return used++;
+  }
+  // Milliseconds between two marks (both done).
+  double ms(size_t from, size_t to) const { return events[from].elapsedTime(events[to]); }
+
+  // The start of a replay: the compute stream waits for the caller's stream; returns the mark of
+  // the start.
+  size_t begin() {
+    used = 0;
+    caller = impl->getStream(device);
+    c10::Event ready(device.type());
+    ready.record(*caller);
+    ready.block(*compute);
+    return mark();
+  }
+  // The end of a replay (after its last kernel was queued): the caller's stream waits for the
+  // compute stream, and the host for the last mark (the timings need it).
+  void end() {
+    const size_t last = mark();
+    events[last].block(*caller);
+    events[last].synchronize();
+  }
+};
+
 // --profile: counts the bytes allocated and freed on this thread while it is installed (LibTorch's
 // allocators report to it as to the profiler's memory tracking); what a forward leaves allocated
 // is the activation its microbatch holds.
@@ -75,9 +135,36 @@ struct Executor::Impl {
   int mbs, b = 0;
   double inv_mbs;
 
+  // Receive buffers, kept across steps: per local stage and direction ([local stage * 2 +
+  // backward]), the buffers of the microbatches in flight. A RECV takes the first buffer of its
+  // pool that nothing else holds (the pool's reference is its storage's only one: the stage that
+  // read it and autograd are done with it) and of the boundary's shape, so a plan's steps reuse
+  // the same buffers, as many per pool as receives of it are alive at once.
+  std::vector<std::vector<at::Tensor>> pools;
+  DeviceQueue queue;
+
   // Per step.
   std::vector<Slot> slots;  // [local stage][microbatch]
   std::vector<PendingSend> sends;
+  // Receives their consumers wait for on the device (a GPU): the host waits for them at the end.
+  std::vector<std::pair<std::unique_ptr<Work>, size_t>> device_waited;
+  // Device timing of the compute actions (queue.on()): per action its marks.
+  struct DeviceWait {
+    size_t before, after;  // marks around the compute stream's wait
+    size_t recv;           // the RECV action waited for
+  };
+  struct Timed {
+    size_t index, begin, end;
+    std::vector<DeviceWait> waits;  // inside it
+  };
+  std::vector<Timed> timed;
+  std::vector<DeviceWait> waits;  // of the action being queued
+  size_t start_mark = 0;
+  struct TimedPart {
+    PartSample sample;
+    size_t begin, end;
+  };
+  std::vector<TimedPart> timed_parts;  // --profile on a device: sent after the step
   at::Tensor tokens;
   StepReport* rep = nullptr;
   int inflight = 0;
@@ -89,19 +176,25 @@ struct Executor::Impl {
     Impl& impl;
     int64_t t0;
     std::optional<c10::DebugInfoGuard> guard;
+    size_t mark = 0;
     explicit PartMeter(Impl& i, bool memory) : impl(i), t0(0) {
       if (!impl.opts.on_part) return;
       if (memory) {
         impl.allocated->net = 0;
         guard.emplace(c10::DebugInfoKind::PROFILER_STATE, impl.allocated);
       }
+      if (impl.queue.on()) mark = impl.queue.mark();
       t0 = now_ns();
     }
     void done(int stage, ActionKind kind) {
       if (!impl.opts.on_part) return;
       const int64_t t1 = now_ns();
       guard.reset();
-      impl.opts.on_part(PartSample{stage, kind, t1 - t0, impl.allocated->net});
+      const PartSample sample{stage, kind, t1 - t0, impl.allocated->net};
+      if (impl.queue.on())  // its time is known after the step
+        impl.timed_parts.push_back(TimedPart{sample, mark, impl.queue.mark()});
+      else
+        impl.opts.on_part(sample);
     }
   };
 
@@ -116,7 +209,8 @@ struct Executor::Impl {
         opts(o),
         actions(p.order()[static_cast<size_t>(r)]),
         mbs(p.microbatches),
-        inv_mbs(1.0 / p.microbatches) {
+        inv_mbs(1.0 / p.microbatches),
+        queue(d) {
     local.assign(static_cast<size_t>(plan.num_stages()), -1);
     const auto& held = plan.placement.rank_stages[static_cast<size_t>(rank)];
     PPC_INTERNAL_ASSERT(held.size() == stages.size(), "one Stage per stage the rank holds");
@@ -129,6 +223,7 @@ struct Executor::Impl {
                            ? batch_end[i + 1]
                            : i + 1;
     slots.resize(stages.size() * static_cast<size_t>(mbs));
+    pools.resize(stages.size() * 2);
   }
 
   Slot& slot(int stage, int mb) {
@@ -166,6 +261,21 @@ struct Executor::Impl {
     return t1 - t0;
   }
 
+  // Waits for a pending receive before its consumer's computation: on the device where the
+  // transport can (the host waits at the end of the step), else on the host. Returns how long the
+  // host waited.
+  int64_t wait_received(std::unique_ptr<Work>& w, size_t index) {
+    if (queue.on() && w) {
+      const size_t before = queue.mark();
+      if (w->wait_on_current_stream()) {  // `before` ... `after`: the compute stream's wait
+        waits.push_back(DeviceWait{before, queue.mark(), index});
+        device_waited.emplace_back(std::move(w), index);
+        return 0;
+      }
+    }
+    return wait(w, index);
+  }
+
   // A receive buffer for the tensor crossing layout boundary `i` (entering layout stage i).
   at::Tensor buffer(int i) const {
     const TensorSpec& spec = bounds[static_cast<size_t>(i)];
@@ -176,9 +286,31 @@ struct Executor::Impl {
       seen.emplace(c10::DebugInfoKind::PROFILER_STATE, std::make_shared<NetAllocated>());
     return at::empty(spec.shape, at::TensorOptions().dtype(spec.dtype).device(device));
   }
+  // The receive buffer of local stage `s`'s RECV_F (its input boundary) or RECV_B (its output
+  // boundary) from its pool; an alias (detach()), so that autograd's flags and gradients set on
+  // what the stage receives stay off the pool's tensor.
+  at::Tensor receive_buffer(int s, bool backward) {
+    const int boundary = plan.layout_stage(s) + (backward ? 1 : 0);
+    const TensorSpec& spec = bounds[static_cast<size_t>(boundary)];
+    auto& pool = pools[static_cast<size_t>(local[static_cast<size_t>(s)]) * 2 + (backward ? 1 : 0)];
+    for (const at::Tensor& t : pool)
+      if (t.storage().use_count() == 1 && t.sizes().vec() == spec.shape &&
+          t.scalar_type() == spec.dtype)
+        return t.detach();
+    pool.push_back(buffer(boundary));
+    return pool.back().detach();
+  }
+  std::vector<const void*> receive_buffers() const {
+    std::vector<const void*> v;
+    for (const auto& pool : pools)
+      for (const at::Tensor& t : pool) v.push_back(t.data_ptr());
+    return v;
+  }
+
   // The boundaries' shapes for microbatches of `rows` sequences.
   void shape_boundaries(int64_t rows) {
     if (rows == b_shaped) return;
+    for (auto& pool : pools) pool.clear();  // of the old shapes
     std::string missing;
     auto d = declared_boundaries(*ctx.model, ctx.setup, plan.layout, rows, &missing, ctx.dtype);
     // A layer declares no shape: one forward of the whole model tells them (stage.h).
@@ -233,13 +365,13 @@ struct Executor::Impl {
                               &sends.back().tensor});
           break;
         case ActionKind::RecvF:
-          sl.recv_act = buffer(plan.layout_stage(a.stage));
+          sl.recv_act = receive_buffer(a.stage, false);
           sl.recv_act_index = j;
           ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
                               tag(plan.prev_stage(a.stage), a.microbatch, false), &sl.recv_act});
           break;
         case ActionKind::RecvB:
-          sl.recv_grad = buffer(plan.layout_stage(a.stage) + 1);
+          sl.recv_grad = receive_buffer(a.stage, true);
           sl.recv_grad_index = j;
           ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
                               tag(plan.next_stage(a.stage), a.microbatch, true), &sl.recv_grad});
@@ -296,7 +428,7 @@ struct Executor::Impl {
     } else if (is_local(p)) {
       input = slot(p, mb).output.detach().requires_grad_(true);
     } else {
-      waited += wait(sl.recv_act_work, sl.recv_act_index);
+      waited += wait_received(sl.recv_act_work, sl.recv_act_index);
       input = std::move(sl.recv_act).requires_grad_(true);
     }
     PartMeter meter(*this, true);
@@ -321,7 +453,7 @@ struct Executor::Impl {
     } else if (is_local(p)) {
       input = std::move(slot(p, mb).output);
     } else {
-      wait(sl.recv_act_work, sl.recv_act_index);
+      wait_received(sl.recv_act_work, sl.recv_act_index);
       input = std::move(sl.recv_act);
     }
     const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
@@ -337,7 +469,7 @@ struct Executor::Impl {
     if (n >= 0 && is_local(n)) {
       grad_out = std::move(slot(n, mb).grad_input);
     } else if (n >= 0) {
-      waited += wait(sl.recv_grad_work, sl.recv_grad_index);
+      waited += wait_received(sl.recv_grad_work, sl.recv_grad_index);
       grad_out = std::move(sl.recv_grad);
     }
     Stage& st = stage_of(s);
@@ -366,13 +498,18 @@ struct Executor::Impl {
   void weight(int s, int mb) {
     Slot& sl = slot(s, mb);
     PartMeter meter(*this, true);
-    if (sl.split.pending())
+    if (sl.split.pending()) {
       split_step(stage_of(s), "W", [&] {
         sl.split.backward_weight();
         return 0;
       });
-    else
+    } else {
+      // Outside the autograd engine: without this guard the products would record a graph
+      // (their inputs are the saved activations, which require grad), which the parameters'
+      // .grad would then hold, and with it every activation of the step, received ones included.
+      at::NoGradGuard no_grad;
       sl.work.run();
+    }
     meter.done(s, ActionKind::W);
   }
 
@@ -380,6 +517,8 @@ struct Executor::Impl {
     ActionSpan& span = rep->spans[index];
     const int64_t t0 = now_ns();
     waited = 0;
+    const size_t begin_mark = queue.on() ? queue.mark() : 0;
+    waits.clear();
     switch (a.kind) {
       case ActionKind::F:
         forward(a.stage, a.microbatch);
@@ -408,8 +547,36 @@ struct Executor::Impl {
     const int64_t t1 = now_ns();
     // Shown as waiting first, then computing (an OVERLAP_F_B may wait between its parts).
     span = ActionSpan{t0 - rep->begin_ns, t0 + waited - rep->begin_ns, t1 - rep->begin_ns};
+    if (queue.on()) {  // the device's times replace these after the step (device_times)
+      timed.push_back(Timed{index, begin_mark, queue.mark(), waits});
+      return;
+    }
     rep->compute_ns += t1 - t0 - waited;
     rep->wait_ns += waited;
+  }
+
+  // A device's replay: the compute actions' spans, compute and wait times and --profile's parts
+  // from their events (all done: queue.end() waited for the last).
+  void device_times(StepReport& r) {
+    auto dev_ns = [&](size_t m) { return static_cast<int64_t>(queue.ms(start_mark, m) * 1e6); };
+    for (const Timed& t : timed) {
+      int64_t w = 0;
+      for (const DeviceWait& dw : t.waits) {
+        w += dev_ns(dw.after) - dev_ns(dw.before);
+        r.spans[dw.recv].end = dev_ns(dw.after);  // when its consumer stopped waiting for it
+      }
+      const int64_t b = dev_ns(t.begin), e = dev_ns(t.end);
+      r.spans[t.index] = ActionSpan{b, b + w, e};
+      r.compute_ns += e - b - w;
+      r.wait_ns += w;
+    }
+    for (const TimedPart& p : timed_parts) {
+      PartSample s = p.sample;
+      s.ns = dev_ns(p.end) - dev_ns(p.begin);
+      opts.on_part(s);
+    }
+    timed.clear();
+    timed_parts.clear();
   }
 
   // The losses of every local stage's microbatches into `r`, each slot emptied (checked: nothing
@@ -445,6 +612,13 @@ struct Executor::Impl {
       s.tensor = at::Tensor();
     }
     sends.clear();
+    for (auto& [w, index] : device_waited)  // done on the device: a failure or timeout shows
+      wait(w, index);                       // (the span's end: device_times)
+    device_waited.clear();
+    if (queue.on()) {
+      queue.end();
+      device_times(r);
+    }
     collect_losses(r);
     r.wall_ns = now_ns() - r.begin_ns;
     rep = nullptr;
@@ -464,6 +638,12 @@ struct Executor::Impl {
     this->tokens = tokens;
     sends.clear();
     sends.reserve(actions.size());
+    std::optional<c10::StreamGuard> on_stream;
+    if (queue.on()) {
+      start_mark = queue.begin();
+      waits.clear();
+      on_stream.emplace(*queue.compute);
+    }
     for (size_t i = 0; i < actions.size();) {
       const Action& a = actions[i];
       if (ppc::is_comm(a.kind)) {
@@ -495,6 +675,12 @@ struct Executor::Impl {
     inflight = 0;
     sends.clear();
     sends.reserve(actions.size());
+    std::optional<c10::StreamGuard> on_stream;
+    if (queue.on()) {
+      start_mark = queue.begin();
+      waits.clear();
+      on_stream.emplace(*queue.compute);
+    }
     for (size_t i = 0; i < actions.size();) {
       if (step == opts.kill_step && i >= opts.kill_action) std::raise(SIGKILL);
       const Action& a = actions[i];
@@ -531,6 +717,10 @@ StepReport Executor::run_step(const at::Tensor& tokens, int64_t step) {
 
 StepReport Executor::run_forward(const at::Tensor& tokens) {
   return impl_->run_forward(tokens);
+}
+
+std::vector<const void*> Executor::receive_buffers() const {
+  return impl_->receive_buffers();
 }
 
 }  // namespace pprt

@@ -4,8 +4,11 @@
 //    part. I computes only the input gradient and keeps what W needs (pprt/pprt.h: WeightWork); W
 //    computes the weight gradients from it.
 //  - A maximal run of consecutive SEND/RECV actions is posted as one batch (Transport::post).
-//    A receive is waited for just before the compute that needs it; sends are waited for at the
-//    end of the step. Stages on the same rank pass tensors locally.
+//    A receive is waited for just before the compute that needs it (on a GPU, by the compute
+//    stream, not the host); sends are waited for at the end of the step. Stages on the same rank
+//    pass tensors locally. Receives land in buffers kept across steps (receive_buffers()).
+//  - On a GPU the replay runs on a compute stream of its own, each action timed with events
+//    (executor.cpp: DeviceQueue); on the CPU, in program order, timed with the host's clock.
 //  - Every stage gets the microbatch's token rows; the first stage of each model copy starts from
 //    them, the others from the tensor of their boundary (model/stage.h: declared_boundaries, a
 //    placeholder before the first layer, the loss after the last). The stage holding the loss
@@ -88,6 +91,10 @@ class Executor {
   // graph, no gradient touched. Returns the microbatches' losses (the rest of the report is
   // empty). Deadlock-free whenever the plan is (docs/pprun.md, "Validation").
   StepReport run_forward(const at::Tensor& tokens);
+
+  // The receive buffers it keeps across steps (their data), for tests: a plan's steps reuse
+  // them, so after the first step of a shape this set no longer changes.
+  std::vector<const void*> receive_buffers() const;
 
  private:
   struct Impl;

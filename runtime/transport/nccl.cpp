@@ -1,12 +1,20 @@
 // The NCCL transport: ncclSend/ncclRecv grouped per batch, for CUDA tensors. Compiled only when
-// CMake finds the CUDA toolkit and NCCL (PPRT_HAVE_NCCL); it includes no LibTorch CUDA header, so
-// it builds against a CPU-only LibTorch too (it then never runs: pprun refuses --device cuda
-// before creating it).
+// CMake finds the CUDA toolkit and NCCL (PPRT_HAVE_NCCL); it includes no LibTorch CUDA header
+// (the caller's stream comes through LibTorch's device-generic interface), so it builds against a
+// CPU-only LibTorch too (it then never runs: pprun refuses --device cuda before creating it).
 //
-// Streams: the operations run on a stream of our own, created as a blocking stream, which the
-// CUDA legacy default stream (LibTorch's default stream) synchronises with implicitly: kernels
-// queued by LibTorch before a batch finish before its transfers start, and LibTorch work queued
-// after a Work::wait() runs after the transfer.
+// Streams: the operations run on a communication stream of our own, a non-blocking one, so that
+// transfers overlap the computation (the executor's compute stream, or LibTorch's default stream).
+// The ordering is explicit, with events:
+//  - each batch, all-reduce and barrier first makes the communication stream wait for an event
+//    recorded on the caller's current stream: its transfers start after the kernels queued before
+//    it (those that made what it sends, and the last reads of a buffer it receives into);
+//  - an event recorded after the operations ends each: Work::wait() waits for it on the host
+//    (polling, with the communicator's errors and the timeout watched), and
+//    Work::wait_on_current_stream() makes the caller's current stream wait for it on the device
+//    (cudaStreamWaitEvent), the host going on queuing.
+// Memory: the caller keeps every tensor until its Work has been waited for on the host
+// (transport.h), so the caching allocator never reuses a block a transfer still uses.
 //
 // Failures: the communicator is non-blocking (ncclConfig_t::blocking = 0), so every wait polls
 // ncclCommGetAsyncError and gives up after its timeout with ncclCommAbort: no wait can hang.
@@ -15,6 +23,9 @@
 #include <nccl.h>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
 #include <chrono>
@@ -56,6 +67,16 @@ ncclDataType_t nccl_type(const at::Tensor& t) {
   }
 }
 
+// The calling thread's current CUDA stream on `device` (LibTorch's; its default stream when no
+// stream guard is set), or the legacy default stream when LibTorch has no CUDA.
+cudaStream_t current_stream(int device) {
+  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return cudaStreamLegacy;
+  const c10::Stream s =
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+          ->getStream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+  return static_cast<cudaStream_t>(s.native_handle());
+}
+
 class Comm {
  public:
   // `key`: the communicator's name in the store ("" for the world, else a group's key).
@@ -65,8 +86,10 @@ class Comm {
     int count = 0;
     check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
     if (count < 1) throw TransportError("no CUDA device is visible");
-    check_cuda(cudaSetDevice(device % count), "cudaSetDevice");
-    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    device_ = device % count;
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
     ncclUniqueId id;
     if (rank == 0) {
       check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -90,6 +113,7 @@ class Comm {
       else
         ncclCommDestroy(comm_);
     }
+    if (ready_) cudaEventDestroy(ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
   Comm(const Comm&) = delete;
@@ -99,6 +123,14 @@ class Comm {
   cudaStream_t stream() const { return stream_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
+  int device() const { return device_; }
+
+  // Makes the communication stream wait for the work queued so far on the caller's current
+  // stream (cudaStreamWaitEvent takes the event's state now: `ready_` can be recorded again).
+  void follow_caller() {
+    check_cuda(cudaEventRecord(ready_, current_stream(device_)), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
+  }
 
   void check(ncclResult_t r, const char* what) {
     if (r == ncclSuccess || r == ncclInProgress) return;
@@ -151,10 +183,11 @@ class Comm {
     throw TransportError(msg);
   }
 
-  int rank_, size_;
+  int rank_, size_, device_ = 0;
   std::chrono::milliseconds timeout_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
   bool failed_ = false;
 };
 
@@ -175,6 +208,11 @@ class NcclWork final : public Work {
     comm_.wait_event(ev_->ev, what_, timeout);
   }
   bool done() override { return cudaEventQuery(ev_->ev) == cudaSuccess; }
+  bool wait_on_current_stream() override {
+    check_cuda(cudaStreamWaitEvent(current_stream(comm_.device()), ev_->ev, 0),
+               "cudaStreamWaitEvent");
+    return true;
+  }
 
  private:
   Comm& comm_;
@@ -197,6 +235,7 @@ class NcclTransport final : public Transport {
 
   std::vector<std::unique_ptr<Work>> post(const std::vector<P2POp>& ops) override {
     auto ev = std::make_shared<Event>();
+    comm_.follow_caller();
     comm_.check(ncclGroupStart(), "ncclGroupStart");
     for (const P2POp& op : ops) {
       at::Tensor& t = *op.tensor;
@@ -225,6 +264,7 @@ class NcclTransport final : public Transport {
   void allreduce_sum(at::Tensor& t, std::chrono::milliseconds timeout) override {
     if (!t.is_cuda()) throw TransportError("the NCCL transport needs CUDA tensors");
     Event ev;
+    comm_.follow_caller();
     comm_.check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
                               nccl_type(t), ncclSum, comm_.comm(), comm_.stream()),
                 "ncclAllReduce");
@@ -236,6 +276,7 @@ class NcclTransport final : public Transport {
   std::unique_ptr<Work> allreduce_async(at::Tensor& t) override {
     if (!t.is_cuda()) throw TransportError("the NCCL transport needs CUDA tensors");
     auto ev = std::make_shared<Event>();
+    comm_.follow_caller();
     comm_.check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
                               nccl_type(t), ncclSum, comm_.comm(), comm_.stream()),
                 "ncclAllReduce");
@@ -256,6 +297,7 @@ class NcclTransport final : public Transport {
 
   void barrier(std::chrono::milliseconds timeout) override {
     Event ev;
+    comm_.follow_caller();
     comm_.check(
         ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_.comm(), comm_.stream()),
         "ncclAllReduce");

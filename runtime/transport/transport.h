@@ -10,7 +10,12 @@
 //    operations between those two ranks: the k-th send from rank a to rank b meets the k-th
 //    receive on b from a. check_fifo_order() (launch/plan_load.h) checks that a plan keeps this.
 //  - A tensor given to post() must stay alive and unchanged (send) or untouched (receive) until
-//    its Work has been waited for.
+//    its Work has been waited for. On a device with streams (NCCL), post(), allreduce_*() and
+//    barrier() order their transfers after the work queued on the caller's current stream;
+//    wait() blocks the host until the transfer is done, wait_on_current_stream() orders the
+//    caller's later work after it without blocking. Every Work is waited for (wait()) before its
+//    tensor is freed, so no transfer can outlive its memory, and no caching-allocator
+//    recordStream is needed.
 //  - allreduce_sum(), allreduce_async() and barrier() are collective: every rank of the group
 //    calls them in the same order, and only when none of its point-to-point Works is pending.
 //  - new_group() makes a process group over a subset of the ranks for collectives among them
@@ -49,6 +54,12 @@ class Work {
   virtual void wait(std::chrono::milliseconds timeout) = 0;
   // Whether it has finished (without waiting; a failure shows in wait()).
   virtual bool done() = 0;
+  // Device-side waiting (NCCL): makes the calling thread's current stream wait for the operation
+  // (the CUDA stream-wait-event) without blocking the host, and returns true; wait() must still
+  // be called later, before anything reads the result on the host and before the tensor is
+  // freed, to see a failure or the timeout. false (Gloo, CPU tensors): the transport cannot;
+  // call wait() before using the result.
+  virtual bool wait_on_current_stream() { return false; }
 };
 
 struct P2POp {

@@ -215,7 +215,7 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   if (!j.is_object()) rd.fail("", "expected a JSON object (see docs/cost-model.md)");
   rd.only_keys(j, "",
                {"comment", "layers", "stage", "latency", "bandwidth", "message_bytes", "overlap",
-                "weight_grad_memory", "layout", "stages", "boundaries"});
+                "weight_grad_memory", "layout", "stages", "boundaries", "transport", "post"});
   CostModel m;
   m.unit = false;
   if (j.contains("layers")) {
@@ -251,6 +251,19 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   if (j.contains("overlap")) m.overlap = rd.number(j["overlap"], "overlap", 0, 1);
   if (j.contains("weight_grad_memory"))
     m.weight_grad_memory = rd.number(j["weight_grad_memory"], "weight_grad_memory", 0, 1);
+  if (j.contains("transport")) {
+    const json& t = j["transport"];
+    if (!t.is_string() || (t != "gloo" && t != "nccl"))
+      rd.fail("transport", fmt::format("expected \"gloo\" (eager sends) or \"nccl\" (rendezvous), "
+                                       "got {}",
+                                       t.dump()));
+    m.messages = message_model_of_transport(t.get<std::string>());
+  }
+  if (j.contains("post")) {
+    m.post = rd.number(j["post"], "post", 0, HUGE_VAL);
+    if (m.messages != MessageModel::Eager)
+      rd.fail("post", "a posting time needs \"transport\": \"gloo\" (the eager message model)");
+  }
   m.measured = rd.measured(j, input_name);
   if (m.measured)
     for (const auto& stage : m.measured->stages)
@@ -372,6 +385,9 @@ std::string describe(const CostModel& m) {
   if (msg > 0) s += fmt::format("; {:g} per message", msg);
   if (m.measured) s += fmt::format("; measured per stage of {}", m.measured->layout.source);
   if (m.overlap > 0) s += fmt::format("; overlap {:g}", m.overlap);
+  if (m.messages == MessageModel::Eager)
+    s += m.post > 0 ? fmt::format("; eager sends (gloo), {:g} per post", m.post)
+                    : std::string("; eager sends (gloo)");
   return s + ")";
 }
 

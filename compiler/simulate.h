@@ -35,6 +35,19 @@ struct MessageCosts {
   bool uniform = true;  // every entry the same
 };
 
+// How a transport moves the messages of a batch (docs/cost-model.md, "Message models").
+enum class MessageModel {
+  // A batch waits until every op meets its counterpart in the peer's current batch, then for the
+  // transfers (the deadlock model's grouped exchange: NCCL's batched P2P). The default.
+  Rendezvous,
+  // A batch is posted without blocking; a message arrives its transfer time after both of its
+  // ends were posted, and only the compute that reads it waits for it (pprun on Gloo).
+  Eager,
+};
+
+// "gloo" -> Eager; any other transport (nccl) -> Rendezvous.
+MessageModel message_model_of_transport(const std::string& transport);
+
 struct CostModel {
   // Unit costs: every stage, whatever its layers, costs F=1, B=2, I=W=1 and keeps 1 unit of
   // activation per in-flight microbatch; no communication cost. Otherwise costs come from layers.
@@ -56,6 +69,13 @@ struct CostModel {
   // Activation and parameter memory are in bytes (a cost file or flag gave them); otherwise they
   // count units (one per layer or stage and microbatch). Only changes how memory is printed.
   bool memory_in_bytes = false;
+  // How the simulator times messages. Deadlock freedom is verified under the rendezvous model
+  // whatever this says (a plan must stay valid for NCCL).
+  MessageModel messages = MessageModel::Rendezvous;
+  // Under the eager model: the time a rank spends posting one SEND or RECV (it goes on once the
+  // op is out). The rendezvous model has no place for it (pprun's profile folds it into the
+  // messages' time there).
+  double post = 0;
   // Per-stage and per-boundary entries of a cost file (measured_costs.h), which override the
   // per-layer costs and the message costs where they apply; null when the file has none.
   std::shared_ptr<const MeasuredCosts> measured;
@@ -103,7 +123,23 @@ struct Simulation {
 };
 
 // `plan` must be lowered and verified. Throws UserError if it does not run to completion.
+// Times follow model.messages.
 Simulation simulate(const Plan& plan, const CostModel& model);
+
+// The run of a lowered plan under the eager message model (MessageModel::Eager), in execute()'s
+// form (deadlock_model.h): times, per-rank ends, busy, first start and last end. A rank ends once
+// its last compute has ended and its messages have arrived (the runtime waits for its sends at
+// the end of a step). A plan that finishes under the deadlock model finishes under this one; if a
+// rank cannot, `errors` says where.
+struct EagerOptions {
+  // The time a rank spends posting one SEND or RECV (before the op is out and the rank goes on):
+  // none, one for every rank, or one per rank.
+  std::vector<double> post;
+  // Per rank: when it begins (empty: all at 0). pprun's check gives each rank its measured start.
+  std::vector<double> start;
+};
+Execution execute_eager(const Plan& plan, const ExecCosts& costs, bool record_times,
+                        const EagerOptions& options = {});
 
 // The simulator in two steps, so that another run of the deadlock model can serve it (the
 // verifier's, in verify_and_lower): run `plan` under execute() with costs() (recording times when
@@ -117,10 +153,15 @@ class SimulationRun {
 
   const ExecCosts& costs() const { return exec_; }
   bool timeline() const { return timeline_; }
-  // `ex` must have finished.
+  // `ex` must have finished. Under the eager message model `ex` only proves that the plan runs:
+  // finish_eager() times it.
   Simulation finish(Execution&& ex);
+  // The plan timed under the eager message model (model.messages == Eager), without a run of the
+  // deadlock model. Throws UserError if it does not run to completion.
+  Simulation finish_eager();
 
  private:
+  Simulation finish_timed(Execution&& ex);
   // The activation memory of `rank` as it runs plain action `part` from start to end.
   void change_memory(int rank, const Action& part, double start, double end);
 

@@ -215,7 +215,8 @@ double post_ms_per_op(const ppc::Plan& plan, const std::vector<RankReport>& rank
 
 std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_t microbatch_rows,
                          double mtp_loss_weight, const std::vector<StageMedians>& medians,
-                         const std::vector<RankReport>& ranks, int activation_bytes) {
+                         const std::vector<RankReport>& ranks, int activation_bytes,
+                         const std::string& transport) {
   const int S = plan.stages_per_copy();
   const auto specs = stage_specs(plan.layout, mtp_loss_weight);
   // DualPipe: both copies of a layout stage pooled (their mean).
@@ -260,11 +261,14 @@ std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_
     stages.push_back(e);
   }
   std::vector<std::optional<double>> times = transfer_times(plan, ranks);
-  // A message costs its ranks its posting too (the runtime's, per operation; the simulator's
-  // model has no other place for it).
+  // A message costs its ranks its posting too (the runtime's, per operation). Under the eager
+  // model (Gloo) the file says so ("post", charged to the posting rank); the rendezvous model has
+  // no other place for it than the message's time.
   const double post = post_ms_per_op(plan, ranks);
-  for (auto& t : times)
-    if (t) *t += post;
+  const bool eager = transport == "gloo";
+  if (!eager)
+    for (auto& t : times)
+      if (t) *t += post;
   std::vector<double> measured;
   for (const auto& t : times)
     if (t) measured.push_back(*t);
@@ -291,6 +295,10 @@ std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_
       {"stages", stages},
       {"boundaries", boundaries}};
   if (act > 0) out["weight_grad_memory"] = rounded(std::clamp(held / act, 0.0, 1.0));
+  // How the transport that ran the plan moves messages (the simulator's message model: Gloo's
+  // sends are posted and forgotten).
+  if (transport == "gloo" || transport == "nccl") out["transport"] = transport;
+  if (eager) out["post"] = rounded(post);
   return out.dump(1) + "\n";
 }
 

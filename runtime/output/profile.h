@@ -74,9 +74,12 @@ double post_ms_per_op(const ppc::Plan& plan, const std::vector<RankReport>& rank
 
 // The cost file (JSON text) from every rank's medians, the ranks' reports and the model: one
 // entry per layout stage (DualPipe's two copies of a stage pooled) and per layout boundary, whose
-// messages hold `activation_bytes` per element (4: fp32; 2: --dtype bf16).
+// messages hold `activation_bytes` per element (4: fp32; 2: --dtype bf16); `transport` ("gloo"
+// or "nccl": the transport that ran the plan) becomes the file's "transport", which selects the
+// simulator's message model.
 std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_t microbatch_rows,
                          double mtp_loss_weight, const std::vector<StageMedians>& medians,
-                         const std::vector<RankReport>& ranks, int activation_bytes = 4);
+                         const std::vector<RankReport>& ranks, int activation_bytes = 4,
+                         const std::string& transport = "");
 
 }  // namespace pprt

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compiler/plan.h"
+#include "compiler/simulate.h"
 #include "runtime/job.h"
 #include "runtime/transport/transport.h"
 
@@ -156,11 +157,15 @@ void summarise_dp(const std::vector<RankReport>& ranks, int replicas, TimingSumm
 // The checkpoint part of a summary from the ranks' save records.
 void summarise_saves(const std::vector<RankReport>& ranks, TimingSummary& s);
 
-// Analyses the steps with spans (skipping the first step of the run when others exist).
-TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
+// Analyses the steps with spans (skipping the first step of the run when others exist); the
+// simulated makespan times messages under `messages`, the model of the transport that ran them
+// (ppc::message_model_of_transport).
+TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& ranks,
+                      ppc::MessageModel messages = ppc::MessageModel::Rendezvous);
 
 // All of it: analyse, then the checkpoints' and data parallelism's parts.
-TimingSummary summarise(const ppc::Plan& plan, const std::vector<RankReport>& ranks, int replicas);
+TimingSummary summarise(const ppc::Plan& plan, const std::vector<RankReport>& ranks, int replicas,
+                        ppc::MessageModel messages = ppc::MessageModel::Rendezvous);
 
 // The summary lines the loss rank prints at the end (ending with saves_text).
 std::string summary_text(const TimingSummary& s);

@@ -488,7 +488,9 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   if (reporter) {
     const std::vector<RankReport> all = gather_reports(store, topo);
     log.finish();
-    TimingSummary summary = summarise(plan, all, job.dp);
+    const std::string transport = groups.world ? groups.world->name() : "";
+    TimingSummary summary =
+        summarise(plan, all, job.dp, ppc::message_model_of_transport(transport));
     summary.balance = log.balance();
     print_lines(summary_text(summary));
     if (!job.out.trace_path.empty())
@@ -498,7 +500,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
           job.out.profile_path,
           profile_json(plan, job.model, job.train.global_batch / job.dp / plan.microbatches,
                        job.train.mtp_loss_weight, gather_profiles(store, topo), all,
-                       job.train.dtype == Precision::Bf16 ? 2 : 4),
+                       job.train.dtype == Precision::Bf16 ? 2 : 4, transport),
           "--profile");
   }
   watch.stop();  // after the barrier the store's host may be gone

@@ -77,6 +77,9 @@ TEST_P(Profile, RoundTripsWithinTenPercent) {
     EXPECT_GE(b.at("time").get<double>(), 0) << b.dump();
   }
 
+  // The transport that ran it (Gloo on CPU), which selects the simulator's message model.
+  EXPECT_EQ(j.at("transport"), "gloo") << j.dump();
+
   // The round trip.
   const double measured = number(run.out, std::regex(R"(step ([0-9.]+) ms, simulated)"));
   ASSERT_GT(measured, 0) << run.out;

@@ -60,8 +60,8 @@ struct RankState {
   size_t w_head = 0;
   Action running;
   std::vector<Action> order;
-  double last_wake = -1;
-  double wait_until = -1;  // waiting for a partner until then (-1: not waiting)
+  double pending_wake = -1;  // a try-start event queued for this time and not yet run (-1: none)
+  double wait_until = -1;    // waiting for a partner until then (-1: not waiting)
   size_t forwards_started = 0, backwards_started = 0;
 };
 
@@ -124,10 +124,14 @@ class ListScheduler {
     while (!events_.empty()) {
       const Event e = events_.top();
       events_.pop();
-      if (e.kind == 0)
+      if (e.kind == 0) {
         finish(e.rank, e.time);
-      else
+      } else {
+        // A wake at this same time from now on (a part of no duration ending, a message of no
+        // cost arriving) must queue a new try-start: this one has run.
+        if (st(e.rank).pending_wake == e.time) st(e.rank).pending_wake = -1;
         try_start(e.rank, e.time);
+      }
     }
     // F, I and W of every stage and microbatch (a B counts as I and W).
     const size_t want = 3 * static_cast<size_t>(S_) * static_cast<size_t>(m_);
@@ -146,8 +150,8 @@ class ListScheduler {
   void push(double t, int kind, int r) { events_.push(Event{t, kind, seq_++, r}); }
   void wake(int r, double t) {
     RankState& s = st(r);
-    if (s.last_wake == t) return;
-    s.last_wake = t;
+    if (s.pending_wake == t) return;  // one queued try-start at t is enough
+    s.pending_wake = t;
     push(t, 1, r);
   }
 

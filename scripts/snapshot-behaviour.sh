@@ -81,7 +81,10 @@ RUNS=(
   "i1f1b-dp;--layout Et|tt|tt|tL --pp 2 --schedule Interleaved1F1B --microbatches 4;--dp 2"
 )
 strip_timing() {
-  sed -E 's/,"(step_time_s|tokens_per_s|elapsed_s|[a-z_]*_time[a-z_]*|[a-z_]*seconds[a-z_]*|[a-z_]*_ms|[a-z_]*_s)":[-0-9.e+]+//g' "$1"
+  # scalars (step_time_s, ...), per-rank arrays (compute_s) and the straggler object (which rank
+  # was slowest, by how much): all timings
+  sed -E -e 's/,"(step_time_s|tokens_per_s|elapsed_s|[a-z_]*_time[a-z_]*|[a-z_]*seconds[a-z_]*|[a-z_]*_ms|[a-z_]*_s)":[-0-9.e+]+//g' \
+    -e 's/,"[a-z_]*_s":\[[-0-9.e+,]*\]//g' -e 's/,"straggler":\{[^}]*\}//g' "$1"
 }
 checksums() {  # every file under a directory, by relative path, with its sha256
   (cd "$1" && find . -type f | LC_ALL=C sort | xargs sha256sum)

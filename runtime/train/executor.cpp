@@ -624,26 +624,32 @@ struct Executor::Impl {
     rep = nullptr;
   }
 
-  // Evaluation: the plan's F actions (an OVERLAP_F_B's forward part) and their SEND_F/RECV_F, in
-  // the rank's order, each batch of the plan posted without its SEND_B/RECV_B; no autograd.
-  StepReport run_forward(const at::Tensor& tokens) {
-    c10::NoGradGuard no_grad;
-    StepReport r;
+  // How a step and an evaluation start: the report, the microbatch size and the boundaries' shapes
+  // from the batch, no sends yet, and on a GPU the replay's own stream, current while `on_stream`
+  // lives (to the end of the replay).
+  void begin(StepReport& r, const at::Tensor& tokens, std::optional<c10::StreamGuard>& on_stream) {
     rep = &r;
     r.begin_ns = now_ns();
     r.spans.assign(actions.size(), ActionSpan{});
-    PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "eval batch divisible by microbatches");
+    PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "the batch divisible by microbatches");
     b = static_cast<int>(tokens.size(0) / mbs);
     if (transport) shape_boundaries(b);
     this->tokens = tokens;
     sends.clear();
     sends.reserve(actions.size());
-    std::optional<c10::StreamGuard> on_stream;
     if (queue.on()) {
       start_mark = queue.begin();
       waits.clear();
       on_stream.emplace(*queue.compute);
     }
+  }
+  // Evaluation: the plan's F actions (an OVERLAP_F_B's forward part) and their SEND_F/RECV_F, in
+  // the rank's order, each batch of the plan posted without its SEND_B/RECV_B; no autograd.
+  StepReport run_forward(const at::Tensor& tokens) {
+    c10::NoGradGuard no_grad;
+    StepReport r;
+    std::optional<c10::StreamGuard> on_stream;
+    begin(r, tokens, on_stream);
     for (size_t i = 0; i < actions.size();) {
       const Action& a = actions[i];
       if (ppc::is_comm(a.kind)) {
@@ -661,26 +667,13 @@ struct Executor::Impl {
 
   StepReport run(const at::Tensor& tokens, int64_t step) {
     StepReport r;
-    rep = &r;
-    r.begin_ns = now_ns();
+    std::optional<c10::StreamGuard> on_stream;
+    begin(r, tokens, on_stream);
     r.begin_unix_us = std::chrono::duration_cast<std::chrono::microseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-    r.spans.assign(actions.size(), ActionSpan{});
     r.actions = actions.size();
-    PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "global batch divisible by microbatches");
-    b = static_cast<int>(tokens.size(0) / mbs);
-    if (transport) shape_boundaries(b);
-    this->tokens = tokens;
     inflight = 0;
-    sends.clear();
-    sends.reserve(actions.size());
-    std::optional<c10::StreamGuard> on_stream;
-    if (queue.on()) {
-      start_mark = queue.begin();
-      waits.clear();
-      on_stream.emplace(*queue.compute);
-    }
     for (size_t i = 0; i < actions.size();) {
       if (step == opts.kill_step && i >= opts.kill_action) std::raise(SIGKILL);
       const Action& a = actions[i];

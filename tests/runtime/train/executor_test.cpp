@@ -15,35 +15,24 @@
 #include "compiler/lower_send_recv.h"
 #include "compiler/verify.h"
 #include "rank_threads.h"
-#include "runtime/data/token_source.h"
 #include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 #include "runtime/train/executor.h"
+#include "test_model.h"
 #include "test_plans.h"
 
 namespace {
 
 using rttest::compile;
+using rttest::small_config;
 
 using pprt::ModelConfig;
 using pprt::Stage;
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.hidden = 32;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn = 64;
-  c.seq_len = 16;
-  return c;
-}
-
 constexpr int kRows = 8;
 
 at::Tensor tokens(const ModelConfig& c) {
-  std::vector<int64_t> v;
-  pprt::TokenSource::synthetic(c.vocab, 3).batch(0, kRows, c.seq_len + 1, v);
-  return at::from_blob(v.data(), {kRows, c.seq_len + 1}, at::kLong).clone();
+  return rttest::synthetic_tokens(c, kRows, 0);
 }
 
 // Lowers a plan whose compute orders were changed, and checks it with the verifier.

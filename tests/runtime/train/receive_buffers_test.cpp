@@ -11,34 +11,23 @@
 #include <optional>
 
 #include "rank_threads.h"
-#include "runtime/data/token_source.h"
 #include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 #include "runtime/train/executor.h"
+#include "test_model.h"
 #include "test_plans.h"
 
 namespace {
 
 using pprt::ModelConfig;
-
-ModelConfig small_config() {
-  ModelConfig c;
-  c.hidden = 32;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn = 64;
-  c.seq_len = 16;
-  return c;
-}
+using rttest::small_config;
 
 constexpr int kRows = 8;
 constexpr int kSteps = 3;
 
 // Step `step`'s tokens: other rows every step.
 at::Tensor tokens(const ModelConfig& c, int step) {
-  std::vector<int64_t> v;
-  pprt::TokenSource::synthetic(c.vocab, 3).batch(step, kRows, c.seq_len + 1, v);
-  return at::from_blob(v.data(), {kRows, c.seq_len + 1}, at::kLong).clone();
+  return rttest::synthetic_tokens(c, kRows, step);
 }
 
 struct Run {

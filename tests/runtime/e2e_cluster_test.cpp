@@ -36,12 +36,6 @@ std::vector<double> reference_losses(const Files& d, const std::string& plan, in
   return losses(metrics);
 }
 
-void expect_losses_of(const std::vector<double>& got, const std::vector<double>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i)
-    EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << "step " << i + 1;
-}
-
 // --- SLURM ------------------------------------------------------------------------------------
 
 TEST(Slurm, SrunRunsFourRanksWithTheLossesOfTheReference) {

@@ -34,9 +34,7 @@ void expect_its_reference(const TempDir& d, const std::string& plan, int steps,
   ASSERT_EQ(ref.exit_code(), 0) << ref.out;
   const auto got = losses(metrics), want = losses(d.file("r.jsonl"));
   ASSERT_EQ(want.size(), size_t(steps));
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i)
-    EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << "step " << i + 1;
+  expect_losses_of(got, want);
   EXPECT_LT(got.back(), got.front());  // it learns
 
   // read_param_dump fails if two ranks' copies of a parameter differ in any bit.

@@ -18,12 +18,7 @@ Proc own_model(const std::vector<std::string>& args) {
 
 std::string compile_own(const TempDir& d, const std::string& layout, const std::string& symbols,
                         int pp, const std::string& schedule, int mbs) {
-  const std::string path = d.file("plan.json");
-  const Proc p =
-      ppcompile({"--layout", layout, "--symbols", symbols, "--pp", std::to_string(pp), "--schedule",
-                 schedule, "--microbatches", std::to_string(mbs), "--emit", "json", "-o", path});
-  EXPECT_EQ(p.exit_code(), 0) << p.out;
-  return path;
+  return compile(d, layout, pp, schedule, mbs, "plan.json", {"--symbols", symbols});
 }
 
 bool one_line(const std::string& s) {
@@ -60,9 +55,7 @@ TEST_P(OwnSymbol, LossesEqualItsReference) {
 
   const auto got = losses(d.file("p.jsonl")), want = losses(d.file("r.jsonl"));
   ASSERT_EQ(want.size(), size_t(steps));
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i)
-    EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << "step " << i + 1;
+  expect_losses_of(got, want);
   EXPECT_LT(got.back(), got.front());  // it learns
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -135,12 +136,16 @@ inline Proc pprun(const std::vector<std::string>& args, const std::vector<std::s
 }
 
 // `d`: where the plan goes (a TempDir, or anything with file(NAME)).
+// `extra`: more ppcompile flags (--symbols x, ...).
 template <class Files>
 std::string compile(const Files& d, const std::string& layout, int pp, const std::string& schedule,
-                    int mbs, const std::string& name = "plan.json") {
+                    int mbs, const std::string& name = "plan.json",
+                    const std::vector<std::string>& extra = {}) {
   const std::string path = d.file(name);
-  const Proc p = ppcompile({"--layout", layout, "--pp", std::to_string(pp), "--schedule", schedule,
-                            "--microbatches", std::to_string(mbs), "--emit", "json", "-o", path});
+  const Proc p =
+      ppcompile(concat({"--layout", layout, "--pp", std::to_string(pp), "--schedule", schedule,
+                        "--microbatches", std::to_string(mbs), "--emit", "json", "-o", path},
+                       extra));
   EXPECT_EQ(p.exit_code(), 0) << p.out;
   return path;
 }
@@ -152,6 +157,13 @@ inline std::vector<double> losses(const std::string& metrics) {
   while (std::getline(in, line))
     out.push_back(nlohmann::json::parse(line).at("loss").get<double>());
   return out;
+}
+
+// A run's per-step losses equal the reference's within 1e-5 (relative), step by step.
+inline void expect_losses_of(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << "step " << i + 1;
 }
 
 // The values of `key` in a --metrics file, one per line that has it (a step's, an evaluation's).

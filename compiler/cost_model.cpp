@@ -22,7 +22,7 @@ using nlohmann::json;
 struct RawCost {
   double f = 0;
   std::optional<double> b, i, w;
-  double activation = 0, params = 0;
+  double activation = 0, params = 0, optimizer = 0;
 };
 
 template <class Fail>
@@ -31,6 +31,7 @@ LayerCost resolve(const RawCost& raw, Fail&& fail) {
   c.f = raw.f;
   c.activation = raw.activation;
   c.params = raw.params;
+  c.optimizer = raw.optimizer;
   if (raw.i && raw.w) {
     c.i = *raw.i;
     c.w = *raw.w;
@@ -116,7 +117,7 @@ class JsonReader {
       for (size_t k = 0; k < S; ++k) {
         if (a[k].is_null()) continue;
         const LayerCost c = layer(a[k], fmt::format("stages[{}]", k));
-        mc->stages[k] = StageCost{c.f, c.backward(), c.i, c.w, c.activation, c.params};
+        mc->stages[k] = StageCost{c.f, c.backward(), c.i, c.w, c.activation, c.params, c.optimizer};
       }
     }
     if (boundaries) {
@@ -146,7 +147,7 @@ class JsonReader {
 
   LayerCost layer(const json& v, const std::string& path) const {
     if (!v.is_object()) fail(path, "expected an object such as {\"f\": 1, \"b\": 2}");
-    only_keys(v, path, {"f", "b", "i", "w", "activation", "params"});
+    only_keys(v, path, {"f", "b", "i", "w", "activation", "params", "optimizer"});
     if (!v.contains("f")) fail(path, "missing field 'f' (forward time)");
     RawCost raw;
     raw.f = number(v["f"], path + ".f", 0, HUGE_VAL);
@@ -159,6 +160,7 @@ class JsonReader {
     raw.w = opt("w");
     raw.activation = opt("activation").value_or(0);
     raw.params = opt("params").value_or(0);
+    raw.optimizer = opt("optimizer").value_or(0);
     return resolve(
         raw, [&](const char* field, const std::string& what) { fail(path + "." + field, what); });
   }

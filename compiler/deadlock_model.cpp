@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "compiler/dependencies.h"
+#include "compiler/diagnostic.h"
 #include "compiler/parallel.h"
 
 namespace ppc {
@@ -66,6 +67,10 @@ class Engine {
     done_.assign(ranks, 0.0);
     failed_.assign(ranks, 0);
     now_.assign(ranks, 0.0);
+    if (costs_ && !costs_->begin.empty()) {
+      PPC_INTERNAL_ASSERT(costs_->begin.size() == ranks, "ExecCosts::begin: one per rank");
+      now_ = costs_->begin;
+    }
     if (costs_) {
       out_.busy.assign(ranks, 0.0);
       out_.first_start.assign(ranks, 0.0);

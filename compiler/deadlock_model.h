@@ -30,6 +30,8 @@ struct ExecCosts {
   // caller follow the run (the simulator's memory timeline) without recording every action's
   // times.
   std::function<void(int rank, const Action&, double start, double end)> on_compute;
+  // Per rank: when it begins (its clock before its first action). Empty = every rank at 0.
+  std::vector<double> begin;
 };
 
 struct Interval {

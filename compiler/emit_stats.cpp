@@ -26,6 +26,13 @@ void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& 
       "costs         {}\n",
       sim.unit ? "unit (per stage F=1, B=2, I=1, W=1; no communication cost)" : "cost model");
   os << fmt::format("makespan      {:g}\n", sim.makespan);
+  if (!sim.start.empty()) {
+    std::string starts;
+    for (size_t r = 0; r < sim.start.size(); ++r)
+      starts += fmt::format("{}{}: {:g}", r ? ", " : "", r, sim.start[r]);
+    os << fmt::format("rank starts   {} (the previous step's optimizer, from the all-reduce)\n",
+                      starts);
+  }
   os << fmt::format("bubble        {:.2f} %\n", 100.0 * sim.bubble);
   os << fmt::format("steady bubble {:.2f} % (steps back to back: one every {:g})\n",
                     100.0 * sim.steady_bubble, sim.steady_period);

@@ -66,6 +66,8 @@ LowerBound makespan_lower_bound(const Plan& plan, const CostModel& model) {
     return plan.copy_of_stage(s) == 0 ? first : plan.microbatches - first;
   };
 
+  // When each rank may begin: its share of the previous step's optimizer (rank_starts()).
+  const std::vector<double> begin = rank_starts(plan, c);
   LowerBound lb;
   lb.ranks.resize(static_cast<size_t>(pp));
   for (int r = 0; r < pp; ++r) {
@@ -86,8 +88,14 @@ LowerBound makespan_lower_bound(const Plan& plan, const CostModel& model) {
       fwd.emplace_back(k.f, m);
       bwd.emplace_back(std::max(k.b, k.i), m);
     }
+    const double late = begin.empty() ? 0.0 : begin[static_cast<size_t>(r)];
     if (fwd.empty()) {
       rb.start = rb.first_backward = 0;
+      rb.bound = late;  // a rank without compute still ends no earlier than it begins
+      if (rb.bound > lb.value) {
+        lb.value = rb.bound;
+        lb.rank = r;
+      }
       continue;
     }
     // K and rho of lower_bound.h: forwards capped by the largest backward they could pair with.
@@ -119,6 +127,10 @@ LowerBound makespan_lower_bound(const Plan& plan, const CostModel& model) {
     }
     rb.drain = std::max(drain, rb.start + sum_f + last_forward);
     rb.bound = std::max(rb.bound, rb.drain);
+    // A late start (the optimizer of the previous step) delays every action of the rank: it ends
+    // no earlier than its start plus its busy time, which is at least its work less the most that
+    // overlapping can save.
+    rb.bound = std::max(rb.bound, late + rb.work - rb.max_saving);
     if (rb.bound > lb.value) {
       lb.value = rb.bound;
       lb.rank = r;

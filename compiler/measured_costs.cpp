@@ -13,7 +13,7 @@ namespace ppc {
 namespace {
 
 StageCost of_layer(const LayerCost& l) {
-  return StageCost{l.f, l.backward(), l.i, l.w, l.activation, l.params};
+  return StageCost{l.f, l.backward(), l.i, l.w, l.activation, l.params, l.optimizer};
 }
 
 void add(StageCost& to, const StageCost& c, double k = 1) {
@@ -23,9 +23,10 @@ void add(StageCost& to, const StageCost& c, double k = 1) {
   to.w += k * c.w;
   to.activation += k * c.activation;
   to.params += k * c.params;
+  to.optimizer += k * c.optimizer;
 }
 
-constexpr StageCost kZero{0, 0, 0, 0, 0, 0};
+constexpr StageCost kZero{0, 0, 0, 0, 0, 0, 0};
 
 std::vector<LayerKind> layers_of(const Layout& layout) {
   std::vector<LayerKind> out;

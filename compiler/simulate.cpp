@@ -15,10 +15,10 @@ std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model) {
   if (model.measured) return measured_stage_costs(plan, model);
   for (int s = 0; s < plan.num_stages(); ++s) {
     const auto& layers = plan.layout.stages[static_cast<size_t>(plan.layout_stage(s))];
-    StageCost c{0, 0, 0, 0, 0, 0};
+    StageCost c{0, 0, 0, 0, 0, 0, 0};
     if (layers.empty()) {
       const LayerCost& e = model.empty_stage;
-      c = StageCost{e.f, e.backward(), e.i, e.w, e.activation, e.params};
+      c = StageCost{e.f, e.backward(), e.i, e.w, e.activation, e.params, e.optimizer};
     }
     for (LayerKind k : layers) {
       const LayerCost& l = model.layer(k);
@@ -28,9 +28,22 @@ std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model) {
       c.w += l.w;
       c.activation += l.activation;
       c.params += l.params;
+      c.optimizer += l.optimizer;
     }
     out[static_cast<size_t>(s)] = c;
   }
+  return out;
+}
+
+std::vector<double> rank_starts(const Plan& plan, const std::vector<StageCost>& costs) {
+  std::vector<double> out(static_cast<size_t>(plan.pp()), 0.0);
+  bool any = false;
+  for (int r = 0; r < plan.pp(); ++r)
+    for (int s : plan.placement.rank_stages[static_cast<size_t>(r)]) {
+      out[static_cast<size_t>(r)] += costs[static_cast<size_t>(s)].optimizer;
+      any |= costs[static_cast<size_t>(s)].optimizer > 0;
+    }
+  if (!any) out.clear();
   return out;
 }
 
@@ -88,7 +101,8 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
     : plan_(plan), model_(model), timeline_(timeline), costs_(stage_costs(plan, model)) {
   const size_t pp = static_cast<size_t>(plan.pp());
   exec_.compute = [this](const Action& a, int) { return action_cost(a, costs_, model_); };
-  if (model.measured) {  // per-boundary message times
+  exec_.begin = rank_starts(plan, costs_);  // the previous step's optimizer, rank by rank
+  if (model.measured) {                     // per-boundary message times
     messages_ = message_costs(plan, model);
     exec_.transfer = [this](const Action& send) {
       return messages_.time[2 * static_cast<size_t>(send.stage) + (send.kind == ActionKind::SendB)];
@@ -170,6 +184,7 @@ Simulation SimulationRun::finish_eager() {
     };
   EagerOptions options;
   if (model_.post > 0) options.post = {model_.post};
+  options.start = exec_.begin;
   Execution ex = execute_eager(plan_, costs, timeline_, options);
   if (!ex.finished()) throw UserError("the plan does not run to completion: " + ex.failure());
   return finish_timed(std::move(ex));
@@ -197,6 +212,7 @@ Simulation SimulationRun::finish_timed(Execution&& ex) {
   } else {
     for (size_t i = 0; i < ex.sends; ++i) sim.comm_bytes += model_.message_bytes;
   }
+  sim.start = exec_.begin;
   sim.param_memory.assign(static_cast<size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     const size_t ru = static_cast<size_t>(r);

@@ -23,6 +23,10 @@ struct LayerCost {
   std::optional<double> b;  // full backward; I + W when absent
   double activation = 0;    // activation memory one microbatch keeps from F until its backward
   double params = 0;        // parameter memory
+  // Time the rank holding it spends on this layer's share of the work between two steps (the
+  // gradient norm, clipping, the optimizer step, zeroing gradients): rank r begins a step at the
+  // sum of its stages' optimizer (docs/cost-model.md, "What the simulator computes").
+  double optimizer = 0;
   double backward() const { return b ? *b : i + w; }
 };
 
@@ -87,7 +91,13 @@ std::string format_memory(double value, bool in_bytes);
 struct StageCost {
   double f = 1, b = 2, i = 1, w = 1;
   double activation = 1, params = 0;
+  double optimizer = 0;  // between steps (LayerCost::optimizer); 0 under unit costs
 };
+
+// Per rank: when it begins a step, the sum of `optimizer` over the stages it holds (both copies
+// under DualPipe): the previous step's optimizer, after the all-reduce every rank waits at. Empty
+// when every one is 0.
+std::vector<double> rank_starts(const Plan& plan, const std::vector<StageCost>& costs);
 
 std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model);
 
@@ -120,6 +130,9 @@ struct Simulation {
   double steady_period = 0;          // max over ranks of last_end - first_start
   double steady_bubble = 0;          // 1 - sum(busy) / (pp * steady_period)
   std::vector<double> param_memory;  // per rank: parameters of the stages it holds (both copies)
+  // Per rank: when it begins the step (rank_starts(); empty when every rank begins at 0). The
+  // makespan runs from the all-reduce that ends the previous step, so it includes these.
+  std::vector<double> start;
 };
 
 // `plan` must be lowered and verified. Throws UserError if it does not run to completion.

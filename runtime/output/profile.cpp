@@ -213,6 +213,40 @@ double post_ms_per_op(const ppc::Plan& plan, const std::vector<RankReport>& rank
   return per_step.empty() ? 0 : median(per_step);
 }
 
+std::vector<std::optional<double>> optimizer_ms(const ppc::Plan& plan,
+                                                const std::vector<int64_t>& numel,
+                                                const std::vector<RankReport>& ranks) {
+  const int S = plan.stages_per_copy();
+  std::vector<std::optional<double>> out(static_cast<size_t>(S));
+  std::vector<double> sum(static_cast<size_t>(S), 0.0);
+  std::vector<int> n(static_cast<size_t>(S), 0);
+  for (const RankReport& r : ranks) {
+    if (r.rank < 0 || r.rank >= plan.pp() || r.steps.empty()) continue;
+    const size_t first = (r.steps.size() > 1 && r.steps.front().step == 0) ? 1 : 0;
+    std::vector<double> own;
+    for (size_t k = first; k < r.steps.size(); ++k)
+      own.push_back(static_cast<double>(r.steps[k].own_ns) / 1e6);
+    const double ms = median(own);
+    // Split over the rank's plan stages by their parameters (equally when none has any).
+    const auto& held = plan.placement.rank_stages[static_cast<size_t>(r.rank)];
+    double total = 0;
+    for (int st : held)
+      total += static_cast<double>(numel[static_cast<size_t>(plan.layout_stage(st))]);
+    for (int st : held) {
+      const size_t k = static_cast<size_t>(plan.layout_stage(st));
+      const double share = total > 0 ? static_cast<double>(numel[k]) / total
+                                     : 1.0 / static_cast<double>(held.size());
+      sum[k] += ms * share;
+      ++n[k];
+    }
+  }
+  // DualPipe's two copies of a layout stage: their mean, as for the other entries.
+  for (int k = 0; k < S; ++k)
+    if (n[static_cast<size_t>(k)] > 0)
+      out[static_cast<size_t>(k)] = sum[static_cast<size_t>(k)] / n[static_cast<size_t>(k)];
+  return out;
+}
+
 std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_t microbatch_rows,
                          double mtp_loss_weight, const std::vector<StageMedians>& medians,
                          const std::vector<RankReport>& ranks, int activation_bytes,
@@ -242,6 +276,13 @@ std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_
   double held = 0, act = 0;
   for (const StageMedians& m : medians)
     if (m.held && m.activation) held += *m.held, act += *m.activation;
+  // Parameters (elements) per layout stage.
+  std::vector<int64_t> numel(static_cast<size_t>(S), 0);
+  for (int k = 0; k < S; ++k)
+    for (const ParamSpec& p :
+         params_of(model, specs[static_cast<size_t>(k)].layers, specs[0].total_decoders))
+      numel[static_cast<size_t>(k)] += p.numel();
+  const std::vector<std::optional<double>> optimizer = optimizer_ms(plan, numel, ranks);
   json stages = json::array();
   for (int k = 0; k < S; ++k) {
     const auto& s = sums[static_cast<size_t>(k)];
@@ -253,11 +294,9 @@ std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_
     if (s[1].n) e["b"] = s[1].get();
     if (s[2].n && s[3].n) e["i"] = s[2].get(), e["w"] = s[3].get();
     if (s[4].n) e["activation"] = rounded(std::round(s[4].v / s[4].n));
-    int64_t params = 0;
-    for (const ParamSpec& p :
-         params_of(model, specs[static_cast<size_t>(k)].layers, specs[0].total_decoders))
-      params += p.numel();
-    e["params"] = params * 4;  // float32
+    e["params"] = numel[static_cast<size_t>(k)] * 4;  // float32
+    if (k < static_cast<int>(optimizer.size()) && optimizer[static_cast<size_t>(k)])
+      e["optimizer"] = rounded(*optimizer[static_cast<size_t>(k)]);
     stages.push_back(e);
   }
   std::vector<std::optional<double>> times = transfer_times(plan, ranks);

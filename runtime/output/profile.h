@@ -1,7 +1,8 @@
 // pprun --profile FILE: what the run measured, written as a cost file that ppcompile --cost reads
 // (docs/cost-model.md, "Measured costs"): per layout stage the F, B, I and W times (per step the
 // mean over microbatches, then the median over the steps after the first; milliseconds), the
-// activation bytes one in-flight microbatch holds there and the parameter bytes; per boundary the
+// activation bytes one in-flight microbatch holds there, the parameter bytes and the time its ranks
+// spend on it between steps (optimizer_ms below); per boundary the
 // bytes of one message and its transfer time; for a run with I and W, the fraction of the
 // activation a microbatch still holds from its I until its W (weight_grad_memory).
 //
@@ -71,6 +72,15 @@ std::vector<std::optional<double>> transfer_times(const ppc::Plan& plan,
 // The median over the analysed steps of the time a rank spends posting one SEND or RECV to the
 // transport (ms).
 double post_ms_per_op(const ppc::Plan& plan, const std::vector<RankReport>& ranks);
+
+// Per layout stage: the time (ms) its ranks spend between replays on its share of their own work
+// (StepTiming::own_ns: the gradient norm, clipping, AdamW, zeroing gradients, the batch), the
+// median over the analysed steps of each rank's, split over the stages the rank holds in
+// proportion to their parameter elements (`numel`, per layout stage); DualPipe's two copies of a
+// stage pooled (their mean). nullopt where no rank reported.
+std::vector<std::optional<double>> optimizer_ms(const ppc::Plan& plan,
+                                                const std::vector<int64_t>& numel,
+                                                const std::vector<RankReport>& ranks);
 
 // The cost file (JSON text) from every rank's medians, the ranks' reports and the model: one
 // entry per layout stage (DualPipe's two copies of a stage pooled) and per layout boundary, whose

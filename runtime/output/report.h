@@ -30,6 +30,12 @@ struct StepTiming {
   int64_t wait_ns = 0;        // waiting for receives and sends
   int64_t post_ns = 0;        // posting batches to the transport
   int64_t optimizer_ns = 0;   // after the replay: gradient clipping (all-reduce) and AdamW
+  // The rank's own work between replays, the all-reduce's wait left out: the squared gradient
+  // norm, clipping, AdamW, zeroing the gradients and making the batch tensor (this step's).
+  int64_t own_ns = 0;
+  // The whole step on this rank: from zeroing its gradients to the end of its AdamW step (the
+  // all-reduce keeps the ranks in step: in the steady state every rank's equals the period).
+  int64_t step_ns = 0;
   size_t actions = 0;
   int64_t sent_bytes = 0;  // the tensors this rank sent to other ranks (activations, gradients)
   int sends = 0;           // in that many messages
@@ -117,6 +123,9 @@ struct TimingSummary {
   double step_ms = 0;                   // median over the analysed steps of max over ranks of wall
   double simulated_ms = 0;  // median simulated makespan from the same steps' action times
   double ratio = 0;         // median of step / simulated
+  // Median over the same steps of the slowest rank's whole step (StepTiming::step_ns): the
+  // replay and what lies between replays, the optimizer and the all-reduce included.
+  double whole_step_ms = 0;
   int analysed_steps = 0;
   std::vector<std::pair<std::string, double>>
       mean_ms;  // per compute kind ("F", "B", "I", ...): mean duration

@@ -252,9 +252,11 @@ void zero_grads(ParamStore& store) {
 
 // The squared gradient norm (shared parameters counted once), each microbatch's losses (each
 // computed on one rank; averaged over the replicas) and every rank's compute time (each in its
-// own slot), summed over every rank in one all-reduce.
+// own slot), summed over every rank in one all-reduce. `own_ns`: the time spent before the
+// all-reduce (the rank's own work, --profile's "optimizer"; on a GPU what the host saw).
 StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job, const Place& place,
-                       const at::Device& device) {
+                       const at::Device& device, int64_t& own_ns) {
+  const auto t0 = Clock::now();
   const int mbs = job.plan.microbatches;
   const int ranks = place.world ? place.world->size() : 0;
   at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
@@ -270,6 +272,7 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
   if (ranks > 0) v[static_cast<size_t>(1 + 2 * mbs + place.rank)] = rep.compute_ns / 1e9;
   at::Tensor all = at::tensor(v, at::kDouble).to(device);
   all.narrow(0, 0, 1).add_(sq);
+  own_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
   if (place.world && place.world->size() > 1) place.world->allreduce_sum(all, job.timeout);
   const at::Tensor cpu = all.cpu();
   const double* d = cpu.data_ptr<double>();
@@ -332,8 +335,9 @@ void optimizer_step(torch::optim::AdamW& opt, const TrainOptions& o, int step) {
 
 // Keeps what the step measured for the summary and the trace: the first step of the run and the
 // last kAnalysedSteps.
+// `own_ns`: the rank's own work between replays (StepTiming::own_ns), `step_ns` the whole step.
 void keep_timing(const Job& job, int step, StepReport& rep, Clock::time_point replayed,
-                 RankReport& report) {
+                 int64_t own_ns, int64_t step_ns, RankReport& report) {
   constexpr int kAnalysedSteps = 20;
   report.peak_inflight = std::max(report.peak_inflight, rep.peak_inflight);
   if (step != job.start_step && step < job.last_step() - kAnalysedSteps) return;
@@ -341,6 +345,8 @@ void keep_timing(const Job& job, int step, StepReport& rep, Clock::time_point re
   t.step = step;
   t.optimizer_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - replayed).count();
+  t.own_ns = own_ns;
+  t.step_ns = step_ns;
 }
 
 bool save_due(const Job& job, int done) {
@@ -370,13 +376,24 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     const bool writing = saver.writing();  // a checkpoint is written beside this step
     zero_grads(model.store);
     data.check_unchanged();  // a data file replaced or modified mid-run stops the job
-    StepReport rep = grads.run(batch_tensor(data, job, step, place, model.device), step, report);
+    at::Tensor tokens = batch_tensor(data, job, step, place, model.device);
+    const auto prepared = Clock::now();
+    StepReport rep = grads.run(tokens, step, report);
     const auto replayed = Clock::now();
-    const StepStats stats = gather_stats(model.store, rep, job, place, model.device);
+    int64_t norm_ns = 0;  // the rank's own part of gather_stats, before its all-reduce
+    const StepStats stats = gather_stats(model.store, rep, job, place, model.device, norm_ns);
+    const auto reduced = Clock::now();
     clip_gradients(model.store, job.train, stats.grad_norm);
     optimizer_step(*opt, job.train, step);
+    const auto stepped = Clock::now();
     const double step_s = seconds_since(t0);
-    keep_timing(job, step, rep, replayed, report);
+    // The rank's own work between replays: everything outside the replay and the all-reduce's
+    // wait for the other ranks.
+    auto ns = [](Clock::duration d) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    };
+    const int64_t own_ns = ns(prepared - t0) + norm_ns + ns(stepped - reduced);
+    keep_timing(job, step, rep, replayed, own_ns, ns(stepped - t0), report);
     std::optional<EvalStats> eval;
     if (job.eval.due(step + 1, job.last_step()))
       eval = evaluate(job, place, grads, *eval_data, model.device);

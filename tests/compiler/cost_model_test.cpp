@@ -88,8 +88,9 @@ TEST(CostModel, FileErrorsAreOneLocatedLine) {
       parse_error(R"({"layers": {"tt": {"f": 1}}})"),
       "cost.json: layers.tt: unknown field (known: E, t, m, L and a model's own symbols, each "
       "one ASCII letter)");
-  EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": 1, "fwd": 2}}})"),
-            "cost.json: layers.t.fwd: unknown field (known: f, b, i, w, activation, params)");
+  EXPECT_EQ(
+      parse_error(R"({"layers": {"t": {"f": 1, "fwd": 2}}})"),
+      "cost.json: layers.t.fwd: unknown field (known: f, b, i, w, activation, params, optimizer)");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"b": 2}}})"),
             "cost.json: layers.t: missing field 'f' (forward time)");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": 1, "i": 2}}})"),

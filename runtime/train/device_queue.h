@@ -7,6 +7,7 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <cstddef>
 #include <optional>
 #include <vector>
 
@@ -32,40 +33,21 @@ struct DeviceQueue {
   std::vector<c10::Event> events;  // kept across steps (re-recorded after the step's sync)
   size_t used = 0;
 
-  explicit DeviceQueue(const at::Device& d) {
-    if (!d.is_cuda()) return;
-    impl.emplace(d.type());
-    device = d.has_index() ? d : impl->getDevice();
-    compute = impl->getStreamFromGlobalPool(device, /*isHighPriority=*/false);
-  }
+  // On a CUDA device, a compute stream from the pool; on any other, none (on() is false).
+  explicit DeviceQueue(const c10::Device& d);
   bool on() const { return compute.has_value(); }
 
   // A timing event recorded now on the compute stream; its index.
-  size_t mark() {
-    if (used == events.size()) events.emplace_back(device.type(), c10::EventFlag::BACKEND_DEFAULT);
-    events[used].record(*compute);
-    return used++;
-  }
+  size_t mark();
   // Milliseconds between two marks (both done).
-  double ms(size_t from, size_t to) const { return events[from].elapsedTime(events[to]); }
+  double ms(size_t from, size_t to) const;
 
   // The start of a replay: the compute stream waits for the caller's stream; returns the mark of
   // the start.
-  size_t begin() {
-    used = 0;
-    caller = impl->getStream(device);
-    c10::Event ready(device.type());
-    ready.record(*caller);
-    ready.block(*compute);
-    return mark();
-  }
+  size_t begin();
   // The end of a replay (after its last kernel was queued): the caller's stream waits for the
   // compute stream, and the host for the last mark (the timings need it).
-  void end() {
-    const size_t last = mark();
-    events[last].block(*caller);
-    events[last].synchronize();
-  }
+  void end();
 };
 
 }  // namespace pprt

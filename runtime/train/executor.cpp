@@ -2,11 +2,9 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
-#include <c10/core/Event.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>

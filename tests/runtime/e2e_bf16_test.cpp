@@ -12,8 +12,8 @@
 #include <fstream>
 #include <regex>
 
+#include "e2e_dumps.h"
 #include "e2e_util.h"
-#include "runtime/output/param_dump.h"
 
 namespace {
 
@@ -61,13 +61,9 @@ TEST_P(Bf16Parity, TenStepsEqualTheBf16Reference) {
       EXPECT_LE(std::fabs(got[i] - want[i]), 2e-3 * std::fabs(want[i])) << key << " step " << i + 1;
   }
   // The master weights (fp32: the dump holds float32 values) after 10 steps.
-  const auto cmp = pprt::compare_param_dumps(pprt::read_param_dump(d.file("pd")),
-                                             pprt::read_param_dump(d.file("rd")));
-  EXPECT_TRUE(cmp.only_in_a.empty() && cmp.only_in_b.empty() && cmp.shape_differs.empty());
-  EXPECT_GT(cmp.compared, 0u);
-  EXPECT_LE(cmp.max_abs_diff, 1e-2) << "worst: " << cmp.worst;
+  const auto dumps = expect_dumps_within(d.file("pd"), d.file("rd"), 1e-2);
   if (c.qkv_bias) {  // the biases are there, fp32, and trained
-    const auto ref = pprt::read_param_dump(d.file("rd"));
+    const auto& ref = dumps.want;
     ASSERT_EQ(ref.count("layers.1.attn.wq.bias"), 1u);
     float largest = 0;  // they start at zero
     for (float v : ref.at("layers.1.attn.wq.bias").data) largest = std::max(largest, std::fabs(v));

@@ -86,13 +86,7 @@ TEST_P(LossParity, StepsAndParametersEqualTheUnpipelinedReference) {
             1u + 9u * 8u + 2u);  // embedding, 8 decoder layers of 9, final norm and head
 
   // The runtime's count of in-flight activations peaks where the compiler said it would.
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(
-      pipe.out, m,
-      std::regex(
-          "peak in-flight activations per rank: ([0-9 ]+) \\(the plan predicts ([0-9 ]+)\\)")))
-      << pipe.out;
-  EXPECT_EQ(m[1].str(), m[2].str());
+  expect_peak_inflight_as_predicted(pipe.out);
 }
 
 INSTANTIATE_TEST_SUITE_P(EverySchedule, LossParity, ::testing::ValuesIn(parity_cases()),

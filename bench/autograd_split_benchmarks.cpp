@@ -25,10 +25,9 @@
 
 #include <chrono>
 
-#include "compiler/layout.h"
+#include "bench/builtin_stage.h"
 #include "runtime/launch/process_setup.h"
 #include "runtime/model/autograd_split.h"
-#include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 
 namespace {
@@ -133,19 +132,9 @@ BENCHMARK(BM_UserModuleSplit)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond
 void BM_BuiltinSplit(benchmark::State& state) {
   pprt::set_threads(1);
   pprt::keep_freed_memory();
-  pprt::ModelConfig c;
-  c.hidden = static_cast<int>(state.range(0));
-  c.heads = 8;
-  c.kv_heads = 4;
-  c.ffn = c.hidden * 8 / 3 / 16 * 16;
-  c.seq_len = 128;
-  const int b = 4;
-  const pprt::Model builtin = pprt::builtin_model(c);
-  pprt::ModelContext ctx{&builtin, {c.vocab, c.seq_len}, 0.1, 1, at::Device(at::kCPU)};
-  pprt::RankModel model(ctx);
-  pprt::Stage& stage = model.add(ppc::parse_layout("E|tt|L"), 1);
-  const at::Tensor x = at::randn({1, b, c.seq_len, c.hidden});
-  const at::Tensor g = at::randn({1, b, c.seq_len, c.hidden}) * 1e-3;
+  bench::BuiltinStage s(static_cast<int>(state.range(0)));
+  pprt::Stage& stage = s.stage;
+  const at::Tensor &x = s.x, &g = s.g;
   Meter meter;
   {  // every .grad allocated once
     const at::Tensor in = x.detach().requires_grad_(true);

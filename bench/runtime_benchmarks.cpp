@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "bench/builtin_stage.h"
 #include "compiler/compile.h"
 #include "runtime/data/token_source.h"
 #include "runtime/model/builtin.h"
@@ -37,19 +38,9 @@ double ms_since(Clock::time_point t) {
 void BM_SplitBackward(benchmark::State& state) {
   pprt::set_threads(1);  // LibTorch's and OpenBLAS's pools, and the heap, as pprun sets them
   pprt::keep_freed_memory();
-  pprt::ModelConfig c;
-  c.hidden = static_cast<int>(state.range(0));
-  c.heads = 8;
-  c.kv_heads = 4;
-  c.ffn = c.hidden * 8 / 3 / 16 * 16;
-  c.seq_len = 128;
-  const int b = 4;
-  const pprt::Model builtin = pprt::builtin_model(c);
-  pprt::RankModel model(
-      pprt::ModelContext{&builtin, {c.vocab, c.seq_len}, 0.1, 1, at::Device(at::kCPU)});
-  pprt::Stage& stage = model.add(ppc::parse_layout("E|tt|L"), 1);
-  const at::Tensor x = at::randn({1, b, c.seq_len, c.hidden});
-  const at::Tensor g = at::randn({1, b, c.seq_len, c.hidden}) * 1e-3;
+  bench::BuiltinStage s(static_cast<int>(state.range(0)));
+  pprt::Stage& stage = s.stage;
+  const at::Tensor &x = s.x, &g = s.g;
   double tf = 0, tb = 0, ti = 0, tw = 0;
   int64_t n = 0;
   for (auto _ : state) {

@@ -210,9 +210,9 @@ fi
 
 # ---- (d) one decoder layer ----------------------------------------------------------------------
 # pprun's per-action times on a GPU are CUDA events recorded on its compute stream around each
-# action (runtime/train/executor.cpp, DeviceQueue): the GPU's time for the action's kernels, without
-# the host's launch latency. The stage is E, t and L at a vocabulary of 256: E and L add under 1 %
-# of the layer's FLOPs at hidden 4096.
+# action (runtime/train/device_queue.cpp, DeviceQueue): the GPU's time for the action's kernels,
+# without the host's launch latency. The stage is E, t and L at a vocabulary of 256: E and L add
+# under 1 % of the layer's FLOPs at hidden 4096.
 PEAK=989
 summary_times() {  # summary_times LOG: "F 1.2 B 3.4 ..." from pprun's closing summary
   sed -n 's/.*mean compute time per action: //p' "$1" | tr -d ',' | sed 's/ ms//g'

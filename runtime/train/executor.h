@@ -8,7 +8,7 @@
 //    stream, not the host); sends are waited for at the end of the step. Stages on the same rank
 //    pass tensors locally. Receives land in buffers kept across steps (receive_buffers()).
 //  - On a GPU the replay runs on a compute stream of its own, each action timed with events
-//    (executor.cpp: DeviceQueue); on the CPU, in program order, timed with the host's clock.
+//    (device_queue.h: DeviceQueue); on the CPU, in program order, timed with the host's clock.
 //  - Every stage gets the microbatch's token rows; the first stage of each model copy starts from
 //    them, the others from the tensor of their boundary (model/stage.h: declared_boundaries, a
 //    placeholder before the first layer, the loss after the last). The stage holding the loss

@@ -12,18 +12,11 @@
 #include "compiler/atomic_file.h"
 #include "compiler/diagnostic.h"
 #include "test_util.h"
+#include "tests/compiler/error_cases.h"
 
 namespace {
 
-// The formatted UserError that `fn` throws, or "(no error)".
-std::string user_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ppc::UserError& e) {
-    return e.format();
-  }
-  return "(no error)";
-}
+using pptest::message_of;
 
 TEST(AtomicFile, LeavesNothingUnlessCommitted) {
   pptest::TempDir d;
@@ -41,7 +34,7 @@ TEST(AtomicFile, LeavesNothingUnlessCommitted) {
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line, "all");
-  EXPECT_EQ(user_error([] { ppc::AtomicFile("/no/such/dir/m.jsonl", "--metrics"); }),
+  EXPECT_EQ(message_of([] { ppc::AtomicFile("/no/such/dir/m.jsonl", "--metrics"); }),
             "--metrics: cannot create '/no/such/dir/m.jsonl': No such file or directory");
 }
 
@@ -70,18 +63,18 @@ TEST(AtomicFile, StreamAndPiecesInOrderReplacingTheFileAtCommit) {
 TEST(AtomicFile, ErrorsNameTheFlagOrTheFile) {
   pptest::TempDir d;
   const std::string path = d.file("no/such/dir/latest");
-  EXPECT_EQ(user_error([&] { ppc::write_file_atomically(path, "x"); }),
+  EXPECT_EQ(message_of([&] { ppc::write_file_atomically(path, "x"); }),
             path + ": cannot create: No such file or directory");
   // A rename over a directory fails: the temporary file goes, the directory stays.
   std::filesystem::create_directories(d.file("dir/inside"));
-  EXPECT_EQ(user_error([&] {
+  EXPECT_EQ(message_of([&] {
               ppc::write_file_atomically(d.file("dir"), "x", "-o");
             }).rfind("-o: cannot rename '" + d.file("dir") + ".tmp.", 0),
             0u);
   EXPECT_TRUE(std::filesystem::is_directory(d.file("dir/inside")));
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(d.path()), {}), 1);
   ppc::fsync_directory(d.path());
-  EXPECT_EQ(user_error([&] { ppc::fsync_directory(d.file("none")); }),
+  EXPECT_EQ(message_of([&] { ppc::fsync_directory(d.file("none")); }),
             d.file("none") + ": cannot open the directory to fsync it: No such file or directory");
 }
 

@@ -10,19 +10,13 @@
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
 #include "tests/compiler/megatron_model.h"
+#include "tests/compiler/plan_text.h"
 #include "tests/compiler/test_util.h"
 
 namespace ppc {
 namespace {
 
-std::vector<std::string> compact(const Layout& layout) {
-  std::vector<std::string> out;
-  for (const auto& stage : layout.stages) {
-    out.emplace_back();
-    for (LayerKind k : stage) out.back() += layer_symbol(k);
-  }
-  return out;
-}
+using pptest::compact;
 
 int paren_depth(const std::string& s) {
   int depth = 0, max = 0;

@@ -20,22 +20,14 @@
 #include "compiler/layout.h"
 #include "tests/compiler/error_cases.h"
 #include "tests/compiler/megatron_model.h"
+#include "tests/compiler/plan_text.h"
 
 namespace ppc {
 namespace {
 
 // --- Helpers ----------------------------------------------------------------------------------
 
-// Stages as compact strings: {"Et", "tttt", "", "tL"}.
-std::vector<std::string> compact(const Layout& layout) {
-  std::vector<std::string> out;
-  for (const auto& stage : layout.stages) {
-    std::string s;
-    for (LayerKind k : stage) s += layer_symbol(k);
-    out.push_back(s);
-  }
-  return out;
-}
+using pptest::compact;
 
 std::vector<std::string> repeated(const std::string& stage, int n) {
   return std::vector<std::string>(static_cast<size_t>(n), stage);

@@ -19,30 +19,15 @@
 #include "compiler/plan_json.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
+#include "tests/compiler/error_cases.h"
+#include "tests/compiler/plan_text.h"
 #include "tests/compiler/test_util.h"
 
 namespace ppc {
 namespace {
 
-std::vector<std::string> compact(const Layout& layout) {
-  std::vector<std::string> out;
-  for (const auto& stage : layout.stages) {
-    std::string s;
-    for (LayerKind k : stage) s += layer_symbol(k);
-    out.push_back(s);
-  }
-  return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.format();
-  }
-  ADD_FAILURE() << "no UserError";
-  return "";
-}
+using pptest::compact;
+using pptest::message_of;
 
 Plan compiled(const std::string& layout, const std::string& own, int pp,
               const std::string& schedule, int mbs) {
@@ -73,42 +58,42 @@ TEST(OwnSymbols, ParseWhereDeclared) {
 
 TEST(OwnSymbols, UndeclaredLettersAreUnknownSymbolsWithACaret) {
   // Nothing declared: the message is the one a layout with a typo always got.
-  EXPECT_EQ(error_of([] { parse_layout("Exx|L"); }),
+  EXPECT_EQ(message_of([] { parse_layout("Exx|L"); }),
             "layout:1:2: unknown symbol 'x'; the layers are E (embedding), t (decoder), m (MTP), "
             "L (loss)\n"
             "  Exx|L\n"
             "   ^");
-  EXPECT_EQ(error_of([] { parse_layout("Ex|vL", "layout", "x"); }),
+  EXPECT_EQ(message_of([] { parse_layout("Ex|vL", "layout", "x"); }),
             "layout:1:4: unknown symbol 'v'; the layers are E (embedding), t (decoder), m (MTP), "
             "L (loss), and the model's own 'x'\n"
             "  Ex|vL\n"
             "     ^");
   // A typo keeps its hint unless the model declares the letter.
-  EXPECT_NE(error_of([] { parse_layout("ET|L", "layout", "x"); }).find("did you mean 't'?"),
+  EXPECT_NE(message_of([] { parse_layout("ET|L", "layout", "x"); }).find("did you mean 't'?"),
             std::string::npos);
   EXPECT_EQ(compact(parse_layout("ET|L", "layout", "T")), (std::vector<std::string>{"ET", "L"}));
   // Digits and punctuation where a symbol is expected stay syntax errors; a count may be followed
   // by a comma and a symbol of the model's own, as by a built-in one.
-  EXPECT_EQ(error_of([] { parse_layout("Ex*|L", "layout", "x"); }),
+  EXPECT_EQ(message_of([] { parse_layout("Ex*|L", "layout", "x"); }),
             "layout:1:3: '*' must be followed by a count, as in 't*4'\n"
             "  Ex*|L\n"
             "    ^");
-  EXPECT_EQ(error_of([] { parse_layout("E3x|L", "layout", "x"); }).substr(0, 45),
+  EXPECT_EQ(message_of([] { parse_layout("E3x|L", "layout", "x"); }).substr(0, 45),
             "layout:1:2: count '3' without '*' before it (");
-  EXPECT_EQ(error_of([] { parse_layout("Ex;|L", "layout", "x"); }).substr(0, 31),
+  EXPECT_EQ(message_of([] { parse_layout("Ex;|L", "layout", "x"); }).substr(0, 31),
             "layout:1:3: unknown symbol ';';");
   EXPECT_EQ(compact(parse_layout("Ex*1,000,x|L", "layout", "x")),
             (std::vector<std::string>{"E" + std::string(1001, 'x'), "L"}));
 }
 
 TEST(OwnSymbols, DeclarationErrors) {
-  EXPECT_EQ(error_of([] { check_own_symbols("x1", "--symbols"); }),
+  EXPECT_EQ(message_of([] { check_own_symbols("x1", "--symbols"); }),
             "--symbols: '1' is not a layer symbol: a model's own symbols are ASCII letters, as in "
             "--symbols xv");
-  EXPECT_EQ(error_of([] { check_own_symbols("xt", "--symbols"); }),
+  EXPECT_EQ(message_of([] { check_own_symbols("xt", "--symbols"); }),
             "--symbols: 't' is built in (decoder layer): a model's own symbols are letters other "
             "than E, t, m and L");
-  EXPECT_EQ(error_of([] { check_own_symbols("xvx", "--symbols"); }),
+  EXPECT_EQ(message_of([] { check_own_symbols("xvx", "--symbols"); }),
             "--symbols: 'x' is declared twice");
   EXPECT_NO_THROW(check_own_symbols("", "--symbols"));
   EXPECT_NO_THROW(check_own_symbols("xvXV", "--symbols"));
@@ -116,13 +101,13 @@ TEST(OwnSymbols, DeclarationErrors) {
 
 TEST(OwnSymbols, ModelRulesStayForTheBuiltInSymbols) {
   const Layout first = parse_layout("xE|L", "layout", "x");
-  EXPECT_EQ(error_of([&] { check_model(first); }),
+  EXPECT_EQ(message_of([&] { check_model(first); }),
             "layout:1:1: the model must start with the embedding 'E', but its first layer is 'x' "
             "(a layer of the model's own)\n"
             "  xE|L\n"
             "  ^");
   EXPECT_NO_THROW(check_model(parse_layout("Et|xtmx|vL", "layout", "xv")));
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(message_of([] {
               check_model(parse_layout("Etm|xt|L", "layout", "x"));
             }).find("decoder layer 't' after an MTP layer 'm'"),
             std::string::npos);
@@ -163,12 +148,12 @@ TEST(OwnSymbols, JsonPlanRoundTripsTheSymbols) {
   // A letter the plan does not list, and a bad list.
   std::string undeclared = text;
   undeclared.replace(undeclared.find(R"("symbols":"x")"), 13, R"("symbols":"v")");
-  EXPECT_EQ(error_of([&] { read_plan_json(undeclared, "plan.json"); }),
+  EXPECT_EQ(message_of([&] { read_plan_json(undeclared, "plan.json"); }),
             "plan.json: layout.stages[0]: unknown layer symbol 'x' in \"E x x\" (a model's own "
             "symbol is listed in layout.symbols)");
   std::string builtin_listed = text;
   builtin_listed.replace(builtin_listed.find(R"("symbols":"x")"), 13, R"("symbols":"t")");
-  EXPECT_EQ(error_of([&] { read_plan_json(builtin_listed, "plan.json"); }),
+  EXPECT_EQ(message_of([&] { read_plan_json(builtin_listed, "plan.json"); }),
             "plan.json: layout.symbols: 't' is built in (decoder layer): a model's own symbols are "
             "letters other than E, t, m and L");
 }
@@ -208,10 +193,10 @@ TEST(OwnSymbols, CostFileGivesPerSymbolCosts) {
   EXPECT_DOUBLE_EQ(light.param_memory[0], 20);
 
   // Keys other than one letter are refused, with the field named.
-  EXPECT_EQ(error_of([] { parse_cost_model(R"({"layers": {"xy": {"f": 1}}})", "cost.json"); }),
+  EXPECT_EQ(message_of([] { parse_cost_model(R"({"layers": {"xy": {"f": 1}}})", "cost.json"); }),
             "cost.json: layers.xy: unknown field (known: E, t, m, L and a model's own symbols, "
             "each one ASCII letter)");
-  EXPECT_EQ(error_of([] { parse_cost_model(R"({"layers": {"x": {"f": -1}}})", "cost.json"); }),
+  EXPECT_EQ(message_of([] { parse_cost_model(R"({"layers": {"x": {"f": -1}}})", "cost.json"); }),
             "cost.json: layers.x.f: expected a non-negative number, got -1");
 }
 

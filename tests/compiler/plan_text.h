@@ -1,4 +1,5 @@
-// Building small plans from text, for tests: one string of space-separated actions per rank.
+// Building small plans from text, for tests: one string of space-separated actions per rank; and
+// plans and layouts written back as text.
 #pragma once
 
 #include <sstream>
@@ -57,6 +58,16 @@ inline std::string orders_text(const std::vector<std::vector<ppc::Action>>& orde
       out += ppc::to_string(r[i]);
     }
     out += "\n";
+  }
+  return out;
+}
+
+// A layout's stages as compact strings: {"Et", "tttt", "", "tL"}.
+inline std::vector<std::string> compact(const ppc::Layout& layout) {
+  std::vector<std::string> out;
+  for (const auto& stage : layout.stages) {
+    out.emplace_back();
+    for (ppc::LayerKind k : stage) out.back() += ppc::layer_symbol(k);
   }
   return out;
 }

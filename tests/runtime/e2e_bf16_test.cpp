@@ -12,8 +12,8 @@
 #include <fstream>
 #include <regex>
 
+#include "e2e_dumps.h"
 #include "e2e_util.h"
-#include "runtime/output/param_dump.h"
 
 namespace {
 
@@ -53,21 +53,11 @@ TEST_P(Bf16Parity, TenStepsEqualTheBf16Reference) {
   ASSERT_EQ(ref.exit_code(), 0) << ref.out;
 
   const bool mtp = c.layout.find('m') != std::string::npos;
-  for (const std::string key : {"loss", "mtp_loss"}) {
-    const auto got = field(d.file("p.jsonl"), key), want = field(d.file("r.jsonl"), key);
-    ASSERT_EQ(want.size(), key == "loss" || mtp ? 10u : 0u) << key;
-    ASSERT_EQ(got.size(), want.size()) << key;
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_LE(std::fabs(got[i] - want[i]), 2e-3 * std::fabs(want[i])) << key << " step " << i + 1;
-  }
+  expect_metrics_of(d.file("p.jsonl"), d.file("r.jsonl"), 10, mtp, 2e-3);
   // The master weights (fp32: the dump holds float32 values) after 10 steps.
-  const auto cmp = pprt::compare_param_dumps(pprt::read_param_dump(d.file("pd")),
-                                             pprt::read_param_dump(d.file("rd")));
-  EXPECT_TRUE(cmp.only_in_a.empty() && cmp.only_in_b.empty() && cmp.shape_differs.empty());
-  EXPECT_GT(cmp.compared, 0u);
-  EXPECT_LE(cmp.max_abs_diff, 1e-2) << "worst: " << cmp.worst;
+  const auto dumps = expect_dumps_within(d.file("pd"), d.file("rd"), 1e-2);
   if (c.qkv_bias) {  // the biases are there, fp32, and trained
-    const auto ref = pprt::read_param_dump(d.file("rd"));
+    const auto& ref = dumps.want;
     ASSERT_EQ(ref.count("layers.1.attn.wq.bias"), 1u);
     float largest = 0;  // they start at zero
     for (float v : ref.at("layers.1.attn.wq.bias").data) largest = std::max(largest, std::fabs(v));

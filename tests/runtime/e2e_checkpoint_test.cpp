@@ -15,6 +15,7 @@
 #include <cmath>
 #include <map>
 
+#include "e2e_dumps.h"
 #include "e2e_util.h"
 #include "runtime/output/param_dump.h"
 
@@ -26,13 +27,6 @@ const std::vector<std::string> kCk = concat(kModel, {"--threads", "1"});
 
 std::vector<double> run_losses(const std::string& metrics) {
   return losses(metrics);
-}
-
-void expect_same_dumps(const std::string& a, const std::string& b, double tolerance) {
-  const auto cmp = pprt::compare_param_dumps(pprt::read_param_dump(a), pprt::read_param_dump(b));
-  EXPECT_TRUE(cmp.only_in_a.empty() && cmp.only_in_b.empty() && cmp.shape_differs.empty());
-  EXPECT_GT(cmp.compared, 0u);
-  EXPECT_LE(cmp.max_abs_diff, tolerance) << "worst: " << cmp.worst;
 }
 
 struct ResumeCase {
@@ -69,7 +63,7 @@ TEST_P(ExactResume, ThreeThenThreeEqualsSixBitForBit) {
   const std::vector<double> want = run_losses(d.file("s.jsonl"));
   ASSERT_EQ(want.size(), 6u);
   EXPECT_EQ(resumed, want);  // bit for bit
-  expect_same_dumps(d.file("rd"), d.file("sd"), 0.0);
+  expect_dumps_within(d.file("rd"), d.file("sd"), 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "e2e_cluster.h"
-#include "runtime/output/param_dump.h"
+#include "e2e_dumps.h"
 
 namespace {
 
@@ -162,10 +162,7 @@ TEST(Slurm, ARequeuedJobGoesOnFromItsLatestCheckpointByItself) {
       pprun(concat(concat(kRun, {"--plan", plan}),
                    {"--steps", std::to_string(kSteps), "--dump-params", d.file("straight")}));
   ASSERT_EQ(straight.exit_code(), 0) << straight.out;
-  const auto cmp = pprt::compare_param_dumps(pprt::read_param_dump(d.file("requeued")),
-                                             pprt::read_param_dump(d.file("straight")));
-  EXPECT_GT(cmp.compared, 0u);
-  EXPECT_EQ(cmp.max_abs_diff, 0.0) << "worst: " << cmp.worst;
+  expect_dumps_within(d.file("requeued"), d.file("straight"), 0.0);
 }
 
 // --- ranks on separate hosts -------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "e2e_cluster.h"
+#include "e2e_dumps.h"
 #include "runtime/output/param_dump.h"
 
 namespace {
@@ -37,20 +38,14 @@ void expect_its_reference(const TempDir& d, const std::string& plan, int steps,
   expect_losses_of(got, want);
   EXPECT_LT(got.back(), got.front());  // it learns
 
-  // read_param_dump fails if two ranks' copies of a parameter differ in any bit.
-  std::map<std::string, pprt::DumpedParam> a, b;
-  ASSERT_NO_THROW(a = pprt::read_param_dump(dump));
-  b = pprt::read_param_dump(d.file("rd"));
-  const pprt::DumpComparison cmp = pprt::compare_param_dumps(a, b);
-  EXPECT_TRUE(cmp.only_in_a.empty() && cmp.only_in_b.empty() && cmp.shape_differs.empty());
-  EXPECT_EQ(cmp.compared, b.size());
-  EXPECT_LE(cmp.max_abs_diff, 1e-4) << "worst: " << cmp.worst;
+  // Reading the dump fails if two ranks' copies of a parameter differ in any bit.
+  const auto dumps = expect_dumps_within(dump, d.file("rd"), 1e-4);
   // The submodule both branches call is one module of its block; the shared matrix is one
   // parameter of the model, under its shared name.
   for (const char* name :
        {"shared.mix", "h.0.proj.fc.weight", "h.3.gate.bias", "head.0.out.weight"})
-    EXPECT_EQ(b.count(name), 1u) << name;
-  EXPECT_EQ(b.count("h.0.mix"), 0u);
+    EXPECT_EQ(dumps.want.count(name), 1u) << name;
+  EXPECT_EQ(dumps.want.count("h.0.mix"), 0u);
 }
 
 struct Case {

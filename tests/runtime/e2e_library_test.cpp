@@ -3,8 +3,7 @@
 // own unpipelined run (--reference) within 1e-5 relative and its parameters within 1e-4, the tied
 // embedding held by the first and the last rank and equal there bit for bit; and the errors a user
 // gets from a model that is wrong (one line naming the symbol or the stage and layer, exit 2).
-#include <cmath>
-
+#include "e2e_dumps.h"
 #include "e2e_util.h"
 #include "runtime/output/param_dump.h"
 
@@ -50,17 +49,11 @@ TEST_P(Gpt2Example, LossesEqualItsReference) {
   expect_losses_of(got, want);
   EXPECT_LT(got.back(), got.front());  // it learns
 
-  // read_param_dump fails if two ranks' copies of the tied embedding differ in any bit.
-  std::map<std::string, pprt::DumpedParam> a, b;
-  ASSERT_NO_THROW(a = pprt::read_param_dump(d.file("pd")));
-  b = pprt::read_param_dump(d.file("rd"));
-  const pprt::DumpComparison cmp = pprt::compare_param_dumps(a, b);
-  EXPECT_TRUE(cmp.only_in_a.empty() && cmp.only_in_b.empty() && cmp.shape_differs.empty());
-  EXPECT_EQ(cmp.compared, b.size());
-  EXPECT_LE(cmp.max_abs_diff, 1e-4) << "worst: " << cmp.worst;
+  // Reading the dump fails if two ranks' copies of the tied embedding differ in any bit.
+  const auto dumps = expect_dumps_within(d.file("pd"), d.file("rd"), 1e-4);
   for (const char* name : {"wte.weight", "embed.0.wpe.weight", "h.0.attn.c_attn.bias",
                            "h.3.mlp.c_proj.weight", "head.0.ln_f.bias"})
-    EXPECT_EQ(b.count(name), 1u) << name;
+    EXPECT_EQ(dumps.want.count(name), 1u) << name;
   std::set<int> holders;
   for (const auto& [r, params] : pprt::read_param_dump_by_rank(d.file("pd")))
     if (params.count("wte.weight")) holders.insert(r);
@@ -106,8 +99,7 @@ TEST(Gpt2Library, DataParallelismAndCheckpoints) {
   const auto w = losses(d.file("w.jsonl")), r = losses(d.file("r.jsonl"));
   ASSERT_EQ(w.size(), 4u);
   ASSERT_EQ(r.size(), 4u);
-  for (size_t i = 0; i < r.size(); ++i)
-    EXPECT_LE(std::fabs(w[i] - r[i]), 1e-5 * std::fabs(r[i])) << "step " << i + 1;
+  expect_losses_of(w, r);
   std::vector<double> resumed = losses(d.file("a.jsonl"));
   for (double x : losses(d.file("b.jsonl"))) resumed.push_back(x);
   EXPECT_EQ(resumed, w);  // bit for bit

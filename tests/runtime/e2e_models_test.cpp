@@ -4,9 +4,7 @@
 // equal `pprun --reference` within 1e-5 relative, every parameter within 1e-4, the copies of a
 // parameter held by several ranks are bit-identical after the run (read_param_dump refuses
 // copies that differ), and each rank's peak of in-flight activations is the plan's.
-#include <cmath>
-#include <regex>
-
+#include "e2e_dumps.h"
 #include "e2e_util.h"
 #include "runtime/output/param_dump.h"
 
@@ -44,23 +42,11 @@ void expect_parity(const ModelCase& c, int steps = 3, const std::vector<std::str
   ASSERT_EQ(ref.exit_code(), 0) << ref.out;
 
   const bool mtp = c.layout.find('m') != std::string::npos;
-  for (const std::string key : {"loss", "mtp_loss"}) {
-    const auto got = field(d.file("p.jsonl"), key), want = field(d.file("r.jsonl"), key);
-    ASSERT_EQ(want.size(), key == "loss" || mtp ? size_t(steps) : 0u) << key;
-    ASSERT_EQ(got.size(), want.size()) << key;
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << key << " step " << i + 1;
-  }
+  expect_metrics_of(d.file("p.jsonl"), d.file("r.jsonl"), size_t(steps), mtp, 1e-5);
 
-  // read_param_dump fails if two ranks' copies of a shared parameter differ in any bit.
-  std::map<std::string, pprt::DumpedParam> a, b;
-  ASSERT_NO_THROW(a = pprt::read_param_dump(d.file("pd")));
-  b = pprt::read_param_dump(d.file("rd"));
-  const pprt::DumpComparison cmp = pprt::compare_param_dumps(a, b);
-  EXPECT_TRUE(cmp.only_in_a.empty() && cmp.only_in_b.empty() && cmp.shape_differs.empty());
-  EXPECT_EQ(cmp.compared, b.size());
-  EXPECT_LE(cmp.max_abs_diff, 1e-4) << "worst: " << cmp.worst;
-  EXPECT_EQ(a.count("head.out.weight"),
+  // Reading the dump fails if two ranks' copies of a shared parameter differ in any bit.
+  const auto dumps = expect_dumps_within(d.file("pd"), d.file("rd"), 1e-4);
+  EXPECT_EQ(dumps.got.count("head.out.weight"),
             std::count(c.flags.begin(), c.flags.end(), "--tie-embeddings") ? 0u : 1u);
 
   const auto by_rank = pprt::read_param_dump_by_rank(d.file("pd"));
@@ -71,13 +57,7 @@ void expect_parity(const ModelCase& c, int steps = 3, const std::vector<std::str
     EXPECT_EQ(holders, ranks) << name;
   }
 
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(
-      pipe.out, m,
-      std::regex(
-          "peak in-flight activations per rank: ([0-9 ]+) \\(the plan predicts ([0-9 ]+)\\)")))
-      << pipe.out;
-  EXPECT_EQ(m[1].str(), m[2].str());
+  expect_peak_inflight_as_predicted(pipe.out);
 }
 
 class ModelParity : public ::testing::TestWithParam<ModelCase> {};

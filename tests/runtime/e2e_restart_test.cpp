@@ -8,8 +8,8 @@
 //    uninterrupted run, bit for bit (as the soak shows for a manual resume).
 #include <fmt/format.h>
 
+#include "e2e_dumps.h"
 #include "e2e_util.h"
-#include "runtime/output/param_dump.h"
 
 namespace {
 
@@ -102,10 +102,7 @@ TEST(Restart, TorchrunRestartsAKilledRankAndTheRunEndsAsAnUninterruptedOne) {
       pprun(concat(concat(kRun, {"--plan", plan}),
                    {"--steps", std::to_string(kSteps), "--dump-params", d.file("straight")}));
   ASSERT_EQ(straight.exit_code(), 0) << straight.out;
-  const auto cmp = pprt::compare_param_dumps(pprt::read_param_dump(d.file("restarted")),
-                                             pprt::read_param_dump(d.file("straight")));
-  EXPECT_EQ(cmp.compared, 75u);
-  EXPECT_EQ(cmp.max_abs_diff, 0.0) << "worst: " << cmp.worst;
+  EXPECT_EQ(expect_dumps_within(d.file("restarted"), d.file("straight"), 0.0).cmp.compared, 75u);
 }
 
 }  // namespace

@@ -3,11 +3,8 @@
 // every parameter within 1e-4, each rank's peak of in-flight activations as the plan says. The
 // cases cover what the synthesizer emits: loop and V placement, I/W splits, full backwards and
 // OVERLAP_F_B pairs (DeepSeek-V3's costs overlap), a memory limit, an MTP layer.
-#include <cmath>
-#include <regex>
-
+#include "e2e_dumps.h"
 #include "e2e_util.h"
-#include "runtime/output/param_dump.h"
 
 namespace {
 
@@ -50,13 +47,18 @@ Shape shape_of(const std::string& plan) {
   return s;
 }
 
-Shape run_case(const SynthCase& c) {
-  TempDir d;
-  const std::string plan = d.file("plan.json");
-  const Proc p = ppcompile(
+// ppcompile --schedule Auto on the case, its plan (JSON) written to `plan`.
+Proc compile_auto(const SynthCase& c, const std::string& plan) {
+  return ppcompile(
       concat({"--layout", c.layout, "--pp", std::to_string(c.pp), "--schedule", "Auto",
               "--microbatches", std::to_string(c.microbatches), "--emit", "json", "-o", plan},
              c.cost));
+}
+
+Shape run_case(const SynthCase& c) {
+  TempDir d;
+  const std::string plan = d.file("plan.json");
+  const Proc p = compile_auto(c, plan);
   EXPECT_EQ(p.exit_code(), 0) << p.out;
   if (p.exit_code() != 0) return {};
   const int steps = 3;
@@ -72,28 +74,10 @@ Shape run_case(const SynthCase& c) {
   if (pipe.exit_code() != 0 || ref.exit_code() != 0) return {};
 
   const bool mtp = c.layout.find('m') != std::string::npos;
-  for (const std::string key : {"loss", "mtp_loss"}) {
-    const auto got = field(d.file("p.jsonl"), key), want = field(d.file("r.jsonl"), key);
-    EXPECT_EQ(want.size(), key == "loss" || mtp ? size_t(steps) : 0u) << key;
-    EXPECT_EQ(got.size(), want.size()) << key;
-    for (size_t i = 0; i < want.size() && i < got.size(); ++i)
-      EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << key << " step " << i + 1;
-  }
-  const auto a = pprt::read_param_dump(d.file("pd")), b = pprt::read_param_dump(d.file("rd"));
-  const pprt::DumpComparison cmp = pprt::compare_param_dumps(a, b);
-  EXPECT_TRUE(cmp.only_in_a.empty() && cmp.only_in_b.empty() && cmp.shape_differs.empty());
-  EXPECT_EQ(cmp.compared, b.size());
-  EXPECT_LE(cmp.max_abs_diff, 1e-4) << "worst: " << cmp.worst;
+  expect_metrics_of(d.file("p.jsonl"), d.file("r.jsonl"), size_t(steps), mtp, 1e-5);
+  expect_dumps_within(d.file("pd"), d.file("rd"), 1e-4);
 
-  std::smatch m;
-  EXPECT_TRUE(std::regex_search(
-      pipe.out, m,
-      std::regex(
-          "peak in-flight activations per rank: ([0-9 ]+) \\(the plan predicts ([0-9 ]+)\\)")))
-      << pipe.out;
-  if (m.size() == 3) {
-    EXPECT_EQ(m[1].str(), m[2].str());
-  }
+  expect_peak_inflight_as_predicted(pipe.out);
   return shape_of(plan);
 }
 
@@ -133,10 +117,7 @@ TEST(SynthParity, TheCasesCoverPlacementsPairsAndSplits) {
   for (const SynthCase& c : cases()) {
     TempDir d;
     const std::string plan = d.file("plan.json");
-    const Proc p = ppcompile(
-        concat({"--layout", c.layout, "--pp", std::to_string(c.pp), "--schedule", "Auto",
-                "--microbatches", std::to_string(c.microbatches), "--emit", "json", "-o", plan},
-               c.cost));
+    const Proc p = compile_auto(c, plan);
     ASSERT_EQ(p.exit_code(), 0) << p.out;
     const Shape s = shape_of(plan);
     placements.insert(s.placement);

@@ -16,8 +16,8 @@
 #include <set>
 #include <thread>
 
+#include "e2e_dumps.h"
 #include "e2e_util.h"
-#include "runtime/output/param_dump.h"
 
 namespace {
 
@@ -81,21 +81,12 @@ TEST_P(LossParity, StepsAndParametersEqualTheUnpipelinedReference) {
   ASSERT_EQ(want.size(), 5u);
   expect_losses_of(got, want);
 
-  const auto a = pprt::read_param_dump(d.file("dump")), b = pprt::read_param_dump(d.file("rdump"));
-  const pprt::DumpComparison cmp = pprt::compare_param_dumps(a, b);
-  EXPECT_TRUE(cmp.only_in_a.empty() && cmp.only_in_b.empty() && cmp.shape_differs.empty());
-  EXPECT_EQ(cmp.compared,
+  const auto dumps = expect_dumps_within(d.file("dump"), d.file("rdump"), 1e-4);
+  EXPECT_EQ(dumps.cmp.compared,
             1u + 9u * 8u + 2u);  // embedding, 8 decoder layers of 9, final norm and head
-  EXPECT_LE(cmp.max_abs_diff, 1e-4) << "worst: " << cmp.worst;
 
   // The runtime's count of in-flight activations peaks where the compiler said it would.
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(
-      pipe.out, m,
-      std::regex(
-          "peak in-flight activations per rank: ([0-9 ]+) \\(the plan predicts ([0-9 ]+)\\)")))
-      << pipe.out;
-  EXPECT_EQ(m[1].str(), m[2].str());
+  expect_peak_inflight_as_predicted(pipe.out);
 }
 
 INSTANTIATE_TEST_SUITE_P(EverySchedule, LossParity, ::testing::ValuesIn(parity_cases()),

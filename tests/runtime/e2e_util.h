@@ -177,6 +177,32 @@ inline std::vector<double> field(const std::string& metrics, const std::string& 
   return out;
 }
 
+// A run's per-step "loss" and "mtp_loss" in the --metrics file `got` equal the reference's in
+// `want` within `rel` (relative): `steps` values of the loss, as many of mtp_loss where the layout
+// has MTP depths (`mtp`), else none.
+inline void expect_metrics_of(const std::string& got, const std::string& want, size_t steps,
+                              bool mtp, double rel) {
+  for (const std::string key : {"loss", "mtp_loss"}) {
+    const auto g = field(got, key), w = field(want, key);
+    ASSERT_EQ(w.size(), key == "loss" || mtp ? steps : 0u) << key;
+    ASSERT_EQ(g.size(), w.size()) << key;
+    for (size_t i = 0; i < w.size(); ++i)
+      EXPECT_LE(std::fabs(g[i] - w[i]), rel * std::fabs(w[i])) << key << " step " << i + 1;
+  }
+}
+
+// pprun's line "peak in-flight activations per rank: ... (the plan predicts ...)" in `out`: the
+// runtime's count of in-flight activations peaked where the compiler said it would.
+inline void expect_peak_inflight_as_predicted(const std::string& out) {
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(
+          "peak in-flight activations per rank: ([0-9 ]+) \\(the plan predicts ([0-9 ]+)\\)")))
+      << out;
+  EXPECT_EQ(m[1].str(), m[2].str());
+}
+
 inline std::set<std::string> schedules_of_ppcompile() {
   const Proc p = ppcompile({"--list-schedules"});
   std::set<std::string> out;

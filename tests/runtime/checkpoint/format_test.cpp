@@ -10,20 +10,14 @@
 #include "compiler/layout.h"
 #include "file_test_util.h"
 #include "runtime/checkpoint/format.h"
+#include "tests/compiler/error_cases.h"
 
 namespace {
 
+using pptest::message_of;
+
 namespace fs = std::filesystem;
 using filetest::TempDir;
-
-std::string user_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ppc::UserError& e) {
-    return e.format();
-  }
-  return "(no error)";
-}
 
 pprt::ModelConfig tiny() {
   pprt::ModelConfig c;
@@ -100,24 +94,24 @@ TEST(Checkpoint, StateRoundTripsAndRejectsWhatItDoesNotKnow) {
 
   nlohmann::json j = nlohmann::json::parse(text);
   j["version"] = 9;
-  EXPECT_EQ(user_error([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
+  EXPECT_EQ(message_of([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
             "s.json: version: unsupported checkpoint version 9 (this build reads version 1)");
   j = nlohmann::json::parse(text);
   j["format"] = "something-else";
-  EXPECT_EQ(user_error([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
+  EXPECT_EQ(message_of([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
             "s.json: format: expected \"pprun-checkpoint\" (not a pprun checkpoint)");
   j["format"] = 5;  // (a finding of the fuzz target: value() threw a type_error)
-  EXPECT_EQ(user_error([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
+  EXPECT_EQ(message_of([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
             "s.json: format: expected \"pprun-checkpoint\" (not a pprun checkpoint)");
   j = nlohmann::json::parse(text);
   j["training"].erase("lr");
-  EXPECT_EQ(user_error([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
+  EXPECT_EQ(message_of([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
             "s.json: training.lr: missing");
   j = nlohmann::json::parse(text);
   j["step"] = -1;
-  EXPECT_EQ(user_error([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
+  EXPECT_EQ(message_of([&] { pprt::parse_checkpoint_state(j.dump(), "s.json"); }),
             "s.json: step: expected an integer of at least 0, got -1");
-  EXPECT_EQ(user_error([&] {
+  EXPECT_EQ(message_of([&] {
               pprt::parse_checkpoint_state("{\"format\":", "s.json");
             }).rfind("s.json: not valid JSON", 0),
             0u);
@@ -200,13 +194,13 @@ TEST(Checkpoint, WhatHoldsACheckpointToResumeFrom) {
 TEST(Checkpoint, EmptyOrMissingDirectoriesAreUserErrors) {
   TempDir d;
   fs::create_directories(d.file("empty"));
-  EXPECT_EQ(user_error([&] { pprt::Checkpoint c(d.file("empty")); }),
+  EXPECT_EQ(message_of([&] { pprt::Checkpoint c(d.file("empty")); }),
             d.file("empty") + ": holds no checkpoint (no 'latest' and no step-* directory)");
-  EXPECT_EQ(user_error([&] { pprt::Checkpoint c(d.file("nope")); }),
+  EXPECT_EQ(message_of([&] { pprt::Checkpoint c(d.file("nope")); }),
             d.file("nope") + ": no such checkpoint directory");
   write_checkpoint(d.file("ck"), 3, 1, 1.0f);
   d.write("ck/latest", "step-00000004\n");
-  EXPECT_EQ(user_error([&] { pprt::Checkpoint c(d.file("ck")); }),
+  EXPECT_EQ(message_of([&] { pprt::Checkpoint c(d.file("ck")); }),
             d.file("ck/latest") + ": names " + d.file("ck/step-00000004") +
                 ", which holds no checkpoint");
 }
@@ -218,22 +212,22 @@ TEST(Checkpoint, ADifferentModelIsRefusedNamingTheMismatch) {
   const std::string step = d.file("ck/step-00000003");
   pprt::ModelConfig wide = tiny();
   wide.hidden = 16;
-  EXPECT_EQ(user_error([&] { ck.check_params(w.params, wide, ppc::parse_layout("Et|tL")); }),
+  EXPECT_EQ(message_of([&] { ck.check_params(w.params, wide, ppc::parse_layout("Et|tL")); }),
             step +
                 ": the checkpoint's model has hidden 8, this run's 16 (a checkpoint resumes "
                 "only the same model)");
   const ppc::Layout deeper = ppc::parse_layout("Ett|tL");
   EXPECT_EQ(
-      user_error([&] { ck.check_params(pprt::model_params(tiny(), deeper), tiny(), deeper); }),
+      message_of([&] { ck.check_params(pprt::model_params(tiny(), deeper), tiny(), deeper); }),
       step + ": the checkpoint's model has 2 decoder layers (Et|tL), this plan's 3 (Ett|tL)");
   // The same counts but a tensor the plan's model lacks, and one of another shape.
   std::vector<pprt::ParamSpec> fewer(w.params.begin() + 1, w.params.end());
-  EXPECT_EQ(user_error([&] { ck.check_params(fewer, tiny(), ppc::parse_layout("Et|tL")); }),
+  EXPECT_EQ(message_of([&] { ck.check_params(fewer, tiny(), ppc::parse_layout("Et|tL")); }),
             step + "/model-00001-of-00001.safetensors: tensor '" + w.params[0].name +
                 "' is not a parameter of this model");
   std::vector<pprt::ParamSpec> reshaped = w.params;
   reshaped[0].shape = {4, 4};
-  EXPECT_EQ(user_error([&] { ck.check_params(reshaped, tiny(), ppc::parse_layout("Et|tL")); }),
+  EXPECT_EQ(message_of([&] { ck.check_params(reshaped, tiny(), ppc::parse_layout("Et|tL")); }),
             step + "/model-00001-of-00001.safetensors: tensor '" + w.params[0].name +
                 "': shape [16, 8], this model's is [4, 4]");
 }
@@ -245,15 +239,15 @@ TEST(Checkpoint, DamagedFilesAreRefusedNamingTheFileAndTensor) {
   const std::string shard = step + "/model-00001-of-00001.safetensors";
   // Truncated.
   fs::resize_file(shard, fs::file_size(shard) - 10);
-  EXPECT_EQ(user_error([&] { pprt::Checkpoint c(d.file("ck")); }).rfind(shard + ": ", 0), 0u)
-      << user_error([&] { pprt::Checkpoint c(d.file("ck")); });
+  EXPECT_EQ(message_of([&] { pprt::Checkpoint c(d.file("ck")); }).rfind(shard + ": ", 0), 0u)
+      << message_of([&] { pprt::Checkpoint c(d.file("ck")); });
   // An index naming a tensor its shard does not hold.
   write_checkpoint(d.file("ck"), 3, 1, 1.0f);
   std::ifstream in(step + "/model.safetensors.index.json");
   nlohmann::json j = nlohmann::json::parse(in);
   j["weight_map"]["ghost.weight"] = "model-00001-of-00001.safetensors";
   d.write("ck/step-00000003/model.safetensors.index.json", j.dump());
-  EXPECT_EQ(user_error([&] { pprt::Checkpoint c(d.file("ck")); }),
+  EXPECT_EQ(message_of([&] { pprt::Checkpoint c(d.file("ck")); }),
             step +
                 "/model.safetensors.index.json: weight_map.ghost.weight: "
                 "model-00001-of-00001.safetensors has no tensor 'ghost.weight'");
@@ -273,14 +267,14 @@ TEST(Checkpoint, DamagedFilesAreRefusedNamingTheFileAndTensor) {
     model.push_back({p.name, pprt::TensorDtype::F32, p.shape, b.data(), b.size() * 4});
   }
   pprt::write_safetensors(shard, model);
-  EXPECT_EQ(user_error([&] { pprt::Checkpoint c(d.file("ck")); }),
+  EXPECT_EQ(message_of([&] { pprt::Checkpoint c(d.file("ck")); }),
             shard + ": tensor 'head.norm.weight': dtype F64, expected F32");
 }
 
 // Fuzzing findings (docs/reliability.md): a number too large for a double is nlohmann's
 // out_of_range, not a parse_error; it escaped both JSON readers of a checkpoint.
 TEST(Checkpoint, ANumberTooLargeToHoldIsAUserError) {
-  EXPECT_EQ(user_error([&] {
+  EXPECT_EQ(message_of([&] {
               pprt::parse_checkpoint_state("{\"step\": 32e290000}", "s.json");
             }).rfind("s.json: not valid JSON: ", 0),
             0u);
@@ -289,7 +283,7 @@ TEST(Checkpoint, ANumberTooLargeToHoldIsAUserError) {
   const std::string index = d.file("ck/step-00000003/model.safetensors.index.json");
   d.write("ck/step-00000003/model.safetensors.index.json",
           R"({"metadata": {"total_size": 1e400}, "weight_map": {}})");
-  const std::string msg = user_error([&] { pprt::Checkpoint c(d.file("ck")); });
+  const std::string msg = message_of([&] { pprt::Checkpoint c(d.file("ck")); });
   EXPECT_EQ(msg.rfind(index + ": not valid JSON: ", 0), 0u) << msg;
   EXPECT_NE(msg.find("number overflow"), std::string::npos) << msg;
 }
@@ -304,7 +298,7 @@ TEST(Checkpoint, ExportChecksTheShapesBeforeItAllocates) {
   j["model"]["hidden"] = 65536;
   j["model"]["vocab"] = 4194304;
   d.write("ck/step-00000003/trainer_state.json", j.dump());
-  EXPECT_EQ(user_error([&] { pprt::export_checkpoint(d.file("ck"), d.file("out.safetensors")); }),
+  EXPECT_EQ(message_of([&] { pprt::export_checkpoint(d.file("ck"), d.file("out.safetensors")); }),
             d.file("ck/step-00000003") +
                 ": tensor 'embed.weight': shape [16, 8] in the checkpoint's shards, but its model "
                 "(trainer_state.json) has [4194304, 65536]");

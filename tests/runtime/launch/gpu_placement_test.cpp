@@ -10,8 +10,11 @@
 
 #include "compiler/diagnostic.h"
 #include "runtime/launch/process_setup.h"
+#include "tests/compiler/error_cases.h"
 
 namespace {
+
+using pptest::message_of;
 
 using pprt::place_on_gpu;
 
@@ -21,15 +24,6 @@ std::function<const char*(const char*)> env_of(std::map<std::string, std::string
     auto it = shared->find(name);
     return it == shared->end() ? nullptr : it->second.c_str();
   };
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ppc::UserError& e) {
-    return e.format();
-  }
-  return "";
 }
 
 std::map<std::string, std::string> as_map(const pprt::GpuPlacement& p) {

@@ -14,6 +14,7 @@
 #include "runtime/model/architecture.h"
 #include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
+#include "test_model.h"
 
 namespace {
 
@@ -21,16 +22,7 @@ using pprt::ModelConfig;
 using pprt::Stage;
 using pprt::WeightWork;
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.hidden = 32;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn = 64;
-  c.vocab = 256;
-  c.seq_len = 16;
-  return c;
-}
+using rttest::small_config;  // vocab 256, the default
 
 // One rank's worth of the built-in model (builtin.h): every stage of `layout` over one parameter
 // store.

@@ -12,8 +12,11 @@
 #include "compiler/layout.h"
 #include "pprt/pprt.h"
 #include "runtime/model/stage.h"
+#include "tests/compiler/error_cases.h"
 
 namespace {
+
+using pptest::message_of;
 
 constexpr int64_t kHidden = 8, kVocab = 32, kSeq = 6;
 
@@ -74,15 +77,6 @@ bool one_line(const std::string& s) {
   return nl == std::string::npos || nl == s.size() - 1;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ppc::UserError& e) {
-    return e.format();
-  }
-  return "no error";
-}
-
 TEST(UserModel, StagesChainIntoTheWholeModelWithTheSameParameters) {
   const pprt::Model m = user_model();
   const ppc::Layout split = ppc::parse_layout("Et|tt|tL"), whole = ppc::parse_layout("EttttL");
@@ -117,7 +111,7 @@ TEST(UserModel, StagesChainIntoTheWholeModelWithTheSameParameters) {
 TEST(UserModel, AMissingSymbolIsOneLineNamingSymbolAndStage) {
   const pprt::Model m = user_model();
   pprt::RankModel r(context(m));
-  const std::string e = error_of([&] { r.add(ppc::parse_layout("Et|tm|L"), 1); });
+  const std::string e = message_of([&] { r.add(ppc::parse_layout("Et|tm|L"), 1); });
   EXPECT_NE(e.find("symbol 'm' (stage 1) has no layer in the model 'tiny'"), std::string::npos)
       << e;
   EXPECT_TRUE(one_line(e)) << e;
@@ -127,7 +121,7 @@ TEST(UserModel, AWrongShapeIsOneLineNamingStageAndLayer) {
   const pprt::Model m = user_model(/*block_out=*/kHidden + 1);
   pprt::RankModel r(context(m));
   pprt::Stage& s = r.add(ppc::parse_layout("Et|tL"), 0);
-  const std::string e = error_of([&] { s.forward(at::Tensor(), rows(2), 0, nullptr, nullptr); });
+  const std::string e = message_of([&] { s.forward(at::Tensor(), rows(2), 0, nullptr, nullptr); });
   EXPECT_NE(e.find("stage 0, layer 't' #0"), std::string::npos) << e;
   EXPECT_NE(e.find("its output is [2, 6, 8], but its declared shape for an input [2, 6, 8] is "
                    "[2, 6, 9]"),
@@ -140,7 +134,8 @@ TEST(UserModel, AWrongShapeIsOneLineNamingStageAndLayer) {
       .layer('L', "head", [](const pprt::LayerInfo&) { return pprt::make_layer(Head()); });
   pprt::RankModel rb(context(bad));
   pprt::Stage& sb = rb.add(ppc::parse_layout("EttL"), -1);
-  const std::string e2 = error_of([&] { sb.forward(at::Tensor(), rows(2), 0, nullptr, nullptr); });
+  const std::string e2 =
+      message_of([&] { sb.forward(at::Tensor(), rows(2), 0, nullptr, nullptr); });
   EXPECT_NE(e2.find("the model, layer 't' #1 (h.1): its forward failed: "), std::string::npos)
       << e2;
   EXPECT_TRUE(one_line(e2)) << e2;

@@ -14,6 +14,7 @@
 #     --memory-limit SIZE per-rank limit under the profile's costs (activations + parameters, as
 #                         ppcompile --memory-limit); named plans that exceed it are left out and
 #                         Auto is synthesized under it (default: none)
+#     --profile-plan S    the schedule whose run is profiled (default DualPipeV; see below)
 #     --small             a tiny model and 3 steps, one round: checks that everything runs,
 #                         measures nothing
 #     --out DIR           keep the profile, the plans and every run's log here (default: a new
@@ -21,10 +22,14 @@
 #
 # The model: pp 2, hidden 256, 8 heads / 4 kv heads, SwiGLU 704, seq 128, vocabulary 32768 (the
 # output head and loss on the last stage cost about ten decoder layers), 8 microbatches of 2
-# sequences. The profile comes from a run of InterleavedZeroBubble (so that it measures F, I and W
-# of every stage; B = I + W). Named schedules: Interleaved1F1B, LoopedBFS, InterleavedZeroBubble on
-# the layout (loop placement), ZBVZeroBubble and DualPipeV (V placement), and 1F1B, ZB-H1, ZB-H2
-# on the one-stage-per-rank layout. A step's time is pprun's --metrics step_time_s (the whole
+# sequences. The profile comes from a run of DualPipeV (--profile-plan), whose order runs every
+# stage's backward both whole (B, mostly inside OVERLAP_F_B) and split (I and W), so that the file
+# holds F, B, I and W of every stage: a whole backward is not I + W (on this model the output
+# head's B is much cheaper than its I + W), and a profile of a plan without B would charge every
+# B as I + W. Named schedules: Interleaved1F1B, LoopedBFS, InterleavedZeroBubble on the layout
+# (loop placement), ZBVZeroBubble and DualPipeV (V placement), and 1F1B, ZB-H1, ZB-H2 and DualPipe
+# (two model copies: twice the parameters, left out when that exceeds --memory-limit) on the
+# one-stage-per-rank layout. A step's time is pprun's --metrics step_time_s (the whole
 # step, optimizer included). The profile holds each stage's optimizer time between steps too, so
 # the simulated makespan is the whole step as well (each rank begins at its stages' optimizer):
 # the last table lists it beside the measured step. The profile names the transport (Gloo), so
@@ -35,7 +40,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build REPS=3 STEPS=10 LAYOUT='Ett|tttt|tttt|tL' LIMIT="" SMALL=0 OUT=""
+BUILD=build REPS=3 STEPS=10 LAYOUT='Ett|tttt|tttt|tL' LIMIT="" SMALL=0 OUT="" PROFILED=DualPipeV
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -43,9 +48,10 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --layout) LAYOUT=$2; shift 2 ;;
     --memory-limit) LIMIT=$2; shift 2 ;;
+    --profile-plan) PROFILED=$2; shift 2 ;;
     --small) SMALL=1; shift ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "synth_real.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -70,18 +76,18 @@ echo "synth_real: layout $LAYOUT (one stage per rank: $LAYOUT1), pp $PP, $MBS mi
   "memory limit ${LIMIT:-none}, $REPS rounds of $STEPS steps; files in $OUT"
 
 # 1. Profile.
-"$PPC" --layout "$LAYOUT" --pp $PP --schedule InterleavedZeroBubble --microbatches $MBS \
+"$PPC" --layout "$LAYOUT" --pp $PP --schedule "$PROFILED" --microbatches $MBS \
   --emit json -o "$OUT/profiled-plan.json"
 "$PPRUN" --plan "$OUT/profiled-plan.json" "${MODEL[@]}" --steps "$STEPS" --progress none \
   --profile "$OUT/profile.json" > "$OUT/profile.log" 2>&1 || { cat "$OUT/profile.log"; exit 1; }
-echo "profile: $OUT/profile.json"
+echo "profile: $OUT/profile.json (a run of $PROFILED)"
 
 # 2. The plans: Auto, synthesized for the profile (and the limit), and the named ones that fit.
 "$PPC" --layout "$LAYOUT" --pp $PP --schedule Auto --microbatches $MBS --cost "$OUT/profile.json" \
   "${LIMIT_ARGS[@]}" --emit json -o "$OUT/Auto.json"
 PLANS=(Auto)
 for entry in Interleaved1F1B:2 LoopedBFS:2 InterleavedZeroBubble:2 ZBVZeroBubble:2 DualPipeV:2 \
-             1F1B:1 ZB-H1:1 ZB-H2:1; do
+             1F1B:1 ZB-H1:1 ZB-H2:1 DualPipe:1; do
   s=${entry%:*} per=${entry#*:}
   layout=$LAYOUT; [ "$per" = 1 ] && layout=$LAYOUT1
   if ! "$PPC" --layout "$layout" --pp $PP --schedule "$s" --microbatches $MBS --emit json \

@@ -14,7 +14,9 @@
 //  - synthesize (compiler/synthesize.cpp), the search: list_schedule under a set of policies on
 //    each placement that fits (loop, and V with two stages per rank), every order lowered and
 //    simulated exactly as ppcompile does; the named one-copy schedules that run the same
-//    configuration are candidates too. The best order that fits the limit wins.
+//    configuration are candidates too. The best few are then improved by moving Ws (those that
+//    outlast the pace-setting rank, and into the waits of the rank that ends last), each move
+//    kept only if the simulated plan gets shorter. The best order that fits the limit wins.
 #pragma once
 
 #include <optional>
@@ -55,6 +57,10 @@ struct ListPolicy {
   // On ranks other than the busiest, with overlaps: a lone backward or forward waits for a partner
   // (running Ws meanwhile) up to this many times its own duration; 0 = never waits.
   double partner_wait = 0;
+  // On ranks other than the busiest: no lone forward starts while the input of a deeper stage's
+  // forward or of a backward, from a compute running on another rank, would arrive before it ends
+  // (the rank waits for it instead).
+  bool lookahead = false;
   // Most microbatches in the pipeline at once (entered, last backward not done); 0 = no cap.
   int max_in_flight = 0;
   std::string describe() const;

@@ -242,7 +242,8 @@ Scored fill_waits(Scored best, const SynthesisOptions& opts, int evaluations, in
     size_t tail = order.size();
     while (tail > 0 && order[tail - 1].kind == ActionKind::W) --tail;
     bool improved = false;
-    for (const auto& [wait, q] : waits) {
+    for (const auto& entry : waits) {
+      const size_t q = entry.second;  // (a lambda below cannot capture a structured binding)
       std::vector<size_t> tried;
       // The next W after q, the first of the closing run, the shortest after q (the first such).
       auto may_move = [&](size_t w) {
@@ -415,13 +416,28 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
         in.activation_budget.push_back(*opts.memory_limit - params);
       }
     }
+    // The list scheduler runs under the cost model's message model. Under the eager one it also
+    // runs under the rendezvous: neither gives the better orders everywhere (docs/schedules.md),
+    // and every candidate is ranked under the eager model anyway.
+    CostModel rendezvous = opts.cost;
+    rendezvous.messages = MessageModel::Rendezvous;
+    std::vector<const CostModel*> timings{&opts.cost};
+    if (!opts.cost.unit && opts.cost.messages == MessageModel::Eager)
+      timings.push_back(&rendezvous);
     try {
-      for (const ListPolicy& p : policies(opts.cost, base.pp())) {
-        Plan plan = base;
-        plan.compute = list_schedule(in, p).orders;
-        search.score(std::move(plan), fmt::format("list scheduling on {} placement: {}",
-                                                  placement_name(style), p.describe()));
-      }
+      for (const CostModel* timing : timings)
+        for (const ListPolicy& p : policies(opts.cost, base.pp())) {
+          in.cost = timing;
+          Plan plan = base;
+          plan.compute = list_schedule(in, p).orders;
+          search.score(
+              std::move(plan),
+              fmt::format("list scheduling on {} placement{}: {}", placement_name(style),
+                          timings.size() == 1    ? ""
+                          : timing == &opts.cost ? " (timed under the eager message model)"
+                                                 : " (timed under the rendezvous message model)",
+                          p.describe()));
+        }
     } catch (const UserError& e) {
       if (!no_room) no_room = e;  // this placement leaves no room for a microbatch
     }

@@ -5,12 +5,12 @@
 //  - list_schedule (compiler/schedules/auto.cpp), the generator: one order from one policy. It
 //    runs every rank in simulated time under the model lowering and the simulator use (each
 //    SEND/RECV a rendezvous between two ranks that are between computes, then the message's
-//    time) and, whenever a rank is free, picks what to run from what is ready: an
-//    OVERLAP_F_B of a forward and a backward where overlapping saves time, a backward (I, or B),
-//    a forward, or a held-back W, by the policy's priorities. A forward runs only if the memory
-//    it takes leaves every microbatch in the pipeline able to finish within the limit (the
-//    banker's algorithm), so the order never exceeds the limit and never waits for memory that
-//    cannot come.
+//    time; under the cost model's eager message model a SEND that never waits) and, whenever a rank
+//    is free, picks what to run from what is ready: an OVERLAP_F_B of a forward and a backward
+//    where overlapping saves time, a backward (I, or B), a forward, or a held-back W, by the
+//    policy's priorities. A forward runs only if the memory it takes leaves every microbatch in the
+//    pipeline able to finish within the limit (the banker's algorithm), so the order never exceeds
+//    the limit and never waits for memory that cannot come.
 //  - synthesize (compiler/synthesize.cpp), the search: list_schedule under a set of policies on
 //    each placement that fits (loop, and V with two stages per rank), every order lowered and
 //    simulated exactly as ppcompile does; the named one-copy schedules that run the same

@@ -5,7 +5,9 @@
 // right away if that rank is between computes; otherwise the sender waits for the receiver's
 // boundary. The message's time then passes for both. (So this run times the order exactly as
 // lowering's "post at once" placement does, unless the policy makes ranks wait for partners;
-// ppcompile lowers it both ways and keeps the better.)
+// ppcompile lowers it both ways and keeps the better.) Under the eager message model (a cost file
+// from pprun on Gloo) a SEND never waits: its sender spends the posting time per message and the
+// message arrives its time after the post.
 // Whenever a rank is free it picks, from what is ready:
 //   1. an OVERLAP_F_B of a ready forward and a ready backward, the pair that saves the most time
 //      (overlap * min(F, X)), when the cost model overlaps;
@@ -90,6 +92,8 @@ class ListScheduler {
         msg_(message_costs(plan_, *in.cost)),
         ov_(in.cost->unit ? 0.0 : in.cost->overlap),
         wg_(in.cost->unit ? 0.0 : in.cost->weight_grad_memory),
+        eager_(!in.cost->unit && in.cost->messages == MessageModel::Eager),
+        post_(eager_ ? in.cost->post : 0.0),
         ranks_(static_cast<size_t>(pp_)),
         budget_(in.activation_budget) {
     PPC_INTERNAL_ASSERT(plan_.copies == 1, "list_schedule runs one model copy");
@@ -511,7 +515,16 @@ class ListScheduler {
       if (--st(from).unmatched == 0) wake(from, std::max(t, st(from).batch_done));
     }
     const std::vector<Transfer> out = outgoing_;
-    for (const Transfer& x : out) post(r, x, t);
+    double posted = t;
+    for (const Transfer& x : out) {
+      if (eager_) {  // posted and forgotten: it arrives its time after the post
+        posted += post_;
+        s.batch_done = std::max(s.batch_done, posted);
+        arrive(x, posted + x.time);
+      } else {
+        post(r, x, t);
+      }
+    }
     if (s.unmatched == 0) wake(r, std::max(t, s.batch_done));
     if (freed_ && rank(0) != r) wake(rank(0), t);
   }
@@ -543,6 +556,10 @@ class ListScheduler {
   const std::vector<StageCost> cost_;
   const MessageCosts msg_;
   const double ov_, wg_;
+  // The eager message model (a cost file from pprun on Gloo): a SEND never waits for its
+  // receiver; the sender spends post_ per message.
+  const bool eager_;
+  const double post_;
   std::vector<RankState> ranks_;
   std::vector<double> budget_, need_;  // per rank: the budget; one microbatch's activations
   double need_total_ = 0;

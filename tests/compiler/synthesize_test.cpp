@@ -242,7 +242,8 @@ TEST(Synthesize, TheListSchedulersRunIsTheSimulatorsTiming) {
   int checked = 0;
   for (const CostCase& cc : cost_cases())
     for (const Config& c : configs()) {
-      // The list scheduler times its order under the rendezvous model only.
+      // Under the eager model the list scheduler's timing is close to the simulator's, not equal
+      // (it does not know where lowering puts each RECV).
       if (cc.cost.messages == MessageModel::Eager) continue;
       if (c.m < 3) continue;
       CompileOptions co;

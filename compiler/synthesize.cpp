@@ -17,6 +17,36 @@ namespace ppc {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// How many of the best candidates improve() works on.
+constexpr size_t kImproved = 3;
+
+// A compute order lowered as lower_for_model lowers it (both placements of SENDs, the shorter
+// kept, the first on a tie) and its simulation, without simulating the chosen one again.
+struct Timed {
+  Plan lowered;
+  Simulation sim;
+};
+Timed lower_and_simulate(const Plan& plan, const CostModel& cost) {
+  if (cost.unit) {
+    Timed t{lower_send_recv(plan), {}};
+    t.sim = simulate(t.lowered, cost);
+    return t;
+  }
+  LoweringCosts held = lowering_costs(plan, cost);
+  Timed a{lower_send_recv(plan, held), {}};
+  a.sim = simulate(a.lowered, cost);
+  held.defer_sends = true;
+  Timed b{lower_send_recv(plan, held), {}};
+  b.sim = simulate(b.lowered, cost);
+  return b.sim.makespan < a.sim.makespan ? std::move(b) : std::move(a);
+}
+
+double peak_total(const Simulation& sim) {
+  double peak = 0;
+  for (size_t r = 0; r < sim.peak_memory.size(); ++r)
+    peak = std::max(peak, sim.peak_memory[r] + sim.param_memory[r]);
+  return peak;
+}
 
 struct Scored {
   Plan plan;  // compute order
@@ -40,25 +70,36 @@ class Search {
 
   void score(Plan plan, std::string what) {
     Scored s;
-    const Plan lowered = lower_for_model(plan, opts_.cost);
-    const Simulation sim = simulate(lowered, opts_.cost);
+    const Simulation sim = lower_and_simulate(plan, opts_.cost).sim;
     s.makespan = sim.makespan;
-    s.peak_total = 0;
-    for (size_t r = 0; r < sim.peak_memory.size(); ++r)
-      s.peak_total = std::max(s.peak_total, sim.peak_memory[r] + sim.param_memory[r]);
+    s.peak_total = peak_total(sim);
     s.fits = !opts_.memory_limit || s.peak_total <= *opts_.memory_limit;
     s.plan = std::move(plan);
     s.what = std::move(what);
     ++scored_;
+    // The best few, for improve(): a candidate that times the same as one kept is taken for the
+    // same order.
+    auto same = [&](const Scored& t) {
+      return t.makespan == s.makespan && t.peak_total == s.peak_total && t.fits == s.fits;
+    };
+    if (std::none_of(top_.begin(), top_.end(), same)) {
+      auto at =
+          std::find_if(top_.begin(), top_.end(), [&](const Scored& t) { return better(s, t); });
+      if (at != top_.end() || top_.size() < kImproved) top_.insert(at, s);
+      if (top_.size() > kImproved) top_.pop_back();
+    }
     if (!best_ || better(s, *best_)) best_ = std::move(s);
   }
 
   const std::optional<Scored>& best() const { return best_; }
+  // The best kImproved candidates with different timings, best first.
+  const std::vector<Scored>& top() const { return top_; }
   int scored() const { return scored_; }
 
  private:
   const SynthesisOptions& opts_;
   std::optional<Scored> best_;
+  std::vector<Scored> top_;
   int scored_ = 0;
 };
 
@@ -120,7 +161,7 @@ Scored move_w_tails(Scored best, const SynthesisOptions& opts, int rounds, int& 
   const std::vector<StageCost> c = stage_costs(best.plan, opts.cost);
   const int pace = makespan_lower_bound(best.plan, opts.cost).rank;
   for (int round = 0; round < rounds; ++round) {
-    const Simulation sim = simulate(lower_for_model(best.plan, opts.cost), opts.cost);
+    const Simulation sim = lower_and_simulate(best.plan, opts.cost).sim;
     const double target = sim.last_end[static_cast<size_t>(pace)];
     Search search(opts);
     for (const double depth : {0.25, 0.5, 0.75})
@@ -148,6 +189,119 @@ Scored move_w_tails(Scored best, const SynthesisOptions& opts, int rounds, int& 
   return best;
 }
 
+// Where rank `order`'s W at `w` may go: at or after the position just past its own I (or the
+// OVERLAP_F_B holding it).
+size_t earliest_w_slot(const std::vector<Action>& order, size_t w) {
+  for (size_t j = w; j-- > 0;) {
+    bool found = false;
+    for_each_part(order[j], [&](const Action& p) {
+      found |= p.kind == ActionKind::I && p.stage == order[w].stage &&
+               p.microbatch == order[w].microbatch;
+    });
+    if (found) return j + 1;
+  }
+  return 0;
+}
+
+// Waits on the rank that ends last, filled with Ws. Where that rank's compute action starts later
+// than its previous one ended (its input still on the way, or a message batch), a W that runs
+// later (the next one after it, or the first of its closing run of Ws) moves to just before it,
+// so the rank works while it waits and the messages that arrive meanwhile share one batch. A move
+// is kept when the plan still fits and gets shorter, or keeps its makespan and that rank ends
+// earlier (another rank may end at the same time); the largest waits are tried first, and the
+// pass stops when no move helps or after `evaluations` tries. A W sends nothing and frees memory:
+// every exchange keeps its place in each rank's order (lowering cannot get stuck on the result)
+// and the peak does not grow.
+Scored fill_waits(Scored best, const SynthesisOptions& opts, int evaluations, int& scored) {
+  if (opts.cost.unit) return best;
+  constexpr size_t kWaitsTried = 8;
+  const std::vector<StageCost> c = stage_costs(best.plan, opts.cost);
+  Timed now = lower_and_simulate(best.plan, opts.cost);
+  while (evaluations > 0) {
+    const Plan& lowered = now.lowered;
+    const Simulation& sim = now.sim;
+    size_t r = 0;
+    for (size_t q = 1; q < sim.last_end.size(); ++q)
+      if (sim.last_end[q] > sim.last_end[r]) r = q;
+    // (wait, index in the compute order) of r's compute actions that start after a wait.
+    std::vector<std::pair<double, size_t>> waits;
+    double prev_end = -1;
+    size_t k = 0;
+    for (size_t j = 0; j < lowered.lowered[r].size(); ++j) {
+      if (!is_compute(lowered.lowered[r][j].kind)) continue;
+      const Interval& t = sim.times[r][j];
+      if (prev_end >= 0 && t.start > prev_end + 1e-9 * sim.makespan)
+        waits.emplace_back(t.start - prev_end, k);
+      prev_end = t.end;
+      ++k;
+    }
+    std::stable_sort(waits.begin(), waits.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (waits.size() > kWaitsTried) waits.resize(kWaitsTried);
+    const std::vector<Action>& order = best.plan.compute[r];
+    size_t tail = order.size();
+    while (tail > 0 && order[tail - 1].kind == ActionKind::W) --tail;
+    bool improved = false;
+    for (const auto& entry : waits) {
+      const size_t q = entry.second;  // (a lambda below cannot capture a structured binding)
+      std::vector<size_t> tried;
+      // The next W after q, the first of the closing run, the shortest after q (the first such).
+      auto may_move = [&](size_t w) {
+        return order[w].kind == ActionKind::W && earliest_w_slot(order, w) <= q;
+      };
+      size_t shortest = order.size();
+      for (size_t w = q + 1; w < order.size(); ++w)
+        if (may_move(w) &&
+            (shortest == order.size() || c[static_cast<size_t>(order[w].stage)].w <
+                                             c[static_cast<size_t>(order[shortest].stage)].w))
+          shortest = w;
+      for (size_t from : {q + 1, std::max(tail, q + 1), shortest}) {
+        size_t w = from;
+        while (w < order.size() && !may_move(w)) ++w;
+        if (w >= order.size() || std::find(tried.begin(), tried.end(), w) != tried.end()) continue;
+        tried.push_back(w);
+        Plan next = best.plan;
+        std::vector<Action>& o = next.compute[r];
+        const Action moved = o[w];
+        o.erase(o.begin() + static_cast<std::ptrdiff_t>(w));
+        o.insert(o.begin() + static_cast<std::ptrdiff_t>(q), moved);
+        --evaluations;
+        ++scored;
+        Timed t = lower_and_simulate(next, opts.cost);
+        const Simulation& s = t.sim;
+        const double peak = peak_total(s);
+        const bool fits = !opts.memory_limit || peak <= *opts.memory_limit;
+        const bool shorter =
+            s.makespan < best.makespan * (1 - 1e-12) ||
+            (s.makespan <= best.makespan && s.last_end[r] < sim.last_end[r] - 1e-9 * sim.makespan);
+        if ((fits || !best.fits) && shorter) {
+          best.plan = std::move(next);
+          best.makespan = s.makespan;
+          best.peak_total = peak;
+          best.fits = fits;
+          now = std::move(t);
+          improved = true;
+          break;
+        }
+      }
+      if (improved) break;
+    }
+    if (!improved) break;
+    if (best.what.find("waits filled") == std::string::npos) best.what += ", waits filled with Ws";
+  }
+  return best;
+}
+
+// The Ws of `s` moved (move_w_tails, then fill_waits) until neither makes it shorter.
+Scored improve(Scored s, const SynthesisOptions& opts, int& scored) {
+  for (int pass = 0; pass < 4; ++pass) {
+    const double before = s.makespan;
+    s = fill_waits(move_w_tails(std::move(s), opts, 3, scored), opts, 120, scored);
+    if (!(s.makespan < before)) break;
+  }
+  return s;
+}
+
 // The plan skeleton of Auto on `style`: what plan_skeleton checks, on that placement.
 Plan skeleton(const SynthesisOptions& o, PlacementStyle style) {
   ScheduleInfo info = auto_schedule();
@@ -166,8 +320,11 @@ Plan skeleton(const SynthesisOptions& o, PlacementStyle style) {
 // The policies tried on every placement: a set that between them gave the best order found by
 // trying every combination of the options (768 of them) on a grid of configurations (uniform and
 // DeepSeek-V3 costs, pp 4-32, 1-4 stages per rank, 8-64 microbatches, with and without memory
-// limits); each was the best on some configuration. Options that do nothing without overlaps are
-// dropped when the costs have none, and the duplicates this makes are removed.
+// limits); each was the best on some configuration. Each is tried twice, without and with
+// `lookahead` (ranks other than the busiest wait for an input that outranks a lone forward; it
+// lets the first microbatch's forwards and gradients pass the ranks on their way without waiting
+// for a forward of a later one to end). Options that do nothing without overlaps are dropped when
+// the costs have none, and the duplicates this makes are removed.
 std::vector<ListPolicy> policies(const CostModel& cost, int pp) {
   struct Row {
     bool split, pair_b, new_last, bwd_deep, fwd_deep, w_first;
@@ -191,23 +348,25 @@ std::vector<ListPolicy> policies(const CostModel& cost, int pp) {
   const bool overlaps = !cost.unit && cost.overlap > 0;
   std::vector<ListPolicy> out;
   std::vector<std::string> seen;
-  for (const Row& row : kRows) {
-    ListPolicy p;
-    p.split_backward = row.split;
-    p.overlap = overlaps;
-    p.pair_full_backward = overlaps && row.pair_b;
-    p.pair_new_last = overlaps && row.new_last;
-    p.backward_deepest_first = row.bwd_deep;
-    p.forward_deepest_first = row.fwd_deep;
-    p.w_before_new_forward = row.w_first;
-    p.max_held_w = row.held_w;
-    p.partner_wait = overlaps ? row.wait : 0;
-    p.max_in_flight = row.cap * pp;
-    const std::string d = p.describe();
-    if (std::find(seen.begin(), seen.end(), d) != seen.end()) continue;
-    seen.push_back(d);
-    out.push_back(p);
-  }
+  for (const bool lookahead : {false, true})
+    for (const Row& row : kRows) {
+      ListPolicy p;
+      p.lookahead = lookahead;
+      p.split_backward = row.split;
+      p.overlap = overlaps;
+      p.pair_full_backward = overlaps && row.pair_b;
+      p.pair_new_last = overlaps && row.new_last;
+      p.backward_deepest_first = row.bwd_deep;
+      p.forward_deepest_first = row.fwd_deep;
+      p.w_before_new_forward = row.w_first;
+      p.max_held_w = row.held_w;
+      p.partner_wait = overlaps ? row.wait : 0;
+      p.max_in_flight = row.cap * pp;
+      const std::string d = p.describe();
+      if (std::find(seen.begin(), seen.end(), d) != seen.end()) continue;
+      seen.push_back(d);
+      out.push_back(p);
+    }
   return out;
 }
 
@@ -257,13 +416,28 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
         in.activation_budget.push_back(*opts.memory_limit - params);
       }
     }
+    // The list scheduler runs under the cost model's message model. Under the eager one it also
+    // runs under the rendezvous: neither gives the better orders everywhere (docs/schedules.md),
+    // and every candidate is ranked under the eager model anyway.
+    CostModel rendezvous = opts.cost;
+    rendezvous.messages = MessageModel::Rendezvous;
+    std::vector<const CostModel*> timings{&opts.cost};
+    if (!opts.cost.unit && opts.cost.messages == MessageModel::Eager)
+      timings.push_back(&rendezvous);
     try {
-      for (const ListPolicy& p : policies(opts.cost, base.pp())) {
-        Plan plan = base;
-        plan.compute = list_schedule(in, p).orders;
-        search.score(std::move(plan), fmt::format("list scheduling on {} placement: {}",
-                                                  placement_name(style), p.describe()));
-      }
+      for (const CostModel* timing : timings)
+        for (const ListPolicy& p : policies(opts.cost, base.pp())) {
+          in.cost = timing;
+          Plan plan = base;
+          plan.compute = list_schedule(in, p).orders;
+          search.score(
+              std::move(plan),
+              fmt::format("list scheduling on {} placement{}: {}", placement_name(style),
+                          timings.size() == 1    ? ""
+                          : timing == &opts.cost ? " (timed under the eager message model)"
+                                                 : " (timed under the rendezvous message model)",
+                          p.describe()));
+        }
     } catch (const UserError& e) {
       if (!no_room) no_room = e;  // this placement leaves no room for a microbatch
     }
@@ -293,7 +467,11 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
   }
   if (!search.best()) throw *no_room;
   int hoisted = 0;
-  const Scored b = move_w_tails(*search.best(), opts, 3, hoisted);
+  Scored b = *search.best();
+  for (const Scored& c : search.top()) {
+    Scored i = improve(c, opts, hoisted);
+    if (better(i, b)) b = std::move(i);
+  }
   res.plan = b.plan;
   res.plan.schedule = auto_schedule().name;
   res.makespan = b.makespan;

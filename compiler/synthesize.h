@@ -5,16 +5,18 @@
 //  - list_schedule (compiler/schedules/auto.cpp), the generator: one order from one policy. It
 //    runs every rank in simulated time under the model lowering and the simulator use (each
 //    SEND/RECV a rendezvous between two ranks that are between computes, then the message's
-//    time) and, whenever a rank is free, picks what to run from what is ready: an
-//    OVERLAP_F_B of a forward and a backward where overlapping saves time, a backward (I, or B),
-//    a forward, or a held-back W, by the policy's priorities. A forward runs only if the memory
-//    it takes leaves every microbatch in the pipeline able to finish within the limit (the
-//    banker's algorithm), so the order never exceeds the limit and never waits for memory that
-//    cannot come.
+//    time; under the cost model's eager message model a SEND that never waits) and, whenever a rank
+//    is free, picks what to run from what is ready: an OVERLAP_F_B of a forward and a backward
+//    where overlapping saves time, a backward (I, or B), a forward, or a held-back W, by the
+//    policy's priorities. A forward runs only if the memory it takes leaves every microbatch in the
+//    pipeline able to finish within the limit (the banker's algorithm), so the order never exceeds
+//    the limit and never waits for memory that cannot come.
 //  - synthesize (compiler/synthesize.cpp), the search: list_schedule under a set of policies on
 //    each placement that fits (loop, and V with two stages per rank), every order lowered and
 //    simulated exactly as ppcompile does; the named one-copy schedules that run the same
-//    configuration are candidates too. The best order that fits the limit wins.
+//    configuration are candidates too. The best few are then improved by moving Ws (those that
+//    outlast the pace-setting rank, and into the waits of the rank that ends last), each move
+//    kept only if the simulated plan gets shorter. The best order that fits the limit wins.
 #pragma once
 
 #include <optional>
@@ -55,6 +57,10 @@ struct ListPolicy {
   // On ranks other than the busiest, with overlaps: a lone backward or forward waits for a partner
   // (running Ws meanwhile) up to this many times its own duration; 0 = never waits.
   double partner_wait = 0;
+  // On ranks other than the busiest: no lone forward starts while the input of a deeper stage's
+  // forward or of a backward, from a compute running on another rank, would arrive before it ends
+  // (the rank waits for it instead).
+  bool lookahead = false;
   // Most microbatches in the pipeline at once (entered, last backward not done); 0 = no cap.
   int max_in_flight = 0;
   std::string describe() const;

@@ -5,7 +5,9 @@
 // right away if that rank is between computes; otherwise the sender waits for the receiver's
 // boundary. The message's time then passes for both. (So this run times the order exactly as
 // lowering's "post at once" placement does, unless the policy makes ranks wait for partners;
-// ppcompile lowers it both ways and keeps the better.)
+// ppcompile lowers it both ways and keeps the better.) Under the eager message model (a cost file
+// from pprun on Gloo) a SEND never waits: its sender spends the posting time per message and the
+// message arrives its time after the post.
 // Whenever a rank is free it picks, from what is ready:
 //   1. an OVERLAP_F_B of a ready forward and a ready backward, the pair that saves the most time
 //      (overlap * min(F, X)), when the cost model overlaps;
@@ -14,7 +16,8 @@
 //   4. a W or the forward that lets a new microbatch in, in the policy's order;
 //   5. a W.
 // Ranks that are not the busiest (by the lower bound) may run a W before a lone backward or
-// forward once they hold many, and may wait a while for a partner to pair a lone one with.
+// forward once they hold many, may wait a while for a partner to pair a lone one with, and may
+// wait for an input that outranks a lone forward when it arrives before that forward would end.
 // A forward runs only if the memory it takes keeps the pipeline safe in the banker's sense (every
 // microbatch in the pipeline can still finish, oldest first, within each rank's budget: the
 // memory limit less its parameters), and a new microbatch enters only while fewer than
@@ -89,6 +92,8 @@ class ListScheduler {
         msg_(message_costs(plan_, *in.cost)),
         ov_(in.cost->unit ? 0.0 : in.cost->overlap),
         wg_(in.cost->unit ? 0.0 : in.cost->weight_grad_memory),
+        eager_(!in.cost->unit && in.cost->messages == MessageModel::Eager),
+        post_(eager_ ? in.cost->post : 0.0),
         ranks_(static_cast<size_t>(pp_)),
         budget_(in.activation_budget) {
     PPC_INTERNAL_ASSERT(plan_.copies == 1, "list_schedule runs one model copy");
@@ -294,6 +299,13 @@ class ListScheduler {
         return true;
       }
     }
+    // A rank that is not among the busiest does not start a lone forward while the input of a
+    // deeper stage's forward or of a backward is on its way and would arrive before that forward
+    // ends: it waits for it (the rendezvous would hold its sender meanwhile).
+    if (pol_.lookahead && bi < 0 && (fi >= 0 || admit) && !busiest_[static_cast<size_t>(r)]) {
+      const int stage = fi >= 0 ? s.fwd[static_cast<size_t>(fi)].stage : 0;
+      if (incoming_before(r, stage, t + c(stage).f)) return true;
+    }
     const bool have_w = s.w_head < s.w.size();
     if (have_w && pol_.max_held_w > 0 && !busiest_[static_cast<size_t>(r)] &&
         s.w.size() - s.w_head >= static_cast<size_t>(pol_.max_held_w) && (bi >= 0 || fi >= 0)) {
@@ -343,6 +355,26 @@ class ListScheduler {
       const Candidate wc = s.w[s.w_head++];
       start(r, t, Action::compute(ActionKind::W, wc.stage, wc.mb));
       return true;
+    }
+    return false;
+  }
+
+  // Will an input for rank r that outranks a forward of `stage` (a deeper stage's forward, or a
+  // backward) arrive before `until`, from a compute running now on another rank?
+  bool incoming_before(int r, int stage, double until) const {
+    for (int q = 0; q < pp_; ++q) {
+      const RankState& o = ranks_[static_cast<size_t>(q)];
+      if (q == r || !o.computing) continue;
+      bool found = false;
+      for_each_part(o.running, [&](const Action& p) {
+        if (p.kind == ActionKind::F && p.stage + 1 < S_ && rank(p.stage + 1) == r &&
+            p.stage + 1 > stage)
+          found |= o.end + msg_.time[2 * static_cast<size_t>(p.stage)] < until;
+        if ((p.kind == ActionKind::I || p.kind == ActionKind::B) && p.stage > 0 &&
+            rank(p.stage - 1) == r)
+          found |= o.end + msg_.time[2 * static_cast<size_t>(p.stage) + 1] < until;
+      });
+      if (found) return true;
     }
     return false;
   }
@@ -483,7 +515,16 @@ class ListScheduler {
       if (--st(from).unmatched == 0) wake(from, std::max(t, st(from).batch_done));
     }
     const std::vector<Transfer> out = outgoing_;
-    for (const Transfer& x : out) post(r, x, t);
+    double posted = t;
+    for (const Transfer& x : out) {
+      if (eager_) {  // posted and forgotten: it arrives its time after the post
+        posted += post_;
+        s.batch_done = std::max(s.batch_done, posted);
+        arrive(x, posted + x.time);
+      } else {
+        post(r, x, t);
+      }
+    }
     if (s.unmatched == 0) wake(r, std::max(t, s.batch_done));
     if (freed_ && rank(0) != r) wake(rank(0), t);
   }
@@ -515,6 +556,10 @@ class ListScheduler {
   const std::vector<StageCost> cost_;
   const MessageCosts msg_;
   const double ov_, wg_;
+  // The eager message model (a cost file from pprun on Gloo): a SEND never waits for its
+  // receiver; the sender spends post_ per message.
+  const bool eager_;
+  const double post_;
   std::vector<RankState> ranks_;
   std::vector<double> budget_, need_;  // per rank: the budget; one microbatch's activations
   double need_total_ = 0;
@@ -549,6 +594,7 @@ std::string ListPolicy::describe() const {
   s += w_before_new_forward ? ", W before a new microbatch" : ", new microbatch before W";
   if (max_held_w > 0) s += fmt::format(", at most {} Ws held back", max_held_w);
   if (partner_wait > 0) s += fmt::format(", waits {:g}x for a partner", partner_wait);
+  if (lookahead) s += ", waits for a deeper input";
   if (max_in_flight > 0) s += fmt::format(", at most {} in flight", max_in_flight);
   return s;
 }

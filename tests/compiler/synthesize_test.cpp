@@ -215,8 +215,9 @@ TEST(LowerBound, NoPlanSimulatesBelowIt) {
         co.pp = c.pp;
         co.microbatches = c.m;
         const Plan base = plan_skeleton(co, info);
-        for (int bits = 0; bits < 64; bits += 5) {
+        for (int bits = 0; bits < 128; bits += 5) {
           ListPolicy p;
+          p.lookahead = bits & 64;
           p.split_backward = bits & 1;
           p.pair_full_backward = bits & 2;
           p.pair_new_last = bits & 4;
@@ -241,7 +242,8 @@ TEST(Synthesize, TheListSchedulersRunIsTheSimulatorsTiming) {
   int checked = 0;
   for (const CostCase& cc : cost_cases())
     for (const Config& c : configs()) {
-      // The list scheduler times its order under the rendezvous model only.
+      // Under the eager model the list scheduler's timing is close to the simulator's, not equal
+      // (it does not know where lowering puts each RECV).
       if (cc.cost.messages == MessageModel::Eager) continue;
       if (c.m < 3) continue;
       CompileOptions co;
@@ -338,9 +340,8 @@ TEST(Synthesize, ActionsOfNoDurationAreScheduledToo) {
 }
 
 // Issue 30's goals on DeepSeek-V3 (pp 16, 64 microbatches, the project's costs). With the limit at
-// 1F1B's peak: at most 0.9 of the best named one-copy schedule that fits. With twice that: the
-// figure the docs quote, 1.057 (the issue asks for 5 % of the bound; docs/schedules.md says what
-// is left and why).
+// 1F1B's peak: at most 0.9 of the best named one-copy schedule that fits. With twice that: within
+// 5 % of the lower bound.
 TEST(Synthesize, DeepSeekV3Goals) {
   CompareOptions o;
   o.layout = parse_layout_file(pptest::source_path("layouts/deepseek-v3.layout"));
@@ -378,7 +379,7 @@ TEST(Synthesize, DeepSeekV3Goals) {
     if (factor == 1.0) {
       EXPECT_LE(auto_makespan, 0.9 * best_named);
     } else {
-      EXPECT_LE(auto_makespan, 1.06 * bound);
+      EXPECT_LE(auto_makespan, 1.05 * bound);
       // The Ws the other ranks held back no longer outlast the rank that sets the pace (the one
       // with the largest bound): moved earlier (move_w_tails), they end with it.
       const LowerBound lb = makespan_lower_bound(autorow->plan, o.cost);

@@ -292,11 +292,71 @@ Scored fill_waits(Scored best, const SynthesisOptions& opts, int evaluations, in
   return best;
 }
 
-// The Ws of `s` moved (move_w_tails, then fill_waits) until neither makes it shorter.
+// Split backwards joined where that helps: on the rank that ends last, an I of a stage whose B is
+// shorter than its I + W becomes a B in its place and its W goes, latest I first; a change is kept
+// when the plan still fits and gets shorter (a B sends what its I sent, from the same place in the
+// order, and a W sends nothing, so lowering cannot get stuck on the result). Where the rank has
+// time to spare the held-back W fills it and the split wins; where it has none the B saves the
+// difference. Stops when no change helps or after `evaluations` tries.
+Scored join_backwards(Scored best, const SynthesisOptions& opts, int evaluations, int& scored) {
+  if (opts.cost.unit) return best;
+  const std::vector<StageCost> c = stage_costs(best.plan, opts.cost);
+  auto shorter_whole = [&](int stage) {
+    const StageCost& k = c[static_cast<size_t>(stage)];
+    return k.b < (k.i + k.w) * (1 - 1e-9);
+  };
+  bool any = false;
+  for (size_t s = 0; s < c.size(); ++s) any |= shorter_whole(static_cast<int>(s));
+  if (!any) return best;
+  Timed now = lower_and_simulate(best.plan, opts.cost);
+  while (evaluations > 0) {
+    const Simulation& sim = now.sim;
+    size_t r = 0;
+    for (size_t q = 1; q < sim.last_end.size(); ++q)
+      if (sim.last_end[q] > sim.last_end[r]) r = q;
+    const std::vector<Action>& order = best.plan.compute[r];
+    bool improved = false;
+    for (size_t j = order.size(); j-- > 0 && evaluations > 0;) {
+      const Action& a = order[j];
+      if (a.kind != ActionKind::I || !shorter_whole(a.stage)) continue;
+      Plan next = best.plan;
+      std::vector<Action>& o = next.compute[r];
+      const auto w = std::find_if(
+          o.begin() + static_cast<std::ptrdiff_t>(j) + 1, o.end(), [&](const Action& x) {
+            return x.kind == ActionKind::W && x.stage == a.stage && x.microbatch == a.microbatch;
+          });
+      if (w == o.end()) continue;
+      o.erase(w);
+      o[j] = Action::compute(ActionKind::B, a.stage, a.microbatch);
+      --evaluations;
+      ++scored;
+      Timed t = lower_and_simulate(next, opts.cost);
+      const double peak = peak_total(t.sim);
+      const bool fits = !opts.memory_limit || peak <= *opts.memory_limit;
+      if ((fits || !best.fits) && t.sim.makespan < best.makespan * (1 - 1e-12)) {
+        best.plan = std::move(next);
+        best.makespan = t.sim.makespan;
+        best.peak_total = peak;
+        best.fits = fits;
+        now = std::move(t);
+        improved = true;
+        break;
+      }
+    }
+    if (!improved) break;
+    if (best.what.find("backwards joined") == std::string::npos)
+      best.what += ", split backwards joined into Bs";
+  }
+  return best;
+}
+
+// The Ws of `s` moved (move_w_tails, then fill_waits), and split backwards joined where a B is
+// shorter (join_backwards), until none makes it shorter.
 Scored improve(Scored s, const SynthesisOptions& opts, int& scored) {
   for (int pass = 0; pass < 4; ++pass) {
     const double before = s.makespan;
     s = fill_waits(move_w_tails(std::move(s), opts, 3, scored), opts, 120, scored);
+    s = join_backwards(std::move(s), opts, 120, scored);
     if (!(s.makespan < before)) break;
   }
   return s;
@@ -323,9 +383,11 @@ Plan skeleton(const SynthesisOptions& o, PlacementStyle style) {
 // limits); each was the best on some configuration. Each is tried twice, without and with
 // `lookahead` (ranks other than the busiest wait for an input that outranks a lone forward; it
 // lets the first microbatch's forwards and gradients pass the ranks on their way without waiting
-// for a forward of a later one to end). Options that do nothing without overlaps are dropped when
-// the costs have none, and the duplicates this makes are removed.
-std::vector<ListPolicy> policies(const CostModel& cost, int pp) {
+// for a forward of a later one to end). Where a stage's whole backward is shorter than its I + W
+// (`full_b_shorter`), the split ones are also tried with Bs on the busiest ranks. Options that do
+// nothing without overlaps are dropped when the costs have none, and the duplicates this makes are
+// removed.
+std::vector<ListPolicy> policies(const CostModel& cost, int pp, bool full_b_shorter) {
   struct Row {
     bool split, pair_b, new_last, bwd_deep, fwd_deep, w_first;
     int held_w;   // max_held_w
@@ -348,25 +410,28 @@ std::vector<ListPolicy> policies(const CostModel& cost, int pp) {
   const bool overlaps = !cost.unit && cost.overlap > 0;
   std::vector<ListPolicy> out;
   std::vector<std::string> seen;
-  for (const bool lookahead : {false, true})
-    for (const Row& row : kRows) {
-      ListPolicy p;
-      p.lookahead = lookahead;
-      p.split_backward = row.split;
-      p.overlap = overlaps;
-      p.pair_full_backward = overlaps && row.pair_b;
-      p.pair_new_last = overlaps && row.new_last;
-      p.backward_deepest_first = row.bwd_deep;
-      p.forward_deepest_first = row.fwd_deep;
-      p.w_before_new_forward = row.w_first;
-      p.max_held_w = row.held_w;
-      p.partner_wait = overlaps ? row.wait : 0;
-      p.max_in_flight = row.cap * pp;
-      const std::string d = p.describe();
-      if (std::find(seen.begin(), seen.end(), d) != seen.end()) continue;
-      seen.push_back(d);
-      out.push_back(p);
-    }
+  for (const bool full_b : {false, true})
+    for (const bool lookahead : {false, true})
+      for (const Row& row : kRows) {
+        if (full_b && (!full_b_shorter || !row.split)) continue;
+        ListPolicy p;
+        p.busiest_full_b = full_b;
+        p.lookahead = lookahead;
+        p.split_backward = row.split;
+        p.overlap = overlaps;
+        p.pair_full_backward = overlaps && row.pair_b;
+        p.pair_new_last = overlaps && row.new_last;
+        p.backward_deepest_first = row.bwd_deep;
+        p.forward_deepest_first = row.fwd_deep;
+        p.w_before_new_forward = row.w_first;
+        p.max_held_w = row.held_w;
+        p.partner_wait = overlaps ? row.wait : 0;
+        p.max_in_flight = row.cap * pp;
+        const std::string d = p.describe();
+        if (std::find(seen.begin(), seen.end(), d) != seen.end()) continue;
+        seen.push_back(d);
+        out.push_back(p);
+      }
   return out;
 }
 
@@ -416,6 +481,12 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
         in.activation_budget.push_back(*opts.memory_limit - params);
       }
     }
+    // Where some stage's whole backward is shorter than its I + W (measured profiles), the split
+    // policies are also tried with Bs on the busiest ranks.
+    bool full_b_shorter = false;
+    if (!opts.cost.unit)
+      for (const StageCost& k : stage_costs(base, opts.cost))
+        full_b_shorter |= k.b < (k.i + k.w) * (1 - 1e-9);
     // The list scheduler runs under the cost model's message model. Under the eager one it also
     // runs under the rendezvous: neither gives the better orders everywhere (docs/schedules.md),
     // and every candidate is ranked under the eager model anyway.
@@ -426,7 +497,7 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
       timings.push_back(&rendezvous);
     try {
       for (const CostModel* timing : timings)
-        for (const ListPolicy& p : policies(opts.cost, base.pp())) {
+        for (const ListPolicy& p : policies(opts.cost, base.pp(), full_b_shorter)) {
           in.cost = timing;
           Plan plan = base;
           plan.compute = list_schedule(in, p).orders;

@@ -61,6 +61,11 @@ struct ListPolicy {
   // forward or of a backward, from a compute running on another rank, would arrive before it ends
   // (the rank waits for it instead).
   bool lookahead = false;
+  // With I/W split: on the busiest ranks, a lone backward of a stage whose B is shorter than its
+  // I + W runs whole (a B). The rank that sets the pace has no idle time for a held-back W to fill,
+  // so splitting there only adds the difference (measured profiles: a whole backward is rarely
+  // exactly I + W).
+  bool busiest_full_b = false;
   // Most microbatches in the pipeline at once (entered, last backward not done); 0 = no cap.
   int max_in_flight = 0;
   std::string describe() const;

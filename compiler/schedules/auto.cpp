@@ -244,6 +244,16 @@ class ListScheduler {
     return ActionKind::I;
   }
 
+  // The kind of a lone backward of `stage` on rank r: I (then a W) under the split, but a B on the
+  // busiest ranks where the policy says so and the whole backward is the shorter.
+  ActionKind lone_backward(int r, int stage) const {
+    if (!pol_.split_backward) return ActionKind::B;
+    const StageCost& k = c(stage);
+    if (pol_.busiest_full_b && busiest_[static_cast<size_t>(r)] && k.b < (k.i + k.w) * (1 - 1e-9))
+      return ActionKind::B;
+    return ActionKind::I;
+  }
+
   // Picks and starts rank r's next compute at t; false if nothing is ready.
   bool start_next(int r, double t) {
     RankState& s = st(r);
@@ -322,7 +332,7 @@ class ListScheduler {
         start(r, t, Action::compute(ActionKind::W, wc.stage, wc.mb));
         return true;
       }
-      const double d = bi >= 0 ? part_time(pol_.split_backward ? ActionKind::I : ActionKind::B,
+      const double d = bi >= 0 ? part_time(lone_backward(r, s.bwd[static_cast<size_t>(bi)].stage),
                                            s.bwd[static_cast<size_t>(bi)].stage)
                                : c(s.fwd[static_cast<size_t>(fi)].stage).f;
       if (s.wait_until < 0) {
@@ -335,8 +345,7 @@ class ListScheduler {
     // 2. A backward.
     if (bi >= 0) {
       const Candidate bc = take(s.bwd, bi);
-      start(r, t,
-            Action::compute(pol_.split_backward ? ActionKind::I : ActionKind::B, bc.stage, bc.mb));
+      start(r, t, Action::compute(lone_backward(r, bc.stage), bc.stage, bc.mb));
       return true;
     }
     // 3. A forward of a microbatch in the pipeline.
@@ -595,6 +604,7 @@ std::string ListPolicy::describe() const {
   if (max_held_w > 0) s += fmt::format(", at most {} Ws held back", max_held_w);
   if (partner_wait > 0) s += fmt::format(", waits {:g}x for a partner", partner_wait);
   if (lookahead) s += ", waits for a deeper input";
+  if (split_backward && busiest_full_b) s += ", B on the busiest ranks where shorter";
   if (max_in_flight > 0) s += fmt::format(", at most {} in flight", max_in_flight);
   return s;
 }

@@ -30,9 +30,23 @@ struct CostCase {
   CostModel cost;
 };
 
+// Costs whose whole backward is shorter than its I + W (as measured profiles have it: pprun's
+// whole backward of a large output head is cheaper than its two halves): Auto's policies with Bs
+// on the busiest ranks and its pass that joins split backwards apply only to such costs.
+CostModel whole_backward_shorter() {
+  return parse_cost_model(R"({"layers": {
+      "E": {"f": 0.3, "i": 0.3, "w": 0.3, "b": 0.55, "activation": 1, "params": 8},
+      "t": {"f": 1, "i": 1, "w": 1, "b": 1.9, "activation": 3, "params": 2},
+      "m": {"f": 1.2, "i": 1.2, "w": 1.2, "b": 2.3, "activation": 3, "params": 2},
+      "L": {"f": 4, "i": 4, "w": 3, "b": 6.3, "activation": 6, "params": 8}},
+    "latency": 0.05})",
+                          "whole-backward-shorter.json");
+}
+
 // Unit costs per stage, every term of the flags (overlap 0.3, B != I + W), DeepSeek-V3's
-// (overlap 0.8, weight-gradient memory, per-layer costs), the uniform file (messages), and the
-// mixed costs under the eager message model (a profile from pprun on Gloo).
+// (overlap 0.8, weight-gradient memory, per-layer costs), the uniform file (messages), the
+// mixed costs under the eager message model (a profile from pprun on Gloo), and a whole backward
+// shorter than I + W.
 std::vector<CostCase> cost_cases() {
   CostModel eager = pptest::mixed_costs();
   eager.messages = MessageModel::Eager;
@@ -40,7 +54,8 @@ std::vector<CostCase> cost_cases() {
           {"mixed", pptest::mixed_costs()},
           {"deepseek", read_cost_model(pptest::source_path("examples/cost-deepseek-v3.json"))},
           {"uniform", read_cost_model(pptest::source_path("examples/cost-uniform.json"))},
-          {"mixed, eager sends", eager}};
+          {"mixed, eager sends", eager},
+          {"B shorter than I + W", whole_backward_shorter()}};
 }
 
 struct Config {
@@ -215,8 +230,9 @@ TEST(LowerBound, NoPlanSimulatesBelowIt) {
         co.pp = c.pp;
         co.microbatches = c.m;
         const Plan base = plan_skeleton(co, info);
-        for (int bits = 0; bits < 128; bits += 5) {
+        for (int bits = 0; bits < 256; bits += 5) {
           ListPolicy p;
+          p.busiest_full_b = bits & 128;
           p.lookahead = bits & 64;
           p.split_backward = bits & 1;
           p.pair_full_backward = bits & 2;
@@ -337,6 +353,38 @@ TEST(Synthesize, ActionsOfNoDurationAreScheduledToo) {
       const double bound = makespan_lower_bound(plan, cost).value;
       EXPECT_GE(got.makespan, bound * (1 - 1e-9));
     }
+}
+
+// Where a stage's whole backward is slightly shorter than its I + W, Auto mixes the two: Bs where
+// a held-back W would not fill idle time, splits where it does. Its plan holds Bs, is shorter than
+// the same search's under costs where B is I + W (everything else equal), and is shorter than every
+// named schedule it could have chosen, all-B (1F1B, Interleaved1F1B) and all-split (ZB-H1, ZBV)
+// alike.
+TEST(Synthesize, AWholeBackwardShorterThanItsSplitIsUsed) {
+  const CostModel shorter = whole_backward_shorter();
+  CostModel split_only = shorter;
+  for (auto& [kind, layer] : split_only.layers) layer.b.reset();
+  const std::pair<const char*, int> cases[] = {
+      {"Ett|tL", 4}, {"Ett|tt|tt|tL", 4}, {"Ett|tt|tt|tL", 8}};
+  for (const auto& [layout, m] : cases) {
+    const Config c{parse_layout(layout), true, 2, m, fmt::format("{} m {}", layout, m)};
+    SCOPED_TRACE(c.what);
+    const SynthesisResult with_b = synthesize(options(c, shorter));
+    const SynthesisResult without = synthesize(options(c, split_only));
+    const Measured got = measure(with_b.plan, shorter, std::nullopt);  // verifies
+    EXPECT_LT(got.makespan, without.makespan * (1 - 1e-9)) << with_b.chosen;
+    int bs = 0, is = 0;
+    for (const auto& order : with_b.plan.compute)
+      for (const Action& a : order) {
+        bs += a.kind == ActionKind::B;
+        is += a.kind == ActionKind::I;
+      }
+    EXPECT_GT(bs, 0) << with_b.chosen;
+    EXPECT_GT(is, 0) << with_b.chosen;
+    for (const Plan& named : named_plans(c))
+      EXPECT_LT(got.makespan, measure(named, shorter, std::nullopt).makespan * (1 - 1e-9))
+          << named.schedule << " / " << with_b.chosen;
+  }
 }
 
 // Issue 30's goals on DeepSeek-V3 (pp 16, 64 microbatches, the project's costs). With the limit at

@@ -15,8 +15,10 @@
 //    each placement that fits (loop, and V with two stages per rank), every order lowered and
 //    simulated exactly as ppcompile does; the named one-copy schedules that run the same
 //    configuration are candidates too. The best few are then improved by moving Ws (those that
-//    outlast the pace-setting rank, and into the waits of the rank that ends last), each move
-//    kept only if the simulated plan gets shorter. The best order that fits the limit wins.
+//    outlast the pace-setting rank, and into the waits of the rank that ends last) and, where a
+//    stage's whole backward is shorter than its I + W, by joining an I and its W into a B on the
+//    rank that ends last, each change kept only if the simulated plan gets shorter. The best
+//    order that fits the limit wins.
 #pragma once
 
 #include <optional>

@@ -26,12 +26,22 @@ LoweringCosts lowering_costs(const Plan& plan, const CostModel& model) {
 
 Plan lower_for_model(const Plan& plan, const CostModel& model) {
   if (model.unit) return lower_send_recv(plan);
-  LoweringCosts eager = lowering_costs(plan, model);
-  LoweringCosts held = eager;
+  return lower_and_simulate(plan, model).plan;
+}
+
+LoweredPlan lower_and_simulate(const Plan& plan, const CostModel& model) {
+  auto lowered = [&](Plan p) {
+    LoweredPlan l{std::move(p), {}};
+    l.sim = simulate(l.plan, model);
+    return l;
+  };
+  if (model.unit) return lowered(lower_send_recv(plan));
+  LoweringCosts at_once = lowering_costs(plan, model);
+  LoweringCosts held = at_once;
   held.defer_sends = true;
-  Plan a = lower_send_recv(plan, eager);
-  Plan b = lower_send_recv(plan, held);
-  return simulate(b, model).makespan < simulate(a, model).makespan ? std::move(b) : std::move(a);
+  LoweredPlan a = lowered(lower_send_recv(plan, at_once));
+  LoweredPlan b = lowered(lower_send_recv(plan, held));
+  return b.sim.makespan < a.sim.makespan ? std::move(b) : std::move(a);
 }
 
 }  // namespace ppc

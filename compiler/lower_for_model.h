@@ -18,4 +18,12 @@ LoweringCosts lowering_costs(const Plan& plan, const CostModel& model);
 // makespan is returned (the first on a tie).
 Plan lower_for_model(const Plan& plan, const CostModel& model);
 
+// lower_for_model's plan with its simulation (which choosing it took; under unit costs simulated
+// once), so that a caller that needs both does not simulate the chosen plan again.
+struct LoweredPlan {
+  Plan plan;
+  Simulation sim;
+};
+LoweredPlan lower_and_simulate(const Plan& plan, const CostModel& model);
+
 }  // namespace ppc

@@ -20,32 +20,32 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // How many of the best candidates improve() works on.
 constexpr size_t kImproved = 3;
 
-// A compute order lowered as lower_for_model lowers it (both placements of SENDs, the shorter
-// kept, the first on a tie) and its simulation, without simulating the chosen one again.
-struct Timed {
-  Plan lowered;
-  Simulation sim;
-};
-Timed lower_and_simulate(const Plan& plan, const CostModel& cost) {
-  if (cost.unit) {
-    Timed t{lower_send_recv(plan), {}};
-    t.sim = simulate(t.lowered, cost);
-    return t;
-  }
-  LoweringCosts held = lowering_costs(plan, cost);
-  Timed a{lower_send_recv(plan, held), {}};
-  a.sim = simulate(a.lowered, cost);
-  held.defer_sends = true;
-  Timed b{lower_send_recv(plan, held), {}};
-  b.sim = simulate(b.lowered, cost);
-  return b.sim.makespan < a.sim.makespan ? std::move(b) : std::move(a);
-}
-
 double peak_total(const Simulation& sim) {
   double peak = 0;
   for (size_t r = 0; r < sim.peak_memory.size(); ++r)
     peak = std::max(peak, sim.peak_memory[r] + sim.param_memory[r]);
   return peak;
+}
+
+// The rank whose last compute ends last (the lowest on a tie).
+size_t last_ending_rank(const Simulation& sim) {
+  size_t r = 0;
+  for (size_t q = 1; q < sim.last_end.size(); ++q)
+    if (sim.last_end[q] > sim.last_end[r]) r = q;
+  return r;
+}
+
+// A changed order of an improvement pass, lowered and simulated, with its peak and whether it fits.
+struct Tried {
+  LoweredPlan lowered;
+  double peak = 0;
+  bool fits = true;
+};
+Tried try_order(const Plan& plan, const SynthesisOptions& opts) {
+  Tried t{lower_and_simulate(plan, opts.cost)};
+  t.peak = peak_total(t.lowered.sim);
+  t.fits = !opts.memory_limit || t.peak <= *opts.memory_limit;
+  return t;
 }
 
 struct Scored {
@@ -55,6 +55,14 @@ struct Scored {
   bool fits = false;
   std::string what;
 };
+
+// `best` takes the changed order `plan`, tried as `t`.
+void adopt(Scored& best, Plan&& plan, const Tried& t) {
+  best.plan = std::move(plan);
+  best.makespan = t.lowered.sim.makespan;
+  best.peak_total = t.peak;
+  best.fits = t.fits;
+}
 
 // Better: fits the limit, then shorter, then less memory.
 bool better(const Scored& a, const Scored& b) {
@@ -70,11 +78,8 @@ class Search {
 
   void score(Plan plan, std::string what) {
     Scored s;
-    const Simulation sim = lower_and_simulate(plan, opts_.cost).sim;
-    s.makespan = sim.makespan;
-    s.peak_total = peak_total(sim);
-    s.fits = !opts_.memory_limit || s.peak_total <= *opts_.memory_limit;
-    s.plan = std::move(plan);
+    const Tried t = try_order(plan, opts_);
+    adopt(s, std::move(plan), t);
     s.what = std::move(what);
     ++scored_;
     // The best few, for improve(): a candidate that times the same as one kept is taken for the
@@ -216,13 +221,11 @@ Scored fill_waits(Scored best, const SynthesisOptions& opts, int evaluations, in
   if (opts.cost.unit) return best;
   constexpr size_t kWaitsTried = 8;
   const std::vector<StageCost> c = stage_costs(best.plan, opts.cost);
-  Timed now = lower_and_simulate(best.plan, opts.cost);
+  LoweredPlan now = lower_and_simulate(best.plan, opts.cost);
   while (evaluations > 0) {
-    const Plan& lowered = now.lowered;
+    const Plan& lowered = now.plan;
     const Simulation& sim = now.sim;
-    size_t r = 0;
-    for (size_t q = 1; q < sim.last_end.size(); ++q)
-      if (sim.last_end[q] > sim.last_end[r]) r = q;
+    const size_t r = last_ending_rank(sim);
     // (wait, index in the compute order) of r's compute actions that start after a wait.
     std::vector<std::pair<double, size_t>> waits;
     double prev_end = -1;
@@ -267,19 +270,14 @@ Scored fill_waits(Scored best, const SynthesisOptions& opts, int evaluations, in
         o.insert(o.begin() + static_cast<std::ptrdiff_t>(q), moved);
         --evaluations;
         ++scored;
-        Timed t = lower_and_simulate(next, opts.cost);
-        const Simulation& s = t.sim;
-        const double peak = peak_total(s);
-        const bool fits = !opts.memory_limit || peak <= *opts.memory_limit;
+        Tried t = try_order(next, opts);
+        const Simulation& s = t.lowered.sim;
         const bool shorter =
             s.makespan < best.makespan * (1 - 1e-12) ||
             (s.makespan <= best.makespan && s.last_end[r] < sim.last_end[r] - 1e-9 * sim.makespan);
-        if ((fits || !best.fits) && shorter) {
-          best.plan = std::move(next);
-          best.makespan = s.makespan;
-          best.peak_total = peak;
-          best.fits = fits;
-          now = std::move(t);
+        if ((t.fits || !best.fits) && shorter) {
+          adopt(best, std::move(next), t);
+          now = std::move(t.lowered);
           improved = true;
           break;
         }
@@ -301,24 +299,18 @@ Scored fill_waits(Scored best, const SynthesisOptions& opts, int evaluations, in
 Scored join_backwards(Scored best, const SynthesisOptions& opts, int evaluations, int& scored) {
   if (opts.cost.unit) return best;
   const std::vector<StageCost> c = stage_costs(best.plan, opts.cost);
-  auto shorter_whole = [&](int stage) {
-    const StageCost& k = c[static_cast<size_t>(stage)];
-    return k.b < (k.i + k.w) * (1 - 1e-9);
-  };
-  bool any = false;
-  for (size_t s = 0; s < c.size(); ++s) any |= shorter_whole(static_cast<int>(s));
-  if (!any) return best;
-  Timed now = lower_and_simulate(best.plan, opts.cost);
+  if (std::none_of(c.begin(), c.end(),
+                   [](const StageCost& k) { return k.whole_backward_shorter(); }))
+    return best;
+  Simulation sim = lower_and_simulate(best.plan, opts.cost).sim;
   while (evaluations > 0) {
-    const Simulation& sim = now.sim;
-    size_t r = 0;
-    for (size_t q = 1; q < sim.last_end.size(); ++q)
-      if (sim.last_end[q] > sim.last_end[r]) r = q;
+    const size_t r = last_ending_rank(sim);
     const std::vector<Action>& order = best.plan.compute[r];
     bool improved = false;
     for (size_t j = order.size(); j-- > 0 && evaluations > 0;) {
       const Action& a = order[j];
-      if (a.kind != ActionKind::I || !shorter_whole(a.stage)) continue;
+      if (a.kind != ActionKind::I || !c[static_cast<size_t>(a.stage)].whole_backward_shorter())
+        continue;
       Plan next = best.plan;
       std::vector<Action>& o = next.compute[r];
       const auto w = std::find_if(
@@ -330,15 +322,10 @@ Scored join_backwards(Scored best, const SynthesisOptions& opts, int evaluations
       o[j] = Action::compute(ActionKind::B, a.stage, a.microbatch);
       --evaluations;
       ++scored;
-      Timed t = lower_and_simulate(next, opts.cost);
-      const double peak = peak_total(t.sim);
-      const bool fits = !opts.memory_limit || peak <= *opts.memory_limit;
-      if ((fits || !best.fits) && t.sim.makespan < best.makespan * (1 - 1e-12)) {
-        best.plan = std::move(next);
-        best.makespan = t.sim.makespan;
-        best.peak_total = peak;
-        best.fits = fits;
-        now = std::move(t);
+      Tried t = try_order(next, opts);
+      if ((t.fits || !best.fits) && t.lowered.sim.makespan < best.makespan * (1 - 1e-12)) {
+        adopt(best, std::move(next), t);
+        sim = std::move(t.lowered.sim);
         improved = true;
         break;
       }
@@ -486,7 +473,7 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
     bool full_b_shorter = false;
     if (!opts.cost.unit)
       for (const StageCost& k : stage_costs(base, opts.cost))
-        full_b_shorter |= k.b < (k.i + k.w) * (1 - 1e-9);
+        full_b_shorter |= k.whole_backward_shorter();
     // The list scheduler runs under the cost model's message model. Under the eager one it also
     // runs under the rendezvous: neither gives the better orders everywhere (docs/schedules.md),
     // and every candidate is ranked under the eager model anyway.

@@ -248,8 +248,8 @@ class ListScheduler {
   // busiest ranks where the policy says so and the whole backward is the shorter.
   ActionKind lone_backward(int r, int stage) const {
     if (!pol_.split_backward) return ActionKind::B;
-    const StageCost& k = c(stage);
-    if (pol_.busiest_full_b && busiest_[static_cast<size_t>(r)] && k.b < (k.i + k.w) * (1 - 1e-9))
+    if (pol_.busiest_full_b && busiest_[static_cast<size_t>(r)] &&
+        c(stage).whole_backward_shorter())
       return ActionKind::B;
     return ActionKind::I;
   }

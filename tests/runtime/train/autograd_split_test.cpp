@@ -27,6 +27,7 @@
 #include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
 #include "runtime/train/executor.h"
+#include "test_model.h"
 #include "test_plans.h"
 
 namespace {
@@ -387,12 +388,7 @@ TEST(AutogradSplit, BranchAndSharedSubmoduleUnderZBV) {
 // The built-in model: its hand-written split against the generic one forced on it.
 void expect_builtin_generic_equals_hand_written(const std::string& layout, int pp,
                                                 const std::string& schedule, int mbs) {
-  pprt::ModelConfig c;
-  c.hidden = 32;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn = 64;
-  c.seq_len = 16;
+  const pprt::ModelConfig c = rttest::small_config();
   const pprt::Model model = pprt::builtin_model(c);
   const ppc::Plan plan = rttest::compile(layout, pp, schedule, mbs);
   RunSetup hand{&model, {c.vocab, c.seq_len}, false}, generic = hand;

@@ -10,7 +10,7 @@
 #include "runtime/fail.h"
 #include "runtime/launch/failure.h"
 #include "runtime/launch/process_setup.h"
-#include "runtime/model/architecture.h"
+#include "runtime/models/llama/architecture.h"
 
 namespace pprt {
 

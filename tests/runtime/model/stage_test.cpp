@@ -11,9 +11,9 @@
 
 #include "compiler/layout.h"
 #include "runtime/data/token_source.h"
-#include "runtime/model/architecture.h"
-#include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
+#include "runtime/models/llama/architecture.h"
+#include "runtime/models/llama/builtin.h"
 #include "test_model.h"
 
 namespace {

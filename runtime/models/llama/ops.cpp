@@ -1,5 +1,5 @@
 // The model's operations (ops.h), attention apart (attention.cpp).
-#include "runtime/model/ops.h"
+#include "runtime/models/llama/ops.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -8,8 +8,8 @@
 #include <cmath>
 
 #include "compiler/diagnostic.h"
-#include "runtime/model/cpu_kernels.h"
 #include "runtime/model/precision.h"
+#include "runtime/models/llama/cpu_kernels.h"
 
 namespace pprt {
 

@@ -12,9 +12,9 @@
 #include <numbers>
 #include <vector>
 
-#include "runtime/model/cpu_kernels.h"
-#include "runtime/model/ops.h"
 #include "runtime/model/precision.h"
+#include "runtime/models/llama/cpu_kernels.h"
+#include "runtime/models/llama/ops.h"
 
 namespace pprt {
 

@@ -1,5 +1,5 @@
 // pprun's own model family through pprt::Model (builtin.h), built from the operations of ops.h.
-#include "runtime/model/builtin.h"
+#include "runtime/models/llama/builtin.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -14,8 +14,8 @@
 #include "compiler/diagnostic.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/cli.h"
-#include "runtime/model/architecture.h"
 #include "runtime/model/precision.h"
+#include "runtime/models/llama/architecture.h"
 
 namespace pprt {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "pprt/pprt.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/config.h"
 
 namespace pprt {
 

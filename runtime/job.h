@@ -9,32 +9,11 @@
 #include <vector>
 
 #include "compiler/plan.h"
+#include "pprt/family.h"
 #include "runtime/data/token_file.h"
-#include "runtime/models/llama/config.h"
+#include "runtime/model/model_facts.h"
 
 namespace pprt {
-
-class Model;  // pprt/pprt.h
-
-// --dtype: the precision of activations and matrix products. Bf16 is mixed precision (Megatron-LM's
-// --bf16): the parameters stay fp32 (the master weights), and so do their gradients, accumulated
-// over the microbatches, AdamW's state, RMSNorm's statistics, softmax and the loss
-// (runtime/model/precision.h, docs/gpu.md).
-enum class Precision : uint8_t { Fp32, Bf16 };
-const char* precision_name(Precision p);  // "fp32", "bf16"
-
-// The model a run trains: made, once the run's model configuration is resolved, by `make`, in the
-// rank processes and the reference (pprt::main's program gives one model: the same whatever the
-// configuration; pprun's own family, builtin.h, is sized by it, and takes --dtype's precision).
-struct ModelSource {
-  std::function<Model(const ModelConfig&, Precision)> make;  // empty: pprun's own (builtin.h)
-  std::string family = "pprun";                              // the model's name, for messages
-  // The configuration sizes the model (pprun's own): --config, --hidden ... --init-from and the
-  // checkpoint checks of its architecture apply. Otherwise only --vocab and --seq-len do.
-  bool sized = true;
-  // The layout symbols the model has layers for, checked against the plan before anything runs.
-  std::string symbols;
-};
 
 struct TrainOptions {
   int steps = 40;
@@ -49,7 +28,9 @@ struct TrainOptions {
   uint64_t seed = 1234;          // initialisation and data
   std::string data_path;         // empty = synthetic language
   DataFormat data_format = DataFormat::Auto;
-  Precision dtype = Precision::Fp32;  // --dtype
+  // --dtype: of activations and matrix products (bf16: mixed precision, with fp32 master weights,
+  // gradients and AdamW state; pprt::MixedPrecision, runtime/model/precision.h, docs/gpu.md).
+  Precision dtype = Precision::Fp32;
 
   int warmup_steps() const { return warmup >= 0 ? warmup : steps / 10; }
 };
@@ -101,8 +82,10 @@ struct Job {
   ppc::Plan plan;  // verified and lowered; for --reference, the layout and microbatches it gives
   int dp = 1;      // data-parallel replicas of the plan's pipeline
   Topology topology() const { return Topology{plan.pp(), dp}; }
-  ModelConfig model;
-  ModelSource source;  // what makes the model from `model`
+  Family family;     // the model's family: pprun's own (runtime/models/llama) or a program's
+  Config model;      // its configuration (Family::configured)
+  ModelSetup setup;  // vocab and seq_len, of `model`
+  ModelFacts facts;  // the model the family makes of `model`: its name, symbols and hooks
   TrainOptions train;
   EvalOptions eval;
   OutputOptions out;
@@ -129,6 +112,7 @@ struct Job {
   bool save_async = false;   // --save-async: written in the background while training goes on
   std::string resume_path;   // --resume: the step directory to start from (resolved)
   std::string init_from;     // --init-from: a Hugging Face model directory (checkpoint/hf.h)
+  HfFormat hf_format;        // and the model as it holds it
   int64_t start_step = 0;    // steps the checkpoint had completed
   bool resume_auto = false;  // --resume auto: from save_dir's latest checkpoint, if it has one
   // --resume: the --dtype the checkpoint was trained with.

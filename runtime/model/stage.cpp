@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
 #include "runtime/model/autograd_split.h"
+#include "runtime/model/model_facts.h"
 
 namespace pprt {
 
@@ -55,6 +57,32 @@ class SeededGenerator {
 std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
+
+// LibTorch's autocast in `dtype` on `device` while it lives (MixedPrecision::Autocast), as
+// torch.autocast enters and leaves it: its cache of cast weights is emptied when the outermost
+// one ends.
+class Autocast {
+ public:
+  Autocast(const at::Device& device, at::ScalarType dtype) : type_(device.type()) {
+    was_ = at::autocast::is_autocast_enabled(type_);
+    dtype_was_ = at::autocast::get_autocast_dtype(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~Autocast() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(type_, was_);
+    at::autocast::set_autocast_dtype(type_, dtype_was_);
+  }
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  at::DeviceType type_;
+  bool was_;
+  at::ScalarType dtype_was_;
+};
 
 std::string shape_text(at::IntArrayRef s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
@@ -119,17 +147,6 @@ std::string to_string(const TensorSpec& s) {
 
 TensorSpec placeholder_spec() {
   return TensorSpec{{1}, at::kFloat};
-}
-
-LayoutInfo layout_info(const ppc::Layout& layout) {
-  LayoutInfo info;
-  info.text = layout.source;
-  for (const auto& stage : layout.stages) {
-    std::string s;
-    for (ppc::LayerKind k : stage) s += ppc::layer_symbol(k);
-    info.stages.push_back(std::move(s));
-  }
-  return info;
 }
 
 std::vector<LayerPlace> layer_places(const ppc::Layout& layout) {
@@ -214,6 +231,7 @@ Stage::Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
     info.seq_len = ctx.setup.seq_len;
     info.seed = ctx.seed;
     info.aux_loss_weight = ctx.aux_loss_weight;
+    info.dtype = ctx.dtype;
     info.params = &params;
     info.layout = layout_info(layout);
     Impl::Built b{p, sym, Layer{}};
@@ -308,6 +326,9 @@ at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, int m
         .requires_grad_(true);
   }
   const Microbatch mb(rows, microbatch, m.ctx.setup.seq_len, work, losses);
+  std::optional<Autocast> autocast;  // the layers and the loss of a model that asks for it
+  if (m.ctx.model->mixed_precision() == MixedPrecision::Autocast && m.ctx.dtype != at::kFloat)
+    autocast.emplace(m.ctx.device, m.ctx.dtype);
   at::Tensor x = m.first ? mb.inputs() : state;
   for (const Impl::Built& b : m.layers) {
     const std::vector<int64_t> in = x.sizes().vec();
@@ -332,6 +353,7 @@ at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, int m
                      x.defined() ? shape_text(x.sizes()) : "undefined",
                      m.ctx.model->loss() ? "" : " (the last layer's output: give Model::loss)"));
   if (x.dim() != 0) x = x.reshape({});
+  if (x.scalar_type() != at::kFloat) x = x.to(at::kFloat);  // the loss is fp32 (mixed precision)
   if (losses && !losses->main.defined()) losses->main = x.detach();
   return x;
 }

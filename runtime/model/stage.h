@@ -78,9 +78,6 @@ struct TensorSpec {
 };
 std::string to_string(const TensorSpec& s);  // "[2, 64, 128] float"
 
-// The layout as pprt::Model's hooks see it.
-LayoutInfo layout_info(const ppc::Layout& layout);
-
 // Where a layer sits in the model: its symbol, its index among that symbol's layers and among
 // all the model's layers, and the layout stage that holds it.
 struct LayerPlace {

@@ -10,7 +10,7 @@
 #include "runtime/fail.h"
 #include "runtime/launch/failure.h"
 #include "runtime/launch/process_setup.h"
-#include "runtime/models/llama/architecture.h"
+#include "runtime/model/model_facts.h"
 
 namespace pprt {
 
@@ -138,27 +138,17 @@ std::string run_header(const Job& job, const TokenSource& data, const std::strin
       : job.dp > 1 ? fmt::format("{} on {} ranks (vpp {}) x {} data-parallel replicas = {} ranks",
                                  p.schedule, p.pp(), p.vpp(), job.dp, p.pp() * job.dp)
                    : fmt::format("{} on {} ranks (vpp {})", p.schedule, p.pp(), p.vpp());
-  if (!job.source.sized)  // a program's own model (pprt::main): its layers are its code's
-    return fmt::format(
-               "{}, {} microbatches of {} sequences{}\n"
-               "model '{}' of layout {} (vocab {}, seq {}); data: {}; {}, {}, {} thread{} per "
-               "rank ({})\n",
-               what, p.microbatches, b, replicas > 1 ? " per replica" : "", job.source.family,
-               p.layout.source, job.model.vocab, job.model.seq_len, data.describe(), transport,
-               job.device, job.threads, job.threads == 1 ? "" : "s", thread_pools()) +
-           resume_line(job);
-  const int decoders = p.layout.count(ppc::LayerKind::Decoder);
-  const int depths = mtp_depths(p.layout);
-  const std::string layers =
-      depths ? fmt::format("{} layers + {} MTP depth{} (loss weight {:g})", decoders, depths,
-                           depths == 1 ? "" : "s", job.train.mtp_loss_weight)
-             : fmt::format("{} layers", decoders);
+  // The model as it describes itself (Model::describe), or its name, layout and setup.
+  const std::string model =
+      job.facts.describe ? run_hook([&] {
+        return job.facts.describe(layout_info(p.layout), job.setup, job.train.mtp_loss_weight);
+      })
+                         : fmt::format("'{}' of layout {} (vocab {}, seq {})", job.facts.family,
+                                       p.layout.source, job.setup.vocab, job.setup.seq_len);
   return fmt::format(
              "{}, {} microbatches of {} sequences{}\n"
-             "model {} = {}, {:.2f}M parameters ({}); data: {}; {}, {}{}, {} thread{} per rank "
-             "({})\n",
-             what, p.microbatches, b, replicas > 1 ? " per replica" : "", p.layout.source, layers,
-             count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(),
+             "model {}; data: {}; {}, {}{}, {} thread{} per rank ({})\n",
+             what, p.microbatches, b, replicas > 1 ? " per replica" : "", model, data.describe(),
              transport, job.device,
              job.train.dtype == Precision::Bf16 ? ", bf16 (fp32 master weights)" : "", job.threads,
              job.threads == 1 ? "" : "s", thread_pools()) +
@@ -194,12 +184,12 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
   StepMetrics m;
   m.step = step + 1;
   m.loss = mean(stats.losses);
-  if (mtp_depths(job_.plan.layout) > 0) m.mtp_loss = mean(stats.mtp_losses);
+  if (job_.plan.layout.count(ppc::LayerKind::Mtp) > 0) m.mtp_loss = mean(stats.mtp_losses);
   m.lr = learning_rate(job_.train, step);
   m.grad_norm = stats.grad_norm;
   m.step_time_s = step_time_s;
   m.tokens_per_s = step_time_s > 0 ? job_.train.global_batch *
-                                         static_cast<double>(job_.model.seq_len) / step_time_s
+                                         static_cast<double>(job_.setup.seq_len) / step_time_s
                                    : 0;
   m.elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
   m.compute_s = stats.compute_s;

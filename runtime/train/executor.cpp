@@ -659,4 +659,9 @@ std::vector<const void*> Executor::receive_buffers() const {
   return impl_->receive_buffers();
 }
 
+const std::vector<TensorSpec>& Executor::boundaries(int64_t rows) {
+  impl_->shape_boundaries(rows);
+  return impl_->bounds;
+}
+
 }  // namespace pprt

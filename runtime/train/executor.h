@@ -96,6 +96,10 @@ class Executor {
   // them, so after the first step of a shape this set no longer changes.
   std::vector<const void*> receive_buffers() const;
 
+  // The tensors crossing the layout's boundaries for microbatches of `rows` sequences (as
+  // model/stage.h's declared_boundaries, or learned from one forward).
+  const std::vector<TensorSpec>& boundaries(int64_t rows);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -54,8 +54,7 @@ at::Device device_for(const Job& job, int local_rank) {
 ModelContext model_context(const Job& job, const Model& model, const at::Device& device) {
   ModelContext ctx;
   ctx.model = &model;
-  ctx.setup.vocab = job.model.vocab;
-  ctx.setup.seq_len = job.model.seq_len;
+  ctx.setup = job.setup;
   ctx.aux_loss_weight = job.train.mtp_loss_weight;
   ctx.seed = job.train.seed;
   ctx.device = device;
@@ -71,7 +70,7 @@ struct LocalModel {
   ParamStore& store;
   std::vector<Stage*>& stages;
   LocalModel(const Job& job, const at::Device& d)
-      : model(job.source.make(job.model, job.train.dtype)),
+      : model(job.family.model(job.model)),
         device(d),
         rank(model_context(job, model, d)),
         store(rank.store),
@@ -95,7 +94,7 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(ParamStore& store, const Tra
 // state from the checkpoint.
 void resume(const Job& job, ParamStore& store, torch::optim::AdamW& opt, RankReport& report) {
   if (!job.init_from.empty()) {
-    load_hf_weights(job.init_from, job.model.seq_len, store);
+    load_hf_weights(job.init_from, job.hf_format, store);
     return;
   }
   if (job.resume_path.empty()) return;
@@ -124,9 +123,9 @@ class PipelineGradients final : public StepGradients {
  public:
   PipelineGradients(const Job& job, int rank, const RankGroups& groups, LocalModel& model,
                     Store& store)
-      : job_(job) {
+      : job_(job), prank_(job.topology().pipeline_rank(rank)) {
     const ppc::Plan& plan = job.plan;
-    const int prank = job.topology().pipeline_rank(rank);
+    const int prank = prank_;
     if (groups.pipeline) {  // the parameters other pipeline ranks hold too: from their names
       std::vector<std::string> mine;
       for (const NamedParam& p : model.store.params()) mine.push_back(p.name);
@@ -169,10 +168,32 @@ class PipelineGradients final : public StepGradients {
   const std::unordered_set<std::string>& counted_elsewhere() const {
     return shared_.counted_elsewhere();
   }
-  const ProfileRecorder& profile() const { return profile_; }
+  // --profile: the rank's per-stage medians, each with its stage's parameter elements.
+  std::vector<StageMedians> profile(LocalModel& model) const {
+    std::vector<StageMedians> out = profile_.medians();
+    const auto& held = job_.plan.placement.rank_stages[static_cast<size_t>(prank_)];
+    for (StageMedians& m : out)
+      for (size_t i = 0; i < held.size(); ++i)
+        if (held[i] == m.stage)
+          for (const std::string& name : model.stages[i]->param_names())
+            m.params += model.rank.store.find(name)->tensor.numel();
+    return out;
+  }
+  // --profile: the elements of the tensor crossing each boundary for microbatches of `rows`.
+  std::vector<int64_t> boundary_elements(int64_t rows) {
+    std::vector<int64_t> out;
+    const std::vector<TensorSpec>& bounds = exec_->boundaries(rows);
+    for (size_t k = 1; k + 1 < bounds.size(); ++k) {  // leaving layout stage k - 1
+      int64_t n = 1;
+      for (int64_t d : bounds[k].shape) n *= d;
+      out.push_back(n);
+    }
+    return out;
+  }
 
  private:
   const Job& job_;
+  int prank_;  // the pipeline rank
   SharedGradSum shared_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<Executor> exec_;
@@ -240,7 +261,7 @@ struct Place {
 at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step, const Place& place,
                         const at::Device& device) {
   std::vector<int64_t> rows;
-  const int len = job.model.seq_len + 1;
+  const int len = job.setup.seq_len + 1;
   const int share = job.train.global_batch / place.replicas;
   data.batch(step, static_cast<int64_t>(place.replica) * share, share, len, rows);
   return at::from_blob(rows.data(), {share, len}, at::kLong).clone().to(device);
@@ -291,7 +312,7 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
 // of their microbatches' losses over every rank (one all-reduce).
 EvalStats evaluate(const Job& job, const Place& place, StepGradients& grads,
                    const TokenSource& data, const at::Device& device) {
-  const int mbs = job.plan.microbatches, len = job.model.seq_len + 1;
+  const int mbs = job.plan.microbatches, len = job.setup.seq_len + 1;
   const int share = job.train.global_batch / place.replicas;
   data.check_unchanged();
   double sum[2] = {0, 0};
@@ -313,7 +334,7 @@ EvalStats evaluate(const Job& job, const Place& place, StepGradients& grads,
   const double n = static_cast<double>(place.replicas) * job.eval.batches * mbs;
   EvalStats out;
   out.loss = cpu.data_ptr<double>()[0] / n;
-  if (mtp_depths(job.plan.layout) > 0) out.mtp_loss = cpu.data_ptr<double>()[1] / n;
+  if (job.plan.layout.count(ppc::LayerKind::Mtp) > 0) out.mtp_loss = cpu.data_ptr<double>()[1] / n;
   return out;
 }
 
@@ -501,7 +522,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   report.rank = prank;
   dump_params(job, rank, model.store);
   publish_report(store, rank, report);
-  if (!job.out.profile_path.empty()) publish_profile(store, rank, grads.profile().medians());
+  if (!job.out.profile_path.empty()) publish_profile(store, rank, grads.profile(model));
   if (reporter) {
     const std::vector<RankReport> all = gather_reports(store, topo);
     log.finish();
@@ -512,11 +533,11 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
     print_lines(summary_text(summary));
     if (!job.out.trace_path.empty())
       ppc::write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
+    const int64_t rows = job.train.global_batch / job.dp / plan.microbatches;
     if (!job.out.profile_path.empty())
       ppc::write_file_atomically(
           job.out.profile_path,
-          profile_json(plan, job.model, job.train.global_batch / job.dp / plan.microbatches,
-                       job.train.mtp_loss_weight, gather_profiles(store, topo), all,
+          profile_json(plan, rows, grads.boundary_elements(rows), gather_profiles(store, topo), all,
                        job.train.dtype == Precision::Bf16 ? 2 : 4, transport),
           "--profile");
   }

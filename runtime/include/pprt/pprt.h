@@ -3,16 +3,17 @@
 // A model is a set of layers, one factory per layout symbol. The runtime builds, on each rank,
 // the layers of the stages that rank runs (giving each factory the layer's global index), chains
 // them, and splits each stage's backward into I and W for the zero-bubble schedules. pprun's own
-// model (runtime/models/llama/builtin.h) is registered through this same interface.
+// model (runtime/models/llama/) is registered through this same interface.
 //
+// clang-format off
 //     pprt::Model model("gpt2");
-//     model.layer('E', "embed", [&](const pprt::LayerInfo& l) { return pprt::make_layer(Embed(cfg,
-//     l)); })
+//     model.layer('E', "embed", [&](const pprt::LayerInfo& l) { return pprt::make_layer(Embed(cfg, l)); })
 //          .layer('t', "h", [&](const pprt::LayerInfo&) { return pprt::make_layer(Block(cfg)); })
-//          .layer('L', "head", [&](const pprt::LayerInfo& l) { return pprt::make_layer(Head(cfg,
-//          l)); }) .loss([](const at::Tensor& logits, const pprt::Microbatch& mb) {
+//          .layer('L', "head", [&](const pprt::LayerInfo& l) { return pprt::make_layer(Head(cfg, l)); })
+//          .loss([](const at::Tensor& logits, const pprt::Microbatch& mb) {
 //            return at::cross_entropy_loss(logits.flatten(0, 1), mb.targets().flatten());
 //          });
+// clang-format on
 //
 // What flows: the model's first layer gets the microbatch's input token ids [b, seq_len] (int64),
 // every other layer its predecessor's output, and the loss (Model::loss) the last layer's output;
@@ -32,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "pprt/family.h"
 #include "pprt/setup.h"
 
 namespace pprt {
@@ -115,18 +117,6 @@ namespace detail {
 class SharedParams;  // a rank's parameters shared between layers (the runtime's)
 }
 
-// A layout as the model's hooks see it: its text and each stage's symbols ("Ett", "", "tL").
-struct LayoutInfo {
-  std::string text;
-  std::vector<std::string> stages;
-  int count(char symbol) const {
-    int n = 0;
-    for (const auto& s : stages)
-      for (char c : s) n += c == symbol;
-    return n;
-  }
-};
-
 // What a layer factory is given about the layer it makes.
 struct LayerInfo {
   char symbol = 0;   // its layout symbol
@@ -139,7 +129,10 @@ struct LayerInfo {
   int vocab = 0, seq_len = 0;  // the configured model's (ModelSetup)
   uint64_t seed = 0;           // --seed: for a model that initialises its weights by name
   double aux_loss_weight = 0;  // --mtp-loss-weight: the weight of a model's auxiliary losses
-  LayoutInfo layout;           // the whole layout
+  // The dtype of the model's activations: float32, or bfloat16 under --dtype bf16 for a model
+  // that takes part in mixed precision (Model::mixed_precision).
+  at::ScalarType dtype = at::kFloat;
+  LayoutInfo layout;  // the whole layout
 
   // A parameter used by several layers (a tied embedding, a shared submodule's weights): the one
   // tensor of global name `name` on this rank, created (float32, CPU, requiring grad) by the
@@ -208,8 +201,8 @@ using LossFn = std::function<at::Tensor(const at::Tensor& output, const Microbat
 
 // --- The model --------------------------------------------------------------------------------
 
-// A model family: the layer factory of each layout symbol it uses, and its loss.
-// Copies share their registrations.
+// A model family: the layer factory of each layout symbol it uses, its loss, and the hooks that
+// give it more of the runtime (all optional). Copies share their registrations.
 class Model {
  public:
   explicit Model(std::string family);
@@ -223,6 +216,21 @@ class Model {
   // layer's output is the loss).
   Model& loss(LossFn fn);
 
+  // --- hooks (docs/library.md, "What a model may add") ---
+  // How it runs under --dtype bf16 (default None: fp32 only, --dtype bf16 is refused).
+  Model& mixed_precision(MixedPrecision how);
+  // Every parameter by name and shape for a layout: --resume then checks a checkpoint against it
+  // before anything runs (without it each rank checks its own parameters as they load), and
+  // --export checks a checkpoint's tensors against it.
+  Model& parameters(ParamsFn fn);
+  // Whether the model can be built as a layout, before anything runs (throws pprt::Error).
+  Model& check(CheckFn fn);
+  // The model in a run's first lines (default: "'NAME' of layout L (vocab V, seq T)").
+  Model& describe(DescribeFn fn);
+  // Its Hugging Face form: pprun --export CKPT DIR --format hf writes it (and a Family's
+  // from_hugging_face reads one, --init-from).
+  Model& hugging_face(HfFormatFn fn);
+
   // --- read by the runtime ---
   struct Symbol {
     char symbol = 0;
@@ -234,6 +242,11 @@ class Model {
   const Symbol* symbol(char c) const;  // null if the model has no layer for it
   std::vector<char> symbols() const;   // in registration order
   const LossFn& loss() const;
+  MixedPrecision mixed_precision() const;
+  const ParamsFn& parameters() const;
+  const CheckFn& check() const;
+  const DescribeFn& describe() const;
+  const HfFormatFn& hugging_face() const;
 
  private:
   struct Impl;

@@ -40,7 +40,6 @@ uint64_t name_hash(const std::string& s) {
 struct Common {
   ModelConfig cfg;
   Kernels kernels;
-  at::ScalarType dtype = at::kFloat;  // activations and products (precision.h)
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<const AttentionConsts>> attn;
 
@@ -126,9 +125,10 @@ Layer make(const std::shared_ptr<Common>& common, std::shared_ptr<BuiltinModule>
   return l;
 }
 
-// The embedding's rows in the activations' dtype (autograd casts their gradient back to fp32).
-at::Tensor embed(const Common& c, at::Tensor* w, const at::Tensor& ids, WeightWork* work) {
-  return embedding(w, ids, work).to(c.dtype);
+// The embedding's rows in the activations' dtype (LayerInfo::dtype: precision.h; autograd casts
+// their gradient back to fp32).
+at::Tensor embed(at::ScalarType dtype, at::Tensor* w, const at::Tensor& ids, WeightWork* work) {
+  return embedding(w, ids, work).to(dtype);
 }
 
 // The attention tables of x's device, kept by the layer.
@@ -154,11 +154,10 @@ at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape
   return t;
 }
 
-Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType dtype) {
+Model builtin_model(const ModelConfig& config, Kernels kernels) {
   auto common = std::make_shared<Common>();
   common->cfg = config;
   common->kernels = kernels;
-  common->dtype = dtype;
   const int64_t hidden = config.hidden, T = config.seq_len;
   Model model("pprun");
 
@@ -169,8 +168,9 @@ Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType d
         auto m = std::make_shared<BuiltinModule>(
             info, layer_params(common->cfg, ppc::LayerKind::Embedding, 0, info));
         at::Tensor* w = &m->p[0];
-        return make(common, m, [common, w](const at::Tensor& ids, const Microbatch& mb) {
-          return embed(*common, w, ids.contiguous(), mb.weight_work()).unsqueeze(0);
+        const at::ScalarType dtype = info.dtype;
+        return make(common, m, [w, dtype](const at::Tensor& ids, const Microbatch& mb) {
+          return embed(dtype, w, ids.contiguous(), mb.weight_work()).unsqueeze(0);
         });
       },
       [hidden](const std::vector<int64_t>& in) {
@@ -220,23 +220,26 @@ Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType d
         p->final_norm = &m->p[i++];
         PPC_INTERNAL_ASSERT(i == m->p.size(), "every parameter of a layer is used");
         BuiltinModule* raw = m.get();
-        return make(common, m, [common, raw, p, T](const at::Tensor& x, const Microbatch& mb) {
-          // The embedding of the tokens k places ahead (token i+k at position i; positions past
-          // the sequence read id 0: only positions whose target is masked see them) and h^{k-1}.
-          const Common& c = *common;
-          WeightWork* w = mb.weight_work();
-          const at::Tensor& rows = mb.tokens();
-          const int64_t b = rows.size(0), k = p->depth;
-          std::vector<at::Tensor> hs = x.unbind(0);
-          at::Tensor ids = rows.narrow(1, k, T + 1 - k);
-          if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
-          at::Tensor e = norm(c, embed(c, p->embed, ids.contiguous(), w), p->enorm, w);
-          at::Tensor h = linear(at::cat({e, norm(c, hs.back(), p->hnorm, w)}, -1), p->eh_proj, w,
-                                &p->eh_proj_copy);
-          hs.push_back(
-              norm(c, decoder(c, attn_of(*common, *raw, x), h, p->layer, w), p->final_norm, w));
-          return at::stack(hs);
-        });
+        const at::ScalarType dtype = info.dtype;
+        return make(
+            common, m, [common, raw, p, T, dtype](const at::Tensor& x, const Microbatch& mb) {
+              // The embedding of the tokens k places ahead (token i+k at position i; positions past
+              // the sequence read id 0: only positions whose target is masked see them) and
+              // h^{k-1}.
+              const Common& c = *common;
+              WeightWork* w = mb.weight_work();
+              const at::Tensor& rows = mb.tokens();
+              const int64_t b = rows.size(0), k = p->depth;
+              std::vector<at::Tensor> hs = x.unbind(0);
+              at::Tensor ids = rows.narrow(1, k, T + 1 - k);
+              if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
+              at::Tensor e = norm(c, embed(dtype, p->embed, ids.contiguous(), w), p->enorm, w);
+              at::Tensor h = linear(at::cat({e, norm(c, hs.back(), p->hnorm, w)}, -1), p->eh_proj,
+                                    w, &p->eh_proj_copy);
+              hs.push_back(
+                  norm(c, decoder(c, attn_of(*common, *raw, x), h, p->layer, w), p->final_norm, w));
+              return at::stack(hs);
+            });
       },
       [](const std::vector<int64_t>& in) {
         std::vector<int64_t> out = in;
@@ -284,17 +287,6 @@ Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType d
       },
       [](const std::vector<int64_t>&) { return std::vector<int64_t>{}; });
   return model;
-}
-
-ModelSource builtin_source() {
-  ModelSource s;
-  s.make = [](const ModelConfig& c, Precision p) {
-    return builtin_model(c, Kernels::Auto, compute_dtype(p));
-  };
-  s.family = "pprun";
-  s.sized = true;
-  s.symbols = "EtmL";
-  return s;
 }
 
 }  // namespace pprt

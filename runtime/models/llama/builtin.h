@@ -28,11 +28,12 @@
 
 namespace pprt {
 
-// The model of `config`: symbols E, t, m and L, each declaring its output's shape. `dtype`: of its
-// activations and matrix products (--dtype; bf16: mixed precision, runtime/model/precision.h;
-// its parameters stay fp32), from the embedding's output to the logits (the loss is fp32).
-Model builtin_model(const ModelConfig& config, Kernels kernels = Kernels::Auto,
-                    at::ScalarType dtype = at::kFloat);
+// The model of `config`: symbols E, t, m and L, each declaring its output's shape. Its activations
+// and matrix products are of LayerInfo::dtype (--dtype; bf16: mixed precision,
+// runtime/model/precision.h; its parameters stay fp32), from the embedding's output to the logits
+// (the loss is fp32). Its layers only: the hooks that give it the rest of the runtime are the
+// family's (family.h).
+Model builtin_model(const ModelConfig& config, Kernels kernels = Kernels::Auto);
 
 // The deterministic initial value of a parameter (CPU, float32): normal(0, std) from (seed, name),
 // or ones for norm scales (std 0). Exposed for tests.

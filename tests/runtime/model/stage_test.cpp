@@ -44,8 +44,7 @@ struct Model {
 Model build(const std::string& layout, const ModelConfig& c, uint64_t seed = 7,
             double mtp_weight = 0.1, pprt::Kernels kernels = pprt::Kernels::Auto,
             at::ScalarType dtype = at::kFloat) {
-  Model m{
-      pprt::builtin_model(c, kernels, dtype), ppc::parse_layout(layout), {c.vocab, c.seq_len}, {}};
+  Model m{pprt::builtin_model(c, kernels), ppc::parse_layout(layout), {c.vocab, c.seq_len}, {}};
   pprt::ModelContext ctx{&m.model, m.setup, mtp_weight, seed, at::Device(at::kCPU)};
   ctx.dtype = dtype;
   m.rank = std::make_unique<pprt::RankModel>(ctx);

@@ -40,7 +40,7 @@ struct Run {
 // that every step sends other values); `fresh`: a new executor every step, else one for all.
 Run run(const ppc::Plan& plan, at::ScalarType dtype, bool fresh) {
   const ModelConfig c = small_config();
-  const pprt::Model builtin = pprt::builtin_model(c, pprt::Kernels::Auto, dtype);
+  const pprt::Model builtin = pprt::builtin_model(c);
   Run res;
   res.buffers.resize(static_cast<size_t>(plan.pp()));
   std::mutex m;

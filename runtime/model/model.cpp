@@ -21,6 +21,22 @@ struct Model::Impl {
   CheckFn check;
   DescribeFn describe;
   HfFormatFn hugging_face;
+  struct Declared {
+    Reported value;
+    std::function<bool(const LayoutInfo&)> present;
+  };
+  std::vector<Declared> reports;
+
+  Model& declare(Model& m, std::string name, bool loss,
+                 std::function<bool(const LayoutInfo&)> present) {
+    for (Declared& d : reports)
+      if (d.value.name == name && d.value.loss == loss) {  // declared again: the later wins
+        d.present = std::move(present);
+        return m;
+      }
+    reports.push_back(Declared{Reported{std::move(name), loss}, std::move(present)});
+    return m;
+  }
 };
 
 Model::Model(std::string family) : impl_(std::make_shared<Impl>()) {
@@ -91,6 +107,18 @@ Model& Model::describe(DescribeFn fn) {
 Model& Model::hugging_face(HfFormatFn fn) {
   impl_->hugging_face = std::move(fn);
   return *this;
+}
+Model& Model::aux_loss(std::string name, std::function<bool(const LayoutInfo&)> present) {
+  return impl_->declare(*this, std::move(name), true, std::move(present));
+}
+Model& Model::metric(std::string name, std::function<bool(const LayoutInfo&)> present) {
+  return impl_->declare(*this, std::move(name), false, std::move(present));
+}
+std::vector<Reported> Model::reported(const LayoutInfo& layout) const {
+  std::vector<Reported> out;
+  for (const Impl::Declared& d : impl_->reports)
+    if (!d.present || d.present(layout)) out.push_back(d.value);
+  return out;
 }
 MixedPrecision Model::mixed_precision() const {
   return impl_->precision;
@@ -225,6 +253,7 @@ ModelFacts model_facts(const Family& family, const Config& config) {
   f.check = m.check();
   f.describe = m.describe();
   f.hugging_face = m.hugging_face();
+  f.reported = [m](const LayoutInfo& layout) { return m.reported(layout); };
   return f;
 }
 

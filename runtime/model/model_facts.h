@@ -19,6 +19,8 @@ struct ModelFacts {
   CheckFn check;
   DescribeFn describe;
   HfFormatFn hugging_face;
+  // The auxiliary losses and metrics it reports for a layout (Model::reported).
+  std::function<std::vector<Reported>(const LayoutInfo&)> reported;
 };
 
 // Runs a hook of the model's (or the family's): what it throws as pprt::Error becomes the

@@ -178,6 +178,19 @@ struct Stage::Impl {
   std::vector<Built> layers;
   bool first = false, last = false, split = true;
   std::vector<std::string> names;
+  std::vector<Reported> reported;  // what the model declares it reports, for this layout
+
+  // What `where` (a layer, the loss) reported from entry `from` of `r` on must be declared.
+  void check_reported(const LossReport& r, size_t from, const std::string& where) const {
+    for (size_t i = from; i < r.values.size(); ++i) {
+      const LossReport::Value& v = r.values[i];
+      if (std::find(reported.begin(), reported.end(), Reported{v.name, v.loss}) == reported.end())
+        fail(where, fmt::format("it reports the {} '{}', which the model does not declare for "
+                                "this layout ({})",
+                                v.loss ? "auxiliary loss" : "metric", v.name,
+                                v.loss ? "Model::aux_loss" : "Model::metric"));
+    }
+  }
 
   std::string where(const Built& b) const {
     std::string prefix = b.layer.prefix;
@@ -211,6 +224,7 @@ Stage::Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
   m.ctx = ctx;
   m.stage = stage;
   const Model& model = *ctx.model;
+  m.reported = model.reported(layout_info(layout));
   const std::vector<LayerPlace> places = layer_places(layout);
   ParamStore& store = params.store();
   for (const LayerPlace& p : places) {
@@ -325,6 +339,8 @@ at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, int m
     return at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(m.ctx.device))
         .requires_grad_(true);
   }
+  LossReport own;  // where the caller keeps no report: the auxiliary losses still join the loss
+  if (!losses) losses = &own;
   const Microbatch mb(rows, microbatch, m.ctx.setup.seq_len, work, losses);
   std::optional<Autocast> autocast;  // the layers and the loss of a model that asks for it
   if (m.ctx.model->mixed_precision() == MixedPrecision::Autocast && m.ctx.dtype != at::kFloat)
@@ -333,8 +349,10 @@ at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, int m
   for (const Impl::Built& b : m.layers) {
     const std::vector<int64_t> in = x.sizes().vec();
     const std::string where = m.where(b);
+    const size_t reported = losses->values.size();
     x = m.located(where, "its forward failed", [&] { return b.layer.forward(x, mb); });
     if (!x.defined()) fail(where, "its forward returned no tensor");
+    m.check_reported(*losses, reported, where);
     if (b.symbol->shape) {
       const std::vector<int64_t> want = m.located(where, "its shape function failed",
                                                   [&] { return b.symbol->shape(in, m.ctx.setup); });
@@ -343,10 +361,15 @@ at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, int m
                                 shape_text(x.sizes()), shape_text(in), shape_text(want)));
     }
   }
+  // A stage before the last leaves its auxiliary losses' terms in `losses`: the executor joins
+  // them to its backward (aux_loss.h).
   if (!m.last) return x;
-  if (const LossFn& loss = m.ctx.model->loss())
-    x = m.located(fmt::format("stage {}, the loss", m.stage), "the loss failed",
-                  [&] { return loss(x, mb); });
+  if (const LossFn& loss = m.ctx.model->loss()) {
+    const std::string where = fmt::format("stage {}, the loss", m.stage);
+    const size_t reported = losses->values.size();
+    x = m.located(where, "the loss failed", [&] { return loss(x, mb); });
+    m.check_reported(*losses, reported, where);
+  }
   if (!x.defined() || x.numel() != 1)
     fail(m.stage < 0 ? std::string("the model") : fmt::format("stage {}", m.stage),
          fmt::format("the loss must be a scalar, but it is {}{}",
@@ -354,7 +377,10 @@ at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, int m
                      m.ctx.model->loss() ? "" : " (the last layer's output: give Model::loss)"));
   if (x.dim() != 0) x = x.reshape({});
   if (x.scalar_type() != at::kFloat) x = x.to(at::kFloat);  // the loss is fp32 (mixed precision)
-  if (losses && !losses->main.defined()) losses->main = x.detach();
+  if (!losses->main.defined()) losses->main = x.detach();
+  // The auxiliary losses of every layer of this stage (of the whole model, unpipelined) join it.
+  for (const at::Tensor& term : losses->terms) x = x + term;
+  losses->terms.clear();
   return x;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -18,9 +19,9 @@ std::string metrics_json(const StepMetrics& m) {
   nlohmann::ordered_json j;
   j["step"] = m.step;
   j["loss"] = m.loss;
-  if (m.mtp_loss) j["mtp_loss"] = *m.mtp_loss;
+  for (const auto& [field, v] : m.reported) j[field] = v;
   if (m.eval_loss) j["eval_loss"] = *m.eval_loss;
-  if (m.eval_mtp_loss) j["eval_mtp_loss"] = *m.eval_mtp_loss;
+  for (const auto& [field, v] : m.eval_reported) j["eval_" + field] = v;
   j["lr"] = m.lr;
   j["grad_norm"] = m.grad_norm;
   j["step_time_s"] = m.step_time_s;
@@ -48,14 +49,24 @@ std::string rate_text(double tokens_per_s) {
                                : fmt::format("{:.0f}", tokens_per_s);
 }
 
-std::string mtp_text(const StepMetrics& m) {
-  return m.mtp_loss ? fmt::format(" mtp-loss {:.4f}", *m.mtp_loss) : "";
+// " mtp-loss 2.3456 ..." (each field's underscores as dashes), `prefix` before each name.
+std::string values_text(const NamedValues& values, const std::string& prefix = "") {
+  std::string out;
+  for (const auto& [field, v] : values) {
+    std::string name = prefix + field;
+    std::replace(name.begin(), name.end(), '_', '-');
+    out += fmt::format(" {} {:.4f}", name, v);
+  }
+  return out;
+}
+
+std::string reported_text(const StepMetrics& m) {
+  return values_text(m.reported);
 }
 
 std::string eval_text(const StepMetrics& m) {
   if (!m.eval_loss) return "";
-  return fmt::format(" eval-loss {:.4f}{}", *m.eval_loss,
-                     m.eval_mtp_loss ? fmt::format(" eval-mtp-loss {:.4f}", *m.eval_mtp_loss) : "");
+  return fmt::format(" eval-loss {:.4f}{}", *m.eval_loss, values_text(m.eval_reported, "eval_"));
 }
 
 }  // namespace
@@ -78,14 +89,14 @@ void Progress::update(const StepMetrics& m) {
                  static_cast<int>(std::to_string(steps_).size()), m.step, steps_,
                  std::string(static_cast<size_t>(filled), '#').c_str(),
                  std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), m.loss,
-                 mtp_text(m).c_str(), last_eval_.c_str(), rate_text(m.tokens_per_s).c_str(),
+                 reported_text(m).c_str(), last_eval_.c_str(), rate_text(m.tokens_per_s).c_str(),
                  clock_text(eta).c_str());
     std::fflush(out_);
     drawn_ = true;
   } else if (mode_ == ProgressMode::Lines && (m.step % every_ == 0 || m.step == done_before_ + 1 ||
                                               m.step == steps_ || m.eval_loss)) {
     std::fprintf(out_, "step %d/%d loss %.4f%s%s lr %.3g grad-norm %.3f tok/s %s eta %s\n", m.step,
-                 steps_, m.loss, mtp_text(m).c_str(), eval_text(m).c_str(), m.lr, m.grad_norm,
+                 steps_, m.loss, reported_text(m).c_str(), eval_text(m).c_str(), m.lr, m.grad_norm,
                  rate_text(m.tokens_per_s).c_str(), clock_text(eta).c_str());
     std::fflush(out_);
   }
@@ -165,6 +176,8 @@ void print_lines(const std::string& text) {
 StepLog::StepLog(const Job& job, bool active, FailureWatch* watch)
     : job_(job),
       active_(active),
+      reported_(job.facts.reported ? job.facts.reported(layout_info(job.plan.layout))
+                                   : std::vector<Reported>{}),
       progress_(job.out.progress, job.last_step(), job.out.log_every, stdout,
                 static_cast<int>(job.start_step)) {
   if (active_ && !job.out.metrics_path.empty()) {
@@ -184,7 +197,18 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
   StepMetrics m;
   m.step = step + 1;
   m.loss = mean(stats.losses);
-  if (job_.plan.layout.count(ppc::LayerKind::Mtp) > 0) m.mtp_loss = mean(stats.mtp_losses);
+  // Each reported value: the mean over the microbatches that reported it.
+  auto reported = [&](const std::vector<std::vector<std::optional<double>>>& per_mb) {
+    NamedValues out;
+    for (size_t k = 0; k < reported_.size() && k < per_mb.size(); ++k) {
+      std::vector<double> got;
+      for (const auto& v : per_mb[k])
+        if (v) got.push_back(*v);
+      if (!got.empty()) out.emplace_back(reported_[k].field(), mean(got));
+    }
+    return out;
+  };
+  m.reported = reported(stats.reported);
   m.lr = learning_rate(job_.train, step);
   m.grad_norm = stats.grad_norm;
   m.step_time_s = step_time_s;
@@ -207,7 +231,8 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
   }
   if (eval) {
     m.eval_loss = eval->loss;
-    m.eval_mtp_loss = eval->mtp_loss;
+    for (size_t k = 0; k < reported_.size() && k < eval->reported.size(); ++k)
+      if (eval->reported[k]) m.eval_reported.emplace_back(reported_[k].field(), *eval->reported[k]);
     last_eval_ = eval->loss;
   }
   if (m.step == job_.start_step + 1) first_loss_ = m.loss;

@@ -16,6 +16,8 @@
 #include "compiler/diagnostic.h"
 #include "runtime/fail.h"
 #include "runtime/model/autograd_split.h"
+#include "runtime/model/aux_loss.h"
+#include "runtime/model/model_facts.h"
 #include "runtime/train/device_queue.h"
 
 namespace pprt {
@@ -35,7 +37,7 @@ int64_t now_ns() {
 struct Slot {
   at::Tensor input;       // F's input leaf (hidden states); its .grad() is the input gradient
   at::Tensor output;      // F's output (the stage's out boundary, or the scaled loss)
-  LossReport losses;      // the stage holding the loss: the microbatch's losses
+  LossReport losses;      // what the stage's layers reported for the microbatch
   at::Tensor grad_input;  // from B/I, until it is sent or used by the previous local stage
   at::Tensor recv_act, recv_grad;
   std::unique_ptr<Work> recv_act_work, recv_grad_work;
@@ -69,6 +71,7 @@ struct Executor::Impl {
   std::vector<Stage*> stages;
   std::vector<int> local;  // plan stage -> index in `stages`, -1 if not on this rank
   ModelContext ctx;
+  std::vector<Reported> reported;  // the auxiliary losses and metrics the model reports
   std::vector<TensorSpec> bounds;  // per layout boundary, for microbatches of b sequences
   Transport* transport;
   at::Device device;
@@ -147,6 +150,7 @@ struct Executor::Impl {
         rank(r),
         stages(std::move(st)),
         ctx(c),
+        reported(c.model->reported(layout_info(p.layout))),
         transport(t),
         device(d),
         opts(o),
@@ -378,7 +382,11 @@ struct Executor::Impl {
     const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
     at::Tensor out =
         st.forward(input, rows, mb, st.splits_backward() ? &sl.work : nullptr, &sl.losses);
-    if (st.has_loss()) out = out * inv_mbs;
+    if (st.has_loss())
+      out = out * inv_mbs;
+    else  // the auxiliary losses its layers added join its backward, scaled as the loss is
+      out = attach_aux_losses(out, sl.losses.terms, inv_mbs);
+    sl.losses.terms.clear();
     if (p >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
     meter.done(s, ActionKind::F);
@@ -401,6 +409,7 @@ struct Executor::Impl {
     }
     const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
     at::Tensor out = st.forward(input, rows, mb, nullptr, &sl.losses);
+    sl.losses.terms.clear();  // no backward
     // The loss (or, after it, what an empty last stage passes on) ends the forward.
     if (!st.has_loss() && plan.next_stage(s) >= 0) sl.output = std::move(out);
   }
@@ -526,7 +535,7 @@ struct Executor::Impl {
   // left pending).
   void collect_losses(StepReport& r) {
     r.losses.assign(static_cast<size_t>(mbs), 0.0);
-    r.mtp_losses.assign(static_cast<size_t>(mbs), 0.0);
+    r.reported = no_reports(reported.size(), mbs);
     for (int s = 0; s < plan.num_stages(); ++s) {
       if (!is_local(s)) continue;
       for (int mb = 0; mb < mbs; ++mb) {
@@ -535,8 +544,7 @@ struct Executor::Impl {
           r.losses[static_cast<size_t>(mb)] = sl.losses.main.item<double>();
           r.has_losses = true;
         }
-        if (sl.losses.aux.defined())
-          r.mtp_losses[static_cast<size_t>(mb)] = sl.losses.aux.mean().item<double>();
+        add_reported(sl.losses, mb, reported, r.reported);
         PPC_INTERNAL_ASSERT(
             sl.work.empty() && !sl.split.pending() && !sl.output.defined() && !sl.recv_act_work &&
                 !sl.recv_grad_work,

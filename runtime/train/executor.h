@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "compiler/plan.h"
+#include "runtime/model/aux_loss.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/profile.h"
 #include "runtime/output/report.h"
@@ -66,9 +67,10 @@ struct ExecutorOptions {
 // trainer's), and
 struct StepReport : StepTiming {
   int64_t begin_ns = 0;  // steady clock at the start of the step (begin_unix_us on the wall clock)
-  // per microbatch, the losses this rank computed (0 for microbatches whose L is elsewhere): the
-  // main cross-entropy and the mean of the MTP depths' cross-entropies (0 without m).
-  std::vector<double> losses, mtp_losses;
+  // per microbatch, the loss this rank computed (0 for microbatches whose L is elsewhere);
+  std::vector<double> losses;
+  // per value the model reports (Model::reported), what this rank's stages added.
+  std::vector<ReportedSums> reported;
   bool has_losses = false;  // this rank holds an L stage
   int peak_inflight = 0;
 };

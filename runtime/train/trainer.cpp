@@ -20,6 +20,8 @@
 #include "runtime/checkpoint/save_load.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/failure.h"
+#include "runtime/model/aux_loss.h"
+#include "runtime/model/model_facts.h"
 #include "runtime/model/precision.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/param_dump.h"
@@ -204,13 +206,15 @@ class PipelineGradients final : public StepGradients {
 // The reference: the whole model in one process, the microbatches' gradients accumulated.
 class AccumulatedGradients final : public StepGradients {
  public:
-  AccumulatedGradients(const Job& job, Stage& model) : job_(job), model_(model) {}
+  AccumulatedGradients(const Job& job, Stage& model)
+      : job_(job), model_(model), reported_(job.facts.reported(layout_info(job.plan.layout))) {}
 
   StepReport run(const at::Tensor& tokens, int, RankReport&) override {
     const int mbs = job_.plan.microbatches;
     const int b = job_.train.global_batch / mbs;
     StepReport rep;  // the losses, as a rank holding every L reports them
     rep.has_losses = true;
+    rep.reported = no_reports(reported_.size(), mbs);
     for (int mb = 0; mb < mbs; ++mb) {
       const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
       LossReport parts;
@@ -218,7 +222,7 @@ class AccumulatedGradients final : public StepGradients {
       const at::Tensor loss = model_.forward(at::Tensor(), rows, mb,
                                              model_.splits_backward() ? &work : nullptr, &parts);
       rep.losses.push_back(parts.main.item<double>());
-      rep.mtp_losses.push_back(parts.aux.defined() ? parts.aux.mean().item<double>() : 0.0);
+      add_reported(parts, mb, reported_, rep.reported);
       torch::autograd::backward({loss * (1.0 / mbs)});
     }
     return rep;
@@ -230,12 +234,13 @@ class AccumulatedGradients final : public StepGradients {
     const int b = static_cast<int>(tokens.size(0)) / mbs;
     StepReport rep;
     rep.has_losses = true;
+    rep.reported = no_reports(reported_.size(), mbs);
     for (int mb = 0; mb < mbs; ++mb) {
       LossReport parts;
       model_.forward(at::Tensor(), tokens.narrow(0, static_cast<int64_t>(mb) * b, b), mb, nullptr,
                      &parts);
       rep.losses.push_back(parts.main.item<double>());
-      rep.mtp_losses.push_back(parts.aux.defined() ? parts.aux.mean().item<double>() : 0.0);
+      add_reported(parts, mb, reported_, rep.reported);
     }
     return rep;
   }
@@ -243,6 +248,7 @@ class AccumulatedGradients final : public StepGradients {
  private:
   const Job& job_;
   Stage& model_;
+  std::vector<Reported> reported_;  // the values the model reports (Model::reported)
 };
 
 // --- the step loop ----------------------------------------------------------------------------
@@ -271,26 +277,32 @@ void zero_grads(ParamStore& store) {
   for (NamedParam& p : store.params()) p.tensor.mutable_grad() = at::Tensor();
 }
 
-// The squared gradient norm (shared parameters counted once), each microbatch's losses (each
-// computed on one rank; averaged over the replicas) and every rank's compute time (each in its
-// own slot), summed over every rank in one all-reduce. `own_ns`: the time spent before the
-// all-reduce (the rank's own work, --profile's "optimizer"; on a GPU what the host saw).
+// The squared gradient norm (shared parameters counted once), each microbatch's loss (computed on
+// one rank; averaged over the replicas) and reported values (each a sum and a count over the
+// layers, ranks and replicas that added it), and every rank's compute time (each in its own slot),
+// summed over every rank in one all-reduce. `own_ns`: the time spent before the all-reduce (the
+// rank's own work, --profile's "optimizer"; on a GPU what the host saw).
 StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job, const Place& place,
                        const at::Device& device, int64_t& own_ns) {
   const auto t0 = Clock::now();
-  const int mbs = job.plan.microbatches;
+  const auto mbs = static_cast<size_t>(job.plan.microbatches);
   const int ranks = place.world ? place.world->size() : 0;
   at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (NamedParam& p : store.params())
     if (place.counts_norm && p.tensor.grad().defined() &&
         !(place.counted_elsewhere && place.counted_elsewhere->count(p.name)))
       sq += p.tensor.grad().to(at::kDouble).pow(2).sum();
-  std::vector<double> v(1 + 2 * static_cast<size_t>(mbs) + static_cast<size_t>(ranks), 0.0);
-  if (rep.has_losses) {
-    std::copy(rep.losses.begin(), rep.losses.end(), v.begin() + 1);
-    std::copy(rep.mtp_losses.begin(), rep.mtp_losses.end(), v.begin() + 1 + mbs);
+  // [norm^2, losses, (sums, counts) per reported value, compute per rank]
+  const size_t values = rep.reported.size(), at_compute = 1 + mbs + 2 * values * mbs;
+  std::vector<double> v(at_compute + static_cast<size_t>(ranks), 0.0);
+  if (rep.has_losses) std::copy(rep.losses.begin(), rep.losses.end(), v.begin() + 1);
+  for (size_t k = 0; k < values; ++k) {
+    std::copy(rep.reported[k].sum.begin(), rep.reported[k].sum.end(),
+              v.begin() + static_cast<ptrdiff_t>(1 + mbs + 2 * k * mbs));
+    std::copy(rep.reported[k].count.begin(), rep.reported[k].count.end(),
+              v.begin() + static_cast<ptrdiff_t>(1 + mbs + (2 * k + 1) * mbs));
   }
-  if (ranks > 0) v[static_cast<size_t>(1 + 2 * mbs + place.rank)] = rep.compute_ns / 1e9;
+  if (ranks > 0) v[at_compute + static_cast<size_t>(place.rank)] = rep.compute_ns / 1e9;
   at::Tensor all = at::tensor(v, at::kDouble).to(device);
   all.narrow(0, 0, 1).add_(sq);
   own_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
@@ -300,22 +312,29 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
   StepStats out;
   out.grad_norm = std::sqrt(d[0]);
   out.losses.assign(d + 1, d + 1 + mbs);
-  out.mtp_losses.assign(d + 1 + mbs, d + 1 + 2 * mbs);
-  out.compute_s.assign(d + 1 + 2 * mbs, d + 1 + 2 * mbs + ranks);
   for (double& x : out.losses) x /= place.replicas;
-  for (double& x : out.mtp_losses) x /= place.replicas;
+  for (size_t k = 0; k < values; ++k) {
+    auto& per_mb = out.reported.emplace_back(mbs);
+    for (size_t mb = 0; mb < mbs; ++mb) {
+      const double sum = d[1 + mbs + 2 * k * mbs + mb], count = d[1 + mbs + (2 * k + 1) * mbs + mb];
+      if (count > 0) per_mb[mb] = sum / count;
+    }
+  }
+  out.compute_s.assign(d + at_compute, d + at_compute + ranks);
   return out;
 }
 
 // Validation (--eval-data): job.eval.batches global batches of held-out sequences (batch k holds
 // sequences [k G, (k + 1) G), this replica its share of them), each run forward only; the mean
-// of their microbatches' losses over every rank (one all-reduce).
+// of their microbatches' losses over every rank, and of each reported value over what added it
+// (one all-reduce).
 EvalStats evaluate(const Job& job, const Place& place, StepGradients& grads,
                    const TokenSource& data, const at::Device& device) {
   const int mbs = job.plan.microbatches, len = job.setup.seq_len + 1;
   const int share = job.train.global_batch / place.replicas;
   data.check_unchanged();
-  double sum[2] = {0, 0};
+  // [loss sum, (sum, count) per reported value]
+  std::vector<double> sums(1, 0.0);
   std::vector<int64_t> rows;
   for (int k = 0; k < job.eval.batches; ++k) {
     data.sequences(static_cast<int64_t>(k) * job.train.global_batch +
@@ -324,17 +343,24 @@ EvalStats evaluate(const Job& job, const Place& place, StepGradients& grads,
     const at::Tensor tokens =
         at::from_blob(rows.data(), {share, len}, at::kLong).clone().to(device);
     const StepReport rep = grads.evaluate(tokens);
-    if (!rep.has_losses) continue;
-    for (double x : rep.losses) sum[0] += x;
-    for (double x : rep.mtp_losses) sum[1] += x;
+    sums.resize(1 + 2 * rep.reported.size(), 0.0);
+    if (rep.has_losses)
+      for (double x : rep.losses) sums[0] += x;
+    for (size_t v = 0; v < rep.reported.size(); ++v) {
+      for (double x : rep.reported[v].sum) sums[1 + 2 * v] += x;
+      for (double x : rep.reported[v].count) sums[2 + 2 * v] += x;
+    }
   }
-  at::Tensor all = at::tensor(std::vector<double>{sum[0], sum[1]}, at::kDouble).to(device);
+  at::Tensor all = at::tensor(sums, at::kDouble).to(device);
   if (place.world && place.world->size() > 1) place.world->allreduce_sum(all, job.timeout);
   const at::Tensor cpu = all.cpu();
+  const double* d = cpu.data_ptr<double>();
   const double n = static_cast<double>(place.replicas) * job.eval.batches * mbs;
   EvalStats out;
-  out.loss = cpu.data_ptr<double>()[0] / n;
-  if (job.plan.layout.count(ppc::LayerKind::Mtp) > 0) out.mtp_loss = cpu.data_ptr<double>()[1] / n;
+  out.loss = d[0] / n;
+  for (size_t v = 0; 1 + 2 * v < sums.size(); ++v)
+    out.reported.push_back(d[2 + 2 * v] > 0 ? std::optional<double>(d[1 + 2 * v] / d[2 + 2 * v])
+                                            : std::nullopt);
   return out;
 }
 

@@ -62,11 +62,21 @@ class WeightWork {
   std::vector<std::function<void()>> work_;
 };
 
-// The losses reported for a microbatch (Microbatch::report), detached.
+// What a microbatch's layers and loss report (Microbatch::report, add_loss, add_metric): the
+// runtime's record, one per stage and microbatch.
 struct LossReport {
-  at::Tensor main;  // a scalar, logged as "loss"
-  at::Tensor aux;   // optional auxiliary losses (any shape): their mean is logged as
-                    // ModelSetup::aux_loss
+  at::Tensor main;  // a scalar, logged as "loss" (detached)
+  // The auxiliary losses and metrics, in the order added, each as added (detached; its mean is
+  // logged).
+  struct Value {
+    std::string name;
+    bool loss = false;  // an auxiliary loss (add_loss), or a metric (add_metric)
+    at::Tensor value;
+  };
+  std::vector<Value> values;
+  // What the auxiliary losses add to the loss the model trains on: weight * sum of each (attached
+  // to the graph of the stage that added it).
+  std::vector<at::Tensor> terms;
 };
 
 // One microbatch, as layers and the loss see it.
@@ -79,6 +89,8 @@ class Microbatch {
         weights_(weights),
         report_(report) {}
 
+  // `report` receives what the layers report (never null: the runtime's record).
+  //
   // The microbatch's rows [b, seq_len + 1] (int64, on the device): inputs() are its first
   // seq_len tokens, targets() the same shifted by one.
   const at::Tensor& tokens() const { return tokens_; }
@@ -95,13 +107,24 @@ class Microbatch {
   // them as any LibTorch operation does.
   WeightWork* weight_work() const { return weights_; }
 
-  // What the loss layer or function reports for this microbatch: `main` (a scalar) is logged as
-  // the loss, `aux` (optional) as the model's auxiliary loss. Without a report the loss itself
-  // is logged. The values are detached.
-  void report(const at::Tensor& main, const at::Tensor& aux = at::Tensor()) const {
-    if (!report_) return;
-    report_->main = main.detach();
-    if (aux.defined()) report_->aux = aux.detach();
+  // The loss to log for this microbatch (`main`, a scalar, detached), where the loss the last
+  // layer or Model::loss returns is not it. Without a report, that loss is logged.
+  void report(const at::Tensor& main) const { report_->main = main.detach(); }
+
+  // An auxiliary loss of the model's (a mixture of experts' load balancing, a multi-token
+  // prediction), from any layer on any stage: `weight` times the sum of `loss`'s elements joins
+  // the loss the model trains on (the gradient flows back through the layer that added it, scaled
+  // as the loss is), and the mean of its elements is logged as "<name>_loss" (--metrics, the
+  // progress, --eval-data's "eval_<name>_loss": the mean over the microbatches, and over the
+  // layers that add it in a microbatch). The model declares the name (Model::aux_loss).
+  void add_loss(const std::string& name, const at::Tensor& loss, double weight) const {
+    report_->values.push_back(LossReport::Value{name, true, loss.detach()});
+    report_->terms.push_back(loss.sum() * weight);
+  }
+  // A metric of the model's: the mean of `value`'s elements (detached; no gradient), logged as
+  // "<name>" as an auxiliary loss is. The model declares the name (Model::metric).
+  void add_metric(const std::string& name, const at::Tensor& value) const {
+    report_->values.push_back(LossReport::Value{name, false, value.detach()});
   }
 
  private:
@@ -230,6 +253,12 @@ class Model {
   // Its Hugging Face form: pprun --export CKPT DIR --format hf writes it (and a Family's
   // from_hugging_face reads one, --init-from).
   Model& hugging_face(HfFormatFn fn);
+  // The auxiliary losses and the metrics its layers add (Microbatch::add_loss, add_metric), by
+  // name, for the layouts `present` accepts (default: every layout; pprun's "mtp" where the
+  // layout has m layers). Adding one it does not declare for the layout stops the run, naming
+  // the layer.
+  Model& aux_loss(std::string name, std::function<bool(const LayoutInfo&)> present = {});
+  Model& metric(std::string name, std::function<bool(const LayoutInfo&)> present = {});
 
   // --- read by the runtime ---
   struct Symbol {
@@ -247,6 +276,8 @@ class Model {
   const CheckFn& check() const;
   const DescribeFn& describe() const;
   const HfFormatFn& hugging_face() const;
+  // The auxiliary losses and metrics of the model laid out as `layout`, in declaration order.
+  std::vector<Reported> reported(const LayoutInfo& layout) const;
 
  private:
   struct Impl;

@@ -59,6 +59,14 @@ struct LayoutInfo {
   }
 };
 
+// An auxiliary loss or a metric a model reports (Model::aux_loss, Model::metric), by name.
+struct Reported {
+  std::string name;
+  bool loss = false;  // an auxiliary loss: logged as "<name>_loss"; a metric: as "<name>"
+  std::string field() const { return loss ? name + "_loss" : name; }
+  bool operator==(const Reported&) const = default;
+};
+
 // A parameter by its global name (Model::parameters).
 struct ParamShape {
   std::string name;

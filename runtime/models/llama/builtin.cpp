@@ -247,7 +247,8 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
         return out;
       });
 
-  // L: the loss CE_main + (lambda / D) sum_k CE_k over the valid positions of each depth.
+  // L: the loss CE_main, and the MTP depths' CE_k over the valid positions of each depth, which
+  // join it as CE_main + (lambda / D) sum_k CE_k.
   model.layer(
       'L', "head",
       [common, T](const LayerInfo& info) {
@@ -272,20 +273,19 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
                                                       rows.narrow(1, 1 + k, valid).reshape({-1}));
                       };
                       at::Tensor main = ce(norm(*common, hs[0], norm_w, w), 0);
-                      at::Tensor total = main;
                       std::vector<at::Tensor> depths;
                       for (size_t k = 1; k < hs.size(); ++k)
                         depths.push_back(ce(hs[k], static_cast<int64_t>(k)));
-                      at::Tensor mtp;
-                      if (!depths.empty()) {
-                        mtp = at::stack(depths);
-                        total = main + mtp.sum() * (lambda / static_cast<double>(depths.size()));
-                      }
-                      mb.report(main, mtp);
-                      return total;
+                      // The MTP depths' losses, an auxiliary loss of the model's: (lambda / D)
+                      // sum_k CE_k joins the loss, the mean of the CE_k is logged as mtp_loss.
+                      if (!depths.empty())
+                        mb.add_loss("mtp", at::stack(depths),
+                                    lambda / static_cast<double>(depths.size()));
+                      return main;
                     });
       },
       [](const std::vector<int64_t>&) { return std::vector<int64_t>{}; });
+  model.aux_loss("mtp", [](const LayoutInfo& layout) { return layout.count('m') > 0; });
   return model;
 }
 

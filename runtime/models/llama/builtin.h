@@ -5,6 +5,8 @@
 // model's last decoder output; L: the output head on FinalNorm(h^0) and on every h^k, and the
 // loss CE_main + (lambda / D) sum_k CE_k (lambda: LayerInfo::aux_loss_weight, --mtp-loss-weight),
 // where depth k predicts token i+1+k and positions whose target lies past the sequence are masked.
+// The MTP term is the auxiliary loss "mtp" (Microbatch::add_loss: logged as mtp_loss, the mean of
+// the CE_k), declared for layouts with m layers.
 //
 // What crosses a boundary between E and L is the main hidden state and each MTP depth's hidden
 // state computed so far, stacked [streams, b, seq_len, hidden] (architecture.h: Boundary).

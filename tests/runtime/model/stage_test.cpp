@@ -319,9 +319,13 @@ TEST(Model, MultiTokenPredictionFollowsItsDefinition) {
     std::vector<double> mtp;
     const at::Tensor want = ref.loss(tk, 2, 2, 0.3, &mtp);
     EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << "tied " << tie;
-    ASSERT_TRUE(parts.aux.defined());
-    ASSERT_EQ(parts.aux.numel(), 2);
-    for (int k = 0; k < 2; ++k) EXPECT_NEAR(parts.aux[k].item<double>(), mtp[size_t(k)], 1e-5);
+    // The depths' losses, reported as the auxiliary loss "mtp" (Microbatch::add_loss).
+    ASSERT_EQ(parts.values.size(), 1u);
+    EXPECT_EQ(parts.values[0].name, "mtp");
+    EXPECT_TRUE(parts.values[0].loss);
+    const at::Tensor& depth_losses = parts.values[0].value;
+    ASSERT_EQ(depth_losses.numel(), 2);
+    for (int k = 0; k < 2; ++k) EXPECT_NEAR(depth_losses[k].item<double>(), mtp[size_t(k)], 1e-5);
     EXPECT_NEAR(parts.main.item<double>(), std::log(256.0), 0.1);
     // The state after the first m holds two streams, after the second three.
     EXPECT_EQ(m.boundary(2, 3), (std::vector<int64_t>{2, 3, c.seq_len, c.hidden}));

@@ -233,9 +233,9 @@ TEST(LibraryErrors, AnOutputShapeThatVariesByMicrobatchIsOneLineNamingTheStage) 
 TEST(LibraryShapes, AModelWithoutDeclaredShapesTrainsPipelinedAsItsReference) {
   TempDir d;
   const std::string plan = compile(d, "Et|t|tL", 3, "1F1B", 2);
-  const auto common =
-      std::vector<std::string>{"--global-batch", "4", "--vocab",    "64",  "--seq-len", "16",
-                               "--threads",      "1", "--progress", "none"};
+  const auto common = std::vector<std::string>{
+      "--plan",         plan, "--steps",    "2",    "--vocab",   "32", "--seq-len", "8",
+      "--global-batch", "4",  "--progress", "none", "--threads", "1"};
   const Proc pipe = faulty("", concat(common, {"--metrics", d.file("p.jsonl")}));
   ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
   const Proc ref = faulty("", concat(common, {"--reference", "--metrics", d.file("r.jsonl")}));

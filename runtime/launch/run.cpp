@@ -311,12 +311,12 @@ int run_worker(const Job& job, const LaunchEnv& env) {
   if (env.world != topo.world())
     fail("environment",
          fmt::format("the plan is for {} ranks (pp {}{}), but {} is {} (from {}){}", topo.world(),
-                     topo.pp, topo.dp > 1 ? fmt::format(" x dp {}", topo.dp) : "",
+                     topo.pp(), topo.dp() > 1 ? fmt::format(" x dp {}", topo.dp()) : "",
                      env.launcher == "SLURM" ? "SLURM_NTASKS" : "WORLD_SIZE", env.world,
                      env.launcher,
-                     env.world % topo.pp == 0 && env.world / topo.pp != topo.dp
+                     env.world % topo.pp() == 0 && env.world / topo.pp() != topo.dp()
                          ? fmt::format("; for {} data-parallel replicas give --dp {}",
-                                       env.world / topo.pp, env.world / topo.pp)
+                                       env.world / topo.pp(), env.world / topo.pp())
                          : ""));
   set_threads(job.threads);
   keep_freed_memory();
@@ -362,16 +362,16 @@ int run_worker(const Job& job, const LaunchEnv& env) {
       transport = make_gloo_transport(*store, env.rank, env.world, go);
     }
     RankGroups groups{transport.get(), transport.get(), nullptr};
-    if (topo.dp > 1) {  // every rank makes its pipeline's group, then its replicas' group
+    if (topo.dp() > 1) {  // every rank makes its pipeline's group, then its replicas' group
       const int d = topo.replica(env.rank), p = topo.pipeline_rank(env.rank);
       groups.pipeline = nullptr;
-      if (topo.pp > 1)
-        groups.pipeline =
-            (pipeline = transport->new_group(topo.pipeline(d), fmt::format("pipeline:{}", d)))
-                .get();
-      replicas = transport->new_group(topo.replicas(p), fmt::format("replicas:{}", p));
+      if (topo.pp() > 1)
+        groups.pipeline = (pipeline = transport->new_group(topo.group(env.rank, "pp"),
+                                                           fmt::format("pipeline:{}", d)))
+                              .get();
+      replicas = transport->new_group(topo.group(env.rank, "dp"), fmt::format("replicas:{}", p));
       groups.replicas = replicas.get();
-    } else if (topo.pp == 1) {
+    } else if (topo.pp() == 1) {
       groups.pipeline = nullptr;
     }
     train_rank(job, env.rank, env.local_rank, groups, *store, hosts_store, where);

@@ -111,7 +111,7 @@ void publish_profile(Store& store, int rank, const std::vector<StageMedians>& me
 
 std::vector<StageMedians> gather_profiles(Store& store, const Topology& topology) {
   std::vector<StageMedians> out;
-  for (int r = 0; r < topology.pp; ++r)
+  for (int r = 0; r < topology.pp(); ++r)
     for (const json& e : json::parse(store.get(fmt::format("profile/{}", topology.global(r, 0)))))
       out.push_back(StageMedians{e.at("stage").get<int>(), opt_from(e, "f"), opt_from(e, "b"),
                                  opt_from(e, "i"), opt_from(e, "w"), opt_from(e, "activation"),

@@ -31,6 +31,7 @@
 #include "runtime/output/trace.h"
 #include "runtime/train/executor.h"
 #include "runtime/train/grad_reducer.h"
+#include "runtime/train/gradients.h"
 
 namespace pprt {
 
@@ -45,39 +46,6 @@ double seconds_since(Clock::time_point t) {
 std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
-
-at::Device device_for(const Job& job, int local_rank) {
-  if (job.device != "cuda") return at::Device(at::kCPU);
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
-                                   gpu_for_local_rank(local_rank, cuda_device_count())));
-}
-
-// The context of the model the job trains (pprun's own, builtin.h, or a program's: pprt::main).
-ModelContext model_context(const Job& job, const Model& model, const at::Device& device) {
-  ModelContext ctx;
-  ctx.model = &model;
-  ctx.setup = job.setup;
-  ctx.aux_loss_weight = job.train.mtp_loss_weight;
-  ctx.seed = job.train.seed;
-  ctx.device = device;
-  ctx.dtype = compute_dtype(job.train.dtype);
-  return ctx;
-}
-
-// A process's parameters and the stages that use them (a rank's stages, or the whole model).
-struct LocalModel {
-  Model model;
-  at::Device device;
-  RankModel rank;
-  ParamStore& store;
-  std::vector<Stage*>& stages;
-  LocalModel(const Job& job, const at::Device& d)
-      : model(job.family.model(job.model)),
-        device(d),
-        rank(model_context(job, model, d)),
-        store(rank.store),
-        stages(rank.stages) {}
-};
 
 std::unique_ptr<torch::optim::AdamW> make_optimizer(ParamStore& store, const TrainOptions& o) {
   std::vector<at::Tensor> decay, no_decay;
@@ -104,152 +72,6 @@ void resume(const Job& job, ParamStore& store, torch::optim::AdamW& opt, RankRep
   report.load_bytes = load_checkpoint(Checkpoint(job.resume_path), store, opt);
   report.load_seconds = seconds_since(t0);
 }
-
-// --- the two ways to make a step's gradients --------------------------------------------------
-
-class StepGradients {
- public:
-  virtual ~StepGradients() = default;
-  // Leaves the gradients of the step's mean loss in the parameters' .grad (the same in every copy
-  // of a shared parameter, the mean over data-parallel replicas) and returns what the step
-  // measured, its microbatches' losses among it.
-  virtual StepReport run(const at::Tensor& tokens, int step, RankReport& report) = 0;
-  // Evaluation: the same microbatches forward only (no gradient, no optimizer state, no data
-  // position touched); returns their losses as run() does.
-  virtual StepReport evaluate(const at::Tensor& tokens) = 0;
-};
-
-// A rank of the pipeline: the executor replays its actions, then data parallelism averages the
-// gradients over the replicas and the copies of shared parameters are summed.
-class PipelineGradients final : public StepGradients {
- public:
-  PipelineGradients(const Job& job, int rank, const RankGroups& groups, LocalModel& model,
-                    Store& store)
-      : job_(job), prank_(job.topology().pipeline_rank(rank)) {
-    const ppc::Plan& plan = job.plan;
-    const int prank = prank_;
-    if (groups.pipeline) {  // the parameters other pipeline ranks hold too: from their names
-      std::vector<std::string> mine;
-      for (const NamedParam& p : model.store.params()) mine.push_back(p.name);
-      shared_ = SharedGradSum(
-          gather_param_names(store, prank, job.topology().replica(rank), plan.pp(), mine), prank,
-          model.store, *groups.pipeline);
-    }
-    ExecutorOptions eo;
-    eo.timeout = job.timeout;
-    if (rank == job.kill_rank && job.kill_at == Job::KillAt::Step) {
-      eo.kill_step = job.kill_step;
-      eo.kill_action = plan.order()[static_cast<size_t>(prank)].size() / 2;
-    }
-    if (rank == job.slow_rank) eo.slow_factor = job.slow_factor;
-    if (groups.replicas) {
-      reducer_ = std::make_unique<GradReducer>(plan, prank, model.stages, model.store,
-                                               *groups.replicas, job.timeout);
-      eo.after_compute = [r = reducer_.get()](size_t i) { r->action_done(i); };
-    }
-    if (!job.out.profile_path.empty())
-      eo.on_part = [this](const PartSample& s) { profile_.add(step_, s); };
-    exec_ = std::make_unique<Executor>(plan, prank, model.stages, model.rank.ctx, groups.pipeline,
-                                       model.device, eo);
-  }
-
-  StepReport run(const at::Tensor& tokens, int step, RankReport& report) override {
-    step_ = step;
-    StepReport rep = exec_->run_step(tokens, step);
-    if (reducer_) {
-      const ReduceStats r = reducer_->finish();
-      // The run's first step warms up: it counts only in a run of one step.
-      if (step > job_.start_step || job_.start_step + 1 == job_.last_step()) report.dp.add(r);
-    }
-    shared_.sum(job_.timeout);
-    return rep;
-  }
-
-  StepReport evaluate(const at::Tensor& tokens) override { return exec_->run_forward(tokens); }
-
-  const std::unordered_set<std::string>& counted_elsewhere() const {
-    return shared_.counted_elsewhere();
-  }
-  // --profile: the rank's per-stage medians, each with its stage's parameter elements.
-  std::vector<StageMedians> profile(LocalModel& model) const {
-    std::vector<StageMedians> out = profile_.medians();
-    const auto& held = job_.plan.placement.rank_stages[static_cast<size_t>(prank_)];
-    for (StageMedians& m : out)
-      for (size_t i = 0; i < held.size(); ++i)
-        if (held[i] == m.stage)
-          for (const std::string& name : model.stages[i]->param_names())
-            m.params += model.rank.store.find(name)->tensor.numel();
-    return out;
-  }
-  // --profile: the elements of the tensor crossing each boundary for microbatches of `rows`.
-  std::vector<int64_t> boundary_elements(int64_t rows) {
-    std::vector<int64_t> out;
-    const std::vector<TensorSpec>& bounds = exec_->boundaries(rows);
-    for (size_t k = 1; k + 1 < bounds.size(); ++k) {  // leaving layout stage k - 1
-      int64_t n = 1;
-      for (int64_t d : bounds[k].shape) n *= d;
-      out.push_back(n);
-    }
-    return out;
-  }
-
- private:
-  const Job& job_;
-  int prank_;  // the pipeline rank
-  SharedGradSum shared_;
-  std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<Executor> exec_;
-  ProfileRecorder profile_;  // --profile
-  int64_t step_ = 0;
-};
-
-// The reference: the whole model in one process, the microbatches' gradients accumulated.
-class AccumulatedGradients final : public StepGradients {
- public:
-  AccumulatedGradients(const Job& job, Stage& model)
-      : job_(job), model_(model), reported_(job.facts.reported(layout_info(job.plan.layout))) {}
-
-  StepReport run(const at::Tensor& tokens, int, RankReport&) override {
-    const int mbs = job_.plan.microbatches;
-    const int b = job_.train.global_batch / mbs;
-    StepReport rep;  // the losses, as a rank holding every L reports them
-    rep.has_losses = true;
-    rep.reported = no_reports(reported_.size(), mbs);
-    for (int mb = 0; mb < mbs; ++mb) {
-      const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
-      LossReport parts;
-      WeightWork work;  // not deferring: a B
-      const at::Tensor loss = model_.forward(at::Tensor(), rows, mb,
-                                             model_.splits_backward() ? &work : nullptr, &parts);
-      rep.losses.push_back(parts.main.item<double>());
-      add_reported(parts, mb, reported_, rep.reported);
-      torch::autograd::backward({loss * (1.0 / mbs)});
-    }
-    return rep;
-  }
-
-  StepReport evaluate(const at::Tensor& tokens) override {
-    c10::NoGradGuard no_grad;
-    const int mbs = job_.plan.microbatches;
-    const int b = static_cast<int>(tokens.size(0)) / mbs;
-    StepReport rep;
-    rep.has_losses = true;
-    rep.reported = no_reports(reported_.size(), mbs);
-    for (int mb = 0; mb < mbs; ++mb) {
-      LossReport parts;
-      model_.forward(at::Tensor(), tokens.narrow(0, static_cast<int64_t>(mb) * b, b), mb, nullptr,
-                     &parts);
-      rep.losses.push_back(parts.main.item<double>());
-      add_reported(parts, mb, reported_, rep.reported);
-    }
-    return rep;
-  }
-
- private:
-  const Job& job_;
-  Stage& model_;
-  std::vector<Reported> reported_;  // the values the model reports (Model::reported)
-};
 
 // --- the step loop ----------------------------------------------------------------------------
 

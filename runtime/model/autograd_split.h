@@ -17,7 +17,9 @@
 //    the parameters' gradients are accumulated into their .grad as a full backward would. The
 //    graph is freed after it.
 // A stage without an input gradient (the model's first stage) has an empty C: its I keeps the
-// output's gradient and its W is the whole backward.
+// output's gradient and its W is the whole backward. A stage of several tensors in and out (named
+// boundaries) is the same with several roots and several inputs: C is every node from which an
+// input can be reached.
 //
 // Included only by LibTorch translation units.
 #pragma once
@@ -26,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace pprt {
 
@@ -41,10 +44,14 @@ class AutogradSplit {
   AutogradSplit(AutogradSplit&&) noexcept;
   AutogradSplit& operator=(AutogradSplit&&) noexcept;
 
-  // I: the gradient of `input` (a leaf requiring grad; undefined for a stage that starts from the
-  // token ids) from `output` and the gradient flowing into it (`grad_output`; undefined for a
-  // loss: ones). Returns an undefined tensor when the input is undefined or the output does not
-  // depend on it. Keeps what backward_weight needs; the caller may drop `output` and `input`.
+  // I: the gradients of `inputs` (leaves requiring grad; none for a stage that starts from the
+  // token ids) from `outputs` and the gradients flowing into them (`grad_outputs`, one each; none
+  // for a loss: ones). Returns one per input, undefined where the outputs do not depend on it.
+  // Keeps what backward_weight needs; the caller may drop the outputs and the inputs.
+  std::vector<at::Tensor> backward_input(const std::vector<at::Tensor>& outputs,
+                                         const std::vector<at::Tensor>& grad_outputs,
+                                         const std::vector<at::Tensor>& inputs);
+  // The same for one output and one input (either undefined: none).
   at::Tensor backward_input(const at::Tensor& output, const at::Tensor& grad_output,
                             const at::Tensor& input);
   // W: accumulates the parameters' gradients into their .grad, then frees what I kept.

@@ -26,6 +26,18 @@ struct Model::Impl {
     std::function<bool(const LayoutInfo&)> present;
   };
   std::vector<Declared> reports;
+  std::vector<std::pair<std::string, DimensionFn>> dimensions;
+
+  Model& add(Model& m, Symbol sym) {
+    PPC_INTERNAL_ASSERT(sym.make != nullptr, "a layer needs a factory");
+    for (Symbol& s : symbols)
+      if (s.symbol == sym.symbol) {  // registered again: the later registration wins
+        s = std::move(sym);
+        return m;
+      }
+    symbols.push_back(std::move(sym));
+    return m;
+  }
 
   Model& declare(Model& m, std::string name, bool loss,
                  std::function<bool(const LayoutInfo&)> present) {
@@ -53,14 +65,25 @@ Model& Model::layer(char symbol, std::string name, LayerFactory make, ShapeFn sh
 }
 
 Model& Model::layer(char symbol, std::string name, LayerFactory make, SetupShapeFn shape) {
-  PPC_INTERNAL_ASSERT(make != nullptr, "a layer needs a factory");
-  for (Symbol& s : impl_->symbols)
-    if (s.symbol == symbol) {  // registered again: the later registration wins
-      s = Symbol{symbol, std::move(name), std::move(make), std::move(shape)};
-      return *this;
-    }
-  impl_->symbols.push_back(Symbol{symbol, std::move(name), std::move(make), std::move(shape)});
+  return impl_->add(*this, Symbol{symbol, std::move(name), std::move(make), std::move(shape), {}});
+}
+
+Model& Model::layer(char symbol, std::string name, LayerFactory make, TensorsShapeFn shape) {
+  return impl_->add(*this, Symbol{symbol, std::move(name), std::move(make), {}, std::move(shape)});
+}
+
+Model& Model::dimension(std::string name, DimensionFn fn) {
+  PPC_INTERNAL_ASSERT(fn != nullptr, "a dimension needs a function");
+  impl_->dimensions.emplace_back(std::move(name), std::move(fn));
   return *this;
+}
+
+MicrobatchShape Model::shape_of(const at::Tensor& rows) const {
+  MicrobatchShape s;
+  s.batch = rows.size(0);
+  s.length = rows.size(1) - 1;
+  for (const auto& [name, fn] : impl_->dimensions) s.sizes.emplace_back(name, fn(rows));
+  return s;
 }
 
 Model& Model::loss(LossFn fn) {

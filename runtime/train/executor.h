@@ -6,12 +6,15 @@
 //  - A maximal run of consecutive SEND/RECV actions is posted as one batch (Transport::post).
 //    A receive is waited for just before the compute that needs it (on a GPU, by the compute
 //    stream, not the host); sends are waited for at the end of the step. Stages on the same rank
-//    pass tensors locally. Receives land in buffers kept across steps (receive_buffers()).
+//    pass tensors locally. What crosses a boundary for a microbatch (its tensors, by name) is one
+//    message, sized from that microbatch's shape (pprt::MicrobatchShape, from its rows:
+//    messages.h); receives land in buffers kept across steps (receive_buffers()).
 //  - On a GPU the replay runs on a compute stream of its own, each action timed with events
 //    (device_queue.h: DeviceQueue); on the CPU, in program order, timed with the host's clock.
 //  - Every stage gets the microbatch's token rows; the first stage of each model copy starts from
-//    them, the others from the tensor of their boundary (model/stage.h: declared_boundaries, a
-//    placeholder before the first layer, the loss after the last). The stage holding the loss
+//    them, the others from the tensors of their boundary (model/stage.h: declared_boundaries, a
+//    placeholder before the first layer, the loss after the last). The auxiliary losses of a
+//    stage before the last join its backward (model/aux_loss.h). The stage holding the loss
 //    outputs its microbatch loss divided by the number of microbatches, so the
 //    accumulated gradients are those of the mean loss.
 //  - It counts in-flight activations (F done, B or I not yet), whose peak must equal the
@@ -98,9 +101,9 @@ class Executor {
   // them, so after the first step of a shape this set no longer changes.
   std::vector<const void*> receive_buffers() const;
 
-  // The tensors crossing the layout's boundaries for microbatches of `rows` sequences (as
-  // model/stage.h's declared_boundaries, or learned from one forward).
-  const std::vector<TensorSpec>& boundaries(int64_t rows);
+  // What crosses the layout's boundaries for the last step's first microbatch (as model/stage.h's
+  // declared_boundaries, or learned from one forward).
+  const std::vector<BoundarySpec>& boundaries();
 
  private:
   struct Impl;

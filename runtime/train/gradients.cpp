@@ -100,14 +100,11 @@ std::vector<StageMedians> PipelineGradients::profile(LocalModel& model) const {
   return out;
 }
 
-std::vector<int64_t> PipelineGradients::boundary_elements(int64_t rows) {
+std::vector<int64_t> PipelineGradients::boundary_elements() {
   std::vector<int64_t> out;
-  const std::vector<TensorSpec>& bounds = exec_->boundaries(rows);
-  for (size_t k = 1; k + 1 < bounds.size(); ++k) {  // leaving layout stage k - 1
-    int64_t n = 1;
-    for (int64_t d : bounds[k].shape) n *= d;
-    out.push_back(n);
-  }
+  const std::vector<BoundarySpec>& bounds = exec_->boundaries();
+  for (size_t k = 1; k + 1 < bounds.size(); ++k)  // leaving layout stage k - 1
+    out.push_back(bounds[k].numel());
   return out;
 }
 

@@ -65,8 +65,9 @@ class PipelineGradients final : public StepGradients {
   }
   // --profile: the rank's per-stage medians, each with its stage's parameter elements.
   std::vector<StageMedians> profile(LocalModel& model) const;
-  // --profile: the elements of the tensor crossing each boundary for microbatches of `rows`.
-  std::vector<int64_t> boundary_elements(int64_t rows);
+  // --profile: the elements of the message crossing each boundary for the last step's
+  // microbatches.
+  std::vector<int64_t> boundary_elements();
 
  private:
   const Job& job_;

@@ -385,7 +385,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
     if (!job.out.profile_path.empty())
       ppc::write_file_atomically(
           job.out.profile_path,
-          profile_json(plan, rows, grads.boundary_elements(rows), gather_profiles(store, topo), all,
+          profile_json(plan, rows, grads.boundary_elements(), gather_profiles(store, topo), all,
                        job.train.dtype == Precision::Bf16 ? 2 : 4, transport),
           "--profile");
   }

@@ -17,14 +17,16 @@
 //
 // What flows: the model's first layer gets the microbatch's input token ids [b, seq_len] (int64),
 // every other layer its predecessor's output, and the loss (Model::loss) the last layer's output;
-// without a loss function the last layer's output is the loss (a scalar). What crosses a stage
-// boundary is the one tensor the stage's last layer returns (floating point, the same shape for
-// every microbatch).
+// without a loss function the last layer's output is the loss (a scalar). A layer takes and gives
+// one tensor (Layer::forward) or several by name (Layer::forward_tensors: pprun's MTP depths);
+// what crosses a stage boundary is what the stage's last layer gives, one message (floating point,
+// one dtype, its shape a function of the microbatch's shape: MicrobatchShape).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include <compare>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,13 +81,32 @@ struct LossReport {
   std::vector<at::Tensor> terms;
 };
 
+// The shape of a microbatch: what every rank knows of it from the data alone, before any layer
+// runs (each reads the token rows itself), and so the size of every tensor that crosses a stage
+// boundary for it: its sequences, their tokens, and the sizes the model derives from its rows
+// (Model::dimension). The runtime sizes each microbatch's receive buffers from it, so that
+// microbatches of several shapes (issue 41's variable lengths) need no global size.
+struct MicrobatchShape {
+  int64_t batch = 0;   // sequences (b)
+  int64_t length = 0;  // tokens per sequence (the inputs'; its rows hold length + 1)
+  std::vector<std::pair<std::string, int64_t>> sizes;  // Model::dimension's, in their order
+  // Model::dimension `name`'s (0 if the model declares no such dimension).
+  int64_t size(const std::string& name) const {
+    for (const auto& [n, v] : sizes)
+      if (n == name) return v;
+    return 0;
+  }
+  auto operator<=>(const MicrobatchShape&) const = default;
+};
+
 // One microbatch, as layers and the loss see it.
 class Microbatch {
  public:
-  Microbatch(at::Tensor tokens, int index, int seq_len, WeightWork* weights, LossReport* report)
+  Microbatch(at::Tensor tokens, MicrobatchShape shape, int index, WeightWork* weights,
+             LossReport* report)
       : tokens_(std::move(tokens)),
+        shape_(std::move(shape)),
         index_(index),
-        seq_len_(seq_len),
         weights_(weights),
         report_(report) {}
 
@@ -94,10 +115,11 @@ class Microbatch {
   // The microbatch's rows [b, seq_len + 1] (int64, on the device): inputs() are its first
   // seq_len tokens, targets() the same shifted by one.
   const at::Tensor& tokens() const { return tokens_; }
-  at::Tensor inputs() const { return tokens_.narrow(1, 0, seq_len_); }
-  at::Tensor targets() const { return tokens_.narrow(1, 1, seq_len_); }
-  int64_t size() const { return tokens_.size(0); }  // b, the sequences of the microbatch
-  int seq_len() const { return seq_len_; }
+  at::Tensor inputs() const { return tokens_.narrow(1, 0, shape_.length); }
+  at::Tensor targets() const { return tokens_.narrow(1, 1, shape_.length); }
+  int64_t size() const { return shape_.batch; }  // b, the sequences of the microbatch
+  int seq_len() const { return static_cast<int>(shape_.length); }
+  const MicrobatchShape& shape() const { return shape_; }
   int index() const { return index_; }  // in the step, from 0
 
   // For layers that split their own backward (Layer::splits_backward): where to defer weight
@@ -129,7 +151,8 @@ class Microbatch {
 
  private:
   at::Tensor tokens_;
-  int index_ = 0, seq_len_ = 0;
+  MicrobatchShape shape_;
+  int index_ = 0;
   WeightWork* weights_ = nullptr;
   LossReport* report_ = nullptr;
 };
@@ -168,12 +191,24 @@ struct LayerInfo {
   detail::SharedParams* params = nullptr;  // the runtime's
 };
 
+// A tensor handed from layer to layer (and across a stage boundary) by name.
+struct NamedTensor {
+  std::string name;  // "" for a layer of one tensor (Layer::forward)'s
+  at::Tensor tensor;
+};
+using Tensors = std::vector<NamedTensor>;
+
 // A layer: a module holding its parameters and a forward over (the previous layer's output, the
 // microbatch). Parameters get global names: `prefix` then the module's own names
 // (named_parameters()), except those from LayerInfo::shared, named by their shared name.
 struct Layer {
   std::shared_ptr<torch::nn::Module> module;  // may be null: a layer without parameters
+  // One tensor in and out: it gets the only tensor its predecessor gave, and gives one named "".
   std::function<at::Tensor(const at::Tensor& x, const Microbatch& mb)> forward;
+  // Or several, by name, in order (set instead of `forward`): it gets what its predecessor gave
+  // (the first layer: the token ids, named "") and gives what goes on (pprun's m layers add a
+  // tensor per MTP depth). A stage's boundary is its last layer's tensors, sent as one message.
+  std::function<Tensors(const Tensors& x, const Microbatch& mb)> forward_tensors;
   std::string prefix;            // empty: "<name>.<index>." (e.g. "h.3.")
   bool splits_backward = false;  // its backward defers weight work to mb.weight_work() itself
 };
@@ -202,6 +237,24 @@ Layer make_layer(M module, std::string prefix = "") {
   return l;
 }
 
+// The same for a module whose forward takes and gives Tensors (Layer::forward_tensors).
+template <class M>
+Layer make_tensors_layer(M module, std::string prefix = "") {
+  auto impl = [&] {
+    if constexpr (requires { module.ptr(); })
+      return module.ptr();
+    else
+      return module;
+  }();
+  Layer l;
+  l.module = impl;
+  l.prefix = std::move(prefix);
+  l.forward_tensors = [impl](const Tensors& x, const Microbatch& mb) -> Tensors {
+    return impl->forward(x, mb);
+  };
+  return l;
+}
+
 // A layer that is a function (no parameters of its own; it may close over modules, whose
 // parameters it then does not own: use make_layer for those).
 inline Layer function_layer(std::function<at::Tensor(const at::Tensor&, const Microbatch&)> f) {
@@ -219,8 +272,20 @@ using ShapeFn = std::function<std::vector<int64_t>(const std::vector<int64_t>& i
 // logits [b, T, setup.vocab].
 using SetupShapeFn =
     std::function<std::vector<int64_t>(const std::vector<int64_t>& input, const ModelSetup& setup)>;
-// The microbatch's loss (a scalar) from the last layer's output.
+// A layer of several tensors (Layer::forward_tensors) declares their shapes by name for the
+// shapes it gets, the microbatch's and the run's configuration.
+struct TensorShape {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool operator==(const TensorShape&) const = default;
+};
+using TensorsShapeFn = std::function<std::vector<TensorShape>(
+    const std::vector<TensorShape>& input, const MicrobatchShape& mb, const ModelSetup& setup)>;
+// The microbatch's loss (a scalar) from the last layer's output (its only tensor).
 using LossFn = std::function<at::Tensor(const at::Tensor& output, const Microbatch& mb)>;
+// A size the model derives from a microbatch's token rows [b, length + 1] (Model::dimension),
+// the same on every rank.
+using DimensionFn = std::function<int64_t(const at::Tensor& rows)>;
 
 // --- The model --------------------------------------------------------------------------------
 
@@ -235,6 +300,7 @@ class Model {
   // messages and parameter names, `shape` (optional) declares its output's shape.
   Model& layer(char symbol, std::string name, LayerFactory make, ShapeFn shape = {});
   Model& layer(char symbol, std::string name, LayerFactory make, SetupShapeFn shape);
+  Model& layer(char symbol, std::string name, LayerFactory make, TensorsShapeFn shape);
   // The loss of a microbatch from the last layer's output (optional: without one, the last
   // layer's output is the loss).
   Model& loss(LossFn fn);
@@ -259,13 +325,17 @@ class Model {
   // the layer.
   Model& aux_loss(std::string name, std::function<bool(const LayoutInfo&)> present = {});
   Model& metric(std::string name, std::function<bool(const LayoutInfo&)> present = {});
+  // A size of a microbatch the model's shapes depend on beyond its sequences and tokens (how many
+  // documents a packed sequence holds, say): MicrobatchShape::size(name), from its token rows.
+  Model& dimension(std::string name, DimensionFn fn);
 
   // --- read by the runtime ---
   struct Symbol {
     char symbol = 0;
     std::string name;
     LayerFactory make;
-    SetupShapeFn shape;  // empty: no shape declared (a ShapeFn given ignores the setup)
+    SetupShapeFn shape;            // a layer of one tensor's (a ShapeFn given ignores the setup)
+    TensorsShapeFn tensors_shape;  // or of several; both empty: no shape declared
   };
   const std::string& family() const;
   const Symbol* symbol(char c) const;  // null if the model has no layer for it
@@ -278,6 +348,8 @@ class Model {
   const HfFormatFn& hugging_face() const;
   // The auxiliary losses and metrics of the model laid out as `layout`, in declaration order.
   std::vector<Reported> reported(const LayoutInfo& layout) const;
+  // The shape of a microbatch of these token rows [b, length + 1].
+  MicrobatchShape shape_of(const at::Tensor& rows) const;
 
  private:
   struct Impl;

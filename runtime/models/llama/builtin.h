@@ -8,8 +8,10 @@
 // The MTP term is the auxiliary loss "mtp" (Microbatch::add_loss: logged as mtp_loss, the mean of
 // the CE_k), declared for layouts with m layers.
 //
-// What crosses a boundary between E and L is the main hidden state and each MTP depth's hidden
-// state computed so far, stacked [streams, b, seq_len, hidden] (architecture.h: Boundary).
+// What crosses a boundary between E and L is the main hidden state [b, seq_len, hidden] and each
+// MTP depth's hidden state computed so far, named "mtp.1", "mtp.2", ... (the m and L layers take
+// and give several tensors: pprt::Layer::forward_tensors), one message holding the bytes of their
+// stack (architecture.h: Boundary).
 // Parameters keep architecture.h's global names and are initialised from (seed, name) alone
 // (init_param), so every layout, pp and vpp gives exactly the weights of the unpipelined model.
 // Every parameter is used through an operation of ops.h whose backward splits itself (the

@@ -104,8 +104,8 @@ TEST(UserModel, StagesChainIntoTheWholeModelWithTheSameParameters) {
   // The boundaries, from the declared shapes: placeholder, [b, T, H] twice, the loss.
   const auto bounds = pprt::declared_boundaries(m, {kVocab, kSeq}, split, 2);
   ASSERT_TRUE(bounds.has_value());
-  EXPECT_EQ((*bounds)[1].shape, (std::vector<int64_t>{2, kSeq, kHidden}));
-  EXPECT_EQ((*bounds)[3].shape, (std::vector<int64_t>{}));
+  EXPECT_EQ((*bounds)[1].tensors.at(0).shape, (std::vector<int64_t>{2, kSeq, kHidden}));
+  EXPECT_EQ((*bounds)[3].tensors.at(0).shape, (std::vector<int64_t>{}));
 }
 
 TEST(UserModel, AMissingSymbolIsOneLineNamingSymbolAndStage) {

@@ -18,8 +18,8 @@
 #include "runtime/model/autograd_split.h"
 #include "runtime/model/aux_loss.h"
 #include "runtime/model/model_facts.h"
-#include "runtime/train/device_queue.h"
 #include "runtime/train/messages.h"
+#include "runtime/train/replay_times.h"
 
 namespace pprt {
 
@@ -27,12 +27,6 @@ using ppc::Action;
 using ppc::ActionKind;
 
 namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // What a (stage, microbatch) holds between its actions within a step.
 struct Slot {
@@ -74,7 +68,7 @@ struct Executor::Impl {
   // Receive buffers, kept across steps: per local stage and direction ([local stage * 2 +
   // backward]).
   ReceivePools pools;
-  DeviceQueue queue;
+  ReplayTimes times;  // the actions' times (on a GPU, from events) and --profile's parts
 
   // Per step.
   std::vector<MicrobatchShape> shapes;                   // per microbatch, from its rows
@@ -87,51 +81,6 @@ struct Executor::Impl {
   StepReport* rep = nullptr;
   int inflight = 0;
   int64_t waited = 0;  // within the current compute action
-  // Device timing of the compute actions (queue.on()): per action its marks.
-  struct DeviceWait {
-    size_t before, after;  // marks around the compute stream's wait
-    size_t recv;           // the RECV action waited for
-  };
-  struct Timed {
-    size_t index, begin, end;
-    std::vector<DeviceWait> waits;  // inside it
-  };
-  std::vector<Timed> timed;
-  std::vector<DeviceWait> waits;  // of the action being queued
-  size_t start_mark = 0;
-  struct TimedPart {
-    PartSample sample;
-    size_t begin, end;
-  };
-  std::vector<TimedPart> timed_parts;  // --profile on a device: sent after the step
-  std::shared_ptr<NetAllocated> allocated = std::make_shared<NetAllocated>();
-
-  // Measures one compute part for --profile, from its construction (after any wait) to done().
-  struct PartMeter {
-    Impl& impl;
-    int64_t t0;
-    std::optional<c10::DebugInfoGuard> guard;
-    size_t mark = 0;
-    explicit PartMeter(Impl& i, bool memory) : impl(i), t0(0) {
-      if (!impl.opts.on_part) return;
-      if (memory) {
-        impl.allocated->net = 0;
-        guard.emplace(c10::DebugInfoKind::PROFILER_STATE, impl.allocated);
-      }
-      if (impl.queue.on()) mark = impl.queue.mark();
-      t0 = now_ns();
-    }
-    void done(int stage, ActionKind kind) {
-      if (!impl.opts.on_part) return;
-      const int64_t t1 = now_ns();
-      guard.reset();
-      const PartSample sample{stage, kind, t1 - t0, impl.allocated->net};
-      if (impl.queue.on())  // its time is known after the step
-        impl.timed_parts.push_back(TimedPart{sample, mark, impl.queue.mark()});
-      else
-        impl.opts.on_part(sample);
-    }
-  };
 
   Impl(const ppc::Plan& p, int r, std::vector<Stage*> st, const ModelContext& c, Transport* t,
        const at::Device& d, ExecutorOptions o)
@@ -148,7 +97,7 @@ struct Executor::Impl {
         mbs(p.microbatches),
         inv_mbs(1.0 / p.microbatches),
         pools(stages.size() * 2, d),
-        queue(d) {
+        times(d, o.on_part) {
     local.assign(static_cast<size_t>(plan.num_stages()), -1);
     const auto& held = plan.placement.rank_stages[static_cast<size_t>(rank)];
     PPC_INTERNAL_ASSERT(held.size() == stages.size(), "one Stage per stage the rank holds");
@@ -202,10 +151,10 @@ struct Executor::Impl {
   // transport can (the host waits at the end of the step), else on the host. Returns how long the
   // host waited.
   int64_t wait_received(std::unique_ptr<Work>& w, size_t index) {
-    if (queue.on() && w) {
-      const size_t before = queue.mark();
+    if (times.on_device() && w) {
+      const size_t before = times.queue().mark();
       if (w->wait_on_current_stream()) {  // `before` ... `after`: the compute stream's wait
-        waits.push_back(DeviceWait{before, queue.mark(), index});
+        times.waited(before, times.queue().mark(), index);
         device_waited.emplace_back(std::move(w), index);
         return 0;
       }
@@ -224,7 +173,7 @@ struct Executor::Impl {
   at::Tensor receive_buffer(int s, int mb, bool backward) {
     const int boundary = plan.layout_stage(s) + (backward ? 1 : 0);
     return pools.take(static_cast<size_t>(local[static_cast<size_t>(s)]) * 2 + (backward ? 1 : 0),
-                      bound(boundary, mb), opts.on_part != nullptr);
+                      bound(boundary, mb), times.profiled());
   }
 
   // What a stage sends must be what the next stage's rank receives (a layer whose output's shape
@@ -362,7 +311,7 @@ struct Executor::Impl {
     Slot& sl = slot(s, mb);
     Stage& st = stage_of(s);
     Tensors input = input_of(s, mb, true);
-    PartMeter meter(*this, true);
+    ReplayTimes::Part meter(times, true);
     Tensors out = st.forward(input, rows(mb), shapes[static_cast<size_t>(mb)], mb,
                              st.splits_backward() ? &sl.work : nullptr, &sl.losses);
     at::Tensor& first = out.front().tensor;
@@ -400,7 +349,7 @@ struct Executor::Impl {
       grad_out = unpack(std::move(sl.recv_grad), bound(plan.layout_stage(s) + 1, mb));
     }
     Stage& st = stage_of(s);
-    PartMeter meter(*this, input_only);
+    ReplayTimes::Part meter(times, input_only);
     const std::vector<at::Tensor> outs = tensors_of(sl.output), ins = tensors_of(sl.input);
     std::vector<at::Tensor> grad_in(ins.size());
     if (input_only && !st.splits_backward()) {
@@ -434,7 +383,7 @@ struct Executor::Impl {
 
   void weight(int s, int mb) {
     Slot& sl = slot(s, mb);
-    PartMeter meter(*this, true);
+    ReplayTimes::Part meter(times, true);
     if (sl.split.pending()) {
       split_step(stage_of(s), "W", [&] {
         sl.split.backward_weight();
@@ -454,8 +403,7 @@ struct Executor::Impl {
     ActionSpan& span = rep->spans[index];
     const int64_t t0 = now_ns();
     waited = 0;
-    const size_t begin_mark = queue.on() ? queue.mark() : 0;
-    waits.clear();
+    const size_t begin_mark = times.on_device() ? times.queue().mark() : 0;
     switch (a.kind) {
       case ActionKind::F:
         forward(a.stage, a.microbatch);
@@ -484,36 +432,12 @@ struct Executor::Impl {
     const int64_t t1 = now_ns();
     // Shown as waiting first, then computing (an OVERLAP_F_B may wait between its parts).
     span = ActionSpan{t0 - rep->begin_ns, t0 + waited - rep->begin_ns, t1 - rep->begin_ns};
-    if (queue.on()) {  // the device's times replace these after the step
-      timed.push_back(Timed{index, begin_mark, queue.mark(), waits});
+    if (times.on_device()) {  // the device's times replace these after the step
+      times.queued(index, begin_mark);
       return;
     }
     rep->compute_ns += t1 - t0 - waited;
     rep->wait_ns += waited;
-  }
-
-  // A device's replay: the compute actions' spans, compute and wait times and --profile's parts
-  // from their events (all done: queue.end() waited for the last).
-  void device_times(StepReport& r) {
-    auto dev_ns = [&](size_t m) { return static_cast<int64_t>(queue.ms(start_mark, m) * 1e6); };
-    for (const Timed& t : timed) {
-      int64_t w = 0;
-      for (const DeviceWait& dw : t.waits) {
-        w += dev_ns(dw.after) - dev_ns(dw.before);
-        r.spans[dw.recv].end = dev_ns(dw.after);  // when its consumer stopped waiting for it
-      }
-      const int64_t b = dev_ns(t.begin), e = dev_ns(t.end);
-      r.spans[t.index] = ActionSpan{b, b + w, e};
-      r.compute_ns += e - b - w;
-      r.wait_ns += w;
-    }
-    for (const TimedPart& p : timed_parts) {
-      PartSample s = p.sample;
-      s.ns = dev_ns(p.end) - dev_ns(p.begin);
-      opts.on_part(s);
-    }
-    timed.clear();
-    timed_parts.clear();
   }
 
   // The losses of every local stage's microbatches into `r`, each slot emptied (checked: nothing
@@ -551,9 +475,9 @@ struct Executor::Impl {
     for (auto& [w, index] : device_waited)  // done on the device: a failure or timeout shows
       wait(w, index);                       // (the span's end: device_times)
     device_waited.clear();
-    if (queue.on()) {
-      queue.end();
-      device_times(r);
+    if (times.on_device()) {
+      times.queue().end();
+      times.device_times(r);
     }
     collect_losses(r);
     r.wall_ns = now_ns() - r.begin_ns;
@@ -581,11 +505,8 @@ struct Executor::Impl {
     }
     sends.clear();
     sends.reserve(actions.size());
-    if (queue.on()) {
-      start_mark = queue.begin();
-      waits.clear();
-      on_stream.emplace(*queue.compute);
-    }
+    times.begin();
+    if (times.on_device()) on_stream.emplace(*times.queue().compute);
   }
   // Evaluation: the plan's F actions (an OVERLAP_F_B's forward part) and their SEND_F/RECV_F, in
   // the rank's order, each batch of the plan posted without its SEND_B/RECV_B; no autograd.

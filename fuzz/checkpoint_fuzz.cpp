@@ -76,9 +76,8 @@ PP_FUZZ_TARGET(checkpoint) {
       out.push_back({p.name, p.shape});
     return out;
   });
-  for (const std::vector<pprt::ParamShape>* params :
-       {static_cast<const std::vector<pprt::ParamShape>*>(nullptr),
-        pprun_params ? &*pprun_params : nullptr}) {
+  using Params = const std::vector<pprt::ParamShape>*;
+  for (Params params : {Params{nullptr}, pprun_params ? Params{&*pprun_params} : Params{nullptr}}) {
     const std::string out = scratch + "/export.safetensors";
     auto exported = ppfuzz::accepted([&] { return pprt::export_checkpoint(dir, out, params); });
     if (exported)

@@ -120,8 +120,8 @@ TEST(FuzzSeeds, TheCheckpointSeedsResumeAndExport) {
     for (const pprt::ParamSpec& p : pprt::model_params(model, layout))
       params.push_back({p.name, p.shape});
     EXPECT_NO_THROW(ckpt.check_params(params));
-    for (const auto* expected :
-         {static_cast<const std::vector<pprt::ParamShape>*>(nullptr), &params})
+    using Params = const std::vector<pprt::ParamShape>*;
+    for (Params expected : {Params{nullptr}, Params{&params}})
       EXPECT_EQ(pprt::export_checkpoint(
                     dir, (fs::path(dir).parent_path() / "out.safetensors").string(), expected),
                 ckpt.model_tensors().size());

@@ -140,6 +140,8 @@ EOF
     fi
   fi
   args+=(-DCMAKE_EXE_LINKER_FLAGS="${ldflags[*]}")
+  # (in the cache too: ninja re-runs cmake after a change to a CMake file, without this shell)
+  [ -n "${TORCH_CUDA_ARCH_LIST:-}" ] && args+=(-DTORCH_CUDA_ARCH_LIST="$TORCH_CUDA_ARCH_LIST")
   echo "gpu-check: configuring $BUILD (TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-})"
   if ! cmake "${args[@]}" >"$LOGS/configure.log" 2>&1; then
     tail -30 "$LOGS/configure.log"

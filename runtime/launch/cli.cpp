@@ -166,13 +166,20 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
   exec->add_option("--device", o.device, "cpu (Gloo) or cuda (NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  exec->add_option("--timeout", o.timeout_s, "Seconds a rank waits for a peer before giving up")
+  exec->add_option("--timeout", o.timeout_s,
+                   "Seconds a rank waits for a peer before giving up, in the first step (and "
+                   "the one after a save or an evaluation) and outside the steps")
+      ->capture_default_str();
+  exec->add_option("--step-timeout", o.step_timeout_s,
+                   "Seconds a rank waits for a peer in the other steps (default 0: ten times the "
+                   "slowest step so far, at least 10 s, at most --timeout)")
       ->capture_default_str();
   exec->add_option("--threads", o.threads,
                    "Intra-op threads per rank (default: cores / ranks on this machine)");
   app.add_option("--fault-kill", o.fault_kill,
                  "Testing: rank R kills itself (SIGKILL) in the middle of step S (R:S), or "
-                 "during the save after it (R:S:save, R:S:commit)")
+                 "during the save after it (R:S:save, R:S:commit), or hangs there in a host call "
+                 "that never returns (R:S:hang)")
       ->group("");  // hidden
   app.add_option("--fault-slow", o.fault_slow,
                  "Testing: rank R's compute actions take F times as long (R:F), a straggler")

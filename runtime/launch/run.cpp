@@ -54,13 +54,14 @@ void parse_fault(const std::string& text, Job& job) {
   char where[8] = {0};
   const int n = std::sscanf(text.c_str(), "%d:%lld:%7s", &rank, &step, where);
   const std::string at = where;
-  if (n < 2 || rank < 0 || step < 1 || (n == 3 && at != "save" && at != "commit"))
+  if (n < 2 || rank < 0 || step < 1 || (n == 3 && at != "save" && at != "commit" && at != "hang"))
     fail("--fault-kill",
-         fmt::format("expected RANK:STEP[:save|commit] (STEP from 1), got '{}'", text));
+         fmt::format("expected RANK:STEP[:save|commit|hang] (STEP from 1), got '{}'", text));
   job.kill_rank = rank;
   job.kill_step = step - 1;
   job.kill_at = at == "save"     ? Job::KillAt::Save
                 : at == "commit" ? Job::KillAt::Commit
+                : at == "hang"   ? Job::KillAt::Hang
                                  : Job::KillAt::Step;
 }
 
@@ -270,6 +271,8 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
                *bad);
   if (!(o.timeout_s > 0)) fail("--timeout", "must be positive");
   job.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  if (!(o.step_timeout_s >= 0)) fail("--step-timeout", "must be positive (0: ten times the step)");
+  job.step_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.step_timeout_s * 1000));
 
   int local_ranks = o.reference ? 1 : job.topology().world();
   if (env && env->local_world > 0) local_ranks = env->local_world;

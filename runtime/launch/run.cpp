@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -46,6 +48,23 @@ ppc::Plan reference_plan(const RunOptions& o) {
 void check_writable(const std::string& path, const std::string& flag) {
   if (path.empty()) return;
   ppc::AtomicFile probe(path, flag);  // throws naming the flag; leaves nothing behind
+}
+
+// --metrics: a file the run may append to (output/metrics_file.h), checked without creating or
+// changing it: the file itself if it exists, else its directory.
+void check_appendable(const std::string& path, const std::string& flag) {
+  if (path.empty()) return;
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  if (std::filesystem::exists(p, ec)) {
+    if (std::filesystem::is_directory(p, ec)) fail(flag, fmt::format("'{}' is a directory", path));
+    if (access(path.c_str(), W_OK) != 0)
+      fail(flag, fmt::format("cannot write to '{}': {}", path, std::strerror(errno)));
+    return;
+  }
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    fail(flag, fmt::format("cannot create '{}': {}", path, std::strerror(errno)));
 }
 
 void parse_fault(const std::string& text, Job& job) {
@@ -281,7 +300,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   if (!o.fault_kill.empty()) parse_fault(o.fault_kill, job);
   if (!o.fault_slow.empty()) parse_slow(o.fault_slow, job);
   // Outputs last: nothing is created if anything above is wrong.
-  check_writable(job.out.metrics_path, "--metrics");
+  check_appendable(job.out.metrics_path, "--metrics");
   check_writable(job.out.trace_path, "--trace");
   if (o.reference && !job.out.profile_path.empty())
     fail("--profile", "needs a plan to run: the reference has no stages to measure");

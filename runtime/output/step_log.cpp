@@ -8,7 +8,6 @@
 
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
-#include "runtime/launch/failure.h"
 #include "runtime/launch/process_setup.h"
 #include "runtime/model/architecture.h"
 
@@ -172,15 +171,14 @@ void print_lines(const std::string& text) {
   std::fflush(stdout);
 }
 
-StepLog::StepLog(const Job& job, bool active, FailureWatch* watch)
+StepLog::StepLog(const Job& job, bool active)
     : job_(job),
       active_(active),
       progress_(job.out.progress, job.last_step(), job.out.log_every, stdout,
                 static_cast<int>(job.start_step)) {
-  if (active_ && !job.out.metrics_path.empty()) {
-    metrics_.emplace(job.out.metrics_path, "--metrics");
-    if (watch) watch->remove_on_stop(metrics_->temp_path());
-  }
+  // A resumed run keeps the lines up to its checkpoint's step; a fresh one starts the file anew.
+  if (active_ && !job.out.metrics_path.empty())
+    metrics_.emplace(job.out.metrics_path, job.resume_path.empty() ? -1 : job.start_step);
 }
 
 void StepLog::step(int step, const StepStats& stats, double step_time_s,
@@ -222,17 +220,18 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
   }
   if (m.step == job_.start_step + 1) first_loss_ = m.loss;
   last_loss_ = m.loss;
-  if (metrics_) {
-    metrics_->write(metrics_json(m) + "\n");
-    metrics_->flush();
-  }
+  if (metrics_) metrics_->append(metrics_json(m));
   progress_.update(m);
+}
+
+void StepLog::sync() {
+  if (metrics_) metrics_->sync();
 }
 
 void StepLog::finish() {
   if (!active_) return;
   progress_.finish();
-  if (metrics_) metrics_->commit();
+  sync();
   metrics_.reset();
   const int run = job_.last_step() - static_cast<int>(job_.start_step);
   const bool part = job_.start_step > 0 || job_.last_step() < job_.train.steps;

@@ -451,6 +451,7 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
       report.save_seconds.push_back(saved.seconds);
       report.save_wait_seconds.push_back(saved.waited);
       report.save_bytes.push_back(saved.bytes);
+      log.sync();  // the metrics of the steps the checkpoint holds outlive the machine too
     }
   }
   saver.finish();
@@ -533,7 +534,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   for (int s : plan.placement.rank_stages[static_cast<size_t>(prank)])
     model.rank.add(plan.layout, plan.layout_stage(s));
   PipelineGradients grads(job, rank, groups, model, store, *place_in_plan);
-  StepLog log(job, reporter, &watch);
+  StepLog log(job, reporter);
   const Place place{replica, job.dp, groups.world, rank, replica == 0, &grads.counted_elsewhere()};
   RankReport report =
       train(job, place, model, grads, data, eval_data,
@@ -616,7 +617,7 @@ void train_reference(const Job& job) {
   LocalModel model(job, device_for(job, 0));
   model.rank.add(job.plan.layout, -1);
   AccumulatedGradients grads(job, *model.stages.front());
-  StepLog log(job, true, nullptr);
+  StepLog log(job, true);
   const RankReport report =
       train(job, Place{}, model, grads, data, eval_data,
             SaveContext{.plan_json = job.save_dir.empty() ? "" : plan_json(job.plan, false)}, log);

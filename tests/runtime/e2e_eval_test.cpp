@@ -28,11 +28,8 @@ std::string held_out(const TempDir& d, int sequences, unsigned seed = 5) {
 // The values of `key` in the metrics, by step.
 std::map<int, double> by_step(const std::string& metrics, const std::string& key) {
   std::map<int, double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : metrics_lines(metrics))
     if (j.contains(key)) out[j.at("step").get<int>()] = j.at(key).get<double>();
-  }
   return out;
 }
 

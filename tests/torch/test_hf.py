@@ -91,9 +91,15 @@ def tokens(path, seed, vocab=97):
     return ids
 
 
+def metrics_lines(path):
+    """The lines of a --metrics file, parsed; a last line without its newline (a run killed while
+    writing it) is not one (docs/pprun.md, Outputs)."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.endswith("\n")]
+
+
 def first_loss(metrics):
-    with open(metrics) as f:
-        return [j["loss"] for j in map(json.loads, f) if "loss" in j][0]
+    return [j["loss"] for j in metrics_lines(metrics) if "loss" in j][0]
 
 
 class Base(unittest.TestCase):
@@ -214,8 +220,7 @@ class Export(Base):
                  "--global-batch", "4", "--save", ckpt, "--progress", "none", "--threads", "1",
                  "--eval-data", held, "--metrics", metrics])
         self.assertIn("2 batches of 4 sequences", p.stdout)
-        with open(metrics) as f:
-            evals = [(j["step"], j["eval_loss"]) for j in map(json.loads, f) if "eval_loss" in j]
+        evals = [(j["step"], j["eval_loss"]) for j in metrics_lines(metrics) if "eval_loss" in j]
         self.assertEqual([s for s, _ in evals], [5])
         out = os.path.join(self.d, "exported")
         p = run([PPRUN, "--export", ckpt, out, "--format", "hf", "--max-shard-size", "30KB"])

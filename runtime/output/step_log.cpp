@@ -33,6 +33,16 @@ std::string metrics_json(const StepMetrics& m) {
   return j.dump();
 }
 
+std::string eval_only_json(int step, double eval_loss, std::optional<double> eval_mtp_loss,
+                           double elapsed_s) {
+  nlohmann::ordered_json j;
+  j["step"] = step;
+  j["eval_loss"] = eval_loss;
+  if (eval_mtp_loss) j["eval_mtp_loss"] = *eval_mtp_loss;
+  j["elapsed_s"] = elapsed_s;
+  return j.dump();
+}
+
 namespace {
 
 std::string clock_text(double s) {
@@ -121,8 +131,9 @@ std::string eval_line(const Job& job) {
   if (!e.enabled()) return "";
   return fmt::format("validation on {}: {} batch{} of {} sequences, forward only, {}\n",
                      e.data_path, e.batches, e.batches == 1 ? "" : "es", job.train.global_batch,
-                     e.every > 0 ? fmt::format("every {} steps and after the last", e.every)
-                                 : std::string("after the last step"));
+                     e.only        ? std::string("once, with no training step (--eval-only)")
+                     : e.every > 0 ? fmt::format("every {} steps and after the last", e.every)
+                                   : std::string("after the last step"));
 }
 
 }  // namespace
@@ -224,6 +235,17 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
   progress_.update(m);
 }
 
+void StepLog::evaluated(int done, const EvalStats& eval) {
+  if (!active_) return;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  if (metrics_) metrics_->append(eval_only_json(done, eval.loss, eval.mtp_loss, elapsed));
+  last_eval_ = eval.loss;
+  std::printf("%s: eval loss %.6f%s after %d step%s (%.2f s)\n", program_name().c_str(), eval.loss,
+              eval.mtp_loss ? fmt::format(", eval mtp-loss {:.6f}", *eval.mtp_loss).c_str() : "",
+              done, done == 1 ? "" : "s", elapsed);
+  std::fflush(stdout);
+}
+
 void StepLog::sync() {
   if (metrics_) metrics_->sync();
 }
@@ -233,6 +255,7 @@ void StepLog::finish() {
   progress_.finish();
   sync();
   metrics_.reset();
+  if (job_.eval.only) return;
   const int run = job_.last_step() - static_cast<int>(job_.start_step);
   const bool part = job_.start_step > 0 || job_.last_step() < job_.train.steps;
   std::printf("%s: done: %d step%s in %.2f s, loss %.4f -> %.4f%s%s\n", program_name().c_str(), run,

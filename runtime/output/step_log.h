@@ -43,6 +43,11 @@ struct StepMetrics {
 
 std::string metrics_json(const StepMetrics& m);
 
+// An evaluation-only run's metrics line (--eval-only): "step" (the steps the model had trained:
+// 0, or the checkpoint's), "eval_loss" (and "eval_mtp_loss" with MTP), "elapsed_s".
+std::string eval_only_json(int step, double eval_loss, std::optional<double> eval_mtp_loss,
+                           double elapsed_s);
+
 // The loss rank's display: a progress bar on a terminal (step, loss, tokens/s, ETA), plain log
 // lines otherwise.
 class Progress {
@@ -86,9 +91,13 @@ class StepLog {
   // `eval`: the evaluation after this step, if one ran.
   void step(int step, const StepStats& stats, double step_time_s,
             const std::optional<EvalStats>& eval = std::nullopt);
+  // --eval-only: the one evaluation, of the model after `done` steps (its metrics line, and
+  // "PROGRAM: eval loss X after N steps" on stdout).
+  void evaluated(int done, const EvalStats& eval);
   // The metrics written so far are made durable (after a checkpoint is saved).
   void sync();
-  // Syncs the metrics and prints "PROGRAM: done: N steps in S s, loss A -> B".
+  // Syncs the metrics and prints "PROGRAM: done: N steps in S s, loss A -> B" (nothing more after
+  // an evaluation-only run).
   void finish();
   // The ranks' compute time per step over the last steps (the run's first step left out).
   ComputeBalance balance() const {

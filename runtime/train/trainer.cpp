@@ -392,6 +392,13 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
   auto opt = make_optimizer(model.store, job.train);
   RankReport report;
   resume(job, model.store, *opt, report);
+  if (job.eval.only) {  // the model as it starts, evaluated; no step, nothing saved
+    log.start();
+    at("the evaluation", false);
+    log.evaluated(static_cast<int>(job.start_step),
+                  evaluate(job, place, grads, *eval_data, model.device));
+    return report;
+  }
   save.job = &job;
   save.store = &model.store;
   save.opt = opt.get();
@@ -553,7 +560,9 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   dump_params(job, rank, model.store);
   publish_report(store, rank, report);
   if (!job.out.profile_path.empty()) publish_profile(store, rank, grads.profile().medians());
-  if (reporter) {
+  if (reporter && job.eval.only) {
+    log.finish();  // no step to report on
+  } else if (reporter) {
     const std::vector<RankReport> all = gather_reports(store, topo);
     log.finish();
     const std::string transport = groups.world ? groups.world->name() : "";

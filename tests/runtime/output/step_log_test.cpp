@@ -119,6 +119,11 @@ TEST(StepLog, MetricsLineAndProgressLines) {
             "step 3/8 loss 2.5000 mtp-loss 2.7500 eval-loss 3.2500 eval-mtp-loss 3.5000 lr 0.001 "
             "grad-norm 0.750 tok/s 2.0k eta 0:03\n");
   std::free(buf);
+  // An evaluation-only run's line (--eval-only): the step it evaluated after, no training fields.
+  EXPECT_EQ(pprt::eval_only_json(0, 5.5, std::nullopt, 0.25),
+            R"({"step":0,"eval_loss":5.5,"elapsed_s":0.25})");
+  EXPECT_EQ(pprt::eval_only_json(40, 5.5, 5.75, 0.25),
+            R"({"step":40,"eval_loss":5.5,"eval_mtp_loss":5.75,"elapsed_s":0.25})");
 }
 
 }  // namespace

@@ -233,6 +233,12 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
     init_from_hf(o, job);
   else
     job.model = resolve_model_config(o.config_path, o.model);
+  if (const size_t types = job.model.layer_types.size(),
+      decoders = static_cast<size_t>(job.plan.layout.count(ppc::LayerKind::Decoder));
+      job.source.sized && types > 0 && types != decoders)
+    fail(o.config_path.empty() ? "model" : o.config_path,
+         fmt::format("layer_types has {} entries, but the layout has {} decoder layers (t)", types,
+                     decoders));
   const TrainOptions& t = job.train;
   if (t.steps < 1)
     fail("--steps", fmt::format("must be at least 1, got {} (the validation loss without "

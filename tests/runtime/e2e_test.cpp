@@ -349,6 +349,14 @@ TEST(Faults, MissingDataFileAndCudaWithoutCuda) {
                     "pprun: error: --microbatches: is 3, but the plan " + plan +
                         " was compiled for 4 microbatches",
                     d);
+  // A window per decoder layer, for another count of layers than the layout's.
+  std::ofstream(d.file("window.json"))
+      << R"({"sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]})";
+  expect_user_error(
+      pprun({"--plan", plan, "--config", d.file("window.json"), "--metrics", d.file("m.jsonl")}),
+      "pprun: error: " + d.file("window.json") +
+          ": layer_types has 2 entries, but the layout has 4 decoder layers (t)",
+      d);
   // An existing metrics file is left as it was by a run that stops before its first step.
   std::ofstream(d.file("m.jsonl")) << "{\"step\":1}\n";
   const Proc p =

@@ -59,11 +59,13 @@ struct TrainOptions {
 double learning_rate(const TrainOptions& o, int step);
 
 // Validation (--eval-data, docs/pprun.md "Validation"): forward-only passes of the plan over
-// held-out data after every `every` steps and after the last one.
+// held-out data after every `every` steps and after the last one; with --eval-only, once, of the
+// model as it starts (fresh, --init-from or --resume), and no step.
 struct EvalOptions {
   std::string data_path;  // empty: no evaluation (read with --data-format)
   int every = 0;          // also after every N steps; 0: only after the last
   int batches = 0;        // global batches per evaluation (resolved by make_job)
+  bool only = false;      // --eval-only: evaluate the starting model, train nothing, save nothing
   bool enabled() const { return !data_path.empty(); }
   // Whether to evaluate once `done` steps are done (`last`: the run's last step).
   bool due(int done, int last) const {

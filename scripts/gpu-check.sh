@@ -216,7 +216,8 @@ compare() {
   local r
   r=$("$PY" - "$2" "$3" "$4" <<'EOF'
 import json, sys
-run, ref = ([json.loads(l)["loss"] for l in open(f) if l.strip()] for f in sys.argv[1:3])
+# (a line without its newline is one a killed run left half-written: docs/pprun.md, Outputs)
+run, ref = ([json.loads(l)["loss"] for l in open(f) if l.endswith("\n")] for f in sys.argv[1:3])
 tol = float(sys.argv[3])
 if len(run) != len(ref) or not run:
     print(f"bad: {len(run)} steps against {len(ref)}"); sys.exit()
@@ -405,7 +406,7 @@ if want e; then
     read -r step sum <<<"$(timing "$LOGS/e.log")"
     read -r _ blocking <<<"$(timing "$LOGS/e-blocking.log")"
     if [ -n "${step:-}" ] && [ -n "${sum:-}" ] && [ -n "${blocking:-}" ]; then
-      whole=$("$PY" -c "import json; s=[json.loads(l)['step_time_s'] for l in open('$WORK/e.jsonl')][1:]
+      whole=$("$PY" -c "import json; s=[json.loads(l)['step_time_s'] for l in open('$WORK/e.jsonl') if l.endswith('\n')][1:]
 print(f'{1e3*sum(s)/len(s):.3f}')")
       clock=$([ "$DEVICE" = cuda ] && echo "CUDA events" || echo "host clocks")
       figure "(e) pp 1 step, $LAYOUT_E, vocab $VOCAB_E, 2 microbatches of 1: replay $step ms (whole step with the optimizer $whole ms) against the sum of its actions $sum ms ($clock): ratio $("$PY" -c "print(f'{$step/$sum:.3f}')")"

@@ -106,6 +106,11 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
   eval->add_option("--eval-batches", o.eval_batches,
                    "Global batches of held-out sequences per evaluation (default: the whole "
                    "batches the file holds, 1 to 20)");
+  eval->add_flag("--eval-only", o.eval_only,
+                 std::string("Evaluate the model as it starts (") +
+                     (builtin ? "fresh, --init-from or --resume" : "fresh or --resume") +
+                     ") on --eval-data once, and train nothing: no optimizer step, no checkpoint "
+                     "written");
 
   auto* out = app.add_option_group("output");
   out->add_option("--metrics", o.out.metrics_path, "Write JSON lines per step to FILE");

@@ -274,7 +274,6 @@ struct FailureWatch::State {
   std::mutex m;
   std::condition_variable cv;
   bool stop = false;
-  std::vector<std::string> remove_on_stop;
   std::shared_ptr<const RankHosts> hosts;
   std::function<std::string()> where, overdue;  // set_where()
 };
@@ -316,11 +315,6 @@ std::shared_ptr<const RankHosts> FailureWatch::hosts() const {
 
 void FailureWatch::main_failing() {
   state_->main_failing = true;
-}
-
-void FailureWatch::remove_on_stop(const std::string& path) {
-  std::lock_guard<std::mutex> lock(state_->m);
-  state_->remove_on_stop.push_back(path);
 }
 
 void FailureWatch::stop() {
@@ -403,7 +397,6 @@ void FailureWatch::loop(std::shared_ptr<State> s) {
     std::fprintf(stderr, "%s: rank %d: %s; it was stopped while waiting for its peers\n",
                  program_name().c_str(), s->rank, cause.c_str());
   lock.lock();
-  for (const std::string& path : s->remove_on_stop) std::remove(path.c_str());
   if (s->hosts_store) linger_for_reports(s->store, s->world, s->grace);
   std::fflush(stdout);
   std::fflush(stderr);

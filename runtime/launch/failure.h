@@ -99,9 +99,6 @@ class FailureWatch {
   // The rank's own thread has failed and reports it itself: the watch stands down (and is not
   // waited for: it may be blocked in a store that does not answer).
   void main_failing();
-  // A file to remove if the watch stops the rank (it exits without unwinding: temporary files of
-  // outputs that are written atomically).
-  void remove_on_stop(const std::string& path);
   void stop();
 
  private:

@@ -24,6 +24,7 @@ struct RunOptions {
   TrainOptions train;
   std::string eval_data;                        // --eval-data FILE
   std::optional<int> eval_every, eval_batches;  // --eval-every N, --eval-batches K
+  bool eval_only = false;                       // --eval-only
   OutputOptions out;
   std::string progress = "auto";  // auto, bar, lines, none
   std::string device = "cpu";

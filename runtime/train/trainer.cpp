@@ -392,6 +392,13 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
   auto opt = make_optimizer(model.store, job.train);
   RankReport report;
   resume(job, model.store, *opt, report);
+  if (job.eval.only) {  // the model as it starts, evaluated; no step, nothing saved
+    log.start();
+    at("the evaluation", false);
+    log.evaluated(static_cast<int>(job.start_step),
+                  evaluate(job, place, grads, *eval_data, model.device));
+    return report;
+  }
   save.job = &job;
   save.store = &model.store;
   save.opt = opt.get();
@@ -451,6 +458,7 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
       report.save_seconds.push_back(saved.seconds);
       report.save_wait_seconds.push_back(saved.waited);
       report.save_bytes.push_back(saved.bytes);
+      log.sync();  // the metrics of the steps the checkpoint holds outlive the machine too
     }
   }
   saver.finish();
@@ -533,7 +541,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   for (int s : plan.placement.rank_stages[static_cast<size_t>(prank)])
     model.rank.add(plan.layout, plan.layout_stage(s));
   PipelineGradients grads(job, rank, groups, model, store, *place_in_plan);
-  StepLog log(job, reporter, &watch);
+  StepLog log(job, reporter);
   const Place place{replica, job.dp, groups.world, rank, replica == 0, &grads.counted_elsewhere()};
   RankReport report =
       train(job, place, model, grads, data, eval_data,
@@ -552,7 +560,9 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   dump_params(job, rank, model.store);
   publish_report(store, rank, report);
   if (!job.out.profile_path.empty()) publish_profile(store, rank, grads.profile().medians());
-  if (reporter) {
+  if (reporter && job.eval.only) {
+    log.finish();  // no step to report on
+  } else if (reporter) {
     const std::vector<RankReport> all = gather_reports(store, topo);
     log.finish();
     const std::string transport = groups.world ? groups.world->name() : "";
@@ -616,7 +626,7 @@ void train_reference(const Job& job) {
   LocalModel model(job, device_for(job, 0));
   model.rank.add(job.plan.layout, -1);
   AccumulatedGradients grads(job, *model.stages.front());
-  StepLog log(job, true, nullptr);
+  StepLog log(job, true);
   const RankReport report =
       train(job, Place{}, model, grads, data, eval_data,
             SaveContext{.plan_json = job.save_dir.empty() ? "" : plan_json(job.plan, false)}, log);

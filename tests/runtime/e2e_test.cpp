@@ -210,9 +210,14 @@ TEST(Faults, ARankKilledMidStepStopsEveryRank) {
                          ": lost rank 2 (killed by signal 9)"),
               std::string::npos)
         << p.out;
+  // The metrics hold exactly the steps that finished (1 and 2), appended as each ended; no
+  // temporary file is left.
+  std::vector<int> steps;
+  for (const nlohmann::json& j : metrics_lines(d.file("m.jsonl"))) steps.push_back(j.at("step"));
+  EXPECT_EQ(steps, (std::vector<int>{1, 2}));
   for (const auto& e : fs::directory_iterator(d.file("")))
-    EXPECT_NE(e.path().filename().string().rfind("m.jsonl", 0), 0u)
-        << "a failed run leaves no metrics file: " << e.path();
+    EXPECT_EQ(e.path().filename().string().find("m.jsonl."), std::string::npos)
+        << "left behind: " << e.path();
 }
 
 // Under SLURM (no launcher process watching the ranks; rank 0 serves the store), each surviving
@@ -344,6 +349,21 @@ TEST(Faults, MissingDataFileAndCudaWithoutCuda) {
                     "pprun: error: --microbatches: is 3, but the plan " + plan +
                         " was compiled for 4 microbatches",
                     d);
+  // A window per decoder layer, for another count of layers than the layout's.
+  std::ofstream(d.file("window.json"))
+      << R"({"sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]})";
+  expect_user_error(
+      pprun({"--plan", plan, "--config", d.file("window.json"), "--metrics", d.file("m.jsonl")}),
+      "pprun: error: " + d.file("window.json") +
+          ": layer_types has 2 entries, but the layout has 4 decoder layers (t)",
+      d);
+  // An existing metrics file is left as it was by a run that stops before its first step.
+  std::ofstream(d.file("m.jsonl")) << "{\"step\":1}\n";
+  const Proc p =
+      pprun({"--plan", plan, "--data", d.file("missing.txt"), "--metrics", d.file("m.jsonl")});
+  EXPECT_EQ(p.exit_code(), 2) << p.out;
+  std::ifstream kept(d.file("m.jsonl"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "{\"step\":1}\n");
 }
 
 // --- training and outputs ----------------------------------------------------------------------

@@ -24,7 +24,8 @@ using torch::autograd::Edge;
 using torch::autograd::edge_list;
 using torch::autograd::Node;
 using torch::autograd::variable_list;
-// (torch 2.11 holds nodes in a std::shared_ptr, 2.13 in a c10::intrusive_ptr: named by the edge.)
+// The type of Edge::function: std::shared_ptr<Node> up to LibTorch 2.11, c10::intrusive_ptr<Node>
+// in 2.13. Never named, so that the file compiles against both.
 using NodePtr = decltype(Edge::function);
 
 // The gradient edge of a tensor that requires grad, or an invalid edge: its grad_fn, or for a

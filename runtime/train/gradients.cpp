@@ -9,6 +9,7 @@
 #include "runtime/model/aux_loss.h"
 #include "runtime/model/model_facts.h"
 #include "runtime/model/precision.h"
+#include "runtime/train/peers.h"
 
 namespace pprt {
 
@@ -44,8 +45,8 @@ LocalModel::LocalModel(const Job& job, const at::Device& d)
 // --- a rank of the pipeline ----------------------------------------------------------------
 
 PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups& groups,
-                                     LocalModel& model, Store& store)
-    : job_(job), prank_(job.topology().pipeline_rank(rank)) {
+                                     LocalModel& model, Store& store, Where& where)
+    : job_(job), where_(where), prank_(job.topology().pipeline_rank(rank)) {
   const ppc::Plan& plan = job.plan;
   const int prank = prank_;
   if (groups.pipeline) {  // the parameters other pipeline ranks hold too: from their names
@@ -57,10 +58,13 @@ PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups&
   }
   ExecutorOptions eo;
   eo.timeout = job.timeout;
-  if (rank == job.kill_rank && job.kill_at == Job::KillAt::Step) {
+  if (rank == job.kill_rank &&
+      (job.kill_at == Job::KillAt::Step || job.kill_at == Job::KillAt::Hang)) {
     eo.kill_step = job.kill_step;
     eo.kill_action = plan.order()[static_cast<size_t>(prank)].size() / 2;
+    eo.hang = job.kill_at == Job::KillAt::Hang;
   }
+  eo.where = &where;
   if (rank == job.slow_rank) eo.slow_factor = job.slow_factor;
   if (groups.replicas) {
     reducer_ = std::make_unique<GradReducer>(plan, prank, model.stages, model.store,
@@ -71,18 +75,30 @@ PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups&
     eo.on_part = [this](const PartSample& s) { profile_.add(step_, s); };
   exec_ = std::make_unique<Executor>(plan, prank, model.stages, model.rank.ctx, groups.pipeline,
                                      model.device, eo);
+  if (groups.pipeline) {  // every connection made before the first step (peers.h)
+    where.outside("connecting to the ranks its plan exchanges tensors with", false);
+    connect_peers(*groups.pipeline, plan, prank, model.device, job.timeout);
+  }
 }
 
 StepReport PipelineGradients::run(const at::Tensor& tokens, int step, RankReport& report) {
   step_ = step;
   StepReport rep = exec_->run_step(tokens, step);
   if (reducer_) {
+    where_.outside("data parallelism's all-reduce of the gradients", true);
     const ReduceStats r = reducer_->finish();
     // The run's first step warms up: it counts only in a run of one step.
     if (step > job_.start_step || job_.start_step + 1 == job_.last_step()) report.dp.add(r);
   }
-  shared_.sum(job_.timeout);
+  where_.outside("the all-reduce of shared parameters' gradients", true);
+  shared_.sum(timeout_);
   return rep;
+}
+
+void PipelineGradients::set_timeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
+  exec_->set_timeout(timeout);
+  if (reducer_) reducer_->set_timeout(timeout);
 }
 
 StepReport PipelineGradients::evaluate(const at::Tensor& tokens) {

@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -21,6 +22,7 @@
 #include "runtime/train/executor.h"
 #include "runtime/train/grad_reducer.h"
 #include "runtime/train/trainer.h"
+#include "runtime/train/where.h"
 
 namespace pprt {
 
@@ -48,16 +50,21 @@ class StepGradients {
   // Evaluation: the same microbatches forward only (no gradient, no optimizer state, no data
   // position touched); returns their losses as run() does.
   virtual StepReport evaluate(const at::Tensor& tokens) = 0;
+  // The limit of the next step's waits for peers (step_timeout.h).
+  virtual void set_timeout(std::chrono::milliseconds) {}
 };
 
 class PipelineGradients final : public StepGradients {
  public:
-  // Global rank `rank` over `groups`; `store`: the rendezvous store (the shared parameters' names).
+  // Global rank `rank` over `groups`; `store`: the rendezvous store (the shared parameters' names);
+  // `where`: told what the rank does (where.h). Connects to the plan's peers before it returns
+  // (peers.h).
   PipelineGradients(const Job& job, int rank, const RankGroups& groups, LocalModel& model,
-                    Store& store);
+                    Store& store, Where& where);
 
   StepReport run(const at::Tensor& tokens, int step, RankReport& report) override;
   StepReport evaluate(const at::Tensor& tokens) override;
+  void set_timeout(std::chrono::milliseconds timeout) override;
 
   // The shared parameters whose gradient another rank counts in the norm.
   const std::unordered_set<std::string>& counted_elsewhere() const {
@@ -71,6 +78,8 @@ class PipelineGradients final : public StepGradients {
 
  private:
   const Job& job_;
+  Where& where_;
+  std::chrono::milliseconds timeout_ = job_.timeout;
   int prank_;  // the pipeline rank
   SharedGradSum shared_;
   std::unique_ptr<GradReducer> reducer_;

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+#include <string>
+
 #include "pprt/pprt.h"
 #include "runtime/models/llama/architecture.h"
 #include "runtime/models/llama/builtin.h"
@@ -35,8 +38,9 @@ std::string describe_run(const ModelConfig& c, const LayoutInfo& layout, double 
                      count_parameters(c, l) / 1e6, describe(c));
 }
 
-// The model of `c` with the hooks that give it the rest of the runtime.
-Model llama_model(const ModelConfig& c) {
+// The model of `c` with the hooks that give it the rest of the runtime. `origin`: where its
+// configuration came from, for messages (--config's file, else "model").
+Model llama_model(const ModelConfig& c, const std::string& origin) {
   Model m = builtin_model(c);
   m.mixed_precision(MixedPrecision::Layers)
       .parameters([c](const LayoutInfo& layout, const ModelSetup&) {
@@ -45,7 +49,14 @@ Model llama_model(const ModelConfig& c) {
           out.push_back(ParamShape{p.name, p.shape});
         return out;
       })
-      .check([c](const LayoutInfo& layout, const ModelSetup& setup) {
+      .check([c, origin](const LayoutInfo& layout, const ModelSetup& setup) {
+        // A window per decoder layer (layer_types), for the layout's decoders.
+        if (const size_t types = c.layer_types.size(),
+            decoders = static_cast<size_t>(layout.count('t'));
+            types > 0 && types != decoders)
+          throw Error(origin, fmt::format("layer_types has {} entries, but the layout has {} "
+                                          "decoder layers (t)",
+                                          types, decoders));
         // Depth k predicts token i + 1 + k: the last depth still needs one position.
         if (const int depths = layout.count('m'); depths >= setup.seq_len)
           throw Error("--seq-len",
@@ -70,6 +81,9 @@ ModelConfig llama_config(const Config& config, const std::string& where) {
 
 Family llama_family() {
   Family f("pprun");
+  // The --config file the last configuration read (a run's messages name it): kept by the
+  // family's hooks, not in the configuration (which checkpoints record).
+  auto config_file = std::make_shared<std::string>();
   f.option("--config", OptionKind::File, "JSON model config (see examples/tiny-model.json)")
       .option("--hidden", OptionKind::Integer, "Model width (default 64)")
       .option("--heads", OptionKind::Integer, "Attention heads (default 4)")
@@ -78,7 +92,8 @@ Family llama_family() {
       .option("--tie-embeddings", OptionKind::Switch,
               "The output head uses the token embedding's weight (copies kept in sync)")
       // The defaults (or the checkpoint's model), then --config, then the flags; then checked.
-      .configure([](const Config* base, const OptionValues& given) {
+      .configure([config_file](const Config* base, const OptionValues& given) {
+        *config_file = given.file("--config");
         ModelOverrides o;
         o.hidden = given.integer("--hidden");
         o.heads = given.integer("--heads");
@@ -91,7 +106,9 @@ Family llama_family() {
             base ? llama_config(*base, "the checkpoint's model") : ModelConfig{};
         return Config(model_config_json(resolve_model_config(given.file("--config"), o, start)));
       })
-      .make([](const Config& config) { return llama_model(llama_config(config)); })
+      .make([config_file](const Config& config) {
+        return llama_model(llama_config(config), config_file->empty() ? "model" : *config_file);
+      })
       .check_resume([](const Config& theirs, const LayoutInfo& their_layout, const Config& mine,
                        const LayoutInfo& layout, const std::string& where) {
         check_same_model(llama_config(theirs), their_layout, llama_config(mine), layout, where);

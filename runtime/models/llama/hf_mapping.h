@@ -1,7 +1,9 @@
 // pprun's own model in Hugging Face's formats (docs/huggingface.md): its configuration read from a
-// LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM config.json (any field that would change
-// the model and that pprun does not implement is refused, naming it), and the model as such a
-// directory holds it. The runtime reads and writes the files (runtime/checkpoint/hf.h). No
+// LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM config.json (the sliding window
+// included; any field that would change the model and that pprun does not implement is refused,
+// naming it; the fields that do not change it are kept, ModelConfig::hf_fields), and the model as
+// such a directory holds it (config.json: the model's fields, then the source's kept ones, then the
+// family's defaults). The runtime reads and writes the files (runtime/checkpoint/hf.h). No
 // LibTorch.
 //
 // Names: pprun's global parameter names (architecture.h) map one to one onto Hugging Face's
@@ -30,16 +32,17 @@ struct HfConfig {
   int layers = 0;     // num_hidden_layers
   std::string architecture;
 };
-// Reads config.json (`j`, from `file`) for sequences of `seq_len` tokens (which decides whether a
-// sliding window matters). Throws ppc::UserError naming the file and the field.
+// Reads config.json (`j`, from `file`) for sequences of `seq_len` tokens. Throws ppc::UserError
+// naming the file and the field.
 HfConfig config_from_hf(const nlohmann::json& j, const std::string& file, int seq_len);
 // The layout must hold exactly `hf.layers` decoder layers and no MTP layer.
 void check_hf_layout(const HfConfig& hf, const std::string& file, const LayoutInfo& layout);
 
 // The model of `c` laid out as `layout` as a Hugging Face directory holds it, tensors in `dtype`
-// ("float32", "bfloat16"): config.json of its family (Llama's, or Qwen2's with q/k/v biases, or
-// the family it was read from) and every parameter. Throws ppc::UserError for a model with MTP
-// layers, which no Hugging Face family holds.
+// ("float32", "bfloat16"): config.json of its family (the family it was read from, else Llama's,
+// Qwen2's with q/k/v biases, or Mistral's with a sliding window on every layer) and every
+// parameter. Throws ppc::UserError for a model with MTP layers, which no Hugging Face family holds,
+// or a sliding window its family cannot hold.
 HfFormat hf_format(const ModelConfig& c, const ppc::Layout& layout, const std::string& dtype);
 
 }  // namespace pprt

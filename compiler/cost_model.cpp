@@ -257,19 +257,8 @@ std::string format_memory(double value, bool in_bytes) {
   return u == 0 ? fmt::format("{:g} B", value) : fmt::format("{:.1f} {}", value, kUnits[u]);
 }
 
-double message_time(const CostModel& model) {
-  if (model.unit) return 0.0;
-  return model.latency + (model.bandwidth > 0 ? model.message_bytes / model.bandwidth : 0.0);
-}
-
 MessageModel message_model_of_transport(const std::string& transport) {
   return transport == "gloo" ? MessageModel::Eager : MessageModel::Rendezvous;
-}
-
-const LayerCost& CostModel::layer(LayerKind k) const {
-  static const LayerCost kFree{};
-  if (auto it = layers.find(layer_symbol(k)); it != layers.end()) return it->second;
-  return is_builtin(k) ? kFree : layer(LayerKind::Decoder);
 }
 
 std::string uncosted_own_symbols(const CostModel& model, const Layout& layout) {

@@ -62,7 +62,11 @@ struct CostModel {
   // layer(): E, t, m or L with no entry costs nothing; a model's own symbol with no entry costs
   // what 't' costs.
   std::map<char, LayerCost> layers;
-  const LayerCost& layer(LayerKind k) const;
+  const LayerCost& layer(LayerKind k) const {
+    static const LayerCost kFree{};
+    if (auto it = layers.find(layer_symbol(k)); it != layers.end()) return it->second;
+    return is_builtin(k) ? kFree : layer(LayerKind::Decoder);
+  }
   // What an empty stage (or a generic --stages stage) costs when unit == false.
   LayerCost empty_stage{};
   double latency = 0;        // per message
@@ -109,7 +113,10 @@ std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model);
 // Duration of a compute action (an OverlapFB as a whole) given the stage costs.
 double action_cost(const Action& a, const std::vector<StageCost>& costs, const CostModel& model);
 // Duration of one message: latency + message_bytes / bandwidth (0 under unit costs).
-double message_time(const CostModel& model);
+inline double message_time(const CostModel& model) {
+  if (model.unit) return 0.0;
+  return model.latency + (model.bandwidth > 0 ? model.message_bytes / model.bandwidth : 0.0);
+}
 
 struct Simulation;  // simulate.h
 

@@ -571,16 +571,11 @@ VerifyReport report_of(const Plan& plan, const VerifyOptions& opts, bool streame
 
 }  // namespace
 
-VerifyReport lower_while_verifying(Plan& plan, const VerifyOptions& opts,
-                                   const std::function<void()>& lowered) {
+VerifyReport verify_as_lowered(const Plan& plan, const VerifyOptions& opts,
+                               const std::function<void(LoweringFeed*)>& lower) {
   PPC_INTERNAL_ASSERT(!plan.is_lowered() && !opts.compute_only,
-                      "lower_while_verifying takes a compute-only plan and verifies its lowering");
-  return report_of(plan, opts, true, [&](Verifier& v) {
-    v.run_streamed([&](LoweringFeed* feed) {
-      lower_in_place(plan, LoweringCosts{}, feed);
-      if (lowered) lowered();
-    });
-  });
+                      "verify_as_lowered takes a compute-only plan and verifies its lowering");
+  return report_of(plan, opts, true, [&](Verifier& v) { v.run_streamed(lower); });
 }
 
 VerifyReport verify(const Plan& plan, const VerifyOptions& opts) {

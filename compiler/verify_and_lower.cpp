@@ -14,6 +14,14 @@
 
 namespace ppc {
 
+VerifyReport lower_while_verifying(Plan& plan, const VerifyOptions& opts,
+                                   const std::function<void()>& lowered) {
+  return verify_as_lowered(plan, opts, [&](LoweringFeed* feed) {
+    lower_in_place(plan, LoweringCosts{}, feed);
+    if (lowered) lowered();
+  });
+}
+
 VerifiedPlan verify_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
                               const Alongside& alongside) {
   VerifiedPlan out;

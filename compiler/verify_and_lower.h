@@ -54,6 +54,15 @@ struct Alongside {
 VerifiedPlan verify_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
                               const Alongside& alongside = {});
 
+// verify(lower_send_recv(plan), opts) for a compute-only plan whose compute order passed verify(),
+// lowering it in place (lower_in_place; plan.lowered is set) on the calling thread while a second
+// thread verifies the lowered order as lowering writes it (verify_as_lowered, verify.h): the
+// report (and opts.execution) are the ones verify() gives the lowered plan, except as
+// verify_as_lowered says. `lowered`, if set, is called on the calling thread as soon as the
+// lowered order is complete. Throws lowering's UserError (the plan then stays compute-only).
+VerifyReport lower_while_verifying(Plan& plan, const VerifyOptions& opts,
+                                   const std::function<void()>& lowered = {});
+
 // verify_and_lower, and a plan that fails is an error: a UserError naming `imported_from` (the
 // file it was read from) with one verifier message per line, or, when `imported_from` is empty
 // (the plan was generated), an InternalError. The result's plan is lowered and valid.

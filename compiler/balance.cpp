@@ -70,13 +70,13 @@ std::vector<Term> aggregate(const Plan& plan, const std::vector<Action>& acts, s
   for (size_t i = 0; i < end; ++i) {
     const Action& a = acts[i];
     const int s1 = plan.layout_stage(a.stage);
-    const int s2 = a.kind == ActionKind::OverlapFB ? plan.layout_stage(a.stage2) : -1;
+    const int s2 = is_compound(a.kind) ? plan.layout_stage(a.stage2) : -1;
     counts[{static_cast<int>(a.kind), static_cast<int>(a.sub_kind), s1, s2}] += 1;
   }
   std::vector<Term> out;
   for (const auto& [key, count] : counts) {
     const auto [kind, sub, s1, s2] = key;
-    const Action a = static_cast<ActionKind>(kind) == ActionKind::OverlapFB
+    const Action a = is_compound(static_cast<ActionKind>(kind))
                          ? Action::overlap(s1, 0, static_cast<ActionKind>(sub), s2, 0)
                          : Action::compute(static_cast<ActionKind>(kind), s1, 0);
     out.push_back(Term{a, count});
@@ -110,10 +110,13 @@ class Evaluator {
       size_t last = acts.size();
       for (size_t i = acts.size(); i-- > 0;) {
         const Action& a = acts[i];
-        if (is_backward_input(a.kind) ||
-            (a.kind == ActionKind::OverlapFB && is_backward_input(a.sub_kind))) {
+        int backward = -1;  // the stage of its B or I (part)
+        for_each_part(a, [&](const Action& p) {
+          if (is_backward_input(p.kind)) backward = p.stage;
+        });
+        if (backward >= 0) {
           last = i;
-          shape.last_backward = a.kind == ActionKind::OverlapFB ? a.stage2 : a.stage;
+          shape.last_backward = backward;
           break;
         }
       }

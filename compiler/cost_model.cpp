@@ -225,27 +225,6 @@ std::vector<double> rank_starts(const Plan& plan, const std::vector<StageCost>& 
   return out;
 }
 
-double action_cost(const Action& a, const std::vector<StageCost>& costs, const CostModel& model) {
-  auto part = [&](ActionKind k, int s) {
-    const StageCost& c = costs[static_cast<size_t>(s)];
-    switch (k) {
-      case ActionKind::F:
-        return c.f;
-      case ActionKind::B:
-        return c.b;
-      case ActionKind::I:
-        return c.i;
-      case ActionKind::W:
-        return c.w;
-      default:
-        return 0.0;
-    }
-  };
-  if (a.kind != ActionKind::OverlapFB) return part(a.kind, a.stage);
-  const double f = part(ActionKind::F, a.stage), b = part(a.sub_kind, a.stage2);
-  return std::max(f, b) + (1.0 - model.overlap) * std::min(f, b);
-}
-
 std::string format_memory(double value, bool in_bytes) {
   if (!in_bytes) return fmt::format("{:.4g}", value);
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

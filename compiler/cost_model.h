@@ -6,6 +6,7 @@
 // a non-negative number, got -1", "--cost-b: 1 is less than --cost-w 2".
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -39,6 +40,10 @@ struct MeasuredCosts;  // measured_costs.h
 struct MessageCosts {
   std::vector<double> time, bytes;
   bool uniform = true;  // every entry the same
+  // The entry of a SEND: 2s for SEND_F(s), 2s + 1 for SEND_B(s).
+  static size_t index(const Action& send) {
+    return 2 * static_cast<size_t>(send.stage) + (flow_of(send.kind) == Flow::Backward);
+  }
 };
 
 // How a transport moves the messages of a batch (docs/cost-model.md, "Message models").
@@ -101,6 +106,21 @@ struct StageCost {
   // A whole backward is shorter than its I and W apart (measured profiles: Auto then runs Bs where
   // a held-back W would not fill idle time).
   bool whole_backward_shorter() const { return b < (i + w) * (1 - 1e-9); }
+  // The time of a plain compute kind (0 for SEND and RECV).
+  double time(ActionKind k) const {
+    switch (k) {
+      case ActionKind::F:
+        return f;
+      case ActionKind::B:
+        return b;
+      case ActionKind::I:
+        return i;
+      case ActionKind::W:
+        return w;
+      default:
+        return 0.0;
+    }
+  }
 };
 
 // Per rank: when it begins a step, the sum of `optimizer` over the stages it holds (both copies
@@ -111,7 +131,13 @@ std::vector<double> rank_starts(const Plan& plan, const std::vector<StageCost>& 
 std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model);
 
 // Duration of a compute action (an OverlapFB as a whole) given the stage costs.
-double action_cost(const Action& a, const std::vector<StageCost>& costs, const CostModel& model);
+inline double action_cost(const Action& a, const std::vector<StageCost>& costs,
+                          const CostModel& model) {
+  auto part = [&](const Action& p) { return costs[static_cast<size_t>(p.stage)].time(p.kind); };
+  if (!is_compound(a.kind)) return part(a);
+  const double f = part(a.forward_part()), b = part(a.backward_part());
+  return std::max(f, b) + (1.0 - model.overlap) * std::min(f, b);
+}
 // Duration of one message: latency + message_bytes / bandwidth (0 under unit costs).
 inline double message_time(const CostModel& model) {
   if (model.unit) return 0.0;

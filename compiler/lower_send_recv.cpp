@@ -13,19 +13,9 @@
 namespace ppc {
 
 double unit_cost(const Action& a) {
-  switch (a.kind) {
-    case ActionKind::F:
-      return 1;
-    case ActionKind::B:
-      return 2;
-    case ActionKind::I:
-    case ActionKind::W:
-      return 1;
-    case ActionKind::OverlapFB:
-      return 1 + (a.sub_kind == ActionKind::B ? 2 : 1);
-    default:
-      return 0;
-  }
+  double cost = 0;
+  for_each_part(a, [&](const Action& p) { cost += unit_cost_of(p.kind); });
+  return cost;
 }
 
 LoweringFeed::State LoweringFeed::wait_until_started() const {

@@ -24,7 +24,7 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
   if (model.measured) {                     // per-boundary message times
     messages_ = message_costs(plan, model);
     exec_.transfer = [this](const Action& send) {
-      return messages_.time[2 * static_cast<size_t>(send.stage) + (send.kind == ActionKind::SendB)];
+      return messages_.time[MessageCosts::index(send)];
     };
   } else if (const double per_message = message_time(model); per_message > 0) {
     exec_.transfer = [per_message](const Action&) { return per_message; };
@@ -49,7 +49,8 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
   }
 }
 
-// A rise at a forward's start, a fall at a backward's end, in the order the rank runs them.
+// A rise at a forward's start, a fall at a backward's end (the kind's Memory), in the order the
+// rank runs them.
 void SimulationRun::change_memory(int r, const Action& p, double start, double end) {
   const size_t ru = static_cast<size_t>(r);
   double& mem = mem_[ru];
@@ -68,20 +69,20 @@ void SimulationRun::change_memory(int r, const Action& p, double start, double e
   };
   const double act = costs_[static_cast<size_t>(p.stage)].activation;
   const double keep = act * model_.weight_grad_memory;
-  switch (p.kind) {
-    case ActionKind::F:
+  switch (kind_info(p.kind).memory) {
+    case Memory::Holds:
       change(start, act);
       break;
-    case ActionKind::B:
+    case Memory::Frees:
       change(end, -act);
       break;
-    case ActionKind::I:
+    case Memory::FreesInput:
       change(end, -(act - keep));
       break;
-    case ActionKind::W:
+    case Memory::FreesWeight:
       if (keep != 0) change(end, -keep);
       break;
-    default:
+    case Memory::None:
       break;
   }
 }
@@ -125,9 +126,7 @@ Simulation SimulationRun::finish_timed(Execution&& ex) {
   if (model_.measured) {  // per-boundary message sizes
     for (const auto& order : plan_.lowered)
       for (const Action& a : order)
-        if (is_send(a.kind))
-          sim.comm_bytes +=
-              messages_.bytes[2 * static_cast<size_t>(a.stage) + (a.kind == ActionKind::SendB)];
+        if (is_send(a.kind)) sim.comm_bytes += messages_.bytes[MessageCosts::index(a)];
   } else {
     for (size_t i = 0; i < ex.sends; ++i) sim.comm_bytes += model_.message_bytes;
   }

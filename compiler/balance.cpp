@@ -454,10 +454,11 @@ BalanceResult balance_layout(const BalanceOptions& opts) {
     throw UserError(fmt::format("unknown schedule '{}' (known: {}; see --list-schedules)",
                                 opts.schedule, schedule_names()),
                     input_location("--schedule"));
-  if (is_auto(*info))  // its order depends on the split: the search below assumes it does not
-    throw UserError(
-        "Auto synthesizes an order for the layout as given; --autotune balances the layout for it",
-        input_location("--schedule"));
+  if (info->synthesize)  // its order depends on the split: the search below assumes it does not
+    throw UserError(fmt::format("{} synthesizes an order for the layout as given; --autotune "
+                                "balances the layout for it",
+                                info->name),
+                    input_location("--schedule"));
   const int vpp = opts.vpp ? *opts.vpp : default_balance_vpp(info->name, opts.layout, opts.pp);
   if (vpp < 1)
     throw UserError(fmt::format("must be at least 1, got {}", vpp), input_location("--vpp"));

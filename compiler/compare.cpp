@@ -177,11 +177,7 @@ Comparison compare_schedules(const CompareOptions& opts) {
   const CostModel base = opts.cost.unit ? unit_layer_costs() : opts.cost;
 
   Comparison cmp;
-  std::vector<const ScheduleInfo*> schedules;  // the named ones, then Auto (synthesize.h)
-  for (const ScheduleInfo& info : all_schedules()) schedules.push_back(&info);
-  schedules.push_back(&auto_schedule());
-  for (const ScheduleInfo* schedule : schedules) {
-    const ScheduleInfo& info = *schedule;
+  for (const ScheduleInfo& info : all_schedules()) {  // the named ones, then Auto
     std::string why;
     auto config = configure(info, opts, base, &why);
     if (!config) {

@@ -4,7 +4,6 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/lower_send_recv.h"
-#include "compiler/synthesize.h"
 
 namespace ppc {
 
@@ -74,8 +73,8 @@ Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info) {
 
 Plan compile(const CompileOptions& opts) {
   const ScheduleInfo& info = resolve_schedule(opts.schedule);
-  if (is_auto(info)) {  // synthesized from the costs (synthesize.h)
-    Plan plan = compile_auto(opts);
+  if (info.synthesize) {  // Auto: from the costs and the memory limit (synthesize.h)
+    Plan plan = info.synthesize(opts);
     return opts.lower ? lower_send_recv(std::move(plan)) : plan;
   }
   Plan plan = plan_skeleton(opts, info);

@@ -23,7 +23,7 @@ using synthesis::Search;
 
 // The plan skeleton of Auto on `style`: what plan_skeleton checks, on that placement.
 Plan skeleton(const SynthesisOptions& o, PlacementStyle style) {
-  ScheduleInfo info = auto_schedule();
+  ScheduleInfo info = *find_schedule(kAuto);  // its row of the schedule table
   info.placement = style;
   CompileOptions co;
   co.layout = o.layout;
@@ -96,23 +96,6 @@ std::vector<ListPolicy> policies(const CostModel& cost, int pp, bool full_b_shor
 
 }  // namespace
 
-const ScheduleInfo& auto_schedule() {
-  static const ScheduleInfo info{
-      "Auto",
-      {"Synthesized", "Synthesize"},
-      "synthesized for the costs and the memory limit: list scheduling over priorities and "
-      "placements (loop, V), the best simulated order (docs/schedules.md)",
-      VppRule::Any,
-      PlacementStyle::Loop,
-      1,
-      nullptr};
-  return info;
-}
-
-bool is_auto(const ScheduleInfo& info) {
-  return &info == &auto_schedule();
-}
-
 SynthesisResult synthesize(const SynthesisOptions& opts) {
   std::vector<PlacementStyle> styles = opts.placements;
   Plan loop = skeleton(opts, PlacementStyle::Loop);
@@ -173,7 +156,7 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
     }
     if (!opts.named_candidates) continue;
     for (const ScheduleInfo& info : all_schedules()) {
-      if (info.copies != 1 || info.placement != style) continue;
+      if (!info.generate || info.copies != 1 || info.placement != style) continue;
       if (info.vpp_rule == VppRule::One && base.vpp() != 1) continue;
       if (info.vpp_rule == VppRule::Two && base.vpp() != 2) continue;
       Plan plan = base;
@@ -203,7 +186,7 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
     if (better(i, b)) b = std::move(i);
   }
   res.plan = b.plan;
-  res.plan.schedule = auto_schedule().name;
+  res.plan.schedule = kAuto;
   res.makespan = b.makespan;
   res.peak_total = b.peak_total;
   res.fits = b.fits;

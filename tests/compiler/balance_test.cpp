@@ -20,6 +20,7 @@
 #include "compiler/layout.h"
 #include "compiler/lower_for_model.h"
 #include "compiler/schedule.h"
+#include "tests/compiler/plan_fixtures.h"
 #include "tests/compiler/test_util.h"
 
 namespace ppc {
@@ -217,7 +218,8 @@ TEST_P(BalanceOptimal, MatchesBruteForceOverEverySplit) {
 
 INSTANTIATE_TEST_SUITE_P(EverySchedule, BalanceOptimal, ::testing::ValuesIn([] {
                            std::vector<std::string> names;
-                           for (const auto& s : all_schedules()) names.push_back(s.name);
+                           for (const auto& s : pptest::generated_schedules())
+                             names.push_back(s.name);
                            return names;
                          }()),
                          [](const auto& p) {
@@ -264,7 +266,7 @@ TEST(BalanceLocalSearch, NeverWorseThanItsSeedsAndTheGapToBruteForce) {
   const std::string model = "Ettt|tt|tt|tmL";
   int optimal = 0, cases = 0;
   double worst_gap = 0;
-  for (const auto& info : all_schedules())
+  for (const auto& info : pptest::generated_schedules())
     for (int vpp : vpps_of(info)) {
       const int pp = vpp == 1 ? 4 : 2;
       BalanceOptions o;

@@ -20,6 +20,7 @@
 #include "compiler/schedule.h"
 #include "compiler/simulate.h"
 #include "compiler/synthesize.h"
+#include "tests/compiler/plan_fixtures.h"
 #include "tests/compiler/test_util.h"
 
 namespace ppc {
@@ -170,7 +171,7 @@ TEST(OptimizerCost, AutoRanksUnderIt) {
     EXPECT_NEAR(got.makespan, auto_sim.makespan, 1e-9);
     EXPECT_FALSE(auto_sim.start.empty());
     int compared = 0;
-    for (const ScheduleInfo& info : all_schedules()) {
+    for (const ScheduleInfo& info : pptest::generated_schedules()) {
       if (info.copies != 1) continue;
       const std::string schedule = info.name;
       Plan p;

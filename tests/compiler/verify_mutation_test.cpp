@@ -32,6 +32,7 @@
 #include "compiler/schedule.h"
 #include "compiler/verify.h"
 #include "tests/compiler/deadlock_reference.h"
+#include "tests/compiler/plan_fixtures.h"
 #include "tests/compiler/plan_mutants.h"
 #include "tests/compiler/plan_text.h"
 
@@ -63,7 +64,7 @@ Scale scale() {
 
 std::vector<Base> base_plans(const Scale& sc) {
   std::vector<Base> out;
-  for (const auto& info : ppc::all_schedules())
+  for (const auto& info : pptest::generated_schedules())
     for (int pp = 2; pp <= sc.max_pp; ++pp)
       for (int vpp : {1, 2})
         for (int m = 2; m <= sc.max_m; ++m) {

@@ -190,7 +190,6 @@ Autotune autotune(const AutotuneOptions& opts) {
         cc.vpp = c.vpp;
         cc.schedule = c.info->name;
         cc.microbatches = t.m;
-        cc.lower = false;
         cc.cost = &cost;
         cc.memory_limit = opts.memory_limit;
         AutotuneRow r;
@@ -222,7 +221,6 @@ Autotune autotune(const AutotuneOptions& opts) {
       cc.vpp = c.vpp;
       cc.schedule = c.info->name;
       cc.microbatches = t.m;
-      cc.lower = false;
       AutotuneRow r;
       r.row = measure_plan(compile(cc), cost, opts.memory_limit);
       r.microbatches = t.m;

@@ -486,7 +486,6 @@ BalanceResult balance_layout(const BalanceOptions& opts) {
   co.vpp = vpp;
   co.schedule = info->name;
   co.microbatches = opts.microbatches;
-  co.lower = false;
   Plan base = compile(co);
 
   const CostModel cost = opts.cost.unit ? unit_layer_costs() : opts.cost;

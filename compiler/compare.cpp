@@ -190,7 +190,6 @@ Comparison compare_schedules(const CompareOptions& opts) {
     co.pp = opts.pp;
     co.schedule = info.name;
     co.microbatches = opts.microbatches;
-    co.lower = false;
     co.cost = &config->cost;  // Auto synthesizes for these
     co.memory_limit = opts.memory_limit;
     Plan plan;

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "compiler/diagnostic.h"
-#include "compiler/lower_send_recv.h"
 
 namespace ppc {
 
@@ -73,14 +72,10 @@ Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info) {
 
 Plan compile(const CompileOptions& opts) {
   const ScheduleInfo& info = resolve_schedule(opts.schedule);
-  if (info.synthesize) {  // Auto: from the costs and the memory limit (synthesize.h)
-    Plan plan = info.synthesize(opts);
-    return opts.lower ? lower_send_recv(std::move(plan)) : plan;
-  }
+  if (info.synthesize) return info.synthesize(opts);  // Auto: from the costs and the limit
   Plan plan = plan_skeleton(opts, info);
   ScheduleParams params{plan.pp(), plan.vpp(), plan.microbatches, &plan.placement};
   plan.compute = info.generate(params);
-  if (opts.lower) plan = lower_send_recv(plan);
   return plan;
 }
 

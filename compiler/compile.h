@@ -1,5 +1,6 @@
-// The compile pipeline, written out in order: layout -> placement -> schedule -> lowering.
-// Verification is a separate pass (verify.h) that the tools run on every plan they emit.
+// Compiling a model's layout for a schedule: the placement of its stages on the ranks and the
+// schedule's compute order (a plan without SEND/RECV). Lowering (lower_send_recv.h,
+// lower_for_model.h) and verification (verify.h, verify_and_lower.h) are the passes after it.
 #pragma once
 
 #include <optional>
@@ -21,7 +22,6 @@ struct CompileOptions {
   std::optional<int> vpp;  // inferred from the layout when absent; must agree when given
   std::string schedule;
   int microbatches = 1;
-  bool lower = true;  // run lower_send_recv
   // --schedule Auto synthesizes its order for these costs (null: unit costs) and this memory
   // limit per rank (synthesize.h); the named schedules ignore them.
   const CostModel* cost = nullptr;
@@ -33,8 +33,8 @@ inline constexpr int kMaxPp = 4096;
 inline constexpr int kMaxMicrobatches = 1 << 20;
 inline constexpr long long kMaxComputeActions = 64LL << 20;
 
-// Checks the options, places the layout, generates the schedule's compute order and (if asked)
-// lowers it. Throws UserError for anything the user must change.
+// Checks the options, places the layout and generates the schedule's compute order (the plan is
+// not lowered). Throws UserError for anything the user must change.
 Plan compile(const CompileOptions& opts);
 
 // The schedule's plan skeleton (everything but the orders): resolves the schedule, checks the

@@ -152,7 +152,6 @@ BruteForce brute_force(const std::vector<LayerKind>& layers, int pp, int vpp,
   co.vpp = vpp;
   co.schedule = schedule;
   co.microbatches = m;
-  co.lower = false;
   Plan plan = compile(co);
   BruteForce out;
   for_each_split(n, S, [&](const std::vector<int>& cuts) {
@@ -322,7 +321,6 @@ TEST(BalanceRealLayouts, DeepSeekV3AtLeastAsGoodAsTheManualSplit) {
   co.pp = 16;
   co.schedule = "Interleaved1F1B";
   co.microbatches = 64;
-  co.lower = false;
   EXPECT_DOUBLE_EQ(simulate(lower_for_model(compile(co), o.cost), o.cost).makespan, got.makespan);
 }
 

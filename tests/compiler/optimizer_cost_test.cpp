@@ -56,7 +56,6 @@ Plan compiled(const std::string& schedule, int m = 6) {
   o.pp = 2;
   o.schedule = schedule;
   o.microbatches = m;
-  o.lower = false;
   return compile(o);
 }
 
@@ -101,7 +100,6 @@ TEST(OptimizerCost, MergesSumItAndCutsShareIt) {
   o.pp = 2;
   o.schedule = "1F1B";
   o.microbatches = 2;
-  o.lower = false;
   const auto merged = stage_costs(compile(o), m);
   EXPECT_DOUBLE_EQ(merged[0].optimizer, 6 + 1 + 1);
   EXPECT_DOUBLE_EQ(merged[1].optimizer, 6);

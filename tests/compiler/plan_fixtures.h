@@ -6,6 +6,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
+#include "compiler/lower_send_recv.h"
 #include "compiler/schedule.h"
 
 namespace pptest {
@@ -27,8 +28,7 @@ inline ppc::Plan generated_plan(const std::string& schedule, int pp, int vpp, in
   o.pp = pp;
   o.schedule = schedule;
   o.microbatches = m;
-  o.lower = lower;
-  return ppc::compile(o);
+  return lower ? ppc::lower_send_recv(ppc::compile(o)) : ppc::compile(o);
 }
 
 // A cost model with every term set: unequal F, B and W, activations, parameters, message latency

@@ -134,7 +134,6 @@ TEST(Cli, OutputsWrittenBesideVerificationEqualTheEmitters) {
     co.pp = size.pp;
     co.schedule = "Interleaved1F1B";
     co.microbatches = size.microbatches;
-    co.lower = false;
     const ppc::VerifiedPlan checked =
         ppc::verify_and_lower_or_throw(ppc::compile(co), ppc::CostModel{}, "");
     std::ostringstream table, csv, json;

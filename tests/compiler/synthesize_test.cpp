@@ -115,7 +115,6 @@ std::vector<Plan> named_plans(const Config& c) {
     co.pp = c.pp;
     co.schedule = info.name;
     co.microbatches = c.m;
-    co.lower = false;
     try {
       out.push_back(compile(co));
     } catch (const UserError&) {
@@ -211,7 +210,6 @@ TEST(LowerBound, NoPlanSimulatesBelowIt) {
         co.pp = c.pp;
         co.schedule = info.name;
         co.microbatches = c.m;
-        co.lower = false;
         if (info.copies == 2 && c.layout.num_stages() != c.pp) continue;
         try {
           check(compile(co), cc.cost, what + " " + info.name);

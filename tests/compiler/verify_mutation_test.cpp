@@ -28,6 +28,7 @@
 #include "compiler/csv.h"
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
+#include "compiler/lower_send_recv.h"
 #include "compiler/plan_json.h"
 #include "compiler/schedule.h"
 #include "compiler/verify.h"
@@ -76,7 +77,8 @@ std::vector<Base> base_plans(const Scale& sc) {
           o.schedule = info.name;
           o.microbatches = m;
           try {
-            out.push_back({fmt::format("{} pp{} vpp{} m{}", info.name, pp, vpp, m), compile(o)});
+            out.push_back({fmt::format("{} pp{} vpp{} m{}", info.name, pp, vpp, m),
+                           lower_send_recv(compile(o))});
           } catch (const ppc::UserError&) {
             // this schedule does not run this configuration
           }

@@ -106,7 +106,6 @@ ppc::Plan compile_model(const Options& o, std::pair<ppc::Layout, bool> model,
   co.vpp = vpp;
   co.schedule = o.schedule;
   co.microbatches = o.microbatches;
-  co.lower = false;
   co.cost = &cost;
   co.memory_limit = limit;
   return ppc::compile(co);

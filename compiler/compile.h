@@ -34,11 +34,20 @@ inline constexpr int kMaxMicrobatches = 1 << 20;
 inline constexpr long long kMaxComputeActions = 64LL << 20;
 
 // Checks the options, places the layout and generates the schedule's compute order (the plan is
-// not lowered). Throws UserError for anything the user must change.
+// not lowered): generate(plan_skeleton(opts, resolve_schedule(opts.schedule)), opts, ...). Throws
+// UserError for anything the user must change.
 Plan compile(const CompileOptions& opts);
 
-// The schedule's plan skeleton (everything but the orders): resolves the schedule, checks the
-// vpp rule and builds the placement. Used by compile() and by importers.
+// compile()'s steps, for a driver that runs them one by one (ppcompile's, which can show the plan
+// after each):
+// The row of the schedule table named `name` (or one of its aliases); UserError naming --schedule
+// when there is none.
+const ScheduleInfo& resolve_schedule(const std::string& name);
+// The schedule's plan skeleton (everything but the orders): checks the options and the vpp rule
+// and builds the placement. Also used by importers.
 Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info);
+// The skeleton with the schedule's compute order. A synthesized schedule (Auto) makes its plan
+// from the options anew, and may place its stages otherwise than the skeleton does.
+Plan generate(Plan skeleton, const CompileOptions& opts, const ScheduleInfo& info);
 
 }  // namespace ppc

@@ -1,5 +1,6 @@
 // ppcompile: compiles a layout and a schedule into a verified per-rank plan and emits it.
 // Thin: parses flags, runs the library's passes in order, writes the output.
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -30,6 +31,10 @@ int run(Options o) {
     output.commit();
     return 0;
   }
+  if (!o.dump_after.empty() && (o.autotune || (o.compare && !o.balance)))
+    throw ppc::UserError(fmt::format("shows the passes of one plan; {} compiles many",
+                                     o.autotune ? "--autotune" : "--compare"),
+                         ppc::input_location("--dump-after"));
   if (o.autotune) return run_autotune(o);
   if (!o.microbatches_text.empty())
     o.microbatches = ppc::parse_microbatch_count(o.microbatches_text);
@@ -135,6 +140,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--memory-limit", o.memory_limit,
                  "Memory per rank (bytes, or 80GiB, 80GB...; activation units under unit costs)");
+  app.add_option("--dump-after", o.dump_after,
+                 "Debugging: write the IR after each pass named to stderr (parse, place, "
+                 "generate, lower, verify, simulate; a list: generate,lower)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kPasses));
   compare->excludes(csv)->excludes(js);
   if (auto stop = parse_flags(app, argc, argv, "ppcompile")) return *stop;
   try {

@@ -59,14 +59,10 @@ int run_compare(const Options& o) {
   return 0;
 }
 
-ppc::BalanceResult run_balance(const Options& o, const ppc::CostModel& cost,
+ppc::BalanceResult run_balance(const Options& o, ppc::Layout layout, const ppc::CostModel& cost,
                                std::optional<double> limit) {
-  require_layout(o, "--balance", "re-splits");
-  if (o.compare)
-    throw ppc::UserError("--compare takes the layout as given; --autotune balances every schedule",
-                         ppc::input_location("--balance"));
   ppc::BalanceOptions bo;
-  bo.layout = model_to_split(o);
+  bo.layout = std::move(layout);
   require_sizes(o, true);
   bo.pp = o.pp;
   if (o.vpp != -1) bo.vpp = o.vpp;

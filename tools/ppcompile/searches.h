@@ -15,8 +15,9 @@ namespace ppcompile {
 // --from-json with it). Returns the exit code.
 int run_compare(const Options& o);
 
-// --balance: the model's layers split again for the schedule (balance.h).
-ppc::BalanceResult run_balance(const Options& o, const ppc::CostModel& cost,
+// --balance: the layers of `layout` (the model, parsed and checked: the driver's parse) split
+// again for the schedule (balance.h).
+ppc::BalanceResult run_balance(const Options& o, ppc::Layout layout, const ppc::CostModel& cost,
                                std::optional<double> limit);
 
 // --autotune: the table of the best configurations, or the winner emitted like any plan.

@@ -294,6 +294,7 @@ constexpr double unit_cost_of(ActionKind k) {
 
 // The kinds a predicate holds for, one bit each: the predicates below test a bit (they run per
 // action in every pass, over millions of actions).
+static_assert(kNumActionKinds <= 32, "kinds_where keeps one bit per kind in a uint32_t");
 template <class Pred>
 constexpr uint32_t kinds_where(Pred pred) {
   uint32_t bits = 0;

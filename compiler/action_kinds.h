@@ -11,6 +11,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 namespace ppc {
 
@@ -282,6 +284,20 @@ constexpr Flow flow_of(ActionKind k) {
 }
 constexpr ActionKind match_of(ActionKind k) {
   return kHot[static_cast<size_t>(k)].match;
+}
+
+// Calls f(std::integral_constant<ActionKind, K>{}) for the kind k = K, so that f may read K's row
+// as constants (`if constexpr`) and compile to what one case of a switch on the kind would: for
+// the passes that run per action over millions of them.
+template <class F>
+constexpr void visit_kind(ActionKind k, F&& f) {
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (void)((k == static_cast<ActionKind>(I)
+                ? (f(std::integral_constant<ActionKind, static_cast<ActionKind>(I)>{}), true)
+                : false) ||
+           ...);
+  }
+  (std::make_index_sequence<kNumActionKinds>{});
 }
 inline constexpr std::array<double, kNumActionKinds> kUnitCost = [] {
   std::array<double, kNumActionKinds> out{};

@@ -43,28 +43,20 @@ struct Need {
 template <class Fn>
 void for_each_need(const Plan& plan, const Action& a, Fn&& fn) {
   const int s = a.stage, mb = a.microbatch;
-  if (const Event after = after_of(a.kind); after != Event::None) fn(Need{after, s, mb});
-  // One branch per flow, so that each reads its FlowInfo as constants (this runs for every action
-  // of every replay).
-  auto consume = [&](auto flow) {
-    constexpr FlowInfo in = flow_info(decltype(flow)::value);
-    const int from = in.to_next ? plan.prev_stage(s) : plan.next_stage(s);  // where it comes from
-    if (from < 0) return;
-    if (plan.rank_of(from) == plan.rank_of(s))
-      fn(Need{in.local, from, mb});
-    else
-      fn(Need{in.received, s, mb});
-  };
-  switch (input_of(a.kind)) {
-    case Flow::Forward:
-      consume(std::integral_constant<Flow, Flow::Forward>{});
-      return;
-    case Flow::Backward:
-      consume(std::integral_constant<Flow, Flow::Backward>{});
-      return;
-    case Flow::None:
-      return;
-  }
+  // The kind's row as constants (this runs for every action of every replay).
+  visit_kind(a.kind, [&](auto kind) {
+    constexpr KindHot k = kHot[static_cast<size_t>(decltype(kind)::value)];
+    if constexpr (k.after != Event::None) fn(Need{k.after, s, mb});
+    if constexpr (k.input != Flow::None) {
+      constexpr FlowInfo in = flow_info(k.input);
+      const int from = in.to_next ? plan.prev_stage(s) : plan.next_stage(s);  // where it comes from
+      if (from < 0) return;
+      if (plan.rank_of(from) == plan.rank_of(s))
+        fn(Need{in.local, from, mb});
+      else
+        fn(Need{in.received, s, mb});
+    }
+  });
 }
 
 // The stage and kind of the matching communication action, and the rank it lives on.

@@ -13,8 +13,14 @@
 namespace ppc {
 
 double unit_cost(const Action& a) {
+  // The kind's row as a constant; a compound action's parts' rows.
   double cost = 0;
-  for_each_part(a, [&](const Action& p) { cost += unit_cost_of(p.kind); });
+  visit_kind(a.kind, [&](auto kind) {
+    if constexpr (constexpr ActionKind k = decltype(kind)::value; is_compound(k))
+      cost = unit_cost_of(ActionKind::F) + unit_cost_of(a.sub_kind);
+    else
+      cost = unit_cost_of(k);
+  });
   return cost;
 }
 

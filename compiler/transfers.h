@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "compiler/action.h"
@@ -46,12 +47,26 @@ struct CrossRank {
   // The transfer a plain compute part of `rank` needs, if its output goes to another rank (the
   // next stage is s + 1 and the previous s - 1 whenever they exist).
   std::optional<Transfer> transfer(int rank, const Action& part) const {
-    const int q = peer(part);
-    if (q < 0) return std::nullopt;
     const int s = part.stage, mb = part.microbatch;
-    const FlowInfo& f = flow_info(flow_of(part.kind));
-    const int to = f.to_next ? s + 1 : s - 1;
-    return Transfer{Action::comm(f.send, s, mb, q), Action::comm(f.recv, to, mb, rank), q};
+    // One branch per flow, so that each reads its FlowInfo as constants (this runs for every
+    // compute action lowering places).
+    auto of_flow = [&](auto flow, int q) -> std::optional<Transfer> {
+      if (q < 0) return std::nullopt;
+      constexpr FlowInfo f = flow_info(decltype(flow)::value);
+      const int to = f.to_next ? s + 1 : s - 1;
+      return Transfer{Action::comm(f.send, s, mb, q), Action::comm(f.recv, to, mb, rank), q};
+    };
+    switch (flow_of(part.kind)) {
+      case Flow::Forward:
+        return of_flow(std::integral_constant<Flow, Flow::Forward>{},
+                       forward[static_cast<size_t>(s)]);
+      case Flow::Backward:
+        return of_flow(std::integral_constant<Flow, Flow::Backward>{},
+                       backward[static_cast<size_t>(s)]);
+      case Flow::None:
+        break;
+    }
+    return std::nullopt;
   }
 };
 

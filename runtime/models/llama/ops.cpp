@@ -434,15 +434,28 @@ const at::Tensor& FusedWeight::of(const std::vector<at::Tensor*>& ps,
   for (size_t i = 0; fresh && i < ps.size(); ++i)
     fresh = ps[i]->data_ptr() == data[i] && ps[i]->_version() == versions[i];
   if (fresh) return w;
+  // Made again in place where the copy already has the weights' shape, dtype and device (after an
+  // optimizer step: each weight converted into its rows, no concatenated temporary, the buffer's
+  // address kept); otherwise anew.
+  int64_t rows = 0;
+  for (const at::Tensor* p : ps) rows += p->size(0);
+  const bool in_place = w.defined() && w.scalar_type() == type &&
+                        w.device() == ps.front()->device() && w.dim() == ps.front()->dim() &&
+                        w.size(0) == rows && w.sizes().slice(1) == ps.front()->sizes().slice(1);
   std::vector<at::Tensor> ws;
   data.clear();
   versions.clear();
+  int64_t first = 0;
   for (const at::Tensor* p : ps) {
-    ws.push_back(p->detach());
+    if (in_place)
+      w.narrow(0, first, p->size(0)).copy_(p->detach());
+    else
+      ws.push_back(p->detach());
+    first += p->size(0);
     data.push_back(p->data_ptr());
     versions.push_back(static_cast<int64_t>(p->_version()));
   }
-  w = ws.size() == 1 ? ws.front().to(type) : at::cat(ws).to(type);
+  if (!in_place) w = ws.size() == 1 ? ws.front().to(type) : at::cat(ws).to(type);
   return w;
 }
 

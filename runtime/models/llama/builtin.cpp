@@ -15,6 +15,7 @@
 #include "compiler/diagnostic.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/cli.h"
+#include "runtime/model/kernel_choice.h"
 #include "runtime/model/precision.h"
 #include "runtime/models/llama/architecture.h"
 
@@ -136,6 +137,21 @@ at::Tensor embed(const Common& c, at::Tensor* w, const at::Tensor& ids, WeightWo
 const AttentionConsts& attn_of(Common& c, BuiltinModule& m, const at::Tensor& x) {
   if (!m.attn || m.attn->cos.device() != x.device()) m.attn = c.attention_on(x.device());
   return *m.attn;
+}
+
+// PPRUN_KERNELS's choice for this model's operations (kernel_choice.h).
+Kernels kernels_of(KernelChoice k) {
+  switch (k) {
+    case KernelChoice::Generic:
+      return Kernels::Generic;
+    case KernelChoice::Fused:
+      return Kernels::Fused;
+    case KernelChoice::FusedCudnn:
+      return Kernels::FusedCudnn;
+    case KernelChoice::Auto:
+      break;
+  }
+  return Kernels::Auto;
 }
 
 }  // namespace
@@ -294,7 +310,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType d
 ModelSource builtin_source() {
   ModelSource s;
   s.make = [](const ModelConfig& c, Precision p) {
-    return builtin_model(c, Kernels::Auto, compute_dtype(p));
+    return builtin_model(c, kernels_of(kernel_choice_from_env()), compute_dtype(p));
   };
   s.family = "pprun";
   s.sized = true;

@@ -397,6 +397,45 @@ TEST(Model, FusedCpuLoopsGiveWhatAtenOperationsGive) {
   }
 }
 
+// LibTorch's fused entry points (Kernels::Fused: RMSNorm by at::_fused_rms_norm, attention by
+// the CPU flash kernel with its backward; what GPUs run by default) against the CPU's own paths
+// (Auto), on a whole model with MTP, in fp32 and bf16: the same loss and gradients (fp32 to
+// rounding; bf16 within the tolerances of Bf16FollowsFp32AndEveryPathAgrees below), with the full
+// backward (B) and with I then W, whose gradients are B's bit for bit.
+TEST(Model, FusedEntryPointsGiveWhatTheCpuPathsGive) {
+  const ModelConfig c = small_config();
+  const at::Tensor tk = tokens(c, 3);
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const bool bf16 = dtype == at::kBFloat16;
+    std::map<std::string, at::Tensor> grads[2][2];  // [split][auto, fused]
+    double loss[2][2];
+    for (const bool split : {false, true}) {
+      for (int i = 0; i < 2; ++i) {
+        auto m =
+            build("EttmL", c, 7, 0.3, i == 0 ? pprt::Kernels::Auto : pprt::Kernels::Fused, dtype);
+        WeightWork work;
+        const at::Tensor l = m[0].forward(at::Tensor(), tk, 0, &work, nullptr);
+        work.set_deferring(split);
+        l.backward();
+        work.run();
+        loss[split][i] = l.item<double>();
+        for (auto& p : m.params()) grads[split][i][p.name] = p.tensor.grad().clone();
+      }
+      EXPECT_NEAR(loss[split][1], loss[split][0], (bf16 ? 1e-2 : 1e-5) * loss[split][0]);
+      for (const auto& [name, g] : grads[split][0]) {
+        const at::Tensor& f = grads[split][1].at(name);
+        EXPECT_EQ(f.scalar_type(), at::kFloat) << name;
+        const double scale = g.abs().max().item<double>() + 1e-6;
+        EXPECT_LE((f - g).abs().max().item<double>(), (bf16 ? 0.1 : 1e-4) * scale)
+            << name << " (" << dtype << ", split " << split << ")";
+      }
+    }
+    EXPECT_EQ(loss[1][1], loss[0][1]);  // the same forward
+    for (const auto& [name, g] : grads[0][1])
+      EXPECT_TRUE(at::equal(g, grads[1][1].at(name))) << name << ": I then W is not B";
+  }
+}
+
 // Qwen2's q/k/v biases (ModelConfig::qkv_bias): zeros at the start, and, once set, the loss and
 // every gradient (biases included) equal the Reference's through autograd, with the full backward
 // (B), with I then W (the biases' gradients deferred into W), and with the gradients returned to

@@ -126,6 +126,10 @@ for p in "${PLANS[@]}"; do
 done
 
 # 3. Alternating rounds (the order rotates by one plan per round).
+# A metrics file's whole lines (docs/pprun.md, Outputs: not a last line without its newline).
+complete_lines() {
+  if [ -n "$(tail -c 1 "$1")" ]; then sed '$d' "$1"; else cat "$1"; fi
+}
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan";
   else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 n=${#PLANS[@]}
@@ -138,7 +142,9 @@ for ((r = 1; r <= REPS; r++)); do
       echo "synth_real: $p failed in round $r:"; tail -5 "$OUT/$p.r$r.log"; exit 1
     fi
     # The median step time of the run (steps 2..N).
-    tail -n +2 "$OUT/$p.r$r.jsonl" | sed 's/.*"step_time_s":\([0-9.eE+-]*\).*/\1/' | median \
+    # (whole lines: a last line without its newline would be one a killed run left half-written)
+    complete_lines "$OUT/$p.r$r.jsonl" | tail -n +2 |
+      sed 's/.*"step_time_s":\([0-9.eE+-]*\).*/\1/' | median \
       > "$OUT/$p.r$r.median"
     # pprun's end-of-run check: the measured schedule time over the plan simulated from the run's
     # own measured times under the transport's message model (docs/cost-model.md).

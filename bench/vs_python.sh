@@ -99,7 +99,7 @@ if [ $CHECK = 1 ]; then
   STEPS=5 run_python "$OUT/check-python.log"
   "$PY" - "$OUT/check-reference.jsonl" "$OUT/check-python.log" <<'EOF'
 import json, re, sys
-ref = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+ref = [json.loads(l)["loss"] for l in open(sys.argv[1]) if l.endswith("\n")]  # whole lines
 py = [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ loss (\S+)", open(sys.argv[2]).read(), re.M)]
 worst = max(abs(a - b) / abs(a) for a, b in zip(ref, py)) if py else float("inf")
 for i, (a, b) in enumerate(zip(ref, py)):
@@ -171,7 +171,8 @@ for line in open(sys.argv[1]):
         per = [(float(t), float(k)) for t, k in
                re.findall(r"^step \d+/\d+ .*step-time (\S+) s tok/s (\S+)", text, re.M)]
     else:
-        per = [(j["step_time_s"], j["tokens_per_s"]) for j in map(json.loads, open(path))]
+        per = [(j["step_time_s"], j["tokens_per_s"])
+               for j in (json.loads(l) for l in open(path) if l.endswith("\n"))]
     per = per[1:]  # steps 2..N
     if len(per) != steps - 1:
         print(f"   warning: {path}: {len(per) + 1} steps reported, expected {steps}")

@@ -175,7 +175,7 @@ for line in open(sys.argv[1]):
     if rc != "0":
         failed += 1
         continue
-    lines = [json.loads(x) for x in open(metrics)]
+    lines = [json.loads(x) for x in open(metrics) if x.endswith("\n")]  # whole lines only
     per = [j for j in lines if "step" in j]
     r = {"rep": rep, "loss": per[-1]["loss"], "losses": [j["loss"] for j in per]}
     timed = per[1:]

@@ -60,8 +60,18 @@ foreach(lib ${TORCH_LIBRARY} ${c10_LIBRARY})
                         "remove ${CMAKE_BINARY_DIR}/CMakeCache.txt)")
   endif()
 endforeach()
+# The versions pprun is compiled against (docs/building.md, "Which LibTorch"): 2.13 (.venv's CPU
+# build: the whole test suite) and 2.11 (the package index's CUDA build: every object compiled by
+# scripts/torch-compile-check.sh; built and run at pp 1 on a GPU by issue 38's session). Older than
+# 2.2 cannot work (AdamW's state keyed by TensorImpl*); others may, unchecked.
 if(Torch_VERSION VERSION_LESS 2.2)
-  message(FATAL_ERROR "pprun needs LibTorch 2.2 or newer; ${Torch_DIR} is ${Torch_VERSION}")
+  message(FATAL_ERROR "pprun is compiled against LibTorch 2.11 and 2.13 (and cannot work with "
+                      "releases before 2.2); ${Torch_DIR} is ${Torch_VERSION}")
+endif()
+if(NOT Torch_VERSION MATCHES "^2\\.(11|13)\\.")
+  message(WARNING "LibTorch ${Torch_VERSION}: pprun is compiled against 2.11 and 2.13 only "
+                  "(docs/building.md, \"Which LibTorch\"); scripts/torch-compile-check.sh "
+                  "${Torch_VERSION} checks that it compiles against the CUDA build of another release")
 endif()
 
 # Gloo. PyTorch links Gloo statically into libtorch_cpu and its wheels ship no gloo/ headers, but

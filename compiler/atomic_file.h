@@ -1,5 +1,6 @@
 // Writing a file so that it appears under its name whole or not at all: ppcompile's -o, pprun's
-// metrics, trace and parameter dumps, the files of a checkpoint.
+// trace, profile and parameter dumps, the files of a checkpoint. (pprun's --metrics grows line by
+// line instead: runtime/output/metrics_file.h.)
 //
 // An AtomicFile is written beside its name (PATH.tmp.<pid>) and renamed into place by commit():
 // a reader sees the old file or the whole new one, never a part. Destroyed without commit() (an

@@ -59,11 +59,13 @@ struct TrainOptions {
 double learning_rate(const TrainOptions& o, int step);
 
 // Validation (--eval-data, docs/pprun.md "Validation"): forward-only passes of the plan over
-// held-out data after every `every` steps and after the last one.
+// held-out data after every `every` steps and after the last one; with --eval-only, once, of the
+// model as it starts (fresh, --init-from or --resume), and no step.
 struct EvalOptions {
   std::string data_path;  // empty: no evaluation (read with --data-format)
   int every = 0;          // also after every N steps; 0: only after the last
   int batches = 0;        // global batches per evaluation (resolved by make_job)
+  bool only = false;      // --eval-only: evaluate the starting model, train nothing, save nothing
   bool enabled() const { return !data_path.empty(); }
   // Whether to evaluate once `done` steps are done (`last`: the run's last step).
   bool due(int done, int last) const {
@@ -107,7 +109,11 @@ struct Job {
   EvalOptions eval;
   OutputOptions out;
   std::string device = "cpu";  // "cpu" or "cuda"
+  // How long a rank waits for a peer: `timeout` (--timeout) in the first step and outside the
+  // steps, `step_timeout` (--step-timeout; 0: ten times the slowest step, at least 10 s) in the
+  // steps after it (train/step_timeout.h).
   std::chrono::milliseconds timeout{300'000};
+  std::chrono::milliseconds step_timeout{0};
   int threads = 1;         // intra-op threads per rank
   int kill_rank = -1;      // fault injection (tests): this rank raises SIGKILL ...
   int64_t kill_step = -1;  // ... in the middle of this step (0-based) or of the save after it
@@ -115,6 +121,8 @@ struct Job {
     Step,    // in the middle of the step's actions
     Save,    // during the save after it: its model shard written, its optimizer shard not
     Commit,  // rank 0, committing that save: everything written, before the rename
+    Hang,    // or, instead of dying, stops in the middle of the step in a host call that never
+             // returns (its process and connections alive), as a CUDA call that hangs would
   } kill_at = KillAt::Step;
   int slow_rank = -1;      // fault injection (tests): this rank's compute actions take ...
   double slow_factor = 1;  // ... this many times as long (a straggler)

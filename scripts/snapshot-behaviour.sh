@@ -7,7 +7,7 @@
 # ppcompile: every --emit on several plans (table without colour, csv both ways, json, stats,
 # layout, layout-string, svg, dot, trace, html), --from-csv and --from-json round trips,
 # --compare, --balance, --autotune, and a few user errors (exit code and message).
-# pprun: the per-step losses and gradient norms (--metrics without its timing fields), the final
+# pprun and examples/gpt2: the per-step losses and gradient norms (--metrics without its timing fields), the final
 # parameters (--dump-params) and the checkpoint files, pipelined and --reference.
 # Everything written is deterministic; timings are dropped.
 set -euo pipefail
@@ -16,6 +16,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD=$(cd "${2:-$ROOT/build}" && pwd)
 PPC="$BUILD/tools/ppcompile/ppcompile"
 PPRUN="$BUILD/tools/pprun/pprun"
+GPT2="$BUILD/examples/gpt2/gpt2"  # a model of a user's own, through the library (docs/library.md)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$ROOT"
@@ -72,33 +73,43 @@ ppc err.schedule --layout 'Et|tL' --pp 2 --schedule Nope --microbatches 4
 ppc err.vpp --layout 'Et|t|t|tL' --pp 4 --schedule ZBV --microbatches 4
 ppc err.json --from-json /dev/null
 
-# pprun: losses, final parameters and checkpoints (timing fields dropped from the metrics).
+# pprun and examples/gpt2: losses, final parameters and checkpoints (timing fields dropped from the
+# metrics).
 RUNS=(
   "1f1b;--layout Ett|tt|tt|ttL --pp 4 --schedule 1F1B --microbatches 8;"
   "zbh2;--layout Ett|tt|tt|ttL --pp 4 --schedule ZB-H2 --microbatches 8;"
   "dualpipev-mtp;--layout Et|t|t|t|t|t|tm|L --pp 4 --schedule DualPipeV --microbatches 8;"
   "dualpipe-tied;--layout Et|tt|tt|tL --pp 4 --schedule DualPipe --microbatches 8;--tie-embeddings"
   "i1f1b-dp;--layout Et|tt|tt|tL --pp 2 --schedule Interleaved1F1B --microbatches 4;--dp 2"
+  "gpt2-1f1b;--layout Ett|tt|tt|ttL --pp 4 --schedule 1F1B --microbatches 8;;gpt2"
+  "gpt2-zbv;--layout Et|t|t|t|t|t|t|tL --pp 4 --schedule ZBV --microbatches 8;;gpt2"
 )
+# A metrics file's whole lines: a last line without its newline is one a run killed while writing
+# it left (docs/pprun.md, Outputs), not a line of the metrics.
+complete_lines() {
+  if [ -n "$(tail -c 1 "$1")" ]; then sed '$d' "$1"; else cat "$1"; fi
+}
 strip_timing() {
   # scalars (step_time_s, ...), per-rank arrays (compute_s) and the straggler object (which rank
   # was slowest, by how much): all timings
-  sed -E -e 's/,"(step_time_s|tokens_per_s|elapsed_s|[a-z_]*_time[a-z_]*|[a-z_]*seconds[a-z_]*|[a-z_]*_ms|[a-z_]*_s)":[-0-9.e+]+//g' \
-    -e 's/,"[a-z_]*_s":\[[-0-9.e+,]*\]//g' -e 's/,"straggler":\{[^}]*\}//g' "$1"
+  complete_lines "$1" | sed -E -e 's/,"(step_time_s|tokens_per_s|elapsed_s|[a-z_]*_time[a-z_]*|[a-z_]*seconds[a-z_]*|[a-z_]*_ms|[a-z_]*_s)":[-0-9.e+]+//g' \
+    -e 's/,"[a-z_]*_s":\[[-0-9.e+,]*\]//g' -e 's/,"straggler":\{[^}]*\}//g'
 }
 checksums() {  # every file under a directory, by relative path, with its sha256
   (cd "$1" && find . -type f | LC_ALL=C sort | xargs sha256sum)
 }
 for entry in "${RUNS[@]}"; do
-  IFS=';' read -r name plan extra <<<"$entry"
+  IFS=';' read -r name plan extra program <<<"$entry"
+  run=$PPRUN
+  [ "${program:-}" = gpt2 ] && run=$GPT2
   read -r -a pargs <<<"$plan"
   read -r -a xargs_ <<<"$extra"
   dir="$OUT/run.$name"
   mkdir -p "$dir"
   "$PPC" "${pargs[@]}" --emit json -o "$dir/plan.json"
-  "$PPRUN" --plan "$dir/plan.json" --steps 4 --global-batch 8 "${xargs_[@]}" --progress none \
+  "$run" --plan "$dir/plan.json" --steps 4 --global-batch 8 "${xargs_[@]}" --progress none \
     --metrics "$dir/m.jsonl" --dump-params "$dir/params" --save "$dir/ckpt" >/dev/null 2>&1
-  "$PPRUN" --plan "$dir/plan.json" --steps 4 --global-batch 8 "${xargs_[@]}" --progress none \
+  "$run" --plan "$dir/plan.json" --steps 4 --global-batch 8 "${xargs_[@]}" --progress none \
     --reference --metrics "$dir/ref.jsonl" --dump-params "$dir/ref-params" >/dev/null 2>&1
   strip_timing "$dir/m.jsonl" >"$OUT/pprun.$name.metrics"
   strip_timing "$dir/ref.jsonl" >"$OUT/pprun.$name.ref-metrics"

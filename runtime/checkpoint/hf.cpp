@@ -90,6 +90,32 @@ const std::set<std::string> kHarmless = {"architectures",
                                          "attn_implementation",
                                          "_attn_implementation_autoset"};
 
+// Fields pprun reads into its model and --export --format hf writes from it, and bookkeeping of
+// the file that is not kept. Every other field of a config.json is kept as it is
+// (ModelConfig::hf_fields) and written back by the export.
+const std::set<std::string> kDerived = {"architectures",
+                                        "model_type",
+                                        "hidden_size",
+                                        "intermediate_size",
+                                        "num_hidden_layers",
+                                        "num_attention_heads",
+                                        "num_key_value_heads",
+                                        "head_dim",
+                                        "hidden_act",
+                                        "max_position_embeddings",
+                                        "rms_norm_eps",
+                                        "rope_theta",
+                                        "rope_parameters",
+                                        "rope_scaling",
+                                        "tie_word_embeddings",
+                                        "vocab_size",
+                                        "attention_bias",
+                                        "mlp_bias",
+                                        "dtype",
+                                        "torch_dtype"};
+const std::set<std::string> kBookkeeping = {"transformers_version", "_name_or_path", "name_or_path",
+                                            "_attn_implementation_autoset"};
+
 // Fields of mixtures of experts (named in the refusal).
 const std::set<std::string> kMoe = {
     "num_local_experts",     "num_experts",         "num_experts_per_tok",
@@ -184,6 +210,53 @@ void read_rope(ConfigReader& r, ModelConfig& c) {
   }
 }
 
+// The sliding window (ModelConfig::sliding_window, layer_types), as transformers reads it:
+// MistralForCausalLM's sliding_window (4096 when absent, MistralConfig's default; null: none) on
+// every layer (transformers ignores its layer_types); Qwen2ForCausalLM's only with
+// use_sliding_window, on the layers layer_types names sliding_attention (without layer_types: the
+// layers from max_window_layers on, 28 by default); LlamaForCausalLM has none (the fields, if
+// there, change nothing and are kept as they are).
+void read_window(ConfigReader& r, const std::string& type, int layers, ModelConfig& c) {
+  for (const char* k : {"sliding_window", "use_sliding_window", "max_window_layers", "layer_types"})
+    r.used.insert(k);
+  auto window = [&](int dflt) {
+    if (!r.j.contains("sliding_window")) return dflt;
+    const json& w = r.j.at("sliding_window");
+    if (w.is_null()) return 0;
+    if (!w.is_number_integer() || w.get<long long>() < 1 || w.get<long long>() > (1 << 24))
+      fail(r.file,
+           fmt::format("sliding_window: expected a positive integer or null, got {}", w.dump()));
+    return w.get<int>();
+  };
+  if (type == "mistral") c.sliding_window = window(4096);
+  if (type != "qwen2" || !r.boolean("use_sliding_window", false)) return;
+  c.sliding_window = window(4096);
+  if (c.sliding_window == 0) return;
+  if (r.has("layer_types")) {
+    const json& lt = r.j.at("layer_types");
+    if (!lt.is_array() || lt.size() != static_cast<size_t>(layers))
+      fail(r.file, fmt::format("layer_types: expected {} entries (num_hidden_layers), got {}",
+                               layers, lt.dump()));
+    for (const json& t : lt) {
+      if (t != "full_attention" && t != "sliding_attention")
+        fail(r.file, fmt::format("layer_types: {} is not supported (pprun's layers are "
+                                 "full_attention or sliding_attention)",
+                                 t.dump()));
+      c.layer_types.push_back(t.get<std::string>());
+    }
+    return;
+  }
+  int from = 28;  // Qwen2Config's max_window_layers
+  if (r.has("max_window_layers")) {
+    const json& m = r.j.at("max_window_layers");
+    if (!m.is_number_integer() || m.get<long long>() < 0 || m.get<long long>() > (1 << 24))
+      fail(r.file, fmt::format("max_window_layers: expected an integer from 0, got {}", m.dump()));
+    from = m.get<int>();
+  }
+  for (int k = 0; k < layers; ++k)
+    c.layer_types.push_back(k >= from ? "sliding_attention" : "full_attention");
+}
+
 std::pair<ModelConfig, int> read_config(const std::string& file, const std::string& text,
                                         int seq_len, std::string& architecture) {
   json j;
@@ -207,6 +280,12 @@ std::pair<ModelConfig, int> read_config(const std::string& file, const std::stri
       fail(file, fmt::format("architectures: '{}' is not supported (pprun reads "
                              "LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM)",
                              ppc::printable(a[0].get<std::string>())));
+    // transformers builds the model_type's class: the two must name one family.
+    if (r.has("model_type") && r.j.at("model_type") != family->model_type)
+      fail(file, fmt::format("architectures: [\"{}\"] and model_type: {} disagree (the model_type "
+                             "of {} is \"{}\")",
+                             family->architecture, r.j.at("model_type").dump(),
+                             family->architecture, family->model_type));
   } else if (r.has("model_type") && r.j.at("model_type").is_string()) {
     for (const Family& f : kFamilies)
       if (r.j.at("model_type") == f.model_type) family = &f;
@@ -256,34 +335,10 @@ std::pair<ModelConfig, int> read_config(const std::string& file, const std::stri
            fmt::format("attention_dropout: {} is not supported (pprun has no dropout)", d.dump()));
   }
   r.used.insert("attention_dropout");
-  // Sliding windows matter only when a sequence is longer than the window.
-  const bool sliding_used = type != "qwen2" || r.boolean("use_sliding_window", false);
-  r.used.insert("use_sliding_window");
-  r.used.insert("sliding_window");
-  if (sliding_used && r.has("sliding_window")) {
-    const json& w = r.at("sliding_window");
-    if (!w.is_number_integer() || w.get<long long>() < 1)
-      fail(file,
-           fmt::format("sliding_window: expected a positive integer or null, got {}", w.dump()));
-    if (w.get<long long>() < seq_len)
-      fail(file, fmt::format("sliding_window: {} is shorter than the sequence length {} "
-                             "(--seq-len), and pprun's attention has no sliding window",
-                             w.get<long long>(), seq_len));
-  }
-  if (r.has("layer_types")) {
-    const json& lt = r.at("layer_types");
-    if (!lt.is_array() || lt.size() != static_cast<size_t>(layers))
-      fail(file, fmt::format("layer_types: expected {} entries, got {}", layers, lt.dump()));
-    for (const json& t : lt)
-      if (t != "full_attention" && !(t == "sliding_attention" && !r.has("sliding_window")) &&
-          !(t == "sliding_attention" && r.j.at("sliding_window").is_number_integer() &&
-            r.j.at("sliding_window").get<long long>() >= seq_len))
-        fail(file, fmt::format("layer_types: {} is not supported (pprun's layers are "
-                               "full_attention)",
-                               t.dump()));
-  }
+  read_window(r, type, layers, c);
   for (const auto& item : j.items()) {
     const std::string& k = item.key();
+    if (!kDerived.count(k) && !kBookkeeping.count(k)) c.hf_fields[k] = item.value().dump();
     if (r.used.count(k) || kHarmless.count(k)) continue;
     if (kMoe.count(k))
       fail(file, fmt::format("{}: mixtures of experts are not supported", ppc::printable(k)));

@@ -1,16 +1,20 @@
 // Hugging Face model directories in and out (docs/huggingface.md). No LibTorch.
 //
-// In (pprun --init-from DIR): DIR/config.json of a LlamaForCausalLM or MistralForCausalLM (the
-// families and fields docs/huggingface.md lists; any field that would change the model and that
-// pprun does not implement is refused, naming it), and DIR/model.safetensors or the shards of
+// In (pprun --init-from DIR): DIR/config.json of a LlamaForCausalLM, MistralForCausalLM or
+// Qwen2ForCausalLM (the families and fields docs/huggingface.md lists, the sliding window
+// included; any field that would change the model and that pprun does not implement is refused,
+// naming it; the fields that do not change it are kept, ModelConfig::hf_fields), and
+// DIR/model.safetensors or the shards of
 // DIR/model.safetensors.index.json, in F32, BF16 or F16 (read as float32). Every tensor the model
 // needs is checked (present, shape, dtype) and every tensor the files hold must be one of the
 // model's, before anything runs; each problem is a ppc::UserError naming the file and the tensor
 // or field.
 //
-// Out (pprun --export CKPT OUT_DIR --format hf): config.json and model.safetensors (or shards
-// with model.safetensors.index.json above a size), which transformers'
-// AutoModelForCausalLM.from_pretrained loads with no missing or unexpected keys.
+// Out (pprun --export CKPT OUT_DIR --format hf): config.json (the model's fields, then the
+// source's kept ones, then the family's defaults) and model.safetensors (or shards with
+// model.safetensors.index.json above a size), which transformers'
+// AutoModelForCausalLM.from_pretrained loads with no missing or unexpected keys, as the model
+// pprun trained.
 //
 // Names: pprun's global parameter names (architecture.h) map one to one onto Hugging Face's
 // (embed.weight = model.embed_tokens.weight, layers.N.attn.wq.weight =
@@ -39,8 +43,8 @@ std::string hf_tensor_name(const std::string& pprun_name);
 // A Hugging Face model directory, its config read and its safetensors headers validated.
 class HfModel {
  public:
-  // Reads DIR/config.json (the model; `seq_len` is the training sequence length, which decides
-  // whether a sliding window matters) and opens the weight files. Throws ppc::UserError.
+  // Reads DIR/config.json (the model, at the training sequence length `seq_len`) and opens the
+  // weight files. Throws ppc::UserError.
   HfModel(const std::string& dir, int seq_len);
   ~HfModel();
   HfModel(HfModel&&) noexcept;

@@ -38,6 +38,53 @@ uint64_t parse_byte_size(const std::string& text, const std::string& flag) {
   return n * mult;
 }
 
+namespace {
+
+// The family a checkpoint's model is written as: the one it came from (--init-from), else Llama's,
+// Qwen2's where the q/k/v projections have biases (check_model_config keeps a Hugging Face family
+// and the biases in agreement), or Mistral's where every layer has a sliding window.
+std::string export_family(const ModelConfig& c) {
+  bool some_full = false;
+  for (const std::string& t : c.layer_types) some_full |= t == "full_attention";
+  const std::string family = !c.hf_family.empty() ? c.hf_family
+                             : c.qkv_bias         ? "qwen2"
+                             : c.sliding_window   ? "mistral"
+                                                  : "llama";
+  if (c.sliding_window > 0 && family == "llama")
+    fail("--export",
+         "the model has a sliding window (sliding_window), which Hugging Face's "
+         "LlamaForCausalLM does not have");
+  if (c.sliding_window > 0 && family == "mistral" && some_full)
+    fail("--export",
+         "the model has a sliding window on some layers only (layer_types), which "
+         "Hugging Face's MistralForCausalLM does not have (Qwen2ForCausalLM has, with "
+         "q/k/v biases: qkv_bias)");
+  return family;
+}
+
+// The fields a family's config class defines (transformers 5: LlamaConfig, MistralConfig,
+// Qwen2Config) that pprun's model does not decide, with the class's defaults: what the export
+// writes where the model came from no config.json that had them.
+nlohmann::ordered_json family_defaults(const std::string& family) {
+  nlohmann::ordered_json d{{"attention_dropout", 0.0},
+                           {"initializer_range", 0.02},
+                           {"use_cache", true},
+                           {"pad_token_id", nullptr}};
+  if (family == "qwen2") {
+    d["bos_token_id"] = nullptr;
+    d["eos_token_id"] = nullptr;
+    d["sliding_window"] = 4096;  // Qwen2Config's, which counts only with use_sliding_window
+    d["max_window_layers"] = 28;
+  } else {
+    d["bos_token_id"] = 1;
+    d["eos_token_id"] = 2;
+  }
+  if (family == "llama") d["pretraining_tp"] = 1;
+  return d;
+}
+
+}  // namespace
+
 HfExport export_hf(const std::string& path, const std::string& out_dir, TensorDtype dtype,
                    uint64_t max_shard_bytes) {
   PPC_INTERNAL_ASSERT(dtype == TensorDtype::F32 || dtype == TensorDtype::BF16,
@@ -54,9 +101,7 @@ HfExport export_hf(const std::string& path, const std::string& out_dir, TensorDt
     fail("--export", fmt::format("'{}' exists and is not an empty directory (nothing is "
                                  "overwritten)",
                                  out_dir));
-  // pprun's own models: Llama's family, or Qwen2's with q/k/v biases (check_model_config keeps
-  // a Hugging Face family and the biases in agreement).
-  const std::string family = !c.hf_family.empty() ? c.hf_family : c.qkv_bias ? "qwen2" : "llama";
+  const std::string family = export_family(c);
   HfExport result;
   for (const Family& f : kFamilies)
     if (family == f.model_type) result.architecture = f.architecture;
@@ -137,8 +182,30 @@ HfExport export_hf(const std::string& path, const std::string& out_dir, TensorDt
     cfg["attention_bias"] = false;
     cfg["mlp_bias"] = false;
   }
-  if (family == "mistral") cfg["sliding_window"] = nullptr;
-  if (family == "qwen2") cfg["use_sliding_window"] = false;
+  const int layers = layout.count(ppc::LayerKind::Decoder);
+  if (family == "mistral")
+    cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
+                                                 : nlohmann::ordered_json(nullptr);
+  if (family == "qwen2") {
+    cfg["use_sliding_window"] = c.sliding_window > 0;
+    std::vector<std::string> types;
+    int leading_full = 0;  // max_window_layers, which transformers before layer_types reads
+    for (int k = 0; k < layers; ++k) {
+      types.push_back(c.window_of(k) > 0 ? "sliding_attention" : "full_attention");
+      if (k == leading_full && c.window_of(k) == 0) ++leading_full;
+    }
+    if (c.sliding_window > 0) {
+      cfg["sliding_window"] = c.sliding_window;
+      if (!c.hf_fields.count("max_window_layers")) cfg["max_window_layers"] = leading_full;
+    }
+    cfg["layer_types"] = types;
+  }
+  // Then the source's other fields (--init-from's config.json), else the family's defaults.
+  for (const auto& [name, value] : c.hf_fields)
+    if (!cfg.contains(name)) cfg[name] = nlohmann::ordered_json::parse(value);
+  const nlohmann::ordered_json defaults = family_defaults(family);
+  for (const auto& [name, value] : defaults.items())
+    if (!cfg.contains(name)) cfg[name] = value;
 
   // Everything into a temporary directory beside OUT_DIR, then one rename.
   const fs::path out = fs::absolute(out_dir, ec);

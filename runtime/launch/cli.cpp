@@ -106,6 +106,11 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
   eval->add_option("--eval-batches", o.eval_batches,
                    "Global batches of held-out sequences per evaluation (default: the whole "
                    "batches the file holds, 1 to 20)");
+  eval->add_flag("--eval-only", o.eval_only,
+                 std::string("Evaluate the model as it starts (") +
+                     (builtin ? "fresh, --init-from or --resume" : "fresh or --resume") +
+                     ") on --eval-data once, and train nothing: no optimizer step, no checkpoint "
+                     "written");
 
   auto* out = app.add_option_group("output");
   out->add_option("--metrics", o.out.metrics_path, "Write JSON lines per step to FILE");
@@ -166,13 +171,20 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
   exec->add_option("--device", o.device, "cpu (Gloo) or cuda (NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  exec->add_option("--timeout", o.timeout_s, "Seconds a rank waits for a peer before giving up")
+  exec->add_option("--timeout", o.timeout_s,
+                   "Seconds a rank waits for a peer before giving up, in the first step (and "
+                   "the one after a save or an evaluation) and outside the steps")
+      ->capture_default_str();
+  exec->add_option("--step-timeout", o.step_timeout_s,
+                   "Seconds a rank waits for a peer in the other steps (default 0: ten times the "
+                   "slowest step so far, at least 10 s, at most --timeout)")
       ->capture_default_str();
   exec->add_option("--threads", o.threads,
                    "Intra-op threads per rank (default: cores / ranks on this machine)");
   app.add_option("--fault-kill", o.fault_kill,
                  "Testing: rank R kills itself (SIGKILL) in the middle of step S (R:S), or "
-                 "during the save after it (R:S:save, R:S:commit)")
+                 "during the save after it (R:S:save, R:S:commit), or hangs there in a host call "
+                 "that never returns (R:S:hang)")
       ->group("");  // hidden
   app.add_option("--fault-slow", o.fault_slow,
                  "Testing: rank R's compute actions take F times as long (R:F), a straggler")

@@ -274,8 +274,8 @@ struct FailureWatch::State {
   std::mutex m;
   std::condition_variable cv;
   bool stop = false;
-  std::vector<std::string> remove_on_stop;
   std::shared_ptr<const RankHosts> hosts;
+  std::function<std::string()> where, overdue;  // set_where()
 };
 
 FailureWatch::FailureWatch(Store* store, int rank, int world, std::chrono::milliseconds grace,
@@ -298,6 +298,16 @@ void FailureWatch::set_hosts(RankHosts hosts) {
   state_->hosts = std::make_shared<const RankHosts>(std::move(hosts));
 }
 
+void FailureWatch::set_where(std::function<std::string()> describe,
+                             std::function<std::string()> overdue) {
+  {
+    std::lock_guard<std::mutex> lock(state_->m);
+    state_->where = std::move(describe);
+    state_->overdue = std::move(overdue);
+  }
+  if (state_->store && !thread_.joinable() && !state_->stop) thread_ = std::thread(loop, state_);
+}
+
 std::shared_ptr<const RankHosts> FailureWatch::hosts() const {
   std::lock_guard<std::mutex> lock(state_->m);
   return state_->hosts;
@@ -305,11 +315,6 @@ std::shared_ptr<const RankHosts> FailureWatch::hosts() const {
 
 void FailureWatch::main_failing() {
   state_->main_failing = true;
-}
-
-void FailureWatch::remove_on_stop(const std::string& path) {
-  std::lock_guard<std::mutex> lock(state_->m);
-  state_->remove_on_stop.push_back(path);
 }
 
 void FailureWatch::stop() {
@@ -332,10 +337,20 @@ void FailureWatch::loop(std::shared_ptr<State> s) {
   constexpr auto kNotice = std::chrono::milliseconds(1000);
   std::unique_lock<std::mutex> lock(s->m);
   std::string cause;
+  bool stuck = false;
   for (;;) {
     if (s->cv.wait_for(lock, kPoll, [&] { return s->stop; })) return;
     const auto asked = Clock::now();
+    const auto overdue = s->overdue;
     lock.unlock();
+    const std::string late = overdue ? overdue() : "";
+    if (!late.empty()) {
+      cause = "stuck in a host call longer than the step's timeout allows";
+      report_failure(s->store, s->rank, fmt::format("{}: {}", cause, late));
+      lock.lock();
+      stuck = true;
+      break;
+    }
     bool failure = false, lost_store = false;
     try {
       failure = s->store->check({"first-failure"});
@@ -361,15 +376,27 @@ void FailureWatch::loop(std::shared_ptr<State> s) {
     lock.lock();
     if (s->cv.wait_for(lock, kNotice, [&] { return s->stop; }) || s->main_failing) return;
     const auto hosts = s->hosts;
+    const auto where = s->where;
     lock.unlock();
-    cause = diagnose_lost_rank(s->store, s->rank, s->world, "waiting for its peers", s->grace,
+    cause = diagnose_lost_rank(s->store, s->rank, s->world,
+                               where ? "stopped at " + where() : "waiting for its peers", s->grace,
                                hosts.get());
     lock.lock();
   }
   if (s->stop || s->main_failing) return;
-  std::fprintf(stderr, "%s: rank %d: %s; it was stopped while waiting for its peers\n",
-               program_name().c_str(), s->rank, cause.c_str());
-  for (const std::string& path : s->remove_on_stop) std::remove(path.c_str());
+  const auto where = s->where;
+  lock.unlock();
+  const std::string at = where ? where() : "";
+  if (stuck)
+    std::fprintf(stderr, "%s: rank %d: %s: it was stopped at %s\n", program_name().c_str(), s->rank,
+                 cause.c_str(), at.c_str());
+  else if (!at.empty())
+    std::fprintf(stderr, "%s: rank %d: %s; it was stopped at %s\n", program_name().c_str(), s->rank,
+                 cause.c_str(), at.c_str());
+  else
+    std::fprintf(stderr, "%s: rank %d: %s; it was stopped while waiting for its peers\n",
+                 program_name().c_str(), s->rank, cause.c_str());
+  lock.lock();
   if (s->hosts_store) linger_for_reports(s->store, s->world, s->grace);
   std::fflush(stdout);
   std::fflush(stderr);

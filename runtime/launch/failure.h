@@ -14,12 +14,17 @@
 //    cause;
 //  - a rank that cannot reach the store (its host, or the network to it, is down: the store's
 //    operations would block for the store's whole timeout) gives up on it after the grace period
-//    and names the ranks that run on the store's host (RankHosts) as lost.
+//    and names the ranks that run on the store's host (RankHosts) as lost;
+//  - a rank whose own thread is stuck in a host call that has no timeout of its own (a CUDA call
+//    that does not return) is stopped by its watch once that call outlasts the step's timeout
+//    (set_where: the watch asks where the thread is), as a failure of its own.
+// Every line a stopped rank prints says where it was in its plan (train/where.h).
 // No LibTorch.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -84,13 +89,16 @@ class FailureWatch {
 
   // Where the ranks run (once gathered), for the verdicts.
   void set_hosts(RankHosts hosts);
+  // Where the rank's thread is: `describe` says it (the lines printed when the watch stops the
+  // rank end with it); `overdue` says it when its current host call has outlasted its limit, else
+  // "". Both are called from the watch's thread and must be safe to call from there and to
+  // outlive the caller (capture what they use by shared_ptr). With them the watch also runs for a
+  // job of one rank.
+  void set_where(std::function<std::string()> describe, std::function<std::string()> overdue);
   std::shared_ptr<const RankHosts> hosts() const;
   // The rank's own thread has failed and reports it itself: the watch stands down (and is not
   // waited for: it may be blocked in a store that does not answer).
   void main_failing();
-  // A file to remove if the watch stops the rank (it exits without unwinding: temporary files of
-  // outputs that are written atomically).
-  void remove_on_stop(const std::string& path);
   void stop();
 
  private:

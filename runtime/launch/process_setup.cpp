@@ -56,6 +56,10 @@ GpuPlacement place_on_gpu(int rank, int local_rank, int local_world, int device_
       std::strcmp(share, "") != 0)
     fail("environment", fmt::format("{} must be 0 or 1 (got '{}')", kShareGpuVariable, share));
   p.shared = share && std::strcmp(share, "1") == 0;
+  // NCCL connects a communicator's rings and trees at its first collective unless told to at its
+  // creation: a first all-reduce in the middle of a step (data parallelism's buckets) would then
+  // connect while transfers are in flight, and connecting waits for the device (docs/gpu.md).
+  if (!getenv("NCCL_RUNTIME_CONNECT")) p.env.emplace_back("NCCL_RUNTIME_CONNECT", "0");
   if (!p.shared) {
     if (local_world > device_count)
       fail(

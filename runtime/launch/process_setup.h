@@ -28,7 +28,9 @@ inline constexpr const char* kShareGpuVariable = "PPRUN_TEST_SHARE_GPU";
 struct GpuPlacement {
   int device = 0;       // gpu_for_local_rank()
   bool shared = false;  // the test mode is on (PPRUN_TEST_SHARE_GPU=1)
-  // Variables to set in this process before the NCCL communicator is made (the test mode's).
+  // Variables to set in this process before the NCCL communicator is made: NCCL_RUNTIME_CONNECT=0
+  // (connections made when a communicator is created, not at its first collective) unless the
+  // user set it, and the test mode's.
   std::vector<std::pair<std::string, std::string>> env;
   std::string banner;  // the test mode's warning, printed by every rank; "" outside it
 };

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -48,19 +50,37 @@ void check_writable(const std::string& path, const std::string& flag) {
   ppc::AtomicFile probe(path, flag);  // throws naming the flag; leaves nothing behind
 }
 
+// --metrics: a file the run may append to (output/metrics_file.h), checked without creating or
+// changing it: the file itself if it exists, else its directory.
+void check_appendable(const std::string& path, const std::string& flag) {
+  if (path.empty()) return;
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  if (std::filesystem::exists(p, ec)) {
+    if (std::filesystem::is_directory(p, ec)) fail(flag, fmt::format("'{}' is a directory", path));
+    if (access(path.c_str(), W_OK) != 0)
+      fail(flag, fmt::format("cannot write to '{}': {}", path, std::strerror(errno)));
+    return;
+  }
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    fail(flag, fmt::format("cannot create '{}': {}", path, std::strerror(errno)));
+}
+
 void parse_fault(const std::string& text, Job& job) {
   int rank = -1;
   long long step = -1;
   char where[8] = {0};
   const int n = std::sscanf(text.c_str(), "%d:%lld:%7s", &rank, &step, where);
   const std::string at = where;
-  if (n < 2 || rank < 0 || step < 1 || (n == 3 && at != "save" && at != "commit"))
+  if (n < 2 || rank < 0 || step < 1 || (n == 3 && at != "save" && at != "commit" && at != "hang"))
     fail("--fault-kill",
-         fmt::format("expected RANK:STEP[:save|commit] (STEP from 1), got '{}'", text));
+         fmt::format("expected RANK:STEP[:save|commit|hang] (STEP from 1), got '{}'", text));
   job.kill_rank = rank;
   job.kill_step = step - 1;
   job.kill_at = at == "save"     ? Job::KillAt::Save
                 : at == "commit" ? Job::KillAt::Commit
+                : at == "hang"   ? Job::KillAt::Hang
                                  : Job::KillAt::Step;
 }
 
@@ -140,8 +160,11 @@ void resolve_eval(const RunOptions& o, Job& job) {
   if (!e.enabled()) {
     if (o.eval_every) fail("--eval-every", "needs --eval-data FILE (the held-out data)");
     if (o.eval_batches) fail("--eval-batches", "needs --eval-data FILE (the held-out data)");
+    if (o.eval_only) fail("--eval-only", "needs --eval-data FILE (the held-out data)");
     return;
   }
+  if (o.eval_only && o.eval_every)
+    fail("--eval-every", "--eval-only evaluates once, before any step: leave --eval-every out");
   if (o.eval_every && *o.eval_every < 0)
     fail("--eval-every",
          fmt::format("must be at least 0 (0: only after the last step), got {}", *o.eval_every));
@@ -210,8 +233,17 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
     init_from_hf(o, job);
   else
     job.model = resolve_model_config(o.config_path, o.model);
+  if (const size_t types = job.model.layer_types.size(),
+      decoders = static_cast<size_t>(job.plan.layout.count(ppc::LayerKind::Decoder));
+      job.source.sized && types > 0 && types != decoders)
+    fail(o.config_path.empty() ? "model" : o.config_path,
+         fmt::format("layer_types has {} entries, but the layout has {} decoder layers (t)", types,
+                     decoders));
   const TrainOptions& t = job.train;
-  if (t.steps < 1) fail("--steps", fmt::format("must be at least 1, got {}", t.steps));
+  if (t.steps < 1)
+    fail("--steps", fmt::format("must be at least 1, got {} (the validation loss without "
+                                "training: --eval-only with --eval-data)",
+                                t.steps));
   if (o.dp < 1) fail("--dp", fmt::format("must be at least 1, got {}", o.dp));
   job.dp = o.reference ? 1 : o.dp;  // the reference trains on the same global batch alone
   if (t.global_batch < 1 || t.global_batch % (job.dp * job.plan.microbatches) != 0)
@@ -230,8 +262,10 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
          fmt::format("is {}, but the layout's {} MTP depths need at least {} tokens per sequence",
                      job.model.seq_len, depths, depths + 1));
   job.eval.data_path = o.eval_data;
+  job.eval.only = o.eval_only;
   const TokenSource data = open_training_data(job);  // opens and validates the data file
-  if (!job.resume_path.empty()) check_same_data(job, data);
+  // (an evaluation reads no training data: any --data goes with a checkpoint then)
+  if (!job.resume_path.empty() && !job.eval.only) check_same_data(job, data);
   resolve_eval(o, job);
   if (o.save_every < 0) fail("--save-every", "must be at least 0 (0: only at the end)");
   if (o.keep < 0) fail("--keep", "must be at least 0 (0: keep every checkpoint)");
@@ -270,6 +304,8 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
                *bad);
   if (!(o.timeout_s > 0)) fail("--timeout", "must be positive");
   job.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  if (!(o.step_timeout_s >= 0)) fail("--step-timeout", "must be positive (0: ten times the step)");
+  job.step_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.step_timeout_s * 1000));
 
   int local_ranks = o.reference ? 1 : job.topology().world();
   if (env && env->local_world > 0) local_ranks = env->local_world;
@@ -278,8 +314,12 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   if (!o.fault_kill.empty()) parse_fault(o.fault_kill, job);
   if (!o.fault_slow.empty()) parse_slow(o.fault_slow, job);
   // Outputs last: nothing is created if anything above is wrong.
-  check_writable(job.out.metrics_path, "--metrics");
+  check_appendable(job.out.metrics_path, "--metrics");
   check_writable(job.out.trace_path, "--trace");
+  if (job.eval.only && !job.out.trace_path.empty())
+    fail("--trace", "traces a training step, and --eval-only runs none");
+  if (job.eval.only && !job.out.profile_path.empty())
+    fail("--profile", "measures training steps, and --eval-only runs none");
   if (o.reference && !job.out.profile_path.empty())
     fail("--profile", "needs a plan to run: the reference has no stages to measure");
   check_writable(job.out.profile_path, "--profile");
@@ -430,7 +470,7 @@ int run(const RunOptions& o, const GetEnv& getenv) {
   if (!job.init_from.empty() && !env)
     std::printf("%s: initialising from %s\n", program_name().c_str(),
                 HfModel(job.init_from, job.model.seq_len).describe().c_str());
-  if (job.start_step >= job.last_step()) {
+  if (job.start_step >= job.last_step() && !job.eval.only) {
     if (!env || env->rank == 0)
       std::printf("%s: the checkpoint %s has completed %lld steps%s: nothing to train\n",
                   program_name().c_str(), job.resume_path.c_str(),

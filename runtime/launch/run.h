@@ -24,12 +24,15 @@ struct RunOptions {
   TrainOptions train;
   std::string eval_data;                        // --eval-data FILE
   std::optional<int> eval_every, eval_batches;  // --eval-every N, --eval-batches K
+  bool eval_only = false;                       // --eval-only
   OutputOptions out;
   std::string progress = "auto";  // auto, bar, lines, none
   std::string device = "cpu";
   double timeout_s = 300;
-  int threads = 0;          // 0 = cores / ranks on this machine
-  std::string fault_kill;   // "RANK:STEP[:save|commit]" (tests): that rank kills itself mid-step
+  double step_timeout_s = 0;  // 0: proportional to the step (train/step_timeout.h)
+  int threads = 0;            // 0 = cores / ranks on this machine
+  std::string
+      fault_kill;  // "RANK:STEP[:save|commit|hang]" (tests): that rank kills itself mid-step
   std::string fault_slow;   // "RANK:FACTOR" (tests): that rank computes FACTOR times slower
   bool seed_given = false;  // --seed was on the command line
   int dp = 1;               // --dp: data-parallel replicas

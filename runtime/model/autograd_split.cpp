@@ -23,7 +23,9 @@ using torch::autograd::Edge;
 using torch::autograd::edge_list;
 using torch::autograd::Node;
 using torch::autograd::variable_list;
-using NodePtr = c10::intrusive_ptr<Node>;
+// The type of Edge::function: std::shared_ptr<Node> up to LibTorch 2.11, c10::intrusive_ptr<Node>
+// in 2.13. Never named, so that the file compiles against both.
+using NodePtr = decltype(Edge::function);
 
 // The gradient edge of a tensor that requires grad, or an invalid edge: its grad_fn, or for a
 // leaf its gradient accumulator if the graph holds one (none is made here).

@@ -8,7 +8,6 @@
 
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
-#include "runtime/launch/failure.h"
 #include "runtime/launch/process_setup.h"
 #include "runtime/models/llama/architecture.h"
 
@@ -31,6 +30,16 @@ std::string metrics_json(const StepMetrics& m) {
     if (m.straggler >= 0)
       j["straggler"] = nlohmann::ordered_json{{"rank", m.straggler}, {"ratio", m.straggler_ratio}};
   }
+  return j.dump();
+}
+
+std::string eval_only_json(int step, double eval_loss, std::optional<double> eval_mtp_loss,
+                           double elapsed_s) {
+  nlohmann::ordered_json j;
+  j["step"] = step;
+  j["eval_loss"] = eval_loss;
+  if (eval_mtp_loss) j["eval_mtp_loss"] = *eval_mtp_loss;
+  j["elapsed_s"] = elapsed_s;
   return j.dump();
 }
 
@@ -122,8 +131,9 @@ std::string eval_line(const Job& job) {
   if (!e.enabled()) return "";
   return fmt::format("validation on {}: {} batch{} of {} sequences, forward only, {}\n",
                      e.data_path, e.batches, e.batches == 1 ? "" : "es", job.train.global_batch,
-                     e.every > 0 ? fmt::format("every {} steps and after the last", e.every)
-                                 : std::string("after the last step"));
+                     e.only        ? std::string("once, with no training step (--eval-only)")
+                     : e.every > 0 ? fmt::format("every {} steps and after the last", e.every)
+                                   : std::string("after the last step"));
 }
 
 }  // namespace
@@ -172,15 +182,14 @@ void print_lines(const std::string& text) {
   std::fflush(stdout);
 }
 
-StepLog::StepLog(const Job& job, bool active, FailureWatch* watch)
+StepLog::StepLog(const Job& job, bool active)
     : job_(job),
       active_(active),
       progress_(job.out.progress, job.last_step(), job.out.log_every, stdout,
                 static_cast<int>(job.start_step)) {
-  if (active_ && !job.out.metrics_path.empty()) {
-    metrics_.emplace(job.out.metrics_path, "--metrics");
-    if (watch) watch->remove_on_stop(metrics_->temp_path());
-  }
+  // A resumed run keeps the lines up to its checkpoint's step; a fresh one starts the file anew.
+  if (active_ && !job.out.metrics_path.empty())
+    metrics_.emplace(job.out.metrics_path, job.resume_path.empty() ? -1 : job.start_step);
 }
 
 void StepLog::step(int step, const StepStats& stats, double step_time_s,
@@ -222,18 +231,31 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
   }
   if (m.step == job_.start_step + 1) first_loss_ = m.loss;
   last_loss_ = m.loss;
-  if (metrics_) {
-    metrics_->write(metrics_json(m) + "\n");
-    metrics_->flush();
-  }
+  if (metrics_) metrics_->append(metrics_json(m));
   progress_.update(m);
+}
+
+void StepLog::evaluated(int done, const EvalStats& eval) {
+  if (!active_) return;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  if (metrics_) metrics_->append(eval_only_json(done, eval.loss, eval.mtp_loss, elapsed));
+  last_eval_ = eval.loss;
+  std::printf("%s: eval loss %.6f%s after %d step%s (%.2f s)\n", program_name().c_str(), eval.loss,
+              eval.mtp_loss ? fmt::format(", eval mtp-loss {:.6f}", *eval.mtp_loss).c_str() : "",
+              done, done == 1 ? "" : "s", elapsed);
+  std::fflush(stdout);
+}
+
+void StepLog::sync() {
+  if (metrics_) metrics_->sync();
 }
 
 void StepLog::finish() {
   if (!active_) return;
   progress_.finish();
-  if (metrics_) metrics_->commit();
+  sync();
   metrics_.reset();
+  if (job_.eval.only) return;
   const int run = job_.last_step() - static_cast<int>(job_.start_step);
   const bool part = job_.start_step > 0 || job_.last_step() < job_.train.steps;
   std::printf("%s: done: %d step%s in %.2f s, loss %.4f -> %.4f%s%s\n", program_name().c_str(), run,

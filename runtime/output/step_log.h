@@ -10,13 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "compiler/atomic_file.h"
 #include "runtime/job.h"
+#include "runtime/output/metrics_file.h"
 #include "runtime/output/report.h"
 
 namespace pprt {
 
-class FailureWatch;
 class TokenSource;
 
 // The run's first lines: what runs (the schedule on its ranks and replicas, or the reference),
@@ -43,6 +42,11 @@ struct StepMetrics {
 };
 
 std::string metrics_json(const StepMetrics& m);
+
+// An evaluation-only run's metrics line (--eval-only): "step" (the steps the model had trained:
+// 0, or the checkpoint's), "eval_loss" (and "eval_mtp_loss" with MTP), "elapsed_s".
+std::string eval_only_json(int step, double eval_loss, std::optional<double> eval_mtp_loss,
+                           double elapsed_s);
 
 // The loss rank's display: a progress bar on a terminal (step, loss, tokens/s, ETA), plain log
 // lines otherwise.
@@ -76,18 +80,24 @@ struct EvalStats {
   std::optional<double> mtp_loss;
 };
 
-// The loss rank's output as it trains: the metrics file and the progress display, then the line
-// that ends the run. Does nothing where not `active` (the other ranks).
+// The loss rank's output as it trains: the metrics file (each step's line appended as the step
+// ends: output/metrics_file.h) and the progress display, then the line that ends the run. Does
+// nothing where not `active` (the other ranks).
 class StepLog {
  public:
-  // `watch`: removes the metrics' temporary file if it stops the rank (null: none).
-  StepLog(const Job& job, bool active, FailureWatch* watch);
+  StepLog(const Job& job, bool active);
   // Starts the clock (elapsed time, the final line's duration): before the first step.
   void start() { start_ = Clock::now(); }
   // `eval`: the evaluation after this step, if one ran.
   void step(int step, const StepStats& stats, double step_time_s,
             const std::optional<EvalStats>& eval = std::nullopt);
-  // Commits the metrics and prints "PROGRAM: done: N steps in S s, loss A -> B".
+  // --eval-only: the one evaluation, of the model after `done` steps (its metrics line, and
+  // "PROGRAM: eval loss X after N steps" on stdout).
+  void evaluated(int done, const EvalStats& eval);
+  // The metrics written so far are made durable (after a checkpoint is saved).
+  void sync();
+  // Syncs the metrics and prints "PROGRAM: done: N steps in S s, loss A -> B" (nothing more after
+  // an evaluation-only run).
   void finish();
   // The ranks' compute time per step over the last steps (the run's first step left out).
   ComputeBalance balance() const {
@@ -99,7 +109,7 @@ class StepLog {
   const Job& job_;
   bool active_;
   Progress progress_;
-  std::optional<ppc::AtomicFile> metrics_;
+  std::optional<MetricsFile> metrics_;
   Clock::time_point start_;
   double first_loss_ = 0, last_loss_ = 0;
   std::optional<double> last_eval_;  // the last evaluation's loss (the bar and the final line)

@@ -17,6 +17,7 @@
 #include "runtime/fail.h"
 #include "runtime/model/autograd_split.h"
 #include "runtime/train/device_queue.h"
+#include "runtime/train/where.h"
 
 namespace pprt {
 
@@ -184,9 +185,18 @@ struct Executor::Impl {
   }
 
   [[noreturn]] void comm_failed(size_t index, const std::exception& e, int peer) {
-    throw CommFailure(
-        fmt::format("action {} ({}): {}", index, ppc::to_string(actions[index]), e.what()), peer);
+    const std::string partners =
+        opts.where ? opts.where->partners(index, is_posting ? batch_end[index] : index + 1) : "";
+    throw CommFailure(fmt::format("action {} ({}): {}{}", index, ppc::to_string(actions[index]),
+                                  e.what(), partners.empty() ? "" : "; it waited for " + partners),
+                      peer);
   }
+  // Tells opts.where what the replay does.
+  void now(size_t index, Where::Call call) {
+    if (opts.where) opts.where->at(index, call);
+  }
+  bool is_posting = false;
+  size_t computing = 0;  // the compute action being run
 
   // Waits for a pending receive or send; returns how long it waited.
   int64_t wait(std::unique_ptr<Work>& w, size_t index) {
@@ -198,6 +208,7 @@ struct Executor::Impl {
     } catch (const TransportError& e) {
       comm_failed(index, e, actions[index].peer);
     }
+    if (opts.where) opts.where->device_done(index);
     w.reset();
     const int64_t t1 = now_ns();
     rep->spans[index].end = t1 - rep->begin_ns;
@@ -213,10 +224,14 @@ struct Executor::Impl {
       if (w->wait_on_current_stream()) {  // `before` ... `after`: the compute stream's wait
         waits.push_back(DeviceWait{before, queue.mark(), index});
         device_waited.emplace_back(std::move(w), index);
+        if (opts.where) opts.where->device_waits(index);
         return 0;
       }
     }
-    return wait(w, index);
+    now(index, Where::Call::WaitHost);
+    const int64_t waited_ns = wait(w, index);
+    now(computing, Where::Call::Compute);  // back in the action that needed it
+    return waited_ns;
   }
 
   // A receive buffer for the tensor crossing layout boundary `i` (entering layout stage i).
@@ -330,11 +345,14 @@ struct Executor::Impl {
     if (ops.empty()) return;
     // `sends` must not reallocate while ops point into it: reserved for the whole step.
     std::vector<std::unique_ptr<Work>> works;
+    now(begin, Where::Call::Post);
+    is_posting = true;
     try {
-      works = transport->post(ops);
+      works = transport->post(ops, opts.timeout);
     } catch (const TransportError& e) {
       comm_failed(begin, e, actions[begin].peer);
     }
+    is_posting = false;
     size_t next_send = first_send;
     for (size_t j = begin, k = 0; j < end; ++j) {
       const Action& a = actions[j];
@@ -462,6 +480,9 @@ struct Executor::Impl {
     waited = 0;
     const size_t begin_mark = queue.on() ? queue.mark() : 0;
     waits.clear();
+    if (opts.where) seen_done();
+    computing = index;
+    now(index, Where::Call::Compute);
     switch (a.kind) {
       case ActionKind::F:
         forward(a.stage, a.microbatch);
@@ -567,14 +588,19 @@ struct Executor::Impl {
   // waiting), gathers the losses and closes the report.
   void finish(StepReport& r) {
     for (PendingSend& s : sends) {
+      now(s.index, Where::Call::WaitHost);
       r.wait_ns += wait(s.work, s.index);
       s.tensor = at::Tensor();
     }
     sends.clear();
-    for (auto& [w, index] : device_waited)  // done on the device: a failure or timeout shows
-      wait(w, index);                       // (the span's end: device_times)
+    for (auto& [w, index] : device_waited) {  // done on the device: a failure or timeout shows
+      now(index, Where::Call::WaitDevice);
+      wait(w, index);  // (the span's end: device_times)
+    }
     device_waited.clear();
+    seen = 0;
     if (queue.on()) {
+      now(actions.size() - 1, Where::Call::Drain);
       queue.end();
       device_times(r);
     }
@@ -624,6 +650,20 @@ struct Executor::Impl {
     return r;
   }
 
+  // Fault injection (--fault-kill): the rank dies here, or stops in a host call that never returns.
+  void fault(size_t index) {
+    if (!opts.hang) std::raise(SIGKILL);
+    now(index, Where::Call::Hang);
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+  // The device's waits for receives the host now sees done (Work::done(): no blocking call),
+  // in the order they were queued, up to the first one still in flight.
+  void seen_done() {
+    for (; seen < device_waited.size() && device_waited[seen].first->done(); ++seen)
+      opts.where->device_done(device_waited[seen].second);
+  }
+  size_t seen = 0;  // device_waited[0, seen) seen done
+
   StepReport run(const at::Tensor& tokens, int64_t step) {
     StepReport r;
     std::optional<c10::StreamGuard> on_stream;
@@ -634,7 +674,7 @@ struct Executor::Impl {
     r.actions = actions.size();
     inflight = 0;
     for (size_t i = 0; i < actions.size();) {
-      if (step == opts.kill_step && i >= opts.kill_action) std::raise(SIGKILL);
+      if (step == opts.kill_step && i >= opts.kill_action) fault(i);
       const Action& a = actions[i];
       if (ppc::is_comm(a.kind)) {
         const size_t end = batch_end[i];
@@ -665,6 +705,10 @@ Executor::~Executor() = default;
 
 StepReport Executor::run_step(const at::Tensor& tokens, int64_t step) {
   return impl_->run(tokens, step);
+}
+
+void Executor::set_timeout(std::chrono::milliseconds timeout) {
+  impl_->opts.timeout = timeout;
 }
 
 StepReport Executor::run_forward(const at::Tensor& tokens) {

@@ -38,6 +38,8 @@
 
 namespace pprt {
 
+class Where;  // where.h
+
 // A communication failure, located: which rank, which action, which peer.
 class CommFailure : public std::runtime_error {
  public:
@@ -58,6 +60,10 @@ struct ExecutorOptions {
   std::function<void(const PartSample&)> on_part;
   int64_t kill_step = -1;  // fault injection for tests: raise SIGKILL at this step ...
   size_t kill_action = 0;  // ... before this action
+  bool hang = false;       // ... or stop there in a host call that never returns
+  // Told what the replay does (the action, the host call, the device's waits) for the lines a
+  // failure prints; null: nobody asks.
+  Where* where = nullptr;
   double slow_factor = 1;  // fault injection for tests: each compute action takes this many
                            // times as long (it sleeps the difference): a straggler
 };
@@ -84,6 +90,8 @@ class Executor {
   // tokens: [global_batch, seq_len + 1] int64 on the device; microbatch mb is rows
   // [mb * b, (mb + 1) * b). Throws CommFailure on a communication failure.
   StepReport run_step(const at::Tensor& tokens, int64_t step);
+  // The limit of each wait from now on (ExecutorOptions::timeout at first).
+  void set_timeout(std::chrono::milliseconds timeout);
 
   // Evaluation (--eval-data): the forward-only projection of the rank's actions on `tokens`
   // (as run_step's): its F actions (the forward part of an OVERLAP_F_B) and their SEND_F/RECV_F,

@@ -95,7 +95,7 @@ void GradReducer::start(Bucket& b) {
   b.flat = flat_grads(b.params);
   b.started = now_ns();
   b.finished = 0;
-  b.work = group_.allreduce_async(b.flat);
+  b.work = group_.allreduce_async(b.flat, timeout_);
 }
 
 void GradReducer::poll() {

@@ -48,6 +48,8 @@ class GradReducer {
   ReduceStats finish();
 
   int buckets() const { return static_cast<int>(buckets_.size()); }
+  // The limit of its waits from now on (the constructor's `timeout` at first).
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
  private:
   struct Bucket {

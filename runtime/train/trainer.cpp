@@ -33,6 +33,9 @@
 #include "runtime/train/executor.h"
 #include "runtime/train/fused_step.h"
 #include "runtime/train/grad_reducer.h"
+#include "runtime/train/peers.h"
+#include "runtime/train/step_timeout.h"
+#include "runtime/train/where.h"
 
 namespace pprt {
 
@@ -120,6 +123,8 @@ class StepGradients {
   // Evaluation: the same microbatches forward only (no gradient, no optimizer state, no data
   // position touched); returns their losses as run() does.
   virtual StepReport evaluate(const at::Tensor& tokens) = 0;
+  // The limit of the next step's waits for peers (step_timeout.h).
+  virtual void set_timeout(std::chrono::milliseconds) {}
 };
 
 // A rank of the pipeline: the executor replays its actions, then data parallelism averages the
@@ -127,8 +132,8 @@ class StepGradients {
 class PipelineGradients final : public StepGradients {
  public:
   PipelineGradients(const Job& job, int rank, const RankGroups& groups, LocalModel& model,
-                    Store& store)
-      : job_(job) {
+                    Store& store, Where& where)
+      : job_(job), where_(where) {
     const ppc::Plan& plan = job.plan;
     const int prank = job.topology().pipeline_rank(rank);
     if (groups.pipeline) {  // the parameters other pipeline ranks hold too: from their names
@@ -140,10 +145,13 @@ class PipelineGradients final : public StepGradients {
     }
     ExecutorOptions eo;
     eo.timeout = job.timeout;
-    if (rank == job.kill_rank && job.kill_at == Job::KillAt::Step) {
+    if (rank == job.kill_rank &&
+        (job.kill_at == Job::KillAt::Step || job.kill_at == Job::KillAt::Hang)) {
       eo.kill_step = job.kill_step;
       eo.kill_action = plan.order()[static_cast<size_t>(prank)].size() / 2;
+      eo.hang = job.kill_at == Job::KillAt::Hang;
     }
+    eo.where = &where;
     if (rank == job.slow_rank) eo.slow_factor = job.slow_factor;
     if (groups.replicas) {
       reducer_ = std::make_unique<GradReducer>(plan, prank, model.stages, model.store,
@@ -154,18 +162,30 @@ class PipelineGradients final : public StepGradients {
       eo.on_part = [this](const PartSample& s) { profile_.add(step_, s); };
     exec_ = std::make_unique<Executor>(plan, prank, model.stages, model.rank.ctx, groups.pipeline,
                                        model.device, eo);
+    if (groups.pipeline) {  // every connection made before the first step (peers.h)
+      where.outside("connecting to the ranks its plan exchanges tensors with", false);
+      connect_peers(*groups.pipeline, plan, prank, model.device, job.timeout);
+    }
   }
 
   StepReport run(const at::Tensor& tokens, int step, RankReport& report) override {
     step_ = step;
     StepReport rep = exec_->run_step(tokens, step);
     if (reducer_) {
+      where_.outside("data parallelism's all-reduce of the gradients", true);
       const ReduceStats r = reducer_->finish();
       // The run's first step warms up: it counts only in a run of one step.
       if (step > job_.start_step || job_.start_step + 1 == job_.last_step()) report.dp.add(r);
     }
-    shared_.sum(job_.timeout);
+    where_.outside("the all-reduce of shared parameters' gradients", true);
+    shared_.sum(timeout_);
     return rep;
+  }
+
+  void set_timeout(std::chrono::milliseconds timeout) override {
+    timeout_ = timeout;
+    exec_->set_timeout(timeout);
+    if (reducer_) reducer_->set_timeout(timeout);
   }
 
   StepReport evaluate(const at::Tensor& tokens) override { return exec_->run_forward(tokens); }
@@ -177,6 +197,8 @@ class PipelineGradients final : public StepGradients {
 
  private:
   const Job& job_;
+  Where& where_;
+  std::chrono::milliseconds timeout_ = job_.timeout;
   SharedGradSum shared_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<Executor> exec_;
@@ -276,7 +298,7 @@ at::Tensor to_device_async(const at::Tensor& t, const at::Device& device) {
 // and the all-reduce only (the one synchronisation between replays), while AdamW runs; the
 // queuing counts in `own_ns`.
 StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job, const Place& place,
-                       const at::Device& device, int64_t& own_ns,
+                       const at::Device& device, std::chrono::milliseconds timeout, int64_t& own_ns,
                        std::optional<FusedUpdate> fused = std::nullopt) {
   const auto t0 = Clock::now();
   const int mbs = job.plan.microbatches;
@@ -303,7 +325,7 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
                          : at::tensor(v, at::kDouble).to(device);
   all.narrow(0, 0, 1).add_(sq);
   own_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-  if (place.world && place.world->size() > 1) place.world->allreduce_sum(all, job.timeout);
+  if (place.world && place.world->size() > 1) place.world->allreduce_sum(all, timeout);
   at::Tensor cpu;
   if (fused) {
     const auto q0 = Clock::now();
@@ -404,25 +426,41 @@ bool save_due(const Job& job, int done) {
 // The training of a rank of the pipeline or of the reference, which differ in `place` and `grads`:
 // AdamW over `model`'s parameters (from the checkpoint, with --resume), then the steps from the
 // checkpoint's (or the first) to the last. `save`: where the process sits for checkpoints;
-// `saves_group`: every rank, for asynchronous saves (null: alone or synchronous).
+// `saves_group`: every rank, for asynchronous saves (null: alone or synchronous); `where`: told
+// what the rank does (null: the reference).
 RankReport train(const Job& job, const Place& place, LocalModel& model, StepGradients& grads,
                  const TokenSource& data, const std::optional<TokenSource>& eval_data,
-                 SaveContext save, StepLog& log, std::shared_ptr<Transport> saves_group = nullptr) {
+                 SaveContext save, StepLog& log, std::shared_ptr<Transport> saves_group = nullptr,
+                 Where* where = nullptr) {
+  auto at = [&](const char* what, bool watched) {
+    if (where) where->outside(what, watched);
+  };
   auto opt = make_optimizer(model.store, job.train);
   // Clipping and AdamW through fused multi-tensor operations (GPUs; PPRUN_KERNELS).
   std::optional<FusedAdamW> fused;
   if (fused_optimizer(kernel_choice_from_env(), model.device.is_cpu())) fused.emplace(*opt);
   RankReport report;
   resume(job, model.store, *opt, report);
+  if (job.eval.only) {  // the model as it starts, evaluated; no step, nothing saved
+    log.start();
+    at("the evaluation", false);
+    log.evaluated(static_cast<int>(job.start_step),
+                  evaluate(job, place, grads, *eval_data, model.device));
+    return report;
+  }
   save.job = &job;
   save.store = &model.store;
   save.opt = opt.get();
   save.data = &data;
   save.device = model.device;
   CheckpointSaver saver(save, job.save_async, std::move(saves_group));
+  StepTimeout timeouts(job.timeout, job.step_timeout);
   log.start();
   for (int step = static_cast<int>(job.start_step); step < job.last_step(); ++step) {
     const auto t0 = Clock::now();
+    const std::chrono::milliseconds timeout = timeouts.current();
+    grads.set_timeout(timeout);
+    if (where) where->start_step(step, timeout);
     const bool writing = saver.writing();  // a checkpoint is written beside this step
     zero_grads(model.store);
     data.check_unchanged();  // a data file replaced or modified mid-run stops the job
@@ -433,14 +471,20 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     int64_t norm_ns = 0;  // the rank's own part of gather_stats, before its all-reduce
     std::optional<FusedUpdate> update;
     if (fused) update = FusedUpdate{&*fused, learning_rate(job.train, step), job.train.clip};
+    // Fused: the clipping and AdamW are queued inside gather_stats, after its all-reduce.
+    at(fused ? "the all-reduce of the step's statistics and the optimizer"
+             : "the all-reduce of the step's statistics",
+       true);
     const StepStats stats =
-        gather_stats(model.store, rep, job, place, model.device, norm_ns, update);
+        gather_stats(model.store, rep, job, place, model.device, timeout, norm_ns, update);
     const auto reduced = Clock::now();
     if (!fused) {
+      at("the optimizer", true);
       clip_gradients(model.store, job.train, stats.grad_norm);
       optimizer_step(*opt, job.train, step);
     }
     const auto stepped = Clock::now();
+    timeouts.step_done(stepped - t0);
     const double step_s = seconds_since(t0);
     // The rank's own work between replays: everything outside the replay and the all-reduce's
     // wait for the other ranks.
@@ -450,8 +494,12 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     const int64_t own_ns = ns(prepared - t0) + norm_ns + ns(stepped - reduced);
     keep_timing(job, step, rep, replayed, own_ns, ns(stepped - t0), report);
     std::optional<EvalStats> eval;
-    if (job.eval.due(step + 1, job.last_step()))
+    if (job.eval.due(step + 1, job.last_step())) {
+      at("the evaluation", false);
       eval = evaluate(job, place, grads, *eval_data, model.device);
+      timeouts.generous_next();
+    }
+    at("logging", false);
     log.step(step, stats, step_s, eval);
     saver.check();  // a background save that failed stops the rank
     if (step > job.start_step && job.save_async) {
@@ -460,10 +508,13 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
       (beside ? report.write_steps_s : report.other_steps_s) += step_s;
     }
     if (save_due(job, step + 1)) {
+      at("saving the checkpoint", false);
       const SaveResult saved = saver.save(step + 1);
+      timeouts.generous_next();
       report.save_seconds.push_back(saved.seconds);
       report.save_wait_seconds.push_back(saved.waited);
       report.save_bytes.push_back(saved.bytes);
+      log.sync();  // the metrics of the steps the checkpoint holds outlive the machine too
     }
   }
   saver.finish();
@@ -528,6 +579,13 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   if (reporter)
     print_lines(run_header(job, data, groups.world ? groups.world->name() : "no transport", false));
   LocalModel model(job, device_for(job, local_rank));
+  // Where this rank is in its plan, for the lines a failure prints (where.h).
+  std::vector<int> names;
+  for (int p = 0; p < plan.pp(); ++p) names.push_back(topo.global(p, replica));
+  const auto place_in_plan = std::make_shared<Where>(plan, prank, names, model.device.is_cuda());
+  watch.set_where([place_in_plan] { return place_in_plan->describe(); },
+                  [place_in_plan] { return place_in_plan->overdue(std::chrono::seconds(5)); });
+  place_in_plan->outside("gathering the ranks' addresses", false);
   watch.set_hosts(gather_hosts(where, rank, groups.world, job, model.device));
   check_same_start(store, rank, job);
   std::shared_ptr<Transport> saves_group;  // asynchronous saves agree over a group of their own
@@ -538,8 +596,8 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   }
   for (int s : plan.placement.rank_stages[static_cast<size_t>(prank)])
     model.rank.add(plan.layout, plan.layout_stage(s));
-  PipelineGradients grads(job, rank, groups, model, store);
-  StepLog log(job, reporter, &watch);
+  PipelineGradients grads(job, rank, groups, model, store, *place_in_plan);
+  StepLog log(job, reporter);
   const Place place{replica, job.dp, groups.world, rank, replica == 0, &grads.counted_elsewhere()};
   RankReport report =
       train(job, place, model, grads, data, eval_data,
@@ -552,12 +610,15 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
                 .not_owned = &grads.counted_elsewhere(),
                 .plan_json = rank == 0 && !job.save_dir.empty() ? plan_json(plan, true) : "",
             },
-            log, std::move(saves_group));
+            log, std::move(saves_group), place_in_plan.get());
+  place_in_plan->outside("the end of the run (reports, the final barrier)", false);
   report.rank = prank;
   dump_params(job, rank, model.store);
   publish_report(store, rank, report);
   if (!job.out.profile_path.empty()) publish_profile(store, rank, grads.profile().medians());
-  if (reporter) {
+  if (reporter && job.eval.only) {
+    log.finish();  // no step to report on
+  } else if (reporter) {
     const std::vector<RankReport> all = gather_reports(store, topo);
     log.finish();
     const std::string transport = groups.world ? groups.world->name() : "";
@@ -621,7 +682,7 @@ void train_reference(const Job& job) {
   LocalModel model(job, device_for(job, 0));
   model.rank.add(job.plan.layout, -1);
   AccumulatedGradients grads(job, *model.stages.front());
-  StepLog log(job, true, nullptr);
+  StepLog log(job, true);
   const RankReport report =
       train(job, Place{}, model, grads, data, eval_data,
             SaveContext{.plan_json = job.save_dir.empty() ? "" : plan_json(job.plan, false)}, log);

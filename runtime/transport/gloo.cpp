@@ -285,7 +285,8 @@ class GlooTransport final : public Transport {
   int size() const override { return size_; }
   const char* name() const override { return "gloo"; }
 
-  std::vector<std::unique_ptr<Work>> post(const std::vector<P2POp>& ops) override {
+  std::vector<std::unique_ptr<Work>> post(const std::vector<P2POp>& ops,
+                                          std::chrono::milliseconds) override {  // (never waits)
     std::vector<std::unique_ptr<Work>> works;
     works.reserve(ops.size());
     for (const P2POp& op : ops) {
@@ -309,7 +310,7 @@ class GlooTransport final : public Transport {
     std::vector<at::Tensor> t{tensor};
     run_collective("all-reduce", timeout, [&] { return pg_->allreduce(t); });
   }
-  std::unique_ptr<Work> allreduce_async(at::Tensor& tensor) override {
+  std::unique_ptr<Work> allreduce_async(at::Tensor& tensor, std::chrono::milliseconds) override {
     std::vector<at::Tensor> t{tensor};
     try {
       return std::make_unique<GlooWork>(pg_->allreduce(t), "all-reduce");

@@ -104,7 +104,7 @@ class Comm {
     config.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclCommInitRankConfig");
-    settle("joining the NCCL communicator", Clock::now() + timeout);
+    settle("joining the NCCL communicator", timeout);
   }
   ~Comm() {
     if (comm_) {
@@ -138,16 +138,23 @@ class Comm {
                      ncclGetLastError(comm_) ? ncclGetLastError(comm_) : ""));
   }
 
-  // Polls a non-blocking call until it has been issued.
-  void settle(const char* what, Clock::time_point deadline) {
+  // Polls a non-blocking call until it has been issued (for a group with a peer it has not
+  // exchanged with yet, until NCCL has connected to it, which needs the peer's matching calls).
+  void settle(const char* what, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
     for (;;) {
       ncclResult_t st = ncclSuccess;
       ncclCommGetAsyncError(comm_, &st);
       if (st == ncclSuccess) return;
       if (st != ncclInProgress) check(st, what);
       if (Clock::now() > deadline)
-        fail(fmt::format("{}: timed out after {} ms", what, timeout_.count()));
-      std::this_thread::yield();
+        fail(
+            fmt::format("{}: timed out after {} ms (NCCL had not issued it: a peer did not make "
+                        "its matching call)",
+                        what, timeout.count()));
+      // (a sleep, not a spin: with several ranks per machine, NCCL's proxy threads, which move
+      // the network transport's data, need the cores)
+      std::this_thread::sleep_for(std::chrono::microseconds(10));
     }
   }
 
@@ -233,7 +240,8 @@ class NcclTransport final : public Transport {
   int size() const override { return comm_.size(); }
   const char* name() const override { return "nccl"; }
 
-  std::vector<std::unique_ptr<Work>> post(const std::vector<P2POp>& ops) override {
+  std::vector<std::unique_ptr<Work>> post(const std::vector<P2POp>& ops,
+                                          std::chrono::milliseconds timeout) override {
     auto ev = std::make_shared<Event>();
     comm_.follow_caller();
     comm_.check(ncclGroupStart(), "ncclGroupStart");
@@ -250,7 +258,7 @@ class NcclTransport final : public Transport {
                     "ncclRecv");
     }
     comm_.check(ncclGroupEnd(), "ncclGroupEnd");
-    comm_.settle("posting a batch", Clock::now() + comm_.timeout());
+    comm_.settle("posting a batch", timeout);
     check_cuda(cudaEventRecord(ev->ev, comm_.stream()), "cudaEventRecord");
     std::vector<std::unique_ptr<Work>> works;
     for (const P2POp& op : ops)
@@ -268,19 +276,19 @@ class NcclTransport final : public Transport {
     comm_.check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
                               nccl_type(t), ncclSum, comm_.comm(), comm_.stream()),
                 "ncclAllReduce");
-    comm_.settle("all-reduce", Clock::now() + timeout);
+    comm_.settle("all-reduce", timeout);
     check_cuda(cudaEventRecord(ev.ev, comm_.stream()), "cudaEventRecord");
     comm_.wait_event(ev.ev, "all-reduce", timeout);
   }
 
-  std::unique_ptr<Work> allreduce_async(at::Tensor& t) override {
+  std::unique_ptr<Work> allreduce_async(at::Tensor& t, std::chrono::milliseconds timeout) override {
     if (!t.is_cuda()) throw TransportError("the NCCL transport needs CUDA tensors");
     auto ev = std::make_shared<Event>();
     comm_.follow_caller();
     comm_.check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
                               nccl_type(t), ncclSum, comm_.comm(), comm_.stream()),
                 "ncclAllReduce");
-    comm_.settle("all-reduce", Clock::now() + comm_.timeout());
+    comm_.settle("all-reduce", timeout);
     check_cuda(cudaEventRecord(ev->ev, comm_.stream()), "cudaEventRecord");
     return std::make_unique<NcclWork>(comm_, ev, "all-reduce");
   }
@@ -301,7 +309,7 @@ class NcclTransport final : public Transport {
     comm_.check(
         ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_.comm(), comm_.stream()),
         "ncclAllReduce");
-    comm_.settle("barrier", Clock::now() + timeout);
+    comm_.settle("barrier", timeout);
     check_cuda(cudaEventRecord(ev.ev, comm_.stream()), "cudaEventRecord");
     comm_.wait_event(ev.ev, "barrier", timeout);
   }

@@ -3,8 +3,11 @@
 // 2.x) or NCCL.
 //
 // Ordering contract (every implementation relies on it, every caller keeps it):
-//  - post() starts a batch of point-to-point operations and returns at once, one Work per op,
-//    in the order given. Every rank posts its batches in the order of its plan.
+//  - post() starts a batch of point-to-point operations and returns, one Work per op, in the
+//    order given, without waiting for the transfers. Every rank posts its batches in the order
+//    of its plan. (NCCL issues a batch as one group: the first batch with a new peer connects to
+//    it, which needs the peer's matching operations; post() waits for that, at most `timeout`.
+//    connect_peers() (train/peers.h) makes every connection before the first step.)
 //  - A send is matched with the receive of the same tag posted by its peer (Gloo), or, for
 //    transports without tags (NCCL), with the peer's receive of the same position among the
 //    operations between those two ranks: the k-th send from rank a to rank b meets the k-th
@@ -76,12 +79,16 @@ class Transport {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* name() const = 0;  // "gloo", "nccl"
-  // Starts the operations of one batch (NCCL: one ncclGroupStart/End group).
-  virtual std::vector<std::unique_ptr<Work>> post(const std::vector<P2POp>& ops) = 0;
+  // Starts the operations of one batch (NCCL: one ncclGroupStart/End group); `timeout` limits
+  // how long issuing them may take (NCCL: connecting to a new peer).
+  virtual std::vector<std::unique_ptr<Work>> post(const std::vector<P2POp>& ops,
+                                                  std::chrono::milliseconds timeout) = 0;
   // In-place sum over all ranks; blocking.
   virtual void allreduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) = 0;
   // Starts an in-place sum over all ranks; `tensor` must stay alive until the Work is waited for.
-  virtual std::unique_ptr<Work> allreduce_async(at::Tensor& tensor) = 0;
+  // `timeout` limits how long starting it may take (NCCL: connecting the group's ring).
+  virtual std::unique_ptr<Work> allreduce_async(at::Tensor& tensor,
+                                                std::chrono::milliseconds timeout) = 0;
   virtual void barrier(std::chrono::milliseconds timeout) = 0;
   // A process group over `ranks` (sorted, distinct, this rank among them); its rank() is this
   // rank's position in `ranks`. `key` names the group in the rendezvous store: unique per group.

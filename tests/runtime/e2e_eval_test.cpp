@@ -2,7 +2,10 @@
 // the forward-only projection of a plan gives `pprun --reference`'s evaluation within 1e-5
 // relative (eval_loss, and eval_mtp_loss with MTP) under a plain, a V-placed zero-bubble, an
 // OVERLAP_F_B (DualPipeV, with MTP) and a two-copy (DualPipe) schedule; evaluating changes
-// nothing of the training (the same losses and parameters, bit for bit); the flags' errors.
+// nothing of the training (the same losses and parameters, bit for bit); an evaluation-only run
+// (--eval-only) of a fresh model under a plan equals the reference's, of a checkpoint equals the
+// evaluation its training made at that step (bit for bit), and writes nothing but its metrics
+// line; the flags' errors.
 #include <cmath>
 #include <random>
 
@@ -28,11 +31,8 @@ std::string held_out(const TempDir& d, int sequences, unsigned seed = 5) {
 // The values of `key` in the metrics, by step.
 std::map<int, double> by_step(const std::string& metrics, const std::string& key) {
   std::map<int, double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : metrics_lines(metrics))
     if (j.contains(key)) out[j.at("step").get<int>()] = j.at(key).get<double>();
-  }
   return out;
 }
 
@@ -115,6 +115,70 @@ TEST(Eval, LeavesTrainingUnchanged) {
   EXPECT_NE(evaluated.out.find(", eval loss "), std::string::npos) << evaluated.out;
 }
 
+// --eval-only of a fresh model: under a plan (DualPipe, two model copies, with MTP) as under the
+// reference; one metrics line at step 0, no step trained.
+TEST(EvalOnly, AFreshModelUnderAPlanEqualsTheReference) {
+  TempDir d;
+  const std::string plan = compile(d, "Ettt|tmL", 2, "DualPipe", 4);
+  const auto common = concat(
+      kModel, {"--plan", plan, "--threads", "1", "--eval-data", held_out(d, 32), "--eval-only"});
+  const Proc pipe = pprun(concat(common, {"--metrics", d.file("p.jsonl")}));
+  ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
+  EXPECT_NE(pipe.out.find("2 batches of 16 sequences, forward only, once, with no training step "
+                          "(--eval-only)"),
+            std::string::npos)
+      << pipe.out;
+  EXPECT_NE(pipe.out.find("pprun: eval loss "), std::string::npos) << pipe.out;
+  EXPECT_NE(pipe.out.find(" after 0 steps"), std::string::npos) << pipe.out;
+  EXPECT_EQ(pipe.out.find("step 1/"), std::string::npos) << pipe.out;
+  const Proc ref = pprun(concat(common, {"--reference", "--metrics", d.file("r.jsonl")}));
+  ASSERT_EQ(ref.exit_code(), 0) << ref.out;
+  const auto got = metrics_lines(d.file("p.jsonl")), want = metrics_lines(d.file("r.jsonl"));
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.size(), 1u);
+  EXPECT_EQ(got[0].at("step"), 0);
+  EXPECT_FALSE(got[0].contains("loss")) << got[0];
+  for (const char* key : {"eval_loss", "eval_mtp_loss"}) {
+    const double g = got[0].at(key), w = want[0].at(key);
+    EXPECT_LE(std::fabs(g - w), 1e-5 * std::fabs(w)) << key;
+    EXPECT_NEAR(g, std::log(256.0), 1.0) << key;  // a fresh model on random tokens
+  }
+}
+
+// The names, sizes and modification times of everything under `dir`.
+std::map<std::string, std::pair<uintmax_t, fs::file_time_type>> snapshot(const std::string& dir) {
+  std::map<std::string, std::pair<uintmax_t, fs::file_time_type>> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    out[e.path().string()] = {e.is_regular_file() ? e.file_size() : 0, e.last_write_time()};
+  return out;
+}
+
+// --eval-only of a checkpoint (--resume auto, the way a job script evaluates its latest): the
+// evaluation its training made after that step, bit for bit, and nothing of the checkpoint
+// directory changes.
+TEST(EvalOnly, ACheckpointEvaluatesAsItsTrainingDidAndStaysUnchanged) {
+  TempDir d;
+  const std::string plan = compile(d, "Ettt|tL", 2, "ZB-H1", 4);
+  const std::string held = held_out(d, 16), ck = d.file("ck");
+  const auto common = concat(kModel, {"--plan", plan, "--threads", "1", "--eval-data", held,
+                                      "--steps", "4", "--save", ck, "--resume", "auto"});
+  const Proc train = pprun(
+      concat(common, {"--save-every", "2", "--eval-every", "2", "--metrics", d.file("t.jsonl")}));
+  ASSERT_EQ(train.exit_code(), 0) << train.out;
+  const auto before = snapshot(ck);
+  const Proc only = pprun(concat(common, {"--eval-only", "--metrics", d.file("t.jsonl")}));
+  ASSERT_EQ(only.exit_code(), 0) << only.out;
+  EXPECT_NE(only.out.find("resuming from " + ck + "/step-00000004"), std::string::npos) << only.out;
+  EXPECT_NE(only.out.find(" after 4 steps"), std::string::npos) << only.out;
+  EXPECT_EQ(snapshot(ck), before) << "an evaluation-only run wrote to the checkpoints";
+  // Appended to the training's metrics, after its lines up to the checkpoint's step.
+  const auto lines = metrics_lines(d.file("t.jsonl"));
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[4].at("step"), 4);
+  EXPECT_FALSE(lines[4].contains("loss")) << lines[4];
+  EXPECT_EQ(lines[4].at("eval_loss"), lines[3].at("eval_loss"));
+}
+
 // Bad validation flags: one line, exit 2, nothing run.
 TEST(Eval, FlagErrors) {
   TempDir d;
@@ -133,6 +197,14 @@ TEST(Eval, FlagErrors) {
        "pprun: error: --eval-every: must be at least 0"},
       {{"--eval-data", d.file("none.bin")}, d.file("none.bin")},
       {{"--eval-data", d.file("big.bin")}, d.file("big.bin")},
+      {{"--eval-only"}, "pprun: error: --eval-only: needs --eval-data FILE"},
+      {{"--eval-data", held, "--eval-only", "--eval-every", "2"},
+       "pprun: error: --eval-every: --eval-only evaluates once, before any step"},
+      {{"--eval-data", held, "--eval-only", "--trace", d.file("t.json")},
+       "pprun: error: --trace: traces a training step, and --eval-only runs none"},
+      {{"--steps", "0"},
+       "pprun: error: --steps: must be at least 1, got 0 (the validation loss without training: "
+       "--eval-only with --eval-data)"},
   };
   for (const auto& c : cases) {
     const Proc p =

@@ -24,12 +24,11 @@ TEST(Straggler, ARankSlowedOnPurposeIsNamed) {
       << p.out;
   EXPECT_GE(std::stod(m[1]), 2.0) << m[0];
   // Per step: every rank's time, and the straggler.
-  std::ifstream in(d.file("m.jsonl"));
   int steps = 0, named = 0;
-  for (std::string line; std::getline(in, line); ++steps) {
-    const auto j = nlohmann::json::parse(line);
-    ASSERT_EQ(j.at("compute_s").size(), 4u) << line;
-    for (const auto& t : j.at("compute_s")) EXPECT_GT(t.get<double>(), 0) << line;
+  for (const nlohmann::json& j : metrics_lines(d.file("m.jsonl"))) {
+    ++steps;
+    ASSERT_EQ(j.at("compute_s").size(), 4u) << j;
+    for (const auto& t : j.at("compute_s")) EXPECT_GT(t.get<double>(), 0) << j;
     if (j.contains("straggler") && j["straggler"].at("rank") == 1) ++named;
   }
   EXPECT_EQ(steps, 6);

@@ -8,9 +8,12 @@
 //  - Launchers: pprun alone, torchrun, SLURM's environment.
 //  - Faults: bad input stops before any compute with exit code 2; a rank killed mid-step stops
 //    every other rank, each naming the lost rank, and pprun exits non-zero.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <regex>
 #include <set>
@@ -207,9 +210,14 @@ TEST(Faults, ARankKilledMidStepStopsEveryRank) {
                          ": lost rank 2 (killed by signal 9)"),
               std::string::npos)
         << p.out;
+  // The metrics hold exactly the steps that finished (1 and 2), appended as each ended; no
+  // temporary file is left.
+  std::vector<int> steps;
+  for (const nlohmann::json& j : metrics_lines(d.file("m.jsonl"))) steps.push_back(j.at("step"));
+  EXPECT_EQ(steps, (std::vector<int>{1, 2}));
   for (const auto& e : fs::directory_iterator(d.file("")))
-    EXPECT_NE(e.path().filename().string().rfind("m.jsonl", 0), 0u)
-        << "a failed run leaves no metrics file: " << e.path();
+    EXPECT_EQ(e.path().filename().string().find("m.jsonl."), std::string::npos)
+        << "left behind: " << e.path();
 }
 
 // Under SLURM (no launcher process watching the ranks; rank 0 serves the store), each surviving
@@ -236,6 +244,43 @@ TEST(Faults, ARankKilledUnderSlurmIsNamedByEveryOtherRank) {
               std::string::npos)
         << procs[static_cast<size_t>(r)].out;
   }
+}
+
+// A rank stuck in a host call that never returns (--fault-kill R:S:hang: its process and its
+// connections stay alive, as in issue 38's hang on a GPU) costs seconds, not --timeout's 300:
+// from the second step the ranks wait ten times the slowest step (at least 10 s). Every rank says
+// where it was in its plan: the action, the host call, and the partner action it waited for.
+TEST(Faults, AHangingRankIsNamedWithItsPlaceInSeconds) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|tt|tt|ttL", 4, "1F1B", 8);
+  const Proc p =
+      pprun(concat(kModel, {"--plan", plan, "--steps", "200", "--fault-kill", "1:3:hang"}));
+  EXPECT_NE(p.exit_code(), 0) << p.out;
+  EXPECT_LT(p.seconds, 60) << p.out;
+  std::cout << "a hang at step 3 stopped the run after " << p.seconds << " s\n";
+  auto line_of = [&](int r) {
+    const std::string head = fmt::format("[rank {}] pprun: rank {}: ", r, r);
+    const size_t at = p.out.find(head);
+    return at == std::string::npos ? std::string() : p.out.substr(at, p.out.find('\n', at) - at);
+  };
+  // The hanging rank: its action and the host call it is stuck in.
+  const std::string hung = line_of(1);
+  EXPECT_NE(hung.find("it was stopped at step 3, action "), std::string::npos) << p.out;
+  EXPECT_NE(hung.find(": in a host call that does not return (fault injection"), std::string::npos)
+      << p.out;
+  // The others: each at an action of step 3, the first to give up naming the partner it waited for
+  // on rank 1 (a neighbour of rank 1 waits for it first).
+  bool timed_out = false;
+  for (int r : {0, 2, 3}) {
+    const std::string l = line_of(r);
+    EXPECT_TRUE(l.find("it was stopped at step 3, action ") != std::string::npos ||
+                l.find("it stopped at action ") != std::string::npos)
+        << "rank " << r << ": " << p.out;
+    if (l.find("imed out") != std::string::npos &&  // Gloo's "Timed out waiting 10000ms ..."
+        l.find("it waited for rank 1's action ") != std::string::npos)
+      timed_out = true;
+  }
+  EXPECT_TRUE(timed_out) << p.out;
 }
 
 // Bad input: one line naming where, exit code 2, nothing computed, nothing written.
@@ -304,6 +349,21 @@ TEST(Faults, MissingDataFileAndCudaWithoutCuda) {
                     "pprun: error: --microbatches: is 3, but the plan " + plan +
                         " was compiled for 4 microbatches",
                     d);
+  // A window per decoder layer, for another count of layers than the layout's.
+  std::ofstream(d.file("window.json"))
+      << R"({"sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]})";
+  expect_user_error(
+      pprun({"--plan", plan, "--config", d.file("window.json"), "--metrics", d.file("m.jsonl")}),
+      "pprun: error: " + d.file("window.json") +
+          ": layer_types has 2 entries, but the layout has 4 decoder layers (t)",
+      d);
+  // An existing metrics file is left as it was by a run that stops before its first step.
+  std::ofstream(d.file("m.jsonl")) << "{\"step\":1}\n";
+  const Proc p =
+      pprun({"--plan", plan, "--data", d.file("missing.txt"), "--metrics", d.file("m.jsonl")});
+  EXPECT_EQ(p.exit_code(), 2) << p.out;
+  std::ifstream kept(d.file("m.jsonl"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "{\"step\":1}\n");
 }
 
 // --- training and outputs ----------------------------------------------------------------------

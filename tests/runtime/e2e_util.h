@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -150,12 +151,23 @@ std::string compile(const Files& d, const std::string& layout, int pp, const std
   return path;
 }
 
+// The lines of a --metrics file, parsed, as a reader of it must take them (docs/pprun.md,
+// Outputs): a last line without its newline, which a run killed while writing it leaves, is not
+// one of them.
+inline std::vector<nlohmann::json> metrics_lines(const std::string& metrics) {
+  std::ifstream in(metrics, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::vector<nlohmann::json> out;
+  for (size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1)
+    out.push_back(nlohmann::json::parse(text.substr(at, end - at)));
+  return out;
+}
+
+// The losses of the steps (an evaluation-only line has none).
 inline std::vector<double> losses(const std::string& metrics) {
   std::vector<double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line))
-    out.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  for (const nlohmann::json& j : metrics_lines(metrics))
+    if (j.contains("loss")) out.push_back(j.at("loss").get<double>());
   return out;
 }
 
@@ -169,11 +181,8 @@ inline void expect_losses_of(const std::vector<double>& got, const std::vector<d
 // The values of `key` in a --metrics file, one per line that has it (a step's, an evaluation's).
 inline std::vector<double> field(const std::string& metrics, const std::string& key) {
   std::vector<double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : metrics_lines(metrics))
     if (j.contains(key)) out.push_back(j.at(key).get<double>());
-  }
   return out;
 }
 

@@ -5,19 +5,23 @@ wider than transformers' initialisation so that the loss depends on every one of
   - pprun --init-from DIR: its loss on fixed tokens (a token file of exactly one sequence, so
     every row of a step is that sequence) equals transformers' loss on them within 1e-5
     relative, in fp32, with --reference and pipelined (1F1B, Interleaved1F1B, ZB-H1 at pp 2 and
-    4 across the models);
+    4 across the models); so does its evaluation-only run (--eval-only) on them;
   - families and fields: LlamaForCausalLM untied fp32 and tied bf16, MistralForCausalLM sharded
     (model.safetensors.index.json), Llama with head_dim != hidden/heads and rope_scaling llama3,
-    Qwen2ForCausalLM (q/k/v biases) untied fp32 and tied bf16;
-  - export: 5 steps of training from a Llama and from a tied Qwen2 with --eval-data, --save,
-    --export --format hf: transformers loads the directory as the family it came from with no
-    missing or unexpected keys, its tensors are the checkpoint's (fp32, bit for bit), sharded
-    with the index above --max-shard-size; transformers' loss on the held-out tokens equals
-    pprun's own eval_loss after the last step; bf16 export loads too; the single-file --export
-    keeps working;
+    Qwen2ForCausalLM (q/k/v biases) untied fp32 and tied bf16; sliding windows shorter than the
+    sequence: Mistral's on every layer, Qwen2's on the layers from max_window_layers on;
+  - export: 5 steps of training from a Llama, a tied Qwen2, a Mistral and a Qwen2 with sliding
+    windows shorter than the sequence, with --eval-data, --save, --export --format hf:
+    transformers loads the directory as the family it came from with no missing or unexpected
+    keys, its tensors are the checkpoint's (fp32, bit for bit), sharded with the index above
+    --max-shard-size; its config.json keeps the source's fields (the window's, bos_token_id,
+    eos_token_id, ...), or the family's defaults where the source had none; transformers' loss on
+    the held-out tokens (longer than the window) equals pprun's own eval_loss after the last step;
+    bf16 export loads too; the single-file --export keeps working;
   - refusals (exit 2, one line naming the file and the tensor or field, nothing run): a layout
-    with another layer count, a sliding window shorter than the sequence, a mixture-of-experts
-    field, another rope_scaling type, a missing tensor, a wrong shape, a truncated shard.
+    with another layer count, architectures and model_type of two families, an attention type
+    pprun does not have, a mixture-of-experts field, another rope_scaling type, a missing tensor,
+    a wrong shape, a truncated shard.
 
 Environment: PPCOMPILE, PPRUN (ctest sets them). Argument: the test class to run (ctest runs one
 per process, in parallel).
@@ -41,6 +45,7 @@ PPCOMPILE = os.environ.get("PPCOMPILE", "build/tools/ppcompile/ppcompile")
 PPRUN = os.environ.get("PPRUN", "build/tools/pprun/pprun")
 T = 16  # sequence length
 LAYERS = 4
+WINDOW = 6  # a sliding window shorter than the sequence
 transformers.logging.set_verbosity_error()
 
 
@@ -91,9 +96,15 @@ def tokens(path, seed, vocab=97):
     return ids
 
 
+def metrics_lines(path):
+    """The lines of a --metrics file, parsed; a last line without its newline (a run killed while
+    writing it) is not one (docs/pprun.md, Outputs)."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.endswith("\n")]
+
+
 def first_loss(metrics):
-    with open(metrics) as f:
-        return [j["loss"] for j in map(json.loads, f) if "loss" in j][0]
+    return [j["loss"] for j in metrics_lines(metrics) if "loss" in j][0]
 
 
 class Base(unittest.TestCase):
@@ -126,6 +137,23 @@ class Base(unittest.TestCase):
              str(mbs), "--metrics", metrics, "--progress", "none", "--threads", "1", *extra])
         return first_loss(metrics)
 
+    def pprun_eval_only(self, model_dir, how, data=None):
+        """pprun's --eval-only loss of the model as loaded, on the token file."""
+        metrics = os.path.join(self.d, "e.jsonl")
+        if how == "reference":
+            where = ["--reference", "--layout", "Et" + "t" * (LAYERS - 2) + "|tL",
+                     "--microbatches", "2"]
+        else:
+            where = ["--plan", self.plan(*how)]
+        mbs = 2 if how == "reference" else how[3]
+        run([PPRUN, *where, "--init-from", model_dir, "--eval-data", data or self.data,
+             "--data-format", "uint32", "--seq-len", str(T), "--eval-only", "--global-batch",
+             str(mbs), "--metrics", metrics, "--progress", "none", "--threads", "1"])
+        lines = metrics_lines(metrics)
+        self.assertEqual(len(lines), 1)
+        self.assertNotIn("loss", lines[0])  # no step trained
+        return lines[0]["eval_loss"]
+
     def assertClose(self, got, want, what):
         self.assertLess(abs(got - want), 1e-5 * abs(want), f"{what}: pprun {got}, transformers "
                         f"{want}")
@@ -140,15 +168,45 @@ PIPE2_ZB = ("Ett|ttL", 2, "ZB-H1", 3)
 
 
 class LossEqualsTransformers(Base):
-    def check(self, model_dir, model, places):
+    def check(self, model_dir, model, places, eval_only=()):
         want = hf_loss(model, self.ids)
         for how in places:
             with self.subTest(how=how):
                 self.assertClose(self.pprun_loss(model_dir, how), want, f"{model_dir} {how}")
+        for how in eval_only:
+            with self.subTest(how=how, eval_only=True):
+                self.assertClose(self.pprun_eval_only(model_dir, how), want,
+                                 f"{model_dir} {how} --eval-only")
 
     def test_llama_untied_fp32(self):
         d = os.path.join(self.d, "llama")
-        self.check(d, make_model(d), ["reference", PIPE2_1F1B, PIPE4_INTERLEAVED, PIPE4_ZB])
+        self.check(d, make_model(d), ["reference", PIPE2_1F1B, PIPE4_INTERLEAVED, PIPE4_ZB],
+                   eval_only=["reference", PIPE4_ZB])
+
+    def assertWindowMatters(self, model_dir, model, **full_attention):
+        """The window changes transformers' loss on these tokens (else the test proves nothing):
+        the same weights with `full_attention`'s config give another loss."""
+        full = transformers.AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.float32, **full_attention).eval()
+        windowed = hf_loss(model, self.ids)
+        self.assertGreater(abs(hf_loss(full, self.ids) - windowed), 1e-3 * windowed)
+
+    def test_mistral_sliding_window(self):
+        d = os.path.join(self.d, "mistral-window")
+        m = make_model(d, family="mistral", sliding_window=WINDOW)
+        self.check(d, m, ["reference", PIPE2_1F1B, PIPE4_ZB], eval_only=[PIPE2_INTERLEAVED])
+        self.assertWindowMatters(d, m, sliding_window=None)
+
+    def test_qwen2_sliding_window_on_some_layers(self):
+        d = os.path.join(self.d, "qwen2-window")
+        m = make_model(d, family="qwen2", use_sliding_window=True, sliding_window=WINDOW,
+                       max_window_layers=2)
+        with open(os.path.join(d, "config.json")) as f:
+            self.assertEqual(json.load(f)["layer_types"], ["full_attention"] * 2 +
+                             ["sliding_attention"] * 2)
+        self.check(d, m, ["reference", PIPE4_INTERLEAVED, PIPE2_ZB], eval_only=["reference"])
+        self.assertWindowMatters(d, m, use_sliding_window=False,
+                                 layer_types=["full_attention"] * LAYERS)
 
     def test_llama_tied_bf16(self):
         d = os.path.join(self.d, "llama-tied")
@@ -197,9 +255,9 @@ class Export(Base):
     loss on the held-out tokens equals pprun's own eval_loss after the last step within 1e-5
     relative (the issue's proof)."""
 
-    def train_export_load(self, family, model_class, tied=False):
+    def train_export_load(self, family, model_class, tied=False, **extra):
         src = os.path.join(self.d, family)
-        make_model(src, family=family, tied=tied)
+        make_model(src, family=family, tied=tied, **extra)
         train = os.path.join(self.d, "train.u32")
         np.random.default_rng(2).integers(0, 97, 400).astype("<u4").tofile(train)
         # Held out: 8 sequences of T+1 tokens at stride T (pprun's evaluation windows), two
@@ -214,8 +272,7 @@ class Export(Base):
                  "--global-batch", "4", "--save", ckpt, "--progress", "none", "--threads", "1",
                  "--eval-data", held, "--metrics", metrics])
         self.assertIn("2 batches of 4 sequences", p.stdout)
-        with open(metrics) as f:
-            evals = [(j["step"], j["eval_loss"]) for j in map(json.loads, f) if "eval_loss" in j]
+        evals = [(j["step"], j["eval_loss"]) for j in metrics_lines(metrics) if "eval_loss" in j]
         self.assertEqual([s for s, _ in evals], [5])
         out = os.path.join(self.d, "exported")
         p = run([PPRUN, "--export", ckpt, out, "--format", "hf", "--max-shard-size", "30KB"])
@@ -226,6 +283,15 @@ class Export(Base):
         self.assertIsInstance(model, model_class)
         for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
             self.assertFalse(info[k], f"{k}: {info[k]}")
+        # Every field of the source's config.json is kept, with its value (but the file's own
+        # bookkeeping).
+        with open(os.path.join(src, "config.json")) as f:
+            source_config = json.load(f)
+        with open(os.path.join(out, "config.json")) as f:
+            exported_config = json.load(f)
+        for k, v in source_config.items():
+            if k != "transformers_version":
+                self.assertEqual(exported_config.get(k, "(missing)"), v, k)
         # The tensors are the checkpoint's, bit for bit.
         single = os.path.join(self.d, "model.safetensors")
         run([PPRUN, "--export", ckpt, single])
@@ -271,6 +337,52 @@ class Export(Base):
             cfg = json.load(f)
         self.assertEqual((cfg["model_type"], cfg["tie_word_embeddings"]), ("qwen2", True))
 
+    # Sliding windows shorter than the held-out sequences, which the round trip keeps: the loss
+    # transformers gives the exported model is pprun's eval_loss (train_export_load).
+    def test_mistral_sliding_window_and_token_ids(self):
+        _, out, _ = self.train_export_load("mistral", transformers.MistralForCausalLM,
+                                           sliding_window=WINDOW, bos_token_id=5,
+                                           eos_token_id=[7, 8])
+        with open(os.path.join(out, "config.json")) as f:
+            cfg = json.load(f)
+        self.assertEqual((cfg["sliding_window"], cfg["bos_token_id"], cfg["eos_token_id"]),
+                         (WINDOW, 5, [7, 8]))
+
+    def test_qwen2_sliding_window_on_some_layers(self):
+        _, out, _ = self.train_export_load("qwen2", transformers.Qwen2ForCausalLM,
+                                           use_sliding_window=True, sliding_window=WINDOW,
+                                           max_window_layers=1)
+        with open(os.path.join(out, "config.json")) as f:
+            cfg = json.load(f)
+        self.assertEqual((cfg["use_sliding_window"], cfg["sliding_window"],
+                          cfg["max_window_layers"], cfg["layer_types"]),
+                         (True, WINDOW, 1, ["full_attention"] + ["sliding_attention"] * 3))
+
+    def test_family_defaults_where_the_source_had_none(self):
+        """A Mistral config.json without sliding_window is MistralConfig's default window, 4096;
+        without token ids, its defaults 1 and 2: the export writes them."""
+        src = os.path.join(self.d, "mistral")
+        make_model(src, family="mistral")
+        path = os.path.join(src, "config.json")
+        with open(path) as f:
+            cfg = json.load(f)
+        for k in ("sliding_window", "bos_token_id", "eos_token_id"):
+            cfg.pop(k, None)
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        ckpt = os.path.join(self.d, "ckpt")
+        run([PPRUN, "--reference", "--layout", "Et" + "t" * (LAYERS - 2) + "|tL",
+             "--microbatches", "2", "--init-from", src, "--data", self.data, "--data-format",
+             "uint32", "--seq-len", str(T), "--steps", "1", "--global-batch", "2", "--save",
+             ckpt, "--progress", "none", "--threads", "1"])
+        out = os.path.join(self.d, "exported")
+        run([PPRUN, "--export", ckpt, out, "--format", "hf"])
+        with open(os.path.join(out, "config.json")) as f:
+            cfg = json.load(f)
+        self.assertEqual((cfg["sliding_window"], cfg["bos_token_id"], cfg["eos_token_id"]),
+                         (4096, 1, 2))
+        self.assertEqual(transformers.AutoConfig.from_pretrained(out).sliding_window, 4096)
+
 
 class Refusals(Base):
     def refuse(self, model_dir, message, how=PIPE2_1F1B, extra=()):
@@ -307,16 +419,19 @@ class Refusals(Base):
                     os.path.join(base, "config.json") + " has num_hidden_layers 4",
                     how=("Ettt|tttL", 2, "1F1B", 2))
         d = copy()
-        self.edit_config(d, architectures=["MistralForCausalLM"], model_type="mistral",
-                         sliding_window=8)
-        self.refuse(d, "config.json: sliding_window: 8 is shorter than the sequence length 16")
+        self.edit_config(d, model_type="gpt_neox")
+        self.refuse(d, 'config.json: architectures: ["LlamaForCausalLM"] and model_type: '
+                    '"gpt_neox" disagree (the model_type of LlamaForCausalLM is "llama")')
+        d = copy()
+        self.edit_config(d, model_type="mistral")
+        self.refuse(d, 'architectures: ["LlamaForCausalLM"] and model_type: "mistral" disagree')
         qwen = os.path.join(self.d, "qwen2")
         make_model(qwen, family="qwen2")
         d = os.path.join(self.d, "qwen2-window")
         shutil.copytree(qwen, d)
-        self.edit_config(d, use_sliding_window=True, sliding_window=8, max_window_layers=0,
-                         layer_types=["sliding_attention"] * LAYERS)
-        self.refuse(d, "config.json: sliding_window: 8 is shorter than the sequence length 16")
+        self.edit_config(d, use_sliding_window=True, sliding_window=8,
+                         layer_types=["sliding_attention"] * 3 + ["chunked_attention"])
+        self.refuse(d, 'config.json: layer_types: "chunked_attention" is not supported')
         d = os.path.join(self.d, "qwen2-no-bias")
         shutil.copytree(qwen, d)
         ts = load_file(os.path.join(qwen, "model.safetensors"))

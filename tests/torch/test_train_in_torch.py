@@ -54,8 +54,10 @@ def run(cmd, timeout=300):
 
 
 def losses(path):
+    """The losses of a metrics file's whole lines (a killed run may leave its last one
+    half-written, without its newline: docs/pprun.md, Outputs)."""
     with open(path) as f:
-        return [j["loss"] for j in map(json.loads, f) if "loss" in j]
+        return [j["loss"] for j in (json.loads(l) for l in f if l.endswith("\n")) if "loss" in j]
 
 
 class TrainInTorch(unittest.TestCase):

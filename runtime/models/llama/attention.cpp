@@ -181,8 +181,10 @@ at::Tensor attention_sdpa(const at::Tensor& qkv, const AttentionConsts& c) {
   };
   const at::Tensor q = rope(heads_of(qkv, 0, h, hd)), k = rope(heads_of(qkv, h, kv, hd));
   const at::Tensor v = heads_of(qkv, h + kv, kv, hd);
-  const at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true,
-                                                        c.scale, /*enable_gqa=*/h != kv);
+  const bool window = c.window_mask.defined();
+  const at::Tensor o = at::scaled_dot_product_attention(
+      q, k, v, window ? std::optional<at::Tensor>(c.window_mask) : std::nullopt, 0.0,
+      /*is_causal=*/!window, c.scale, /*enable_gqa=*/h != kv);
   return o.transpose(1, 2).reshape({b, T, h * hd});
 }
 
@@ -310,8 +312,8 @@ struct FusedAttentionFn : torch::autograd::Function<FusedAttentionFn> {
 
 }  // namespace
 
-AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device,
-                                 Kernels kernels) {
+AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device, Kernels kernels,
+                                 int window) {
   AttentionConsts c;
   c.kernels = kernels;
   const int64_t T = cfg.seq_len, hd = cfg.head_dim();
@@ -333,12 +335,19 @@ AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& devic
   c.sin = ang.sin().to(at::kFloat).to(device);
   c.cos_back = (ang.cos() * scale).to(at::kFloat).to(device);
   c.sin_back = (ang.sin() * -scale).to(at::kFloat).to(device);
+  // Where a position may attend: up to itself, and with a window not before t - window + 1.
+  at::Tensor allowed = at::ones({T, T}, at::kBool).tril(0);
+  const bool windowed = window > 0 && window < T;
+  if (windowed) allowed = allowed.triu(1 - window);
   // Only the CPU's written-out path reads the mask (Auto on the CPU): not built elsewhere
-  // ([heads / kv_heads x T, T] fp32: 256 MiB at seq 4096 with 4 query heads per kv head).
+  // ([heads / kv_heads x T, T] fp32: 256 MiB at seq 4096 with 4 query heads per kv head). The
+  // other paths take the window, if any, as a boolean mask.
   if (device.is_cpu() && kernels == Kernels::Auto)
-    c.mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::kFloat)
-                 .triu(1)
+    c.mask = at::zeros({T, T}, at::kFloat)
+                 .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity())
                  .repeat_interleave(cfg.heads / cfg.kv_heads, 0);
+  else if (windowed)
+    c.window_mask = allowed.to(device);
   c.heads = cfg.heads;
   c.kv_heads = cfg.kv_heads;
   c.head_dim = hd;

@@ -37,8 +37,8 @@ uint64_t name_hash(const std::string& s) {
   return h;
 }
 
-// What the layers of one builtin_model share: the configuration and, per device, attention's
-// rotary tables and mask (ranks may run as threads of one process).
+// What the layers of one builtin_model share: the configuration and, per device and attention
+// window, attention's rotary tables and mask (ranks may run as threads of one process).
 struct Common {
   ModelConfig cfg;
   Kernels kernels;
@@ -46,10 +46,11 @@ struct Common {
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<const AttentionConsts>> attn;
 
-  std::shared_ptr<const AttentionConsts> attention_on(const at::Device& device) {
+  std::shared_ptr<const AttentionConsts> attention_on(const at::Device& device, int window) {
     std::lock_guard<std::mutex> lock(mutex);
-    auto& c = attn[device.str()];
-    if (!c) c = std::make_shared<const AttentionConsts>(attention_consts(cfg, device, kernels));
+    auto& c = attn[fmt::format("{}/{}", device.str(), window)];
+    if (!c)
+      c = std::make_shared<const AttentionConsts>(attention_consts(cfg, device, kernels, window));
     return c;
   }
 };
@@ -61,6 +62,7 @@ struct Common {
 struct BuiltinModule : torch::nn::Module {
   std::deque<at::Tensor> p;
   std::shared_ptr<const AttentionConsts> attn;  // of the device of the last forward
+  int window = 0;  // the layer's attention window (ModelConfig::window_of; 0: full attention)
 
   BuiltinModule(const LayerInfo& info, const std::vector<ParamSpec>& specs) {
     for (const ParamSpec& s : specs) {
@@ -133,9 +135,9 @@ at::Tensor embed(const Common& c, at::Tensor* w, const at::Tensor& ids, WeightWo
   return embedding(w, ids, work).to(c.dtype);
 }
 
-// The attention tables of x's device, kept by the layer.
+// The attention tables of x's device and the layer's window, kept by the layer.
 const AttentionConsts& attn_of(Common& c, BuiltinModule& m, const at::Tensor& x) {
-  if (!m.attn || m.attn->cos.device() != x.device()) m.attn = c.attention_on(x.device());
+  if (!m.attn || m.attn->cos.device() != x.device()) m.attn = c.attention_on(x.device(), m.window);
   return *m.attn;
 }
 
@@ -204,6 +206,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType d
       [common](const LayerInfo& info) {
         auto m = std::make_shared<BuiltinModule>(
             info, layer_params(common->cfg, ppc::LayerKind::Decoder, info.index, info));
+        m->window = common->cfg.window_of(info.index);
         size_t i = 0;
         auto d = std::make_shared<Decoder>(decoder_params(*m, i, common->cfg.qkv_bias));
         BuiltinModule* raw = m.get();
@@ -224,6 +227,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType d
       [common, T](const LayerInfo& info) {
         auto m = std::make_shared<BuiltinModule>(
             info, layer_params(common->cfg, ppc::LayerKind::Mtp, info.index, info));
+        m->window = common->cfg.window_of(-1);
         struct Mtp {
           int64_t depth;
           at::Tensor *embed, *enorm, *hnorm, *eh_proj, *final_norm;

@@ -10,6 +10,15 @@
 
 namespace pprt {
 
+int ModelConfig::window_of(int layer) const {
+  if (sliding_window <= 0) return 0;
+  if (layer_types.empty()) return sliding_window;
+  return layer >= 0 && static_cast<size_t>(layer) < layer_types.size() &&
+                 layer_types[static_cast<size_t>(layer)] == "sliding_attention"
+             ? sliding_window
+             : 0;
+}
+
 ModelConfig parse_model_config(std::string_view text, const std::string& input, ModelConfig c) {
   nlohmann::json j;
   try {
@@ -66,7 +75,24 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
       c.hf_family = v.get<std::string>();
     } else if (key == "hf_max_positions")
       integer(c.hf_max_positions);
-    else if (key == "rope_scaling") {
+    else if (key == "sliding_window") {
+      c.sliding_window = 0;
+      if (!v.is_null()) integer(c.sliding_window);
+    } else if (key == "layer_types") {
+      if (!v.is_array())
+        fail(input, fmt::format("{}: expected a list such as [\"full_attention\", "
+                                "\"sliding_attention\"], got {}",
+                                key, v.dump()));
+      c.layer_types.clear();
+      for (const nlohmann::json& t : v) {
+        if (!t.is_string()) fail(input, fmt::format("{}: expected strings, got {}", key, t.dump()));
+        c.layer_types.push_back(t.get<std::string>());
+      }
+    } else if (key == "hf_fields") {
+      if (!v.is_object()) fail(input, fmt::format("{}: expected an object", key));
+      c.hf_fields.clear();
+      for (const auto& f : v.items()) c.hf_fields[f.key()] = f.value().dump();
+    } else if (key == "rope_scaling") {
       if (!v.is_object())
         fail(input, fmt::format("{}: expected an object such as {{\"factor\": 8}}", key));
       RopeScaling& r = c.rope_scaling;
@@ -92,7 +118,8 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
     } else
       fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, "
                               "seq_len, rope_theta, norm_eps, tie_embeddings, head_dim, "
-                              "rope_scaling, qkv_bias, hf_family, hf_max_positions)",
+                              "rope_scaling, qkv_bias, sliding_window, layer_types, hf_family, "
+                              "hf_max_positions, hf_fields)",
                               ppc::printable(key)));
   }
   check_model_config(c, input);
@@ -116,8 +143,14 @@ nlohmann::ordered_json model_config_json(const ModelConfig& c) {
                          {"high_freq_factor", c.rope_scaling.high_freq_factor},
                          {"original_max_positions", c.rope_scaling.original_max_positions}};
   if (c.qkv_bias) j["qkv_bias"] = true;
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (!c.layer_types.empty()) j["layer_types"] = c.layer_types;
   if (!c.hf_family.empty()) j["hf_family"] = c.hf_family;
   if (c.hf_max_positions > 0) j["hf_max_positions"] = c.hf_max_positions;
+  if (!c.hf_fields.empty()) {
+    nlohmann::ordered_json& f = j["hf_fields"] = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : c.hf_fields) f[name] = nlohmann::ordered_json::parse(value);
+  }
   return j;
 }
 
@@ -162,14 +195,40 @@ void check_model_config(const ModelConfig& c, const std::string& where) {
   if (!c.hf_family.empty() && c.qkv_bias != (c.hf_family == "qwen2"))
     fail(where, fmt::format("qkv_bias is {}, but the Hugging Face family {} {} q/k/v biases",
                             c.qkv_bias, c.hf_family, c.qkv_bias ? "has no" : "has"));
+  if (c.sliding_window < 0 || c.sliding_window > (1 << 24))
+    fail(where,
+         fmt::format("sliding_window is {}; expected 1..{} (or none)", c.sliding_window, 1 << 24));
+  if (!c.layer_types.empty() && c.sliding_window == 0)
+    fail(where, "layer_types: needs a sliding_window (the window of its sliding_attention layers)");
+  for (size_t k = 0; k < c.layer_types.size(); ++k)
+    if (c.layer_types[k] != "full_attention" && c.layer_types[k] != "sliding_attention")
+      fail(where, fmt::format("layer_types[{}]: '{}' is not supported (expected full_attention or "
+                              "sliding_attention)",
+                              k, ppc::printable(c.layer_types[k])));
 }
 
+namespace {
+
+// ", sliding window 32" (", on 3 of 4 layers" where only some layers slide).
+std::string window_text(const ModelConfig& c) {
+  if (c.sliding_window <= 0) return "";
+  size_t sliding = 0;
+  for (const std::string& t : c.layer_types) sliding += t == "sliding_attention";
+  return fmt::format(", sliding window {}{}", c.sliding_window,
+                     c.layer_types.empty() || sliding == c.layer_types.size()
+                         ? ""
+                         : fmt::format(" on {} of {} layers", sliding, c.layer_types.size()));
+}
+
+}  // namespace
+
 std::string describe(const ModelConfig& c) {
-  return fmt::format(
-      "hidden {}, heads {} (kv {}{}), ffn {}, vocab {}, seq {}{}{}{}", c.hidden, c.heads,
-      c.kv_heads, c.head_size > 0 ? fmt::format(", head_dim {}", c.head_size) : "", c.ffn, c.vocab,
-      c.seq_len, c.tie_embeddings ? ", tied embeddings" : "",
-      c.rope_scaling.factor > 0 ? ", llama3 rope scaling" : "", c.qkv_bias ? ", q/k/v biases" : "");
+  return fmt::format("hidden {}, heads {} (kv {}{}), ffn {}, vocab {}, seq {}{}{}{}{}", c.hidden,
+                     c.heads, c.kv_heads,
+                     c.head_size > 0 ? fmt::format(", head_dim {}", c.head_size) : "", c.ffn,
+                     c.vocab, c.seq_len, c.tie_embeddings ? ", tied embeddings" : "",
+                     c.rope_scaling.factor > 0 ? ", llama3 rope scaling" : "",
+                     c.qkv_bias ? ", q/k/v biases" : "", window_text(c));
 }
 
 }  // namespace pprt

@@ -45,20 +45,25 @@ inline bool fused(Kernels k) {
 // What attention needs besides its input: the rotary tables [T, head_dim], the causal mask with
 // each row repeated once per query head of a key/value head's group ([T * heads / kv_heads, T],
 // row t * group + r; only for the CPU's written-out path, undefined elsewhere), and the head
-// counts. `kernels` is as given to the model (Auto unresolved).
+// counts. `kernels` is as given to the model (Auto unresolved). With a sliding window W shorter
+// than the sequence, position t attends to positions t - W + 1 .. t only (Mistral's and Qwen2's
+// sliding_window): the written-out path's mask also hides the earlier ones, and `window_mask`
+// ([T, T] bool, true where a position may attend) is what the other paths give
+// scaled_dot_product_attention instead of its causal flag.
 // Both halves of a rotary table hold the same angles, so the rotation's transpose (for gradients)
 // is the rotation by the opposite angle: `rotate` with the sine negated. The backward's tables
 // also carry the softmax scale of the scores' product.
 struct AttentionConsts {
-  at::Tensor cos, sin, cos_back, sin_back, mask;
+  at::Tensor cos, sin, cos_back, sin_back, mask, window_mask;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   double scale = 1;
   Kernels kernels = Kernels::Auto;
 };
 
-// The rotary tables and the causal mask of `cfg` (computed in double for exactness), on `device`.
+// The rotary tables and the causal mask of `cfg` (computed in double for exactness), on `device`;
+// `window`: the sliding window of the layers they serve (ModelConfig::window_of), 0 for none.
 AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device,
-                                 Kernels kernels = Kernels::Auto);
+                                 Kernels kernels = Kernels::Auto, int window = 0);
 
 // The concatenation [W_0; W_1; ...] of a fused linear map's weights, or a weight's working copy
 // in another dtype (mixed precision: precision.h), kept from one microbatch to the next and made

@@ -46,14 +46,16 @@ TEST(GpuPlacement, NoDeviceOrNegativeLocalRankIsAnError) {
             std::string::npos);
 }
 
-TEST(GpuPlacement, OneRankPerGpuSetsNothing) {
+TEST(GpuPlacement, OneRankPerGpuSetsOnlyConnectionsAtCreation) {
   for (int r = 0; r < 4; ++r) {
     const auto p = place_on_gpu(r, r, 4, 4, true, env_of({}));
     EXPECT_EQ(p.device, r);
     EXPECT_FALSE(p.shared);
-    EXPECT_TRUE(p.env.empty());
+    EXPECT_EQ(as_map(p), (std::map<std::string, std::string>{{"NCCL_RUNTIME_CONNECT", "0"}}));
     EXPECT_EQ(p.banner, "");
   }
+  // The user's own choice stays.
+  EXPECT_TRUE(place_on_gpu(0, 0, 1, 1, true, env_of({{"NCCL_RUNTIME_CONNECT", "1"}})).env.empty());
   // Explicitly off, and an unknown count of local ranks (SLURM without SLURM_NTASKS_PER_NODE).
   EXPECT_FALSE(place_on_gpu(1, 1, 2, 2, true, env_of({{"PPRUN_TEST_SHARE_GPU", "0"}})).shared);
   EXPECT_EQ(place_on_gpu(3, 3, 0, 2, false, env_of({})).device, 1);

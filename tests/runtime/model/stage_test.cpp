@@ -227,10 +227,12 @@ TEST(Model, StagesAccumulateGradientsOverMicrobatches) {
 }
 
 // An independent formulation of the model's definition (runtime/model/stage.h), with plain ATen ops
-// on the parameters by name: the decoder layer, then multi-token prediction as DeepSeek-V3 defines
-// it (depth k embeds token i+k, concatenates [RMSNorm(emb) ; RMSNorm(h^{k-1})], projects 2H -> H,
-// runs a decoder layer and a final norm) and the loss CE_main + lambda/D sum_k CE_k, where depth k
-// predicts token i+1+k and positions past the sequence are masked out of the mean.
+// on the parameters by name: the decoder layer (with a sliding window W, position t attends to
+// positions t - W + 1 .. t only: Mistral's and Qwen2's, ModelConfig::window_of), then
+// multi-token prediction as DeepSeek-V3 defines it (depth k embeds token i+k, concatenates
+// [RMSNorm(emb) ; RMSNorm(h^{k-1})], projects 2H -> H, runs a decoder layer and a final norm) and
+// the loss CE_main + lambda/D sum_k CE_k, where depth k predicts token i+1+k and positions past the
+// sequence are masked out of the mean.
 struct Reference {
   std::map<std::string, at::Tensor> p;
   ModelConfig c;
@@ -253,7 +255,7 @@ struct Reference {
     at::Tensor rot = at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
     return x * ang.cos().to(at::kFloat) + rot * ang.sin().to(at::kFloat);
   }
-  at::Tensor decoder(const at::Tensor& x, const std::string& pre) {
+  at::Tensor decoder(const at::Tensor& x, const std::string& pre, int window = 0) {
     const int64_t b = x.size(0), T = x.size(1), hd = c.head_dim(), rep = c.heads / c.kv_heads;
     at::Tensor h = rms(x, pre + "attn_norm.weight");
     at::Tensor q = rope(proj(h, pre + "attn.wq").view({b, T, c.heads, hd}).transpose(1, 2));
@@ -262,6 +264,10 @@ struct Reference {
     k = k.repeat_interleave(rep, 1);
     v = v.repeat_interleave(rep, 1);
     at::Tensor causal = at::ones({T, T}, at::kBool).tril();
+    if (window > 0) {  // key j is seen from query i when i - j < window
+      const at::Tensor i = at::arange(T).unsqueeze(1), j = at::arange(T).unsqueeze(0);
+      causal = causal.logical_and(i - j < window);
+    }
     at::Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(double(hd));
     scores = scores.masked_fill(causal.logical_not(), -INFINITY);
     at::Tensor o = at::softmax(scores, -1).matmul(v).transpose(1, 2).reshape({b, T, c.hidden});
@@ -287,7 +293,8 @@ struct Reference {
     const std::string head = c.tie_embeddings ? "embed.weight" : "head.out.weight";
     at::Tensor h = p.at("embed.weight").index_select(0, rows.narrow(1, 0, T).reshape({-1}));
     h = h.view({rows.size(0), T, c.hidden});
-    for (int l = 0; l < layers; ++l) h = decoder(h, "layers." + std::to_string(l) + ".");
+    for (int l = 0; l < layers; ++l)
+      h = decoder(h, "layers." + std::to_string(l) + ".", c.window_of(l));
     at::Tensor total = masked_ce(lin(rms(h, "head.norm.weight"), head), rows, 0);
     at::Tensor prev = h;
     for (int k = 1; k <= depths; ++k) {
@@ -299,7 +306,7 @@ struct Reference {
       at::Tensor x =
           lin(at::cat({rms(e, pre + "enorm.weight"), rms(prev, pre + "hnorm.weight")}, -1),
               pre + "eh_proj.weight");
-      prev = rms(decoder(x, pre + "layer."), pre + "final_norm.weight");
+      prev = rms(decoder(x, pre + "layer.", c.window_of(-1)), pre + "final_norm.weight");
       at::Tensor ce = masked_ce(lin(prev, head), rows, k);
       mtp->push_back(ce.item<double>());
       total = total + ce * (lambda / depths);
@@ -358,6 +365,49 @@ TEST(Model, AttentionInCausalBlocksFollowsItsDefinition) {
           << p.name << " differs by " << (got_grads[p.name] - w).abs().max().item<double>();
     }
   }
+}
+
+// A sliding window (Mistral's, and Qwen2's on some layers: ModelConfig::sliding_window,
+// layer_types) shorter than the sequence, in causal blocks (200 positions: three blocks) and
+// through scaled_dot_product_attention (Kernels::Generic, what GPUs run, given the window's mask):
+// the loss and every gradient equal the Reference's, which masks the keys W or more positions
+// back; the window on some layers only, and on every layer with MTP depths too. Without the
+// window the loss differs (the window masks something).
+TEST(Model, SlidingWindowFollowsItsDefinition) {
+  ModelConfig c = small_config();
+  c.seq_len = 200;
+  c.sliding_window = 37;
+  const at::Tensor tk = tokens(c, 2);
+  for (const bool some : {true, false})
+    for (const auto kernels : {pprt::Kernels::Auto, pprt::Kernels::Generic}) {
+      c.layer_types = some ? std::vector<std::string>{"sliding_attention", "full_attention",
+                                                      "sliding_attention"}
+                           : std::vector<std::string>{};
+      const std::string layout = some ? "EtttL" : "EtttmL";
+      const int depths = some ? 0 : 1;
+      const std::string what = std::string(some ? "some layers" : "every layer") +
+                               (kernels == pprt::Kernels::Auto ? ", blocks" : ", sdpa");
+      auto m = build(layout, c, 7, 0.3, kernels);
+      const at::Tensor got = chain(m, tk);
+      got.backward();
+      std::map<std::string, at::Tensor> got_grads;
+      for (auto& p : m.params()) got_grads[p.name] = p.tensor.grad().clone();
+      zero(m);
+      Reference ref{by_name(m), c};
+      std::vector<double> mtp;
+      const at::Tensor want = ref.loss(tk, 3, depths, 0.3, &mtp);
+      want.backward();
+      EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << what;
+      for (auto& p : m.params())
+        EXPECT_TRUE(at::allclose(got_grads[p.name], p.tensor.grad(), 1e-4, 1e-6))
+            << what << ": " << p.name << " differs by "
+            << (got_grads[p.name] - p.tensor.grad()).abs().max().item<double>();
+      ModelConfig full = c;
+      full.sliding_window = 0;
+      full.layer_types.clear();
+      auto f = build(layout, full, 7, 0.3, kernels);
+      EXPECT_GT(std::fabs(chain(f, tk).item<double>() - got.item<double>()), 1e-4) << what;
+    }
 }
 
 // The fused CPU loops (Kernels::Auto: RMSNorm, SwiGLU, the rotary embedding) against ATen's

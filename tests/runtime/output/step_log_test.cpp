@@ -1,13 +1,64 @@
 // What a run prints as it trains (runtime/output/step_log.h): the metrics line and the progress
-// lines.
+// lines; the metrics file as it grows (runtime/output/metrics_file.h).
 
 #include <gtest/gtest.h>
 #include <cstdio>
 #include <cstdlib>
 
+#include "file_test_util.h"
+#include "runtime/output/metrics_file.h"
 #include "runtime/output/step_log.h"
 
 namespace {
+
+// Each line reaches the file as it is appended; the file is opened at the first line only (a run
+// that stops before it leaves the file as it was); a fresh run empties it; a resumed one keeps
+// the lines up to its step and drops the rest, a half-written or unreadable line and what follows
+// it too.
+TEST(StepLog, MetricsFileAppendsEachLineAndKeepsWhatAResumeKeeps) {
+  filetest::TempDir d;
+  const std::string old = "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n{\"step\":4,\"lo";
+  const std::string path = d.write("m.jsonl", old);
+  {
+    pprt::MetricsFile fresh(path, -1);
+    EXPECT_EQ(filetest::read_file(path), old) << "opened before its first line";
+    fresh.append(R"({"step":1,"loss":5.5})");
+    EXPECT_EQ(filetest::read_file(path), "{\"step\":1,\"loss\":5.5}\n");
+    fresh.append(R"({"step":2,"loss":5.4})");
+    fresh.sync();
+    EXPECT_EQ(filetest::read_file(path), "{\"step\":1,\"loss\":5.5}\n{\"step\":2,\"loss\":5.4}\n");
+  }
+  d.write("m.jsonl", old);
+  {
+    pprt::MetricsFile resumed(path, 2);  // from a checkpoint of step 2
+    resumed.append(R"({"step":3})");
+    EXPECT_EQ(filetest::read_file(path), "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n");
+  }
+  d.write("m.jsonl", old);
+  {
+    pprt::MetricsFile resumed(path, 3);  // the cut line goes, with nothing after it
+    resumed.append(R"({"step":4})");
+    EXPECT_EQ(filetest::read_file(path),
+              "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n{\"step\":4}\n");
+  }
+  d.write("m.jsonl", "{\"step\":1}\nnot json\n{\"step\":2}\n");
+  {
+    pprt::MetricsFile resumed(path, 5);  // a line that does not parse: it and the rest go
+    resumed.append(R"({"step":6})");
+    EXPECT_EQ(filetest::read_file(path), "{\"step\":1}\n{\"step\":6}\n");
+  }
+  {
+    pprt::MetricsFile created(d.file("new.jsonl"), 3);  // resumed, no file yet
+    created.append(R"({"step":4})");
+    EXPECT_EQ(filetest::read_file(d.file("new.jsonl")), "{\"step\":4}\n");
+  }
+  pprt::MetricsFile pipe("/dev/null", -1);  // not a regular file: only appended to
+  pipe.append("{}");
+  pprt::MetricsFile nowhere(d.file("no/such/dir/m.jsonl"), -1);
+  EXPECT_EQ(
+      filetest::user_error([&] { nowhere.append("{}"); }),
+      "--metrics: cannot open '" + d.file("no/such/dir/m.jsonl") + "': No such file or directory");
+}
 
 TEST(StepLog, MetricsLineAndProgressLines) {
   pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5, {}, {}, -1, 0, {}, {}};
@@ -68,6 +119,11 @@ TEST(StepLog, MetricsLineAndProgressLines) {
             "step 3/8 loss 2.5000 mtp-loss 2.7500 eval-loss 3.2500 eval-mtp-loss 3.5000 lr 0.001 "
             "grad-norm 0.750 tok/s 2.0k eta 0:03\n");
   std::free(buf);
+  // An evaluation-only run's line (--eval-only): the step it evaluated after, no training fields.
+  EXPECT_EQ(pprt::eval_only_json(0, 5.5, std::nullopt, 0.25),
+            R"({"step":0,"eval_loss":5.5,"elapsed_s":0.25})");
+  EXPECT_EQ(pprt::eval_only_json(40, 5.5, 5.75, 0.25),
+            R"({"step":40,"eval_loss":5.5,"eval_mtp_loss":5.75,"elapsed_s":0.25})");
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ TEST(GlooTransport, ReceivesMatchSendsByTagWhateverTheOrder) {
       ops = {{P2POp::Kind::Send, 1, 5, &a}, {P2POp::Kind::Send, 1, 7, &b}};
     else
       ops = {{P2POp::Kind::Recv, 0, 7, &b}, {P2POp::Kind::Recv, 0, 5, &a}};
-    auto works = t.post(ops);
+    auto works = t.post(ops, 10s);
     ASSERT_EQ(works.size(), 2u);
     for (auto& w : works) w->wait(10s);
     EXPECT_TRUE(at::equal(a, at::full({3, 4}, 5.0f)));
@@ -68,7 +68,7 @@ TEST(GlooTransport, GroupsSumOverTheirMembersOnly) {
       auto tri = t.new_group({0, 1, 2}, "tri");
       EXPECT_EQ(tri->size(), 3);
       at::Tensor y = at::full({1000}, static_cast<float>(rank + 1));
-      auto w = tri->allreduce_async(y);
+      auto w = tri->allreduce_async(y, 10s);
       w->wait(10s);
       EXPECT_TRUE(at::equal(y, at::full({1000}, 6.0f)));
     }
@@ -97,7 +97,7 @@ TEST(GlooTransport, AWaitThatTimesOutNamesThePeer) {
                        return;
                      }
                      at::Tensor x = at::zeros({4});
-                     auto works = t.post({{P2POp::Kind::Recv, 0, 3, &x}});
+                     auto works = t.post({{P2POp::Kind::Recv, 0, 3, &x}}, 10s);
                      try {
                        works[0]->wait(300ms);
                      } catch (const pprt::TransportError& e) {

@@ -25,12 +25,12 @@ TEST(ModelConfig, ErrorsNameTheFileAndField) {
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"hiden": 64})", "m.json"); }),
             "m.json: hiden: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
             "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, qkv_bias, "
-            "hf_family, hf_max_positions)");
+            "sliding_window, layer_types, hf_family, hf_max_positions, hf_fields)");
   // A key with a newline (fuzz finding: the message's first line was blank).
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"\n": 33})", "m.json"); }),
             "m.json: \\x0a: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
             "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, qkv_bias, "
-            "hf_family, hf_max_positions)");
+            "sliding_window, layer_types, hf_family, hf_max_positions, hf_fields)");
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"heads": -1})", "m.json"); }),
             "m.json: heads: expected a positive integer, got -1");
   EXPECT_EQ(
@@ -113,6 +113,55 @@ TEST(ModelConfig, HuggingFaceFieldsRoundTrip) {
                 [] { pprt::parse_model_config(R"({"rope_scaling": {"factr": 8}})", "m.json"); }),
             "m.json: rope_scaling.factr: unknown field or not a whole number (expected factor, "
             "low_freq_factor, high_freq_factor, original_max_positions)");
+}
+
+// The sliding window (Mistral's, Qwen2's per layer) and the config.json fields kept for the
+// export: written only when given, read back equal; which layers slide; the errors.
+TEST(ModelConfig, SlidingWindowAndKeptFieldsRoundTrip) {
+  pprt::ModelConfig c;
+  c.sliding_window = 32;
+  c.layer_types = {"full_attention", "sliding_attention", "sliding_attention"};
+  c.hf_family = "qwen2";
+  c.qkv_bias = true;
+  c.hf_fields = {{"bos_token_id", "151643"},
+                 {"eos_token_id", "[151645,151643]"},
+                 {"pad_token_id", "null"},
+                 {"max_window_layers", "1"}};
+  const nlohmann::ordered_json j = pprt::model_config_json(c);
+  EXPECT_EQ(j.at("hf_fields").dump(),
+            R"({"bos_token_id":151643,"eos_token_id":[151645,151643],"max_window_layers":1,)"
+            R"("pad_token_id":null})");
+  EXPECT_EQ(pprt::parse_model_config(j.dump(), "state"), c);
+  EXPECT_EQ(std::vector<int>({c.window_of(0), c.window_of(1), c.window_of(2), c.window_of(-1)}),
+            std::vector<int>({0, 32, 32, 0}));
+  EXPECT_EQ(pprt::describe(c),
+            "hidden 64, heads 4 (kv 2), ffn 176, vocab 256, seq 64, q/k/v "
+            "biases, sliding window 32 on 2 of 3 layers");
+  pprt::ModelConfig m;  // Mistral's: every layer, MTP depths too
+  m.sliding_window = 16;
+  EXPECT_EQ(std::vector<int>({m.window_of(0), m.window_of(5), m.window_of(-1)}),
+            std::vector<int>({16, 16, 16}));
+  EXPECT_EQ(pprt::parse_model_config(pprt::model_config_json(m).dump(), "state"), m);
+  EXPECT_EQ(pprt::parse_model_config(R"({"sliding_window": null})", "m.json").sliding_window, 0);
+  const pprt::ModelConfig none;
+  EXPECT_EQ(none.window_of(0), 0);
+  for (const char* k : {"sliding_window", "layer_types", "hf_fields"})
+    EXPECT_FALSE(pprt::model_config_json(none).contains(k)) << k;
+  EXPECT_EQ(filetest::user_error([] {
+              pprt::parse_model_config(R"({"layer_types": ["full_attention"]})", "m.json");
+            }),
+            "m.json: layer_types: needs a sliding_window (the window of its sliding_attention "
+            "layers)");
+  EXPECT_EQ(filetest::user_error([] {
+              pprt::parse_model_config(
+                  R"({"sliding_window": 8, "layer_types": ["full_attention", "chunked"]})",
+                  "m.json");
+            }),
+            "m.json: layer_types[1]: 'chunked' is not supported (expected full_attention or "
+            "sliding_attention)");
+  EXPECT_EQ(
+      filetest::user_error([] { pprt::parse_model_config(R"({"sliding_window": 0})", "m.json"); }),
+      "m.json: sliding_window: expected a positive integer, got 0");
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // written out (matmul, causal mask, softmax, in causal blocks, with its backward); with
 // Kernels::Fused (GPUs by default) SDPA's flash (or cuDNN) kernels are called directly, with the
 // backward from what their forward returns; with Kernels::Generic, and where no fused kernel takes
-// the tensors (fp32 on a GPU), it is at::scaled_dot_product_attention through autograd. Attention
-// has no weights, so every backward belongs to I whole when the backward is split.
+// the tensors (fp32 on a GPU), it is at::scaled_dot_product_attention through autograd. A layer
+// with a sliding window shorter than the sequence takes the window in the written-out path's mask,
+// and elsewhere SDPA with the window's mask (the fused kernels take no mask but the causal flag).
+// Attention has no weights, so every backward belongs to I whole when the backward is split.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -358,7 +360,9 @@ AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& devic
 at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c) {
   const Kernels k = kernels_on(c.kernels, qkv.device());
   if (k == Kernels::Auto) return AttentionFn::apply(qkv, &c);  // the CPU's written-out path
-  if (fused(k))
+  // The fused kernels take the causal flag and no other mask: a layer whose window is shorter
+  // than the sequence takes SDPA with the window's mask instead.
+  if (fused(k) && !c.window_mask.defined())
     if (const FusedKernel f = fused_kernel(qkv, c, k); f != FusedKernel::None)
       return FusedAttentionFn::apply(qkv, &c, static_cast<int64_t>(f));
   return attention_sdpa(qkv, c);

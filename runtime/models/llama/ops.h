@@ -32,7 +32,8 @@ namespace pprt {
 //    at::_fused_rms_norm (and its backward where LibTorch has one: CUDA), attention by SDPA's
 //    flash kernels called directly (their backward from the forward's log-sum-exp: on CUDA for
 //    bf16/fp16, on the CPU LibTorch's CPU flash kernel), the rotary embedding of q and k as one
-//    pass; elsewhere Generic's operations.
+//    pass; elsewhere Generic's operations, and so is a layer's attention whose sliding window is
+//    shorter than the sequence (SDPA with the window's mask: the fused kernels take no mask).
 //  - FusedCudnn: Fused, with attention through the cuDNN kernels (SDPA's cuDNN backend) on CUDA.
 enum class Kernels : uint8_t { Auto, Generic, Fused, FusedCudnn };
 

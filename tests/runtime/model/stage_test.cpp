@@ -368,25 +368,31 @@ TEST(Model, AttentionInCausalBlocksFollowsItsDefinition) {
 }
 
 // A sliding window (Mistral's, and Qwen2's on some layers: ModelConfig::sliding_window,
-// layer_types) shorter than the sequence, in causal blocks (200 positions: three blocks) and
-// through scaled_dot_product_attention (Kernels::Generic, what GPUs run, given the window's mask):
-// the loss and every gradient equal the Reference's, which masks the keys W or more positions
-// back; the window on some layers only, and on every layer with MTP depths too. Without the
-// window the loss differs (the window masks something).
+// layer_types) shorter than the sequence, in causal blocks (200 positions: three blocks), through
+// scaled_dot_product_attention (Kernels::Generic, given the window's mask) and with Kernels::Fused
+// and FusedCudnn (what GPUs run: the fused kernels take no mask, so a windowed layer takes SDPA
+// with the window's mask, a full one the flash kernel, LibTorch's CPU one here): the loss and
+// every gradient equal the Reference's, which masks the keys W or more positions back; the window
+// on some layers only, and on every layer with MTP depths too. Without the window the loss
+// differs (the window masks something).
 TEST(Model, SlidingWindowFollowsItsDefinition) {
   ModelConfig c = small_config();
   c.seq_len = 200;
   c.sliding_window = 37;
   const at::Tensor tk = tokens(c, 2);
   for (const bool some : {true, false})
-    for (const auto kernels : {pprt::Kernels::Auto, pprt::Kernels::Generic}) {
+    for (const auto kernels : {pprt::Kernels::Auto, pprt::Kernels::Generic, pprt::Kernels::Fused,
+                               pprt::Kernels::FusedCudnn}) {
       c.layer_types = some ? std::vector<std::string>{"sliding_attention", "full_attention",
                                                       "sliding_attention"}
                            : std::vector<std::string>{};
       const std::string layout = some ? "EtttL" : "EtttmL";
       const int depths = some ? 0 : 1;
       const std::string what = std::string(some ? "some layers" : "every layer") +
-                               (kernels == pprt::Kernels::Auto ? ", blocks" : ", sdpa");
+                               (kernels == pprt::Kernels::Auto      ? ", blocks"
+                                : kernels == pprt::Kernels::Generic ? ", sdpa"
+                                : kernels == pprt::Kernels::Fused   ? ", fused"
+                                                                    : ", fused-cudnn");
       auto m = build(layout, c, 7, 0.3, kernels);
       const at::Tensor got = chain(m, tk);
       got.backward();

@@ -32,8 +32,8 @@ struct Attention {
 };
 
 Attention attention(const pprt::ModelConfig& c, Kernels k, at::ScalarType dtype,
-                    const at::Tensor& qkv0, const at::Tensor& gout) {
-  const pprt::AttentionConsts consts = pprt::attention_consts(c, at::Device(at::kCPU), k);
+                    const at::Tensor& qkv0, const at::Tensor& gout, int window = 0) {
+  const pprt::AttentionConsts consts = pprt::attention_consts(c, at::Device(at::kCPU), k, window);
   at::Tensor qkv = qkv0.to(dtype).detach().requires_grad_(true);
   const at::Tensor out = pprt::attention(qkv, consts);
   Attention r;
@@ -95,6 +95,39 @@ TEST(FusedOps, AttentionFallsBackWhereNoFusedKernelTakesIt) {
   const Attention generic = attention(odd, Kernels::Generic, at::kFloat, qkv, gout);
   EXPECT_TRUE(at::equal(fused.out, generic.out));
   EXPECT_TRUE(at::equal(fused.grad, generic.grad));
+}
+
+// A sliding window shorter than the sequence (ModelConfig::window_of): the flash kernels take
+// no mask but the causal flag, so Fused and FusedCudnn take SDPA with the window's mask, and give
+// the windowed attention: what the written-out path gives with the window in its mask (fp32 to
+// rounding, bf16 within 1 %), bit for bit what Generic gives, and not the full causal attention.
+// A window as long as the sequence is no window: the flash kernel, as without one.
+TEST(FusedOps, FusedAttentionHonoursASlidingWindow) {
+  pprt::ModelConfig c = rttest::small_config();
+  c.hidden = 64;  // head_dim 16: the flash kernel takes it
+  c.seq_len = 40;
+  at::manual_seed(5);
+  const int64_t hd = c.head_dim(), width = (c.heads + 2 * c.kv_heads) * hd;
+  const at::Tensor qkv = at::randn({2, c.seq_len, width});
+  const at::Tensor gout = at::randn({2, c.seq_len, c.heads * hd}) * 0.1;
+  const int window = 7;
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+    for (const Kernels k : {Kernels::Fused, Kernels::FusedCudnn}) {
+      const Attention fused = attention(c, k, dtype, qkv, gout, window);
+      EXPECT_EQ(fused.node.find("FusedAttentionFn"), std::string::npos) << fused.node;
+      const double tol = dtype == at::kFloat ? 1e-5 : 1e-2;
+      const Attention written = attention(c, Kernels::Auto, dtype, qkv, gout, window);
+      EXPECT_LE(relative_gap(fused.out, written.out), tol) << "dtype " << dtype;
+      EXPECT_LE(relative_gap(fused.grad, written.grad), tol) << "dtype " << dtype;
+      const Attention generic = attention(c, Kernels::Generic, dtype, qkv, gout, window);
+      EXPECT_TRUE(at::equal(fused.out, generic.out)) << "dtype " << dtype;
+      EXPECT_TRUE(at::equal(fused.grad, generic.grad)) << "dtype " << dtype;
+      const Attention full = attention(c, Kernels::Auto, dtype, qkv, gout);
+      EXPECT_GT(relative_gap(fused.out, full.out), 0.05) << "the window masks something";
+      const Attention whole = attention(c, k, dtype, qkv, gout, static_cast<int>(c.seq_len));
+      EXPECT_NE(whole.node.find("FusedAttentionFn"), std::string::npos) << whole.node;
+      EXPECT_LE(relative_gap(whole.out, full.out), tol) << "dtype " << dtype;
+    }
 }
 
 struct Norm {

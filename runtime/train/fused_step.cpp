@@ -55,6 +55,11 @@ void FusedAdamW::step(double lr, const at::Tensor& sq_norm, double clip) {
     at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2,
                       o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false, scale,
                       std::nullopt);
+    // _fused_adamw_ writes the parameters without bumping their version counters (LibTorch 2.13),
+    // by which the model's working copies (ops.h's FusedWeight: concatenated weights, a weight's
+    // copy in the compute dtype) know that a weight changed: bumped here, as an in-place
+    // operation through autograd would.
+    for (at::Tensor& p : params) p.unsafeGetTensorImpl()->bump_version();
   }
 }
 

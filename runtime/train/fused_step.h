@@ -4,7 +4,9 @@
 // AdamW by at::_fused_adamw_, one call per parameter group, the clipping factor its grad_scale: a
 // tensor computed on the device from the norm, so that the host queues the whole update without
 // waiting for the norm. AdamW's state (the moments, the step count) stays in the
-// torch::optim::AdamW it is given, which checkpoints write and read as before.
+// torch::optim::AdamW it is given, which checkpoints write and read as before. The parameters it
+// writes have their version counters bumped, as an in-place update through autograd would (the
+// model's working copies are made again by them).
 //
 // The same arithmetic as torch::optim::AdamW and clipping by the global norm
 // (clip_grad_norm_'s), computed in another order: on the CPU, where the trainer keeps the unfused

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/models/llama/ops.h"
 #include "runtime/train/fused_step.h"
 
 namespace {
@@ -156,6 +157,32 @@ TEST(FusedStep, SkipsParametersWithoutGradientsAndResumesTheCount) {
       1e-3 / bc1 * (g * 0.1) / ((g.square() * 0.05).sqrt() / std::sqrt(bc2) + 1e-8);
   // fp32 arithmetic on values near 0.05 (ulp 3.7e-9): a few ulp.
   EXPECT_LE((p.decay[0].to(at::kDouble) - want).abs().max().item<double>(), 3e-8);
+}
+
+// The model's working copies (ops.h's FusedWeight: the concatenated weights of a fused product, a
+// weight's copy in the compute dtype) are made again when a weight's version has changed: every
+// parameter the fused update writes has its version bumped (at::_fused_adamw_ writes them without
+// bumping it), so that the next microbatch computes with the updated weights. A parameter without a
+// gradient is not written and keeps its version.
+TEST(FusedStep, UpdatedWeightsHaveTheirWorkingCopiesMadeAgain) {
+  Params p = make_params();
+  auto opt = optimizer(p);
+  pprt::FusedAdamW fused(*opt);
+  pprt::FusedWeight concatenated, bf16;
+  const std::vector<at::Tensor*> both = {&p.decay[0], &p.decay[1]}, one = {&p.decay[0]};
+  concatenated.of(both);
+  bf16.of(one, at::kBFloat16);
+  const int64_t untouched = p.decay[2]._version();
+  for (int step = 0; step < 2; ++step) {
+    set_grads(p, step, 0.1);
+    p.decay[2].mutable_grad() = at::Tensor();
+    fused.step(1e-3, pprt::squared_norm({p.decay[0].grad()}, at::Device(at::kCPU)), 0.0);
+    EXPECT_TRUE(at::equal(concatenated.of(both), at::cat({p.decay[0], p.decay[1]}).detach()))
+        << "step " << step;
+    EXPECT_TRUE(at::equal(bf16.of(one, at::kBFloat16), p.decay[0].detach().to(at::kBFloat16)))
+        << "step " << step;
+  }
+  EXPECT_EQ(p.decay[2]._version(), untouched);
 }
 
 }  // namespace

@@ -93,6 +93,7 @@ if [ ! -x "$PPRUN" ] || [ ! -x "$PPC" ]; then
   say "building $BUILD through scripts/gpu-check.sh (none of its parts run)"
   # (GPU_CHECK_BUILD unset: gpu-check.sh then configures and builds its own build-gpu/)
   env -u GPU_CHECK_BUILD GPU_CHECK_PARTS=none GPU_CHECK_PYTHON="$PY" GPU_CHECK_DEVICE="$DEVICE" \
+    GPU_CHECK_OUT="$OUTDIR/gpu-check" \
     timeout "$(limit 300)" scripts/gpu-check.sh >"$OUTDIR/build.log" 2>&1
   if [ ! -x "$PPRUN" ] || [ ! -x "$PPC" ]; then
     tail -20 "$OUTDIR/build.log"

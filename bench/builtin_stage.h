@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 
 #include "compiler/layout.h"
-#include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
+#include "runtime/models/llama/builtin.h"
 
 namespace bench {
 

@@ -22,8 +22,8 @@
 #include "fuzz/fuzz_target.h"
 #include "runtime/checkpoint/format.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/model/architecture.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/architecture.h"
+#include "runtime/models/llama/config.h"
 
 PP_FUZZ_TARGET(checkpoint) {
   const auto files = ppfuzz::split_files(input);

@@ -1,8 +1,8 @@
-// pprun's model size file (pprun --config FILE, runtime/model/config.h): parse and check.
+// pprun's model size file (pprun --config FILE, runtime/models/llama/config.h): parse and check.
 #include "compiler/layout.h"
 #include "fuzz/fuzz_target.h"
-#include "runtime/model/architecture.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/architecture.h"
+#include "runtime/models/llama/config.h"
 
 PP_FUZZ_TARGET(model_config) {
   auto config =

@@ -34,7 +34,7 @@ PP_FUZZ_TARGET(token_file) {
   if (!(args >> format_name >> vocab >> seq_len >> path) || (args >> rest)) return;
   if (!ppfuzz::valid_name(path)) return;  // stays in the directory of the files
   const auto format = pprt::parse_data_format(format_name);
-  // pprun's limits (runtime/model/config.cpp): anything else never reaches the reader.
+  // pprun's limits (runtime/models/llama/config.cpp): anything else never reaches the reader.
   if (!format || vocab < 1 || vocab > (1 << 22) || seq_len < 1 || seq_len > (1 << 16)) return;
   const std::string dir = ppfuzz::scratch_dir() + "/data";
   ppfuzz::write_files(dir, std::vector<ppfuzz::NamedFile>(files->begin() + 1, files->end()));

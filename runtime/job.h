@@ -10,7 +10,7 @@
 
 #include "compiler/plan.h"
 #include "runtime/data/token_file.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/config.h"
 
 namespace pprt {
 

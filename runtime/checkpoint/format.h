@@ -28,8 +28,8 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/data/token_file.h"
 #include "runtime/job.h"
-#include "runtime/model/architecture.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/architecture.h"
+#include "runtime/models/llama/config.h"
 
 namespace pprt {
 

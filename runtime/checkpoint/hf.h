@@ -31,8 +31,8 @@
 
 #include "compiler/layout.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/model/architecture.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/architecture.h"
+#include "runtime/models/llama/config.h"
 
 namespace pprt {
 

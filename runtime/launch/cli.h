@@ -24,7 +24,8 @@ int run_command_line(const RunOptions& o, const char* program);
 // source.
 int main_of(int argc, char** argv, ModelSource source, const char* program = nullptr);
 
-// pprun's own model family (model/builtin.h: builtin_model), sized by the run's configuration.
+// pprun's own model family (runtime/models/llama/builtin.h: builtin_model), sized by the run's
+// configuration.
 ModelSource builtin_source();
 
 }  // namespace pprt

@@ -20,7 +20,7 @@
 #include "runtime/launch/failure.h"
 #include "runtime/launch/plan_load.h"
 #include "runtime/launch/spawn.h"
-#include "runtime/model/architecture.h"
+#include "runtime/models/llama/architecture.h"
 #include "runtime/train/trainer.h"
 #include "runtime/transport/transport.h"
 

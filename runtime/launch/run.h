@@ -9,7 +9,7 @@
 
 #include "runtime/job.h"
 #include "runtime/launch/env.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/config.h"
 
 namespace pprt {
 

@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "compiler/layout.h"
-#include "runtime/model/architecture.h"
+#include "runtime/models/llama/architecture.h"
 
 namespace pprt {
 

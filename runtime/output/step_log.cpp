@@ -9,7 +9,7 @@
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
 #include "runtime/launch/process_setup.h"
-#include "runtime/model/architecture.h"
+#include "runtime/models/llama/architecture.h"
 
 namespace pprt {
 

@@ -14,7 +14,7 @@
 #include "runtime/checkpoint/format.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/data/token_file.h"
-#include "runtime/model/architecture.h"
+#include "runtime/models/llama/architecture.h"
 #include "tests/compiler/test_util.h"
 
 namespace {

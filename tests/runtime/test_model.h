@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "runtime/data/token_source.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/config.h"
 
 namespace rttest {
 

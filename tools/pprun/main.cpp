@@ -1,5 +1,5 @@
-// pprun: trains pprun's own model family (runtime/model/builtin.h) by replaying a compiled plan
-// (ppcompile --emit json), one process per rank. Thin: the same entry point as any program of
+// pprun: trains pprun's own model family (runtime/models/llama/builtin.h) by replaying a compiled
+// plan (ppcompile --emit json), one process per rank. Thin: the same entry point as any program of
 // the library (pprt::main, pprt/main.h), given the built-in family.
 #include "runtime/launch/cli.h"
 

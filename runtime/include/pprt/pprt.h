@@ -3,7 +3,7 @@
 // A model is a set of layers, one factory per layout symbol. The runtime builds, on each rank,
 // the layers of the stages that rank runs (giving each factory the layer's global index), chains
 // them, and splits each stage's backward into I and W for the zero-bubble schedules. pprun's own
-// model (runtime/model/builtin.h) is registered through this same interface.
+// model (runtime/models/llama/builtin.h) is registered through this same interface.
 //
 //     pprt::Model model("gpt2");
 //     model.layer('E', "embed", [&](const pprt::LayerInfo& l) { return pprt::make_layer(Embed(cfg,

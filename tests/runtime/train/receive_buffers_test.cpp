@@ -11,8 +11,8 @@
 #include <optional>
 
 #include "rank_threads.h"
-#include "runtime/model/builtin.h"
 #include "runtime/model/stage.h"
+#include "runtime/models/llama/builtin.h"
 #include "runtime/train/executor.h"
 #include "test_model.h"
 #include "test_plans.h"

@@ -1,7 +1,7 @@
-// The fused CPU loops (runtime/model/cpu_kernels.h) against their definitions, computed here in
-// double precision element by element: odd widths (so that the vectorized loops' tails run), rows
-// with gaps between them, and accumulation into gradients that already hold values.
-#include "runtime/model/cpu_kernels.h"
+// The fused CPU loops (runtime/models/llama/cpu_kernels.h) against their definitions, computed here
+// in double precision element by element: odd widths (so that the vectorized loops' tails run),
+// rows with gaps between them, and accumulation into gradients that already hold values.
+#include "runtime/models/llama/cpu_kernels.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/model/architecture.h"
+#include "runtime/models/llama/architecture.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,12 +1,12 @@
-// The model without LibTorch (runtime/model/architecture.h): parameters of MTP and tied
+// The model without LibTorch (runtime/models/llama/architecture.h): parameters of MTP and tied
 // embeddings, what crosses each stage boundary, which ranks share which parameters.
 
 #include <gtest/gtest.h>
 #include <algorithm>
 
 #include "compiler/layout.h"
-#include "runtime/model/architecture.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/architecture.h"
+#include "runtime/models/llama/config.h"
 #include "test_plans.h"
 
 namespace {

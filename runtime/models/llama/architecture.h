@@ -16,7 +16,7 @@
 
 #include "compiler/layout.h"
 #include "compiler/plan.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/config.h"
 
 namespace pprt {
 

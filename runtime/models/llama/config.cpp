@@ -1,4 +1,4 @@
-#include "runtime/model/config.h"
+#include "runtime/models/llama/config.h"
 
 #include <fmt/format.h>
 

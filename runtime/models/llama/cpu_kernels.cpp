@@ -1,6 +1,6 @@
 // Fused CPU loops (cpu_kernels.h). Sums over a row use eight partial sums, so that the compiler
 // vectorizes them without reassociating floating-point additions on its own.
-#include "runtime/model/cpu_kernels.h"
+#include "runtime/models/llama/cpu_kernels.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-// The model config (runtime/model/config.h): the JSON file over the defaults, flags over the
+// The model config (runtime/models/llama/config.h): the JSON file over the defaults, flags over the
 // file, errors naming the file and the field, and the writer a checkpoint uses.
 
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 
 #include "compiler/layout.h"
 #include "file_test_util.h"
-#include "runtime/model/architecture.h"
-#include "runtime/model/config.h"
+#include "runtime/models/llama/architecture.h"
+#include "runtime/models/llama/config.h"
 
 namespace {
 

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "pprt/pprt.h"
-#include "runtime/model/config.h"
-#include "runtime/model/ops.h"
+#include "runtime/models/llama/config.h"
+#include "runtime/models/llama/ops.h"
 
 namespace pprt {
 

@@ -1,7 +1,8 @@
 // pprun's own model family through pprt::Model (builtin.h), built from the operations of ops.h.
-#include "runtime/model/builtin.h"
+#include "runtime/models/llama/builtin.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <torch/nn/module.h>
 
@@ -14,8 +15,9 @@
 #include "compiler/diagnostic.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/cli.h"
-#include "runtime/model/architecture.h"
+#include "runtime/model/kernel_choice.h"
 #include "runtime/model/precision.h"
+#include "runtime/models/llama/architecture.h"
 
 namespace pprt {
 
@@ -139,6 +141,21 @@ const AttentionConsts& attn_of(Common& c, BuiltinModule& m, const at::Tensor& x)
   return *m.attn;
 }
 
+// PPRUN_KERNELS's choice for this model's operations (kernel_choice.h).
+Kernels kernels_of(KernelChoice k) {
+  switch (k) {
+    case KernelChoice::Generic:
+      return Kernels::Generic;
+    case KernelChoice::Fused:
+      return Kernels::Fused;
+    case KernelChoice::FusedCudnn:
+      return Kernels::FusedCudnn;
+    case KernelChoice::Auto:
+      break;
+  }
+  return Kernels::Auto;
+}
+
 }  // namespace
 
 at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std,
@@ -151,8 +168,12 @@ at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape
     return t;
   }
   const uint64_t key = mix64(seed, name_hash(name));
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = static_cast<float>(std * normal_at(key, static_cast<uint64_t>(i)));
+  // Each value depends on (key, i) alone: the same on any number of threads (a Llama-3-8B-wide
+  // model's billions of values take minutes on one).
+  at::parallel_for(0, n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      p[i] = static_cast<float>(std * normal_at(key, static_cast<uint64_t>(i)));
+  });
   return t;
 }
 
@@ -293,7 +314,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType d
 ModelSource builtin_source() {
   ModelSource s;
   s.make = [](const ModelConfig& c, Precision p) {
-    return builtin_model(c, Kernels::Auto, compute_dtype(p));
+    return builtin_model(c, kernels_of(kernel_choice_from_env()), compute_dtype(p));
   };
   s.family = "pprun";
   s.sized = true;

@@ -18,7 +18,6 @@ ppc::CompileOptions options(int pp, int vpp, int m, const char* schedule = "Inte
   o.pp = pp;
   o.schedule = schedule;
   o.microbatches = m;
-  o.lower = false;
   return o;
 }
 

@@ -16,7 +16,9 @@ F = 2 x tokens x (the layer's matrix-product weights) + attention's two products
 heads x head_dim per sequence), halved for the causal mask; B = 2 F; I = F + attention's share
 (the input gradient: one product per weight, two per attention product); W = F less attention's
 share (one product per weight). Times on CUDA come from CUDA events around each phase, after
-warm-up; on the CPU from the wall clock.
+warm-up; on the CPU from the wall clock. --split also times eager's I (the input's gradient alone,
+torch.autograd.grad with respect to the input: autograd then skips the weights' products) and
+gives W as B - I (eager has no W of its own: the weights' products of a full backward).
 """
 import argparse
 import json
@@ -133,6 +135,16 @@ def measure(a):
             torch.cuda.synchronize()
     if not all(math.isfinite(v) for v in x.grad.float().flatten()[:16].tolist()):
         sys.exit("gpu_layer_eager.py: the backward pass gave non-finite gradients")
+    if a.split:  # the input's gradient alone (autograd skips the weights' products): eager's I
+        times["I"] = []
+        for i in range(a.warmup + a.iters):
+            out = layer(x)
+            with Timer() as ti:
+                torch.autograd.grad(out, [x], grad)
+            if i >= a.warmup:
+                times["I"].append(ti.elapsed())
+            elif cuda:
+                torch.cuda.synchronize()
     return {k: sorted(v)[len(v) // 2] for k, v in times.items()}  # medians, ms
 
 
@@ -151,6 +163,9 @@ def main():
     ap.add_argument("--peak", type=float, default=989.0,
                     help="the device's dense peak in TFLOP/s for --dtype (default 989: H100 bf16)")
     ap.add_argument("--flops-only", action="store_true", help="print the FLOP counts as JSON")
+    ap.add_argument("--split", action="store_true",
+                    help="also time the input's gradient alone (I: torch.autograd.grad w.r.t. the "
+                         "input) and give W as B - I")
     ap.add_argument("--json", help="also write the result as one JSON object to this file")
     a = ap.parse_args()
     if a.hidden % a.heads or a.heads % a.kv_heads or (a.hidden // a.heads) % 2:
@@ -167,10 +182,13 @@ def main():
            "tflops": {k: fl[k] / (ms[k] * 1e-3) / 1e12 for k in ms}}
     res["ms"]["FB"] = ms["F"] + ms["B"]
     res["tflops"]["FB"] = (fl["F"] + fl["B"]) / (res["ms"]["FB"] * 1e-3) / 1e12
+    if "I" in ms:
+        res["ms"]["W"] = ms["B"] - ms["I"]
+        res["tflops"]["W"] = fl["W"] / (res["ms"]["W"] * 1e-3) / 1e12 if res["ms"]["W"] > 0 else 0
     res["peak_tflops"] = a.peak
     print(f"PyTorch eager layer ({a.device}, {a.dtype}; hidden {a.hidden}, heads {a.heads} "
           f"(kv {a.kv_heads}), ffn {a.ffn}, seq {a.seq}, batch {a.batch}; median of {a.iters}):")
-    for k in ("F", "B", "FB"):
+    for k in [k for k in ("F", "B", "FB", "I", "W") if k in res["ms"]]:
         t = res["tflops"][k]
         print(f"  {k:<3} {res['ms'][k]:10.3f} ms  {t:8.2f} TFLOP/s  "
               f"{100 * t / a.peak:5.1f} % of {a.peak:g}")

@@ -20,6 +20,7 @@
 
 #include "bench/builtin_stage.h"
 #include "compiler/compile.h"
+#include "compiler/lower_send_recv.h"
 #include "runtime/data/token_source.h"
 #include "runtime/model/stage.h"
 #include "runtime/models/llama/builtin.h"
@@ -141,7 +142,7 @@ void BM_ExecutorOverhead(benchmark::State& state) {
   o.pp = pp;
   o.schedule = "1F1B";
   o.microbatches = 8;
-  const ppc::Plan plan = ppc::compile(o);
+  const ppc::Plan plan = ppc::lower_send_recv(ppc::compile(o));
   double overhead = 0, post = 0, actions = 0, comm = 0, wall = 0;
   for (auto _ : state) {
     const auto reports = replay(plan, c, 20);

@@ -22,7 +22,6 @@ ppc::Plan lowered(int pp, int vpp, int m) {
   o.pp = pp;
   o.schedule = "Interleaved1F1B";
   o.microbatches = m;
-  o.lower = false;
   return ppc::lower_send_recv(ppc::compile(o));
 }
 

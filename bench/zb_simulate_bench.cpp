@@ -22,7 +22,6 @@ ppc::CompileOptions options(const char* schedule, int pp, int vpp, int m) {
   o.pp = pp;
   o.schedule = schedule;
   o.microbatches = m;
-  o.lower = false;
   return o;
 }
 

@@ -1,15 +1,12 @@
 #include "compiler/action.h"
 
+#include <array>
 #include <charconv>
 #include <cstring>
 
 namespace ppc {
 
 namespace {
-
-constexpr const char* kKindNames[kNumActionKinds] = {
-    "F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OVERLAP_F_B",
-};
 
 // Kind names padded to 16 bytes, so that writing one is a fixed-size copy (the bytes past the
 // name are overwritten or lie past the end format_action returns; its callers' buffers have
@@ -18,11 +15,27 @@ struct KindName {
   char text[16];
   size_t size;
 };
-constexpr KindName kKindText[kNumActionKinds] = {
-    {"F", 1},      {"B", 1},      {"I", 1},
-    {"W", 1},      {"SEND_F", 6}, {"RECV_F", 6},
-    {"SEND_B", 6}, {"RECV_B", 6}, {"OVERLAP_F_B", 11},
-};
+constexpr std::array<KindName, kNumActionKinds> kKindText = [] {
+  std::array<KindName, kNumActionKinds> out{};
+  for (int k = 0; k < kNumActionKinds; ++k) {
+    size_t n = 0;
+    for (const char* c = kKinds[k].name; *c; ++c) out[k].text[n++] = *c;
+    out[k].size = n;
+  }
+  return out;
+}();
+
+// The plain kinds in the order parse_simple tries them: longest name first (a name that begins
+// another, such as a future "R" before "RECV_F", is tried after it), in table order among equals.
+constexpr std::array<ActionKind, kNumPlainKinds> kParseOrder = [] {
+  std::array<ActionKind, kNumPlainKinds> out{};
+  size_t n = 0;
+  for (size_t len = sizeof(KindName::text); len-- > 0;)
+    for (const KindInfo& k : kKinds)
+      if (k.role != Role::Compound && kKindText[static_cast<size_t>(k.kind)].size == len)
+        out[n++] = k.kind;
+  return out;
+}();
 
 // Decimal digits of v at out; returns the end.
 char* put_int(char* out, int v) {
@@ -93,12 +106,9 @@ std::optional<Action> parse_simple(std::string_view text, std::string* error) {
     if (error) *error = "expected a stage number at the start";
     return std::nullopt;
   }
-  static constexpr ActionKind kOrder[] = {ActionKind::SendF, ActionKind::RecvF, ActionKind::SendB,
-                                          ActionKind::RecvB, ActionKind::F,     ActionKind::B,
-                                          ActionKind::I,     ActionKind::W};
   std::string_view rest = text.substr(pos);
-  for (ActionKind k : kOrder) {
-    std::string_view name = kKindNames[static_cast<int>(k)];
+  for (ActionKind k : kParseOrder) {
+    std::string_view name = kind_name(k);
     if (rest.substr(0, name.size()) != name) continue;
     size_t mpos = pos + name.size();
     int mb = 0;
@@ -123,25 +133,25 @@ std::optional<Action> parse_simple(std::string_view text, std::string* error) {
 
 }  // namespace
 
-const char* kind_name(ActionKind k) {
-  return kKindNames[static_cast<int>(k)];
-}
-
 char* format_action(const Action& a, char* out) {
-  if (a.kind != ActionKind::OverlapFB) return put_simple(out, a.kind, a.stage, a.microbatch);
+  if (!is_compound(a.kind)) return put_simple(out, a.kind, a.stage, a.microbatch);
+  // "(<part>;<part>)<NAME>"
+  const Action f = a.forward_part(), b = a.backward_part();
   *out++ = '(';
-  out = put_simple(out, ActionKind::F, a.stage, a.microbatch);
+  out = put_simple(out, f.kind, f.stage, f.microbatch);
   *out++ = ';';
-  out = put_simple(out, a.sub_kind, a.stage2, a.microbatch2);
+  out = put_simple(out, b.kind, b.stage, b.microbatch);
   *out++ = ')';
-  std::memcpy(out, "OVERLAP_F_B", 11);
-  return out + 11;
+  const KindName& name = kKindText[static_cast<int>(a.kind)];
+  std::memcpy(out, name.text, name.size);
+  return out + name.size;
 }
 
 size_t action_text_size(const Action& a) {
-  if (a.kind != ActionKind::OverlapFB) return simple_size(a.kind, a.stage, a.microbatch);
-  return 3 + simple_size(ActionKind::F, a.stage, a.microbatch) +
-         simple_size(a.sub_kind, a.stage2, a.microbatch2) + 11;  // "(" ";" ")" "OVERLAP_F_B"
+  if (!is_compound(a.kind)) return simple_size(a.kind, a.stage, a.microbatch);
+  const Action f = a.forward_part(), b = a.backward_part();
+  return 3 + simple_size(f.kind, f.stage, f.microbatch) +  // "(", ";", ")"
+         simple_size(b.kind, b.stage, b.microbatch) + kKindText[static_cast<int>(a.kind)].size;
 }
 
 void append_to(std::string& out, const Action& a) {

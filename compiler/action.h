@@ -12,40 +12,9 @@
 #include <string>
 #include <string_view>
 
+#include "compiler/action_kinds.h"
+
 namespace ppc {
-
-enum class ActionKind : uint8_t {
-  F,          // forward
-  B,          // full backward (input and weight gradients)
-  I,          // backward, input gradient only
-  W,          // backward, weight gradient only
-  SendF,      // send a forward activation to the next stage
-  RecvF,      // receive a forward activation from the previous stage
-  SendB,      // send an input gradient to the previous stage
-  RecvB,      // receive an output gradient from the next stage
-  OverlapFB,  // a forward and a backward run together (DualPipe); see Action::sub
-};
-
-inline constexpr int kNumActionKinds = 9;
-
-const char* kind_name(ActionKind k);  // "F", "SEND_F", "OVERLAP_F_B", ...
-
-inline bool is_comm(ActionKind k) {
-  return k >= ActionKind::SendF && k <= ActionKind::RecvB;
-}
-inline bool is_compute(ActionKind k) {
-  return !is_comm(k);
-}
-inline bool is_send(ActionKind k) {
-  return k == ActionKind::SendF || k == ActionKind::SendB;
-}
-inline bool is_recv(ActionKind k) {
-  return k == ActionKind::RecvF || k == ActionKind::RecvB;
-}
-// B and I both consume the output gradient and produce the input gradient.
-inline bool is_backward_input(ActionKind k) {
-  return k == ActionKind::B || k == ActionKind::I;
-}
 
 struct Action {
   ActionKind kind = ActionKind::F;
@@ -79,7 +48,7 @@ static_assert(sizeof(Action) == 20, "plans hold millions of actions: keep Action
 // an OverlapFB, else the action itself.
 template <class Fn>
 void for_each_part(const Action& a, Fn&& fn) {
-  if (a.kind == ActionKind::OverlapFB) {
+  if (is_compound(a.kind)) {
     fn(a.forward_part());
     fn(a.backward_part());
   } else {

@@ -109,7 +109,6 @@ Autotune autotune(const AutotuneOptions& opts) {
   }
   if (schedules.empty()) {
     for (const ScheduleInfo& info : all_schedules()) schedules.push_back(&info);
-    schedules.push_back(&auto_schedule());  // synthesized (synthesize.h)
   }
   auto searched = [&](const std::string& name) {
     return std::any_of(schedules.begin(), schedules.end(),
@@ -171,7 +170,7 @@ Autotune autotune(const AutotuneOptions& opts) {
       return fmt::format("--compare's configurations{}", at_m);
     }
     const Config& c = *t.config;
-    if (is_auto(*c.info)) {
+    if (c.info->synthesize) {
       // Its order depends on the split, so --balance's search does not apply: synthesized once,
       // on the bottleneck-optimal split of the layers into pp x vpp stages.
       try {
@@ -191,7 +190,6 @@ Autotune autotune(const AutotuneOptions& opts) {
         cc.vpp = c.vpp;
         cc.schedule = c.info->name;
         cc.microbatches = t.m;
-        cc.lower = false;
         cc.cost = &cost;
         cc.memory_limit = opts.memory_limit;
         AutotuneRow r;
@@ -223,7 +221,6 @@ Autotune autotune(const AutotuneOptions& opts) {
       cc.vpp = c.vpp;
       cc.schedule = c.info->name;
       cc.microbatches = t.m;
-      cc.lower = false;
       AutotuneRow r;
       r.row = measure_plan(compile(cc), cost, opts.memory_limit);
       r.microbatches = t.m;

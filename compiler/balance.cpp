@@ -70,13 +70,13 @@ std::vector<Term> aggregate(const Plan& plan, const std::vector<Action>& acts, s
   for (size_t i = 0; i < end; ++i) {
     const Action& a = acts[i];
     const int s1 = plan.layout_stage(a.stage);
-    const int s2 = a.kind == ActionKind::OverlapFB ? plan.layout_stage(a.stage2) : -1;
+    const int s2 = is_compound(a.kind) ? plan.layout_stage(a.stage2) : -1;
     counts[{static_cast<int>(a.kind), static_cast<int>(a.sub_kind), s1, s2}] += 1;
   }
   std::vector<Term> out;
   for (const auto& [key, count] : counts) {
     const auto [kind, sub, s1, s2] = key;
-    const Action a = static_cast<ActionKind>(kind) == ActionKind::OverlapFB
+    const Action a = is_compound(static_cast<ActionKind>(kind))
                          ? Action::overlap(s1, 0, static_cast<ActionKind>(sub), s2, 0)
                          : Action::compute(static_cast<ActionKind>(kind), s1, 0);
     out.push_back(Term{a, count});
@@ -110,10 +110,13 @@ class Evaluator {
       size_t last = acts.size();
       for (size_t i = acts.size(); i-- > 0;) {
         const Action& a = acts[i];
-        if (is_backward_input(a.kind) ||
-            (a.kind == ActionKind::OverlapFB && is_backward_input(a.sub_kind))) {
+        int backward = -1;  // the stage of its B or I (part)
+        for_each_part(a, [&](const Action& p) {
+          if (is_backward_input(p.kind)) backward = p.stage;
+        });
+        if (backward >= 0) {
           last = i;
-          shape.last_backward = a.kind == ActionKind::OverlapFB ? a.stage2 : a.stage;
+          shape.last_backward = backward;
           break;
         }
       }
@@ -451,10 +454,11 @@ BalanceResult balance_layout(const BalanceOptions& opts) {
     throw UserError(fmt::format("unknown schedule '{}' (known: {}; see --list-schedules)",
                                 opts.schedule, schedule_names()),
                     input_location("--schedule"));
-  if (is_auto(*info))  // its order depends on the split: the search below assumes it does not
-    throw UserError(
-        "Auto synthesizes an order for the layout as given; --autotune balances the layout for it",
-        input_location("--schedule"));
+  if (info->synthesize)  // its order depends on the split: the search below assumes it does not
+    throw UserError(fmt::format("{} synthesizes an order for the layout as given; --autotune "
+                                "balances the layout for it",
+                                info->name),
+                    input_location("--schedule"));
   const int vpp = opts.vpp ? *opts.vpp : default_balance_vpp(info->name, opts.layout, opts.pp);
   if (vpp < 1)
     throw UserError(fmt::format("must be at least 1, got {}", vpp), input_location("--vpp"));
@@ -482,7 +486,6 @@ BalanceResult balance_layout(const BalanceOptions& opts) {
   co.vpp = vpp;
   co.schedule = info->name;
   co.microbatches = opts.microbatches;
-  co.lower = false;
   Plan base = compile(co);
 
   const CostModel cost = opts.cost.unit ? unit_layer_costs() : opts.cost;

@@ -177,11 +177,7 @@ Comparison compare_schedules(const CompareOptions& opts) {
   const CostModel base = opts.cost.unit ? unit_layer_costs() : opts.cost;
 
   Comparison cmp;
-  std::vector<const ScheduleInfo*> schedules;  // the named ones, then Auto (synthesize.h)
-  for (const ScheduleInfo& info : all_schedules()) schedules.push_back(&info);
-  schedules.push_back(&auto_schedule());
-  for (const ScheduleInfo* schedule : schedules) {
-    const ScheduleInfo& info = *schedule;
+  for (const ScheduleInfo& info : all_schedules()) {  // the named ones, then Auto
     std::string why;
     auto config = configure(info, opts, base, &why);
     if (!config) {
@@ -194,7 +190,6 @@ Comparison compare_schedules(const CompareOptions& opts) {
     co.pp = opts.pp;
     co.schedule = info.name;
     co.microbatches = opts.microbatches;
-    co.lower = false;
     co.cost = &config->cost;  // Auto synthesizes for these
     co.memory_limit = opts.memory_limit;
     Plan plan;

@@ -3,12 +3,8 @@
 #include <fmt/format.h>
 
 #include "compiler/diagnostic.h"
-#include "compiler/lower_send_recv.h"
-#include "compiler/synthesize.h"
 
 namespace ppc {
-
-namespace {
 
 const ScheduleInfo& resolve_schedule(const std::string& name) {
   const ScheduleInfo* info = find_schedule(name);
@@ -18,8 +14,6 @@ const ScheduleInfo& resolve_schedule(const std::string& name) {
                     input_location("--schedule"));
   return *info;
 }
-
-}  // namespace
 
 Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info) {
   if (opts.pp < 1 || opts.pp > kMaxPp)
@@ -72,17 +66,16 @@ Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info) {
   return plan;
 }
 
+Plan generate(Plan skeleton, const CompileOptions& opts, const ScheduleInfo& info) {
+  if (info.synthesize) return info.synthesize(opts);  // Auto: from the costs and the limit
+  ScheduleParams params{skeleton.pp(), skeleton.vpp(), skeleton.microbatches, &skeleton.placement};
+  skeleton.compute = info.generate(params);
+  return skeleton;
+}
+
 Plan compile(const CompileOptions& opts) {
   const ScheduleInfo& info = resolve_schedule(opts.schedule);
-  if (is_auto(info)) {  // synthesized from the costs (synthesize.h)
-    Plan plan = compile_auto(opts);
-    return opts.lower ? lower_send_recv(std::move(plan)) : plan;
-  }
-  Plan plan = plan_skeleton(opts, info);
-  ScheduleParams params{plan.pp(), plan.vpp(), plan.microbatches, &plan.placement};
-  plan.compute = info.generate(params);
-  if (opts.lower) plan = lower_send_recv(plan);
-  return plan;
+  return generate(plan_skeleton(opts, info), opts, info);
 }
 
 }  // namespace ppc

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/measured_costs.h"
 #include "compiler/read_file.h"
+#include "compiler/simulate.h"
 
 namespace ppc {
 
@@ -185,10 +187,57 @@ std::pair<int, int> line_column(std::string_view text, size_t pos) {
 
 }  // namespace
 
-const LayerCost& CostModel::layer(LayerKind k) const {
-  static const LayerCost kFree{};
-  if (auto it = layers.find(layer_symbol(k)); it != layers.end()) return it->second;
-  return is_builtin(k) ? kFree : layer(LayerKind::Decoder);
+std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model) {
+  std::vector<StageCost> out(static_cast<size_t>(plan.num_stages()));
+  if (model.unit) return out;
+  if (model.measured) return measured_stage_costs(plan, model);
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    const auto& layers = plan.layout.stages[static_cast<size_t>(plan.layout_stage(s))];
+    StageCost c{0, 0, 0, 0, 0, 0, 0};
+    if (layers.empty()) {
+      const LayerCost& e = model.empty_stage;
+      c = StageCost{e.f, e.backward(), e.i, e.w, e.activation, e.params, e.optimizer};
+    }
+    for (LayerKind k : layers) {
+      const LayerCost& l = model.layer(k);
+      c.f += l.f;
+      c.b += l.backward();
+      c.i += l.i;
+      c.w += l.w;
+      c.activation += l.activation;
+      c.params += l.params;
+      c.optimizer += l.optimizer;
+    }
+    out[static_cast<size_t>(s)] = c;
+  }
+  return out;
+}
+
+std::vector<double> rank_starts(const Plan& plan, const std::vector<StageCost>& costs) {
+  std::vector<double> out(static_cast<size_t>(plan.pp()), 0.0);
+  bool any = false;
+  for (int r = 0; r < plan.pp(); ++r)
+    for (int s : plan.placement.rank_stages[static_cast<size_t>(r)]) {
+      out[static_cast<size_t>(r)] += costs[static_cast<size_t>(s)].optimizer;
+      any |= costs[static_cast<size_t>(s)].optimizer > 0;
+    }
+  if (!any) out.clear();
+  return out;
+}
+
+std::string format_memory(double value, bool in_bytes) {
+  if (!in_bytes) return fmt::format("{:.4g}", value);
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (value >= 1024 && u < 5) {
+    value /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:g} B", value) : fmt::format("{:.1f} {}", value, kUnits[u]);
+}
+
+MessageModel message_model_of_transport(const std::string& transport) {
+  return transport == "gloo" ? MessageModel::Eager : MessageModel::Rendezvous;
 }
 
 std::string uncosted_own_symbols(const CostModel& model, const Layout& layout) {

@@ -1,18 +1,152 @@
-// Building a CostModel (simulate.h): from a JSON file (docs/cost-model.md), from the simple
+// The cost model: what each layer, stage and message costs (docs/cost-model.md), which the
+// simulator, lowering and the searches read; and building one: from a JSON file, from the simple
 // command-line flags, or the unit-per-layer model that --compare uses by default.
 //
 // Every reader throws UserError with one self-contained line: "cost.json: layers.t.f: expected
 // a non-negative number, got -1", "--cost-b: 1 is less than --cost-w 2".
 #pragma once
 
+#include <algorithm>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
-#include "compiler/simulate.h"
+#include "compiler/layout.h"
+#include "compiler/plan.h"
 
 namespace ppc {
 
+// Costs per layer kind (docs/cost-model.md). Times in any unit (the simulator reports the same
+// unit); memory in bytes.
+struct LayerCost {
+  double f = 0, i = 0, w = 0;
+  std::optional<double> b;  // full backward; I + W when absent
+  double activation = 0;    // activation memory one microbatch keeps from F until its backward
+  double params = 0;        // parameter memory
+  // Time the rank holding it spends on this layer's share of the work between two steps (the
+  // gradient norm, clipping, the optimizer step, zeroing gradients): rank r begins a step at the
+  // sum of its stages' optimizer (docs/cost-model.md, "What the simulator computes").
+  double optimizer = 0;
+  double backward() const { return b ? *b : i + w; }
+};
+
+struct MeasuredCosts;  // measured_costs.h
+
+// Per plan stage s: time[2s] and bytes[2s] of SEND_F(s) (to the next stage), time[2s + 1] and
+// bytes[2s + 1] of SEND_B(s) (to the previous one). See message_costs() in measured_costs.h.
+struct MessageCosts {
+  std::vector<double> time, bytes;
+  bool uniform = true;  // every entry the same
+  // The entry of a SEND: 2s for SEND_F(s), 2s + 1 for SEND_B(s).
+  static size_t index(const Action& send) {
+    return 2 * static_cast<size_t>(send.stage) + (flow_of(send.kind) == Flow::Backward);
+  }
+};
+
+// How a transport moves the messages of a batch (docs/cost-model.md, "Message models").
+enum class MessageModel {
+  // A batch waits until every op meets its counterpart in the peer's current batch, then for the
+  // transfers (the deadlock model's grouped exchange: NCCL's batched P2P). The default.
+  Rendezvous,
+  // A batch is posted without blocking; a message arrives its transfer time after both of its
+  // ends were posted, and only the compute that reads it waits for it (pprun on Gloo).
+  Eager,
+};
+
+// "gloo" -> Eager; any other transport (nccl) -> Rendezvous.
+MessageModel message_model_of_transport(const std::string& transport);
+
+struct CostModel {
+  // Unit costs: every stage, whatever its layers, costs F=1, B=2, I=W=1 and keeps 1 unit of
+  // activation per in-flight microbatch; no communication cost. Otherwise costs come from layers.
+  bool unit = true;
+  // Per layer symbol: E, t, m, L and a model's own symbols (docs/cost-model.md). Read through
+  // layer(): E, t, m or L with no entry costs nothing; a model's own symbol with no entry costs
+  // what 't' costs.
+  std::map<char, LayerCost> layers;
+  const LayerCost& layer(LayerKind k) const {
+    static const LayerCost kFree{};
+    if (auto it = layers.find(layer_symbol(k)); it != layers.end()) return it->second;
+    return is_builtin(k) ? kFree : layer(LayerKind::Decoder);
+  }
+  // What an empty stage (or a generic --stages stage) costs when unit == false.
+  LayerCost empty_stage{};
+  double latency = 0;        // per message
+  double bandwidth = 0;      // bytes per time unit; 0 = infinite
+  double message_bytes = 0;  // size of one activation / gradient message
+  // Fraction of a microbatch's activation memory kept after I until its W (0 = freed at I).
+  double weight_grad_memory = 0;
+  // An OverlapFB takes max(F, B) + (1 - overlap) * min(F, B); 0 = no overlap (F + B).
+  double overlap = 0;
+  // Activation and parameter memory are in bytes (a cost file or flag gave them); otherwise they
+  // count units (one per layer or stage and microbatch). Only changes how memory is printed.
+  bool memory_in_bytes = false;
+  // How the simulator times messages. Deadlock freedom is verified under the rendezvous model
+  // whatever this says (a plan must stay valid for NCCL).
+  MessageModel messages = MessageModel::Rendezvous;
+  // Under the eager model: the time a rank spends posting one SEND or RECV (it goes on once the
+  // op is out). The rendezvous model has no place for it (pprun's profile folds it into the
+  // messages' time there).
+  double post = 0;
+  // Per-stage and per-boundary entries of a cost file (measured_costs.h), which override the
+  // per-layer costs and the message costs where they apply; null when the file has none.
+  std::shared_ptr<const MeasuredCosts> measured;
+};
+
+// "97.9 GiB" when in bytes, else the plain number ("31").
+std::string format_memory(double value, bool in_bytes);
+
+struct StageCost {
+  double f = 1, b = 2, i = 1, w = 1;
+  double activation = 1, params = 0;
+  double optimizer = 0;  // between steps (LayerCost::optimizer); 0 under unit costs
+  // A whole backward is shorter than its I and W apart (measured profiles: Auto then runs Bs where
+  // a held-back W would not fill idle time).
+  bool whole_backward_shorter() const { return b < (i + w) * (1 - 1e-9); }
+  // The time of a plain compute kind (0 for SEND and RECV).
+  double time(ActionKind k) const {
+    switch (k) {
+      case ActionKind::F:
+        return f;
+      case ActionKind::B:
+        return b;
+      case ActionKind::I:
+        return i;
+      case ActionKind::W:
+        return w;
+      default:
+        return 0.0;
+    }
+  }
+};
+
+// Per rank: when it begins a step, the sum of `optimizer` over the stages it holds (both copies
+// under DualPipe): the previous step's optimizer, after the all-reduce every rank waits at. Empty
+// when every one is 0.
+std::vector<double> rank_starts(const Plan& plan, const std::vector<StageCost>& costs);
+
+std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model);
+
+// Duration of a compute action (an OverlapFB as a whole) given the stage costs.
+inline double action_cost(const Action& a, const std::vector<StageCost>& costs,
+                          const CostModel& model) {
+  auto part = [&](const Action& p) { return costs[static_cast<size_t>(p.stage)].time(p.kind); };
+  if (!is_compound(a.kind)) return part(a);
+  const double f = part(a.forward_part()), b = part(a.backward_part());
+  return std::max(f, b) + (1.0 - model.overlap) * std::min(f, b);
+}
+// Duration of one message: latency + message_bytes / bandwidth (0 under unit costs).
+inline double message_time(const CostModel& model) {
+  if (model.unit) return 0.0;
+  return model.latency + (model.bandwidth > 0 ? model.message_bytes / model.bandwidth : 0.0);
+}
+
+struct Simulation;  // simulate.h
+
+// Building a cost model.
 CostModel parse_cost_model(std::string_view json_text, const std::string& input_name);
 CostModel read_cost_model(const std::string& path);
 

@@ -181,11 +181,8 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
           throw UserError(
               fmt::format("stage {} appears on rank {} and on rank {}", a.stage, it->second, r),
               SourceLocation{opts.input_name, l.line, l.column, std::string(l.source_line)});
-      } else if (a.kind == ActionKind::OverlapFB) {
-        note(a.stage, a.microbatch);
-        note(a.stage2, a.microbatch2);
       } else {
-        note(a.stage, a.microbatch);
+        for_each_part(a, [&](const Action& p) { note(p.stage, p.microbatch); });
       }
     }
   }
@@ -261,8 +258,7 @@ Plan read_csv(std::string_view text, const CsvImportOptions& opts) {
     for (const auto& row : rows)
       for (const Located& l : row) {
         auto check = [&](int s, int mb) { split = split && (s >= pp) == (mb >= first_of_copy1); };
-        check(l.action.stage, l.action.microbatch);
-        if (l.action.kind == ActionKind::OverlapFB) check(l.action.stage2, l.action.microbatch2);
+        for_each_part(l.action, [&](const Action& p) { check(p.stage, p.microbatch); });
       }
     if (split) copies = 2;
   }

@@ -18,6 +18,8 @@ const char* event_description(Event e) {
       return "send of the activation";
     case Event::SendB:
       return "send of the gradient";
+    case Event::None:
+      break;
   }
   return "?";
 }

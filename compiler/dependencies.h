@@ -1,4 +1,5 @@
-// What each action of a plan depends on, shared by lowering, verification and simulation.
+// What each action of a plan depends on, shared by lowering, verification and simulation, as the
+// rows of kKinds (action_kinds.h) say it:
 //
 // A compute action needs:
 //   F(s, mb):    the activation of prev(s) for mb: F(prev, mb) if prev(s) is on the same rank,
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "compiler/action.h"
@@ -22,31 +24,9 @@
 
 namespace ppc {
 
-enum class Event : uint8_t { F, BI, W, RecvF, RecvB, SendF, SendB };
-inline constexpr int kNumEvents = 7;
-
 // The event an action (or part of an OverlapFB) completes.
-inline Event event_of(ActionKind k) {
-  switch (k) {
-    case ActionKind::F:
-      return Event::F;
-    case ActionKind::B:
-    case ActionKind::I:
-      return Event::BI;
-    case ActionKind::W:
-      return Event::W;
-    case ActionKind::RecvF:
-      return Event::RecvF;
-    case ActionKind::RecvB:
-      return Event::RecvB;
-    case ActionKind::SendF:
-      return Event::SendF;
-    case ActionKind::SendB:
-      return Event::SendB;
-    case ActionKind::OverlapFB:
-      break;
-  }
-  return Event::F;
+constexpr Event event_of(ActionKind k) {
+  return kHot[static_cast<size_t>(k)].event;
 }
 
 const char* event_description(Event e);  // "forward", "input-gradient backward", ...
@@ -57,45 +37,26 @@ struct Need {
   int32_t microbatch;
 };
 
-// Calls fn(Need) for each dependency of a plain (non-overlap) action.
+// Calls fn(Need) for each dependency of a plain (non-overlap) action, as its row of kKinds says:
+// the event of its own (stage, microbatch) it needs first, then the output of the neighbouring
+// stage it consumes (that stage's event when it is on the same rank, else the RECV).
 template <class Fn>
 void for_each_need(const Plan& plan, const Action& a, Fn&& fn) {
   const int s = a.stage, mb = a.microbatch;
-  switch (a.kind) {
-    case ActionKind::F: {
-      int p = plan.prev_stage(s);
-      if (p < 0) return;
-      if (plan.rank_of(p) == plan.rank_of(s))
-        fn(Need{Event::F, p, mb});
+  // The kind's row as constants (this runs for every action of every replay).
+  visit_kind(a.kind, [&](auto kind) {
+    constexpr KindHot k = kHot[static_cast<size_t>(decltype(kind)::value)];
+    if constexpr (k.after != Event::None) fn(Need{k.after, s, mb});
+    if constexpr (k.input != Flow::None) {
+      constexpr FlowInfo in = flow_info(k.input);
+      const int from = in.to_next ? plan.prev_stage(s) : plan.next_stage(s);  // where it comes from
+      if (from < 0) return;
+      if (plan.rank_of(from) == plan.rank_of(s))
+        fn(Need{in.local, from, mb});
       else
-        fn(Need{Event::RecvF, s, mb});
-      return;
+        fn(Need{in.received, s, mb});
     }
-    case ActionKind::B:
-    case ActionKind::I: {
-      fn(Need{Event::F, s, mb});
-      int n = plan.next_stage(s);
-      if (n < 0) return;
-      if (plan.rank_of(n) == plan.rank_of(s))
-        fn(Need{Event::BI, n, mb});
-      else
-        fn(Need{Event::RecvB, s, mb});
-      return;
-    }
-    case ActionKind::W:
-      fn(Need{Event::BI, s, mb});
-      return;
-    case ActionKind::SendF:
-      fn(Need{Event::F, s, mb});
-      return;
-    case ActionKind::SendB:
-      fn(Need{Event::BI, s, mb});
-      return;
-    case ActionKind::RecvF:
-    case ActionKind::RecvB:
-    case ActionKind::OverlapFB:
-      return;
-  }
+  });
 }
 
 // The stage and kind of the matching communication action, and the rank it lives on.
@@ -105,31 +66,12 @@ struct CommMatch {
   int32_t rank;
 };
 // For SEND_F(s) -> RECV_F(next(s)); RECV_F(s) -> SEND_F(prev(s)); SEND_B(s) -> RECV_B(prev(s));
-// RECV_B(s) -> SEND_B(next(s)). stage is -1 when there is no such stage.
+// RECV_B(s) -> SEND_B(next(s)). stage is -1 when there is no such stage (or `a` is no SEND or
+// RECV).
 inline CommMatch comm_match(const Plan& plan, const Action& a) {
-  int other = -1;
-  ActionKind kind = a.kind;
-  switch (a.kind) {
-    case ActionKind::SendF:
-      other = plan.next_stage(a.stage);
-      kind = ActionKind::RecvF;
-      break;
-    case ActionKind::RecvF:
-      other = plan.prev_stage(a.stage);
-      kind = ActionKind::SendF;
-      break;
-    case ActionKind::SendB:
-      other = plan.prev_stage(a.stage);
-      kind = ActionKind::RecvB;
-      break;
-    case ActionKind::RecvB:
-      other = plan.next_stage(a.stage);
-      kind = ActionKind::SendB;
-      break;
-    default:
-      break;
-  }
-  return CommMatch{kind, other, other >= 0 ? plan.rank_of(other) : -1};
+  if (!is_comm(a.kind)) return CommMatch{a.kind, -1, -1};
+  const int other = peer_is_next(a.kind) ? plan.next_stage(a.stage) : plan.prev_stage(a.stage);
+  return CommMatch{match_of(a.kind), other, other >= 0 ? plan.rank_of(other) : -1};
 }
 
 // Does F(s) send to another rank / does B/I(s) send to another rank?
@@ -209,7 +151,7 @@ inline bool inputs_ready(const Plan& plan, const EventFlags& ev, const Action& a
     });
     return ok;
   };
-  if (a.kind == ActionKind::OverlapFB) {
+  if (is_compound(a.kind)) {
     const Action f = a.forward_part();
     return ready(f, nullptr) && ready(a.backward_part(), &f);
   }

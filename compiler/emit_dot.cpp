@@ -29,12 +29,9 @@ class Producers {
       const auto& acts = plan.compute[static_cast<size_t>(r)];
       for (size_t i = 0; i < acts.size(); ++i) {
         const Action& a = acts[i];
-        if (a.kind == ActionKind::OverlapFB) {
-          set(Event::F, a.stage, a.microbatch, r, i);
-          set(event_of(a.sub_kind), a.stage2, a.microbatch2, r, i);
-        } else if (is_compute(a.kind)) {
-          set(event_of(a.kind), a.stage, a.microbatch, r, i);
-        }
+        if (is_compute(a.kind))
+          for_each_part(
+              a, [&](const Action& p) { set(event_of(p.kind), p.stage, p.microbatch, r, i); });
       }
     }
   }
@@ -86,7 +83,7 @@ void emit_dot(const Plan& plan, std::ostream& os) {
     for (size_t i = 0; i < acts.size(); ++i) {
       const Action& a = acts[i];
       const viz::Rgb fill = viz::shade(viz::kind_rgb(a.kind), viz::chunk_of(plan, a), vpp);
-      const std::string label = a.kind == ActionKind::OverlapFB
+      const std::string label = is_compound(a.kind)
                                     ? fmt::format("{}F{}\\n{}{}{}", a.stage, a.microbatch, a.stage2,
                                                   kind_name(a.sub_kind), a.microbatch2)
                                     : to_string(a);
@@ -145,12 +142,7 @@ void emit_dot(const Plan& plan, std::ostream& os) {
                          fwd ? "RECV_F" : "RECV_B", n.microbatch);
         });
       };
-      if (whole.kind == ActionKind::OverlapFB) {
-        edges_of(whole.forward_part());
-        edges_of(whole.backward_part());
-      } else {
-        edges_of(whole);
-      }
+      for_each_part(whole, edges_of);
     }
   }
   fmt::format_to(out, "}}\n");

@@ -57,22 +57,18 @@ double tick_step(double scale, double min_px) {
   return 10 * p;
 }
 
-int group_of(ActionKind k) {  // stacking order of the aggregated view
-  switch (k) {
-    case ActionKind::F:
-      return 0;
-    case ActionKind::OverlapFB:
-      return 1;
-    case ActionKind::B:
-      return 2;
-    case ActionKind::I:
-      return 3;
-    case ActionKind::W:
-      return 4;
-    default:
-      return -1;
-  }
+// The aggregated view's stacking order of the compute kinds (their rows' `stack`: F, X, B, I, W
+// from the top), and the kind of each place in it.
+int group_of(ActionKind k) {
+  return kind_info(k).stack;
 }
+constexpr size_t kGroups = viz::kComputeKinds.size();
+constexpr std::array<ActionKind, kGroups> kGroupKind = [] {
+  std::array<ActionKind, kGroups> out{};
+  for (const KindInfo& k : kKinds)
+    if (k.stack >= 0) out[static_cast<size_t>(k.stack)] = k.kind;
+  return out;
+}();
 
 class Timeline {
  public:
@@ -181,8 +177,7 @@ class Timeline {
       if (!present_[static_cast<size_t>(k)]) continue;
       legend_.push_back(
           {fmt::format("<rect class=\"{} c0\" width=\"14\" height=\"12\"/>", viz::kind_class(k)),
-           fmt::format("{} {}", k == ActionKind::OverlapFB ? "OVERLAP_F_B" : kind_name(k),
-                       viz::kind_description(k))});
+           fmt::format("{} {}", kind_name(k), viz::kind_description(k))});
     }
     if (plan_.vpp() > 1 && !aggregated_) {
       std::string sw;
@@ -394,7 +389,7 @@ class Timeline {
           lane_h_, text, r);
       tooltip(b, a, r, chunk, times[i]);
       put(b, "</title></rect>\n");
-      if (a.kind == ActionKind::OverlapFB) {  // a stripe in the backward part's color
+      if (is_compound(a.kind)) {  // a stripe in the backward part's color
         const Action bp = a.backward_part();
         put(b,
             "<rect class=\"{} c{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" "
@@ -407,7 +402,7 @@ class Timeline {
       // microbatch if the longest microbatch fits, else nothing: boxes of one width all get the
       // same kind of label, whatever their numbers.
       if (lane_h_ < 12) continue;
-      const bool ov = a.kind == ActionKind::OverlapFB;
+      const bool ov = is_compound(a.kind);
       std::string label;
       if (mono_width(ov ? 2 * stage_digits_ + 2 * mb_digits_ + 3 : stage_digits_ + mb_digits_ + 1,
                      font) +
@@ -432,7 +427,7 @@ class Timeline {
   }
 
   void tooltip(Buf& b, const Action& a, int r, int chunk, const Interval& iv) {
-    if (a.kind == ActionKind::OverlapFB)
+    if (is_compound(a.kind))
       put(b,
           "{} · rank {} · forward stage {} microbatch {} with {} stage {} microbatch {} · time {} "
           "to {}",
@@ -450,7 +445,7 @@ class Timeline {
     const auto& times = sim_.times[static_cast<size_t>(r)];
     const size_t cols = static_cast<size_t>(std::ceil(time_w_));
     const double tb = t_max_ / static_cast<double>(cols);
-    std::vector<std::array<float, 5>> acc(cols, std::array<float, 5>{});
+    std::vector<std::array<float, kGroups>> acc(cols, std::array<float, kGroups>{});
     size_t count = 0;
     for (size_t i = 0; i < acts.size(); ++i) {
       const int g = group_of(acts[i].kind);
@@ -469,19 +464,17 @@ class Timeline {
         "<g data-rank=\"{}\" data-actions=\"{}\"><title>rank {}: {} compute actions, aggregated "
         "per pixel column</title>\n",
         r, count, r, count);
-    static constexpr ActionKind kGroupKind[5] = {ActionKind::F, ActionKind::OverlapFB,
-                                                 ActionKind::B, ActionKind::I, ActionKind::W};
     // Quantize each column's stack to whole pixels, then draw runs of equal columns as one rect.
-    std::vector<std::array<uint8_t, 6>> edges(cols);
+    std::vector<std::array<uint8_t, kGroups + 1>> edges(cols);
     for (size_t c = 0; c < cols; ++c) {
       double cum = 0;
       edges[c][0] = 0;
-      for (size_t g = 0; g < 5; ++g) {
+      for (size_t g = 0; g < kGroups; ++g) {
         cum += std::min(1.0, acc[c][g] / tb);
         edges[c][g + 1] = static_cast<uint8_t>(std::lround(std::min(1.0, cum) * lane_h_));
       }
     }
-    for (size_t g = 0; g < 5; ++g) {
+    for (size_t g = 0; g < kGroups; ++g) {
       size_t c = 0;
       while (c < cols) {
         const uint8_t top = edges[c][g], bot = edges[c][g + 1];

@@ -17,41 +17,16 @@ namespace ppc {
 
 namespace {
 
+// The kind's ANSI color ("" for SEND/RECV) and its letter in compact mode ('X' for an overlapped
+// forward/backward): its row of kKinds.
 const char* color_of(ActionKind k) {
-  switch (k) {
-    case ActionKind::F:
-      return "\x1b[34m";  // blue
-    case ActionKind::B:
-      return "\x1b[32m";  // green
-    case ActionKind::I:
-      return "\x1b[33m";  // yellow (orange in the SVG)
-    case ActionKind::W:
-      return "\x1b[35m";  // magenta
-    case ActionKind::OverlapFB:
-      return "\x1b[1;33m";  // bold yellow
-    default:
-      return "";
-  }
+  return kind_info(k).ansi;
 }
 constexpr const char* kReset = "\x1b[0m";
 constexpr const char* kDim = "\x1b[2m";
 
-// Compact letter of a kind: F, B, I, W, or X for an overlapped forward/backward.
 char compact_letter(ActionKind k) {
-  switch (k) {
-    case ActionKind::F:
-      return 'F';
-    case ActionKind::B:
-      return 'B';
-    case ActionKind::I:
-      return 'I';
-    case ActionKind::W:
-      return 'W';
-    case ActionKind::OverlapFB:
-      return 'X';
-    default:
-      return '?';
-  }
+  return kind_info(k).letter;
 }
 
 // The chunk as one character: 0-9, then a-z, then '+'.
@@ -182,16 +157,12 @@ int emit_table_rows(const Plan& plan, std::ostream& os, const TableOptions& opts
 
   if (compact || opts.color) {  // a legend: what the letters / colors mean
     std::string legend = "Legend:";
-    for (ActionKind k :
-         {ActionKind::F, ActionKind::B, ActionKind::I, ActionKind::W, ActionKind::OverlapFB}) {
-      if (!seen[static_cast<size_t>(k)]) continue;
-      static constexpr std::array<const char*, kNumActionKinds> kWhat = {
-          "forward", "backward", "input-grad backward", "weight-grad backward", "", "",
-          "",        "",         "overlapped F+B"};
-      const std::string sym = compact ? std::string(1, compact_letter(k)) : kind_name(k);
+    for (const KindInfo& k : kKinds) {
+      if (!is_compute(k.kind) || !seen[static_cast<size_t>(k.kind)]) continue;
+      const std::string sym = compact ? std::string(1, k.letter) : k.name;
       legend += " ";
-      legend += opts.color ? std::string(color_of(k)) + sym + kReset : sym;
-      legend += fmt::format(" {},", kWhat[static_cast<size_t>(k)]);
+      legend += opts.color ? std::string(k.ansi) + sym + kReset : sym;
+      legend += fmt::format(" {},", k.legend);
     }
     if (legend.back() == ',') legend.pop_back();
     if (compact && plan.vpp() > 1) legend += "; the digit is the chunk (the rank's local stage)";

@@ -14,9 +14,7 @@ LoweringCosts lowering_costs(const Plan& plan, const CostModel& model) {
   lc.compute = [costs, model](const Action& a, int) { return action_cost(a, *costs, model); };
   if (model.measured) {  // per-boundary message times
     auto times = std::make_shared<const std::vector<double>>(message_costs(plan, model).time);
-    lc.transfer = [times](const Action& send) {
-      return (*times)[2 * static_cast<size_t>(send.stage) + (send.kind == ActionKind::SendB)];
-    };
+    lc.transfer = [times](const Action& send) { return (*times)[MessageCosts::index(send)]; };
     return lc;
   }
   const double per_message = message_time(model);

@@ -13,19 +13,15 @@
 namespace ppc {
 
 double unit_cost(const Action& a) {
-  switch (a.kind) {
-    case ActionKind::F:
-      return 1;
-    case ActionKind::B:
-      return 2;
-    case ActionKind::I:
-    case ActionKind::W:
-      return 1;
-    case ActionKind::OverlapFB:
-      return 1 + (a.sub_kind == ActionKind::B ? 2 : 1);
-    default:
-      return 0;
-  }
+  // The kind's row as a constant; a compound action's parts' rows.
+  double cost = 0;
+  visit_kind(a.kind, [&](auto kind) {
+    if constexpr (constexpr ActionKind k = decltype(kind)::value; is_compound(k))
+      cost = unit_cost_of(ActionKind::F) + unit_cost_of(a.sub_kind);
+    else
+      cost = unit_cost_of(k);
+  });
+  return cost;
 }
 
 LoweringFeed::State LoweringFeed::wait_until_started() const {

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "compiler/cost_model.h"
 #include "compiler/layout.h"
 #include "compiler/plan.h"
-#include "compiler/simulate.h"
 
 namespace ppc {
 

@@ -1,6 +1,7 @@
-// Schedule generators: given the placement and the microbatch count, each produces the compute
-// order of every rank (F, B, I, W, OverlapFB; no communication). Each generator lives in its own
-// file under compiler/schedules/ and registers itself in the table of schedules.cpp.
+// The table of schedules (schedules.cpp), one row each. A named schedule's generator, given the
+// placement and the microbatch count, produces the compute order of every rank (F, B, I, W,
+// OverlapFB; no communication); each lives in its own file under compiler/schedules/. Auto's row
+// synthesizes a whole plan from the costs and the memory limit instead (synthesize.h).
 #pragma once
 
 #include <string>
@@ -9,8 +10,11 @@
 
 #include "compiler/action.h"
 #include "compiler/layout.h"
+#include "compiler/plan.h"
 
 namespace ppc {
+
+struct CompileOptions;  // compile.h
 
 using RankOrders = std::vector<std::vector<Action>>;
 
@@ -35,13 +39,22 @@ struct ScheduleInfo {
   VppRule vpp_rule = VppRule::One;
   PlacementStyle placement = PlacementStyle::Loop;
   int copies = 1;  // 2 for DualPipe
+  // The compute order on a placement; null for a synthesized schedule.
   RankOrders (*generate)(const ScheduleParams&) = nullptr;
   // Throws UserError for a configuration the schedule cannot run (e.g. DualPipe with odd pp);
   // null = every configuration that passes the vpp rule.
   void (*check)(const ScheduleParams&) = nullptr;
+  // A schedule whose order depends on the costs and the memory limit (Auto): the whole compute
+  // plan from the compile options, placed as it finds best (`placement` is the one it starts
+  // from); null for the others. --balance cannot re-split the layers for it (its order changes
+  // with the split), and --emit stats shows how far its plan is from the lower bound.
+  Plan (*synthesize)(const CompileOptions&) = nullptr;
+  // --list-schedules' placement column, for a schedule that places its stages as it finds best
+  // (Auto: "loop, v"); null: `placement`'s name.
+  const char* placements = nullptr;
 };
 
-// All schedules, in the order --list-schedules prints them.
+// All schedules, in the order --list-schedules prints them: the named ones, then Auto.
 const std::vector<ScheduleInfo>& all_schedules();
 
 // Case-insensitive lookup by name or alias; nullptr if unknown.

@@ -93,6 +93,17 @@ std::vector<ScheduleInfo> make_table() {
        2,
        generate_dualpipe,
        check_dualpipe});
+  t.push_back({kAuto,
+               {"Synthesized", "Synthesize"},
+               "synthesized for the costs and the memory limit: list scheduling over priorities "
+               "and placements (loop, V), the best simulated order (docs/schedules.md)",
+               VppRule::Any,
+               PlacementStyle::Loop,
+               1,
+               nullptr,
+               nullptr,
+               compile_auto,
+               "loop, v"});
   return t;
 }
 
@@ -109,10 +120,6 @@ const ScheduleInfo* find_schedule(std::string_view name) {
     for (const auto& a : s.aliases)
       if (iequals(a, name)) return &s;
   }
-  const ScheduleInfo& synthesized = auto_schedule();  // --schedule Auto (synthesize.h)
-  if (iequals(synthesized.name, name)) return &synthesized;
-  for (const auto& a : synthesized.aliases)
-    if (iequals(a, name)) return &synthesized;
   return nullptr;
 }
 
@@ -122,7 +129,7 @@ std::string schedule_names() {
     if (!out.empty()) out += ", ";
     out += s.name;
   }
-  return out + ", " + auto_schedule().name;
+  return out;
 }
 
 }  // namespace ppc

@@ -1,92 +1,11 @@
 #include "compiler/simulate.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 
 #include "compiler/diagnostic.h"
 #include "compiler/measured_costs.h"
 
 namespace ppc {
-
-std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model) {
-  std::vector<StageCost> out(static_cast<size_t>(plan.num_stages()));
-  if (model.unit) return out;
-  if (model.measured) return measured_stage_costs(plan, model);
-  for (int s = 0; s < plan.num_stages(); ++s) {
-    const auto& layers = plan.layout.stages[static_cast<size_t>(plan.layout_stage(s))];
-    StageCost c{0, 0, 0, 0, 0, 0, 0};
-    if (layers.empty()) {
-      const LayerCost& e = model.empty_stage;
-      c = StageCost{e.f, e.backward(), e.i, e.w, e.activation, e.params, e.optimizer};
-    }
-    for (LayerKind k : layers) {
-      const LayerCost& l = model.layer(k);
-      c.f += l.f;
-      c.b += l.backward();
-      c.i += l.i;
-      c.w += l.w;
-      c.activation += l.activation;
-      c.params += l.params;
-      c.optimizer += l.optimizer;
-    }
-    out[static_cast<size_t>(s)] = c;
-  }
-  return out;
-}
-
-std::vector<double> rank_starts(const Plan& plan, const std::vector<StageCost>& costs) {
-  std::vector<double> out(static_cast<size_t>(plan.pp()), 0.0);
-  bool any = false;
-  for (int r = 0; r < plan.pp(); ++r)
-    for (int s : plan.placement.rank_stages[static_cast<size_t>(r)]) {
-      out[static_cast<size_t>(r)] += costs[static_cast<size_t>(s)].optimizer;
-      any |= costs[static_cast<size_t>(s)].optimizer > 0;
-    }
-  if (!any) out.clear();
-  return out;
-}
-
-double action_cost(const Action& a, const std::vector<StageCost>& costs, const CostModel& model) {
-  auto part = [&](ActionKind k, int s) {
-    const StageCost& c = costs[static_cast<size_t>(s)];
-    switch (k) {
-      case ActionKind::F:
-        return c.f;
-      case ActionKind::B:
-        return c.b;
-      case ActionKind::I:
-        return c.i;
-      case ActionKind::W:
-        return c.w;
-      default:
-        return 0.0;
-    }
-  };
-  if (a.kind != ActionKind::OverlapFB) return part(a.kind, a.stage);
-  const double f = part(ActionKind::F, a.stage), b = part(a.sub_kind, a.stage2);
-  return std::max(f, b) + (1.0 - model.overlap) * std::min(f, b);
-}
-
-std::string format_memory(double value, bool in_bytes) {
-  if (!in_bytes) return fmt::format("{:.4g}", value);
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (value >= 1024 && u < 5) {
-    value /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:g} B", value) : fmt::format("{:.1f} {}", value, kUnits[u]);
-}
-
-double message_time(const CostModel& model) {
-  if (model.unit) return 0.0;
-  return model.latency + (model.bandwidth > 0 ? model.message_bytes / model.bandwidth : 0.0);
-}
-
-MessageModel message_model_of_transport(const std::string& transport) {
-  return transport == "gloo" ? MessageModel::Eager : MessageModel::Rendezvous;
-}
 
 Simulation simulate(const Plan& plan, const CostModel& model) {
   PPC_INTERNAL_ASSERT(plan.is_lowered(), "simulate needs a lowered plan");
@@ -105,7 +24,7 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
   if (model.measured) {                     // per-boundary message times
     messages_ = message_costs(plan, model);
     exec_.transfer = [this](const Action& send) {
-      return messages_.time[2 * static_cast<size_t>(send.stage) + (send.kind == ActionKind::SendB)];
+      return messages_.time[MessageCosts::index(send)];
     };
   } else if (const double per_message = message_time(model); per_message > 0) {
     exec_.transfer = [per_message](const Action&) { return per_message; };
@@ -130,7 +49,8 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
   }
 }
 
-// A rise at a forward's start, a fall at a backward's end, in the order the rank runs them.
+// A rise at a forward's start, a fall at a backward's end (the kind's Memory), in the order the
+// rank runs them.
 void SimulationRun::change_memory(int r, const Action& p, double start, double end) {
   const size_t ru = static_cast<size_t>(r);
   double& mem = mem_[ru];
@@ -149,20 +69,20 @@ void SimulationRun::change_memory(int r, const Action& p, double start, double e
   };
   const double act = costs_[static_cast<size_t>(p.stage)].activation;
   const double keep = act * model_.weight_grad_memory;
-  switch (p.kind) {
-    case ActionKind::F:
+  switch (kind_info(p.kind).memory) {
+    case Memory::Holds:
       change(start, act);
       break;
-    case ActionKind::B:
+    case Memory::Frees:
       change(end, -act);
       break;
-    case ActionKind::I:
+    case Memory::FreesInput:
       change(end, -(act - keep));
       break;
-    case ActionKind::W:
+    case Memory::FreesWeight:
       if (keep != 0) change(end, -keep);
       break;
-    default:
+    case Memory::None:
       break;
   }
 }
@@ -206,9 +126,7 @@ Simulation SimulationRun::finish_timed(Execution&& ex) {
   if (model_.measured) {  // per-boundary message sizes
     for (const auto& order : plan_.lowered)
       for (const Action& a : order)
-        if (is_send(a.kind))
-          sim.comm_bytes +=
-              messages_.bytes[2 * static_cast<size_t>(a.stage) + (a.kind == ActionKind::SendB)];
+        if (is_send(a.kind)) sim.comm_bytes += messages_.bytes[MessageCosts::index(a)];
   } else {
     for (size_t i = 0; i < ex.sends; ++i) sim.comm_bytes += model_.message_bytes;
   }

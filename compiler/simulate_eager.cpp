@@ -40,16 +40,10 @@ Execution execute_eager(const Plan& plan, const ExecCosts& costs, bool record_ti
   };
   // The message that a SEND or RECV carries.
   auto message_of = [&](const Action& a) -> size_t {
-    switch (a.kind) {
-      case ActionKind::SendF:
-        return index(plan.next_stage(a.stage), a.microbatch, false);
-      case ActionKind::SendB:
-        return index(plan.prev_stage(a.stage), a.microbatch, true);
-      case ActionKind::RecvF:
-        return index(a.stage, a.microbatch, false);
-      default:  // RecvB
-        return index(a.stage, a.microbatch, true);
-    }
+    const int receiver = is_recv(a.kind)        ? a.stage
+                         : peer_is_next(a.kind) ? plan.next_stage(a.stage)
+                                                : plan.prev_stage(a.stage);
+    return index(receiver, a.microbatch, flow_of(a.kind) == Flow::Backward);
   };
   // Whether a stage's rank receives its input (F) or its output's gradient (B, I) from another.
   auto remote_input = [&](int s, bool gradient) {
@@ -110,8 +104,9 @@ Execution execute_eager(const Plan& plan, const ExecCosts& costs, bool record_ti
         double ready = now[r];
         bool waiting = false;
         for_each_part(a, [&](const Action& p) {
-          const bool gradient = p.kind == ActionKind::B || p.kind == ActionKind::I;
-          if (p.kind == ActionKind::W || !remote_input(p.stage, gradient)) return;
+          const Flow input = input_of(p.kind);
+          const bool gradient = input == Flow::Backward;
+          if (input == Flow::None || !remote_input(p.stage, gradient)) return;
           const Message& m = messages[index(p.stage, p.microbatch, gradient)];
           if (!m.complete())
             waiting = true;

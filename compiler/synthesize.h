@@ -120,13 +120,12 @@ struct SynthesisResult {
 
 SynthesisResult synthesize(const SynthesisOptions& opts);
 
-// compile() for --schedule Auto: synthesize() with the options' costs and limit.
-Plan compile_auto(const CompileOptions& opts);
+// The name of its row of the schedule table (schedules.cpp).
+inline constexpr const char* kAuto = "Auto";
 
-// The entry of --schedule Auto (find_schedule finds it; all_schedules() lists only the named
-// schedules, whose orders do not depend on the costs).
-const ScheduleInfo& auto_schedule();
-bool is_auto(const ScheduleInfo& info);
+// compile() for --schedule Auto (its row's `synthesize`): synthesize() with the options' costs
+// and limit.
+Plan compile_auto(const CompileOptions& opts);
 
 // One line for --emit stats: the lower bound and how far the plan is from it.
 std::string describe_bound(const Plan& plan, const CostModel& cost, double makespan);

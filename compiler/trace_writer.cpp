@@ -146,7 +146,7 @@ void write_trace(const Plan& plan, const std::vector<TraceRank>& ranks, const Tr
           "\"dur\":{},\"args\":{{\"stage\":{},\"microbatch\":{},",
           name, kind_name(a.kind), r, is_comm(a.kind) ? 1 : 0, Us(s.ts).view(), Us(s.dur).view(),
           a.stage, a.microbatch);
-      if (a.kind == ActionKind::OverlapFB)
+      if (is_compound(a.kind))
         fmt::format_to(out, "\"backward\":\"{}\",\"stage2\":{},\"microbatch2\":{},",
                        kind_name(a.sub_kind), a.stage2, a.microbatch2);
       if (is_comm(a.kind))
@@ -172,7 +172,7 @@ void write_trace(const Plan& plan, const std::vector<TraceRank>& ranks, const Tr
     if (from.empty() || to.empty()) continue;
     const Action& send =
         plan.lowered[static_cast<size_t>(t.send_rank)][static_cast<size_t>(t.send_index)];
-    const char* what = send.kind == ActionKind::SendF ? "activation" : "gradient";
+    const char* what = flow_info(flow_of(send.kind)).what;  // "activation", "gradient"
     sep();
     fmt::format_to(out,
                    "{{\"name\":\"{0}\",\"cat\":\"transfer\",\"ph\":\"s\",\"id\":{1},\"pid\":{2},"

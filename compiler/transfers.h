@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "compiler/action.h"
@@ -33,20 +34,39 @@ struct CrossRank {
   // The rank a plain compute part's output goes to, or -1.
   int peer(const Action& part) const {
     const size_t s = static_cast<size_t>(part.stage);
-    if (part.kind == ActionKind::F) return forward[s];
-    return is_backward_input(part.kind) ? backward[s] : -1;
+    switch (flow_of(part.kind)) {
+      case Flow::Forward:
+        return forward[s];
+      case Flow::Backward:
+        return backward[s];
+      case Flow::None:
+        break;
+    }
+    return -1;
   }
   // The transfer a plain compute part of `rank` needs, if its output goes to another rank (the
   // next stage is s + 1 and the previous s - 1 whenever they exist).
   std::optional<Transfer> transfer(int rank, const Action& part) const {
-    const int q = peer(part);
-    if (q < 0) return std::nullopt;
     const int s = part.stage, mb = part.microbatch;
-    if (part.kind == ActionKind::F)
-      return Transfer{Action::comm(ActionKind::SendF, s, mb, q),
-                      Action::comm(ActionKind::RecvF, s + 1, mb, rank), q};
-    return Transfer{Action::comm(ActionKind::SendB, s, mb, q),
-                    Action::comm(ActionKind::RecvB, s - 1, mb, rank), q};
+    // One branch per flow, so that each reads its FlowInfo as constants (this runs for every
+    // compute action lowering places).
+    auto of_flow = [&](auto flow, int q) -> std::optional<Transfer> {
+      if (q < 0) return std::nullopt;
+      constexpr FlowInfo f = flow_info(decltype(flow)::value);
+      const int to = f.to_next ? s + 1 : s - 1;
+      return Transfer{Action::comm(f.send, s, mb, q), Action::comm(f.recv, to, mb, rank), q};
+    };
+    switch (flow_of(part.kind)) {
+      case Flow::Forward:
+        return of_flow(std::integral_constant<Flow, Flow::Forward>{},
+                       forward[static_cast<size_t>(s)]);
+      case Flow::Backward:
+        return of_flow(std::integral_constant<Flow, Flow::Backward>{},
+                       backward[static_cast<size_t>(s)]);
+      case Flow::None:
+        break;
+    }
+    return std::nullopt;
   }
 };
 

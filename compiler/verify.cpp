@@ -19,7 +19,7 @@ namespace ppc {
 
 namespace {
 
-constexpr int kNumKinds = 8;  // the plain kinds F..RecvB, indexing count tables
+constexpr int kNumKinds = kNumPlainKinds;  // the kinds that index count tables
 
 class Verifier {
   // What scanning one rank found.
@@ -218,8 +218,7 @@ class Verifier {
     if (!f.one_copy && !plan_.runs(a.stage, a.microbatch)) return false;
     if (!is_comm(a.kind)) return true;
     // comm_match: SEND_F and RECV_B exchange with the next stage, RECV_F and SEND_B the previous.
-    const int peer = a.kind == ActionKind::SendF || a.kind == ActionKind::RecvB ? f.next_rank[s]
-                                                                                : f.prev_rank[s];
+    const int peer = peer_is_next(a.kind) ? f.next_rank[s] : f.prev_rank[s];
     return peer >= 0 && peer != rank && (a.peer < 0 || a.peer == peer);
   }
 
@@ -230,7 +229,7 @@ class Verifier {
     size_t compute = 0, comm = 0;
     for (size_t i = begin; i < end; ++i) {  // locals: the count stores cannot change them
       const Action& a = data[i];
-      if (a.kind == ActionKind::OverlapFB || !passes(f, rank, a)) {
+      if (is_compound(a.kind) || !passes(f, rank, a)) {
         check_action(rank, i, a, out);
         continue;
       }
@@ -275,9 +274,8 @@ class Verifier {
     if (!is_comm(a.kind)) return true;
     const CommMatch m = comm_match(plan_, a);
     if (m.stage < 0) {
-      error(fmt::format(
-          "{}: stage {} has no {} stage to exchange with", where(rank, i, whole), s,
-          (a.kind == ActionKind::SendF || a.kind == ActionKind::RecvB) ? "next" : "previous"));
+      error(fmt::format("{}: stage {} has no {} stage to exchange with", where(rank, i, whole), s,
+                        peer_is_next(a.kind) ? "next" : "previous"));
       return false;
     }
     if (m.rank == rank) {
@@ -295,7 +293,7 @@ class Verifier {
   }
 
   void check_action(int rank, size_t i, const Action& a, ScanResult& out) {
-    if (a.kind == ActionKind::OverlapFB) {
+    if (is_compound(a.kind)) {
       check_part(rank, i, a, a.forward_part(), out);
       check_part(rank, i, a, a.backward_part(), out);
       ++out.compute_actions;
@@ -527,18 +525,11 @@ std::vector<int> peak_inflight(const Plan& plan) {
   std::vector<int> peaks(static_cast<size_t>(plan.pp()), 0);
   for (int r = 0; r < plan.pp() && r < static_cast<int>(plan.compute.size()); ++r) {
     int cur = 0, peak = 0;
-    for (const Action& a : plan.compute[static_cast<size_t>(r)]) {
-      if (a.kind == ActionKind::F)
-        ++cur;
-      else if (is_backward_input(a.kind))
-        --cur;
-      else if (a.kind == ActionKind::OverlapFB) {
-        ++cur;  // the forward part runs first
+    for (const Action& a : plan.compute[static_cast<size_t>(r)])
+      for_each_part(a, [&](const Action& p) {  // an OverlapFB's forward part runs first
+        cur += inflight_change(p.kind);
         peak = std::max(peak, cur);
-        --cur;
-      }
-      peak = std::max(peak, cur);
-    }
+      });
     peaks[static_cast<size_t>(r)] = peak;
   }
   return peaks;
@@ -571,16 +562,11 @@ VerifyReport report_of(const Plan& plan, const VerifyOptions& opts, bool streame
 
 }  // namespace
 
-VerifyReport lower_while_verifying(Plan& plan, const VerifyOptions& opts,
-                                   const std::function<void()>& lowered) {
+VerifyReport verify_as_lowered(const Plan& plan, const VerifyOptions& opts,
+                               const std::function<void(LoweringFeed*)>& lower) {
   PPC_INTERNAL_ASSERT(!plan.is_lowered() && !opts.compute_only,
-                      "lower_while_verifying takes a compute-only plan and verifies its lowering");
-  return report_of(plan, opts, true, [&](Verifier& v) {
-    v.run_streamed([&](LoweringFeed* feed) {
-      lower_in_place(plan, LoweringCosts{}, feed);
-      if (lowered) lowered();
-    });
-  });
+                      "verify_as_lowered takes a compute-only plan and verifies its lowering");
+  return report_of(plan, opts, true, [&](Verifier& v) { v.run_streamed(lower); });
 }
 
 VerifyReport verify(const Plan& plan, const VerifyOptions& opts) {

@@ -62,18 +62,21 @@ struct VerifyOptions {
 };
 VerifyReport verify(const Plan& plan, const VerifyOptions& opts);
 
-// verify(lower_send_recv(plan), opts) for a compute-only plan whose compute order passed verify(),
-// lowering it in place (lower_in_place; plan.lowered is set) on the calling thread while a second
-// thread verifies the lowered order as lowering writes it: checks 1 and 2 per action, and check 3
+class LoweringFeed;  // lower_send_recv.h
+
+// verify(plan, opts) of the lowered order that `lower` writes into `plan` while this runs: for a
+// compute-only plan whose compute order passed verify(), `lower` lowers it in place through the
+// feed it is handed (lower_in_place, lower_send_recv.h), on the calling thread, while a second
+// thread verifies the lowered order as it is published: checks 1 and 2 per action, and check 3
 // (the deadlock model, GrowingExecution) as far as each rank's written actions let it run, while
 // every action so far passed. The counts of check 2 follow once both threads are done, and the
 // model's run counts only if they pass: the report (and opts.execution) are the ones verify()
 // gives the lowered plan (except, for a plan that fails check 3, the order of the ranks' errors
 // and whether an input a rank lacks is said to come later or never: the rank runs before the rest
-// of the plan is written). `lowered`, if set, is called on the calling thread as soon as the
-// lowered order is complete. Throws lowering's UserError (the plan then stays compute-only).
-VerifyReport lower_while_verifying(Plan& plan, const VerifyOptions& opts,
-                                   const std::function<void()>& lowered = {});
+// of the plan is written). What `lower` throws reaches the caller. verify_and_lower.h's
+// lower_while_verifying is the one caller.
+VerifyReport verify_as_lowered(const Plan& plan, const VerifyOptions& opts,
+                               const std::function<void(LoweringFeed*)>& lower);
 
 // Peak in-flight activations per rank of a compute order (no checks).
 std::vector<int> peak_inflight(const Plan& plan);

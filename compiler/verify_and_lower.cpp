@@ -14,8 +14,16 @@
 
 namespace ppc {
 
+VerifyReport lower_while_verifying(Plan& plan, const VerifyOptions& opts,
+                                   const std::function<void()>& lowered) {
+  return verify_as_lowered(plan, opts, [&](LoweringFeed* feed) {
+    lower_in_place(plan, LoweringCosts{}, feed);
+    if (lowered) lowered();
+  });
+}
+
 VerifiedPlan verify_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
-                              const Alongside& alongside) {
+                              const Alongside& alongside, const AfterPasses& after) {
   VerifiedPlan out;
   // Lowering under unit costs (lower_for_model's, and the verifier's own check of the compute
   // order) is one and the same run: do it once, below.
@@ -27,10 +35,12 @@ VerifiedPlan verify_and_lower(Plan plan, const CostModel& cost, SimulationNeed n
   if (!compute_report.ok()) {
     out.report = std::move(compute_report);
     out.plan = std::move(plan);
+    if (after.verified) after.verified(out.report);
     return out;
   }
   if (!lower_here && !plan.is_lowered()) plan = lower_for_model(plan, cost);
   out.plan = std::move(plan);  // lowered below in place when lower_here
+  if (!lower_here && after.lowered) after.lowered(out.plan);
 
   std::optional<SimulationRun> run;
   if (need != SimulationNeed::None) run.emplace(out.plan, cost, need == SimulationNeed::Timeline);
@@ -58,6 +68,7 @@ VerifiedPlan verify_and_lower(Plan plan, const CostModel& cost, SimulationNeed n
     if (alongside.compute_order) beside = std::jthread([&] { call(alongside.compute_order); });
     try {  // out.report is not what `alongside` reads: it may be written meanwhile
       out.report = lower_while_verifying(out.plan, lowered, [&] {
+        if (after.lowered) after.lowered(out.plan);
         if (!alongside.whole_plan) return;
         if (beside.joinable()) beside.join();  // the compute order's part comes first
         beside = std::jthread([&] { call(alongside.whole_plan); });
@@ -74,16 +85,20 @@ VerifiedPlan verify_and_lower(Plan plan, const CostModel& cost, SimulationNeed n
       call(alongside.whole_plan);
     }
   }
+  if (after.verified) after.verified(out.report);
   if (!out.report.ok()) return out;
   if (alongside_error) std::rethrow_exception(alongside_error);
-  if (run) out.sim = run->finish(std::move(ex));
+  if (run) {
+    out.sim = run->finish(std::move(ex));
+    if (after.simulated) after.simulated(*out.sim);
+  }
   return out;
 }
 
 VerifiedPlan verify_and_lower_or_throw(Plan plan, const CostModel& cost,
                                        const std::string& imported_from, SimulationNeed need,
-                                       const Alongside& alongside) {
-  VerifiedPlan checked = verify_and_lower(std::move(plan), cost, need, alongside);
+                                       const Alongside& alongside, const AfterPasses& after) {
+  VerifiedPlan checked = verify_and_lower(std::move(plan), cost, need, alongside, after);
   const VerifyReport& report = checked.report;
   if (!report.ok()) {
     const bool imported = !imported_from.empty();

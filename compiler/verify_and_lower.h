@@ -51,8 +51,27 @@ struct Alongside {
   AlongsideFn whole_plan = {};     // reads the whole plan, lowered order included
 };
 
+// What verify_and_lower shows of each of its passes as it ends (ppcompile --dump-after; any may
+// be empty), on the calling thread: `lowered` the plan once lowering has written it (or as it
+// came, lowered already; the verifier may still be reading it), `verified` the report that
+// decides (of the compute order if that failed), `simulated` the simulation.
+struct AfterPasses {
+  std::function<void(const Plan&)> lowered = {};
+  std::function<void(const VerifyReport&)> verified = {};
+  std::function<void(const Simulation&)> simulated = {};
+};
+
 VerifiedPlan verify_and_lower(Plan plan, const CostModel& cost, SimulationNeed need,
-                              const Alongside& alongside = {});
+                              const Alongside& alongside = {}, const AfterPasses& after = {});
+
+// verify(lower_send_recv(plan), opts) for a compute-only plan whose compute order passed verify(),
+// lowering it in place (lower_in_place; plan.lowered is set) on the calling thread while a second
+// thread verifies the lowered order as lowering writes it (verify_as_lowered, verify.h): the
+// report (and opts.execution) are the ones verify() gives the lowered plan, except as
+// verify_as_lowered says. `lowered`, if set, is called on the calling thread as soon as the
+// lowered order is complete. Throws lowering's UserError (the plan then stays compute-only).
+VerifyReport lower_while_verifying(Plan& plan, const VerifyOptions& opts,
+                                   const std::function<void()>& lowered = {});
 
 // verify_and_lower, and a plan that fails is an error: a UserError naming `imported_from` (the
 // file it was read from) with one verifier message per line, or, when `imported_from` is empty
@@ -60,6 +79,7 @@ VerifiedPlan verify_and_lower(Plan plan, const CostModel& cost, SimulationNeed n
 VerifiedPlan verify_and_lower_or_throw(Plan plan, const CostModel& cost,
                                        const std::string& imported_from,
                                        SimulationNeed need = SimulationNeed::None,
-                                       const Alongside& alongside = {});
+                                       const Alongside& alongside = {},
+                                       const AfterPasses& after = {});
 
 }  // namespace ppc

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,84 +18,33 @@
 
 namespace ppc::viz {
 
-// The colors of the compute kinds (Tableau 10: tells the kinds apart for most color-blind
-// readers too). Communication kinds take the color of what they carry.
+// The color of a kind (its row of kKinds, action_kinds.h).
 struct Rgb {
   uint8_t r, g, b;
 };
 
 inline Rgb kind_rgb(ActionKind k) {
-  switch (k) {
-    case ActionKind::F:
-      return {0x4E, 0x79, 0xA7};  // blue
-    case ActionKind::B:
-      return {0x59, 0xA1, 0x4F};  // green
-    case ActionKind::I:
-      return {0xF2, 0x8E, 0x2B};  // orange
-    case ActionKind::W:
-      return {0xB0, 0x7A, 0xA1};  // purple
-    case ActionKind::OverlapFB:
-      return {0xED, 0xC9, 0x48};  // gold
-    case ActionKind::SendF:
-    case ActionKind::RecvF:
-      return {0x2B, 0x4C, 0x7E};  // dark blue: activations
-    case ActionKind::SendB:
-    case ActionKind::RecvB:
-      return {0x8C, 0x2D, 0x19};  // dark red: gradients
-  }
-  return {0x88, 0x88, 0x88};
+  const uint32_t c = kind_info(k).rgb;
+  return {static_cast<uint8_t>(c >> 16), static_cast<uint8_t>(c >> 8), static_cast<uint8_t>(c)};
 }
 
 // Short class / legend name of a kind: "F", "B", "I", "W", "X" (overlap), "SF", "RF", "SB", "RB".
 inline const char* kind_class(ActionKind k) {
-  switch (k) {
-    case ActionKind::F:
-      return "F";
-    case ActionKind::B:
-      return "B";
-    case ActionKind::I:
-      return "I";
-    case ActionKind::W:
-      return "W";
-    case ActionKind::OverlapFB:
-      return "X";
-    case ActionKind::SendF:
-      return "SF";
-    case ActionKind::RecvF:
-      return "RF";
-    case ActionKind::SendB:
-      return "SB";
-    case ActionKind::RecvB:
-      return "RB";
-  }
-  return "?";
+  return kind_info(k).short_name;
 }
 
 inline const char* kind_description(ActionKind k) {
-  switch (k) {
-    case ActionKind::F:
-      return "forward";
-    case ActionKind::B:
-      return "backward";
-    case ActionKind::I:
-      return "backward (input grad)";
-    case ActionKind::W:
-      return "backward (weight grad)";
-    case ActionKind::OverlapFB:
-      return "overlapped F + B";
-    case ActionKind::SendF:
-    case ActionKind::RecvF:
-      return "activation transfer";
-    case ActionKind::SendB:
-    case ActionKind::RecvB:
-      return "gradient transfer";
-  }
-  return "?";
+  return kind_info(k).description;
 }
 
-// The compute kinds in legend order.
-inline constexpr ActionKind kComputeKinds[] = {ActionKind::F, ActionKind::B, ActionKind::I,
-                                               ActionKind::W, ActionKind::OverlapFB};
+// The compute kinds (compound ones included) in legend order: the table's.
+inline constexpr auto kComputeKinds = [] {
+  std::array<ActionKind, kNumActionKinds - std::popcount(kCommKinds)> out{};
+  size_t n = 0;
+  for (const KindInfo& k : kKinds)
+    if (is_compute(k.kind)) out[n++] = k.kind;
+  return out;
+}();
 
 // Virtual chunk c of vpp: chunk 0 in the full color, later chunks lighter (mixed with white, up
 // to 55 %), so that the chunks of one rank stay the same hue but can be told apart.

@@ -17,7 +17,6 @@ PP_FUZZ_TARGET(cost_model) {
     o.pp = 3;
     o.schedule = "1F1B";
     o.microbatches = 3;
-    o.lower = false;
     const ppc::Plan plan = ppc::lower_for_model(ppc::compile(o), *model);
     const ppc::Simulation sim = ppc::simulate(plan, *model);
     ppfuzz::expect(sim.makespan >= 0, "negative makespan");

@@ -160,18 +160,7 @@ class ListScheduler {
     push(t, 1, r);
   }
 
-  double part_time(ActionKind k, int s) const {
-    switch (k) {
-      case ActionKind::F:
-        return c(s).f;
-      case ActionKind::B:
-        return c(s).b;
-      case ActionKind::I:
-        return c(s).i;
-      default:
-        return c(s).w;
-    }
-  }
+  double part_time(ActionKind k, int s) const { return c(s).time(k); }
 
   // --- what is ready -----------------------------------------------------------------------
 

@@ -9,9 +9,9 @@
 #include <iostream>
 
 #include "compiler/diagnostic.h"
+#include "compiler/parse_flags.h"
 #include "runtime/fail.h"
 #include "runtime/launch/failure.h"
-#include "tools/parse_flags.h"
 
 namespace pprt {
 

@@ -37,10 +37,16 @@ at::Tensor attach_aux_losses(const at::Tensor& out, const std::vector<at::Tensor
 
 void add_reported(const LossReport& r, int mb, const std::vector<Reported>& reported,
                   std::vector<ReportedSums>& out) {
+  add_reported(r, mb, reported, out,
+               [](const at::Tensor& value, double* sum) { *sum += value.item<double>(); });
+}
+
+void add_reported(const LossReport& r, int mb, const std::vector<Reported>& reported,
+                  std::vector<ReportedSums>& out, const AddValue& add) {
   for (const LossReport::Value& v : r.values)
     for (size_t k = 0; k < reported.size(); ++k)
       if (reported[k].name == v.name && reported[k].loss == v.loss) {
-        out[k].sum[static_cast<size_t>(mb)] += v.value.mean().item<double>();
+        add(v.value.mean(), &out[k].sum[static_cast<size_t>(mb)]);
         out[k].count[static_cast<size_t>(mb)] += 1;
       }
 }

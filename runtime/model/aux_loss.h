@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <vector>
 
 #include "pprt/pprt.h"
@@ -29,6 +30,11 @@ struct ReportedSums {
 // entry per value, each sized for the step's microbatches).
 void add_reported(const LossReport& r, int mb, const std::vector<Reported>& reported,
                   std::vector<ReportedSums>& out);
+// The same, each value (a scalar: its mean) added to its sum by `add(value, &sum)`, which may read
+// it later (the executor on a device: every value in one copy).
+using AddValue = std::function<void(const at::Tensor& value, double* sum)>;
+void add_reported(const LossReport& r, int mb, const std::vector<Reported>& reported,
+                  std::vector<ReportedSums>& out, const AddValue& add);
 // One entry per value, each of `microbatches` zeros.
 std::vector<ReportedSums> no_reports(size_t values, int microbatches);
 

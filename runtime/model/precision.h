@@ -12,13 +12,15 @@
 //    the looked-up rows), so the tensors crossing stage boundaries, and their gradients, are bf16:
 //    half the bytes of fp32 (ModelContext::dtype gives the transport's buffers their type).
 //  - Weight gradients go into the fp32 master's .grad: each microbatch's product (bf16, computed
-//    with fp32 accumulation by the GEMM) is added to it in fp32, at once (B) or in the W of a
-//    split backward (I/W). Without a WeightWork, the gradient autograd gets is cast to the
-//    master's dtype (master_grad), so autograd accumulates fp32 too.
+//    with fp32 accumulation by the GEMM; on GPUs the GEMM's fp32 result itself, not rounded) is
+//    added to it in fp32, at once (B) or in the W of a split backward (I/W). Without a WeightWork,
+//    the gradient autograd gets is cast to the master's dtype (master_grad), so autograd
+//    accumulates fp32 too.
 //  - RMSNorm computes in fp32 (its statistics, the scale, its backward; the output is rounded to
-//    the input's dtype); attention's softmax takes fp32 scores (on the CPU the q k^T product of
-//    the bf16 operands with an fp32 result; on GPUs SDPA keeps its statistics in fp32); the
-//    logits are cast to fp32 for the cross-entropy, so the loss is fp32.
+//    the input's dtype; on GPUs LibTorch's fused kernel does so on the bf16 input itself);
+//    attention's softmax takes fp32 scores (on the CPU the q k^T product of the bf16 operands with
+//    an fp32 result; on GPUs SDPA keeps its statistics in fp32); the logits are cast to fp32 for
+//    the cross-entropy, so the loss is fp32.
 //
 // Included only by LibTorch translation units.
 #pragma once

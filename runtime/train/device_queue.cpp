@@ -22,9 +22,9 @@ double DeviceQueue::ms(size_t from, size_t to) const {
 size_t DeviceQueue::begin() {
   used = 0;
   caller = impl->getStream(device);
-  c10::Event ready(device.type());
-  ready.record(*caller);
-  ready.block(*compute);
+  if (!ready) ready.emplace(device.type());
+  ready->record(*caller);
+  ready->block(*compute);
   return mark();
 }
 

@@ -32,6 +32,7 @@ struct DeviceQueue {
   std::optional<c10::Stream> compute, caller;
   std::vector<c10::Event> events;  // kept across steps (re-recorded after the step's sync)
   size_t used = 0;
+  std::optional<c10::Event> ready;  // begin()'s fence, kept across steps too
 
   // On a CUDA device, a compute stream from the pool; on any other, none (on() is false).
   explicit DeviceQueue(const c10::Device& d);

@@ -1,7 +1,9 @@
 #include "runtime/train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/optim/adamw.h>
@@ -21,6 +23,7 @@
 #include "runtime/data/token_source.h"
 #include "runtime/launch/failure.h"
 #include "runtime/model/aux_loss.h"
+#include "runtime/model/kernel_choice.h"
 #include "runtime/model/model_facts.h"
 #include "runtime/model/precision.h"
 #include "runtime/model/stage.h"
@@ -30,6 +33,7 @@
 #include "runtime/output/step_log.h"
 #include "runtime/output/trace.h"
 #include "runtime/train/executor.h"
+#include "runtime/train/fused_step.h"
 #include "runtime/train/grad_reducer.h"
 #include "runtime/train/gradients.h"
 #include "runtime/train/step_timeout.h"
@@ -101,22 +105,46 @@ void zero_grads(ParamStore& store) {
   for (NamedParam& p : store.params()) p.tensor.mutable_grad() = at::Tensor();
 }
 
+// The work between replays on the fused path (fused_step.h), queued between the all-reduce of
+// the step's statistics and the host's reading of them.
+struct FusedUpdate {
+  FusedAdamW* adamw;
+  double lr, clip;
+};
+
+// `t` (on the CPU) on `device`; on a GPU copied from pinned memory without waiting for the copy.
+at::Tensor to_device_async(const at::Tensor& t, const at::Device& device) {
+  if (!device.is_cuda()) return t.to(device);
+  return t.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 // The squared gradient norm (shared parameters counted once), each microbatch's loss (computed on
 // one rank; averaged over the replicas) and reported values (each a sum and a count over the
 // layers, ranks and replicas that added it), and every rank's compute time (each in its own slot),
 // summed over every rank in one all-reduce. `own_ns`: the time spent before the all-reduce (the
 // rank's own work, --profile's "optimizer"; on a GPU what the host saw).
+// With `fused` the norm is fused_step.h's, and its update (clipping, AdamW) is queued after the
+// all-reduce and before the statistics are read back: on a GPU the host then waits for the norm
+// and the all-reduce only (the one synchronisation between replays), while AdamW runs; the
+// queuing counts in `own_ns`.
 StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job, const Place& place,
-                       const at::Device& device, std::chrono::milliseconds timeout,
-                       int64_t& own_ns) {
+                       const at::Device& device, std::chrono::milliseconds timeout, int64_t& own_ns,
+                       std::optional<FusedUpdate> fused = std::nullopt) {
   const auto t0 = Clock::now();
   const auto mbs = static_cast<size_t>(job.plan.microbatches);
   const int ranks = place.world ? place.world->size() : 0;
-  at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  std::vector<at::Tensor> counted;  // the gradients in the norm
   for (NamedParam& p : store.params())
     if (place.counts_norm && p.tensor.grad().defined() &&
         !(place.counted_elsewhere && place.counted_elsewhere->count(p.name)))
-      sq += p.tensor.grad().to(at::kDouble).pow(2).sum();
+      counted.push_back(p.tensor.grad());
+  at::Tensor sq;
+  if (fused) {
+    sq = squared_norm(counted, device);
+  } else {
+    sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+    for (const at::Tensor& g : counted) sq += g.to(at::kDouble).pow(2).sum();
+  }
   // [norm^2, losses, (sums, counts) per reported value, compute per rank]
   const size_t values = rep.reported.size(), at_compute = 1 + mbs + 2 * values * mbs;
   std::vector<double> v(at_compute + static_cast<size_t>(ranks), 0.0);
@@ -128,11 +156,29 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
               v.begin() + static_cast<ptrdiff_t>(1 + mbs + (2 * k + 1) * mbs));
   }
   if (ranks > 0) v[at_compute + static_cast<size_t>(place.rank)] = rep.compute_ns / 1e9;
-  at::Tensor all = at::tensor(v, at::kDouble).to(device);
+  at::Tensor all = fused ? to_device_async(at::tensor(v, at::kDouble), device)
+                         : at::tensor(v, at::kDouble).to(device);
   all.narrow(0, 0, 1).add_(sq);
   own_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
   if (place.world && place.world->size() > 1) place.world->allreduce_sum(all, timeout);
-  const at::Tensor cpu = all.cpu();
+  at::Tensor cpu;
+  if (fused) {
+    const auto q0 = Clock::now();
+    std::optional<c10::Event> read;  // on a GPU: the copy back, done before the update
+    if (device.is_cuda()) {
+      cpu = at::empty_like(all, at::TensorOptions().device(at::kCPU).pinned_memory(true));
+      cpu.copy_(all, /*non_blocking=*/true);
+      read.emplace(device.type());
+      read->record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
+    } else {
+      cpu = all.cpu();
+    }
+    fused->adamw->step(fused->lr, all.narrow(0, 0, 1), fused->clip);
+    if (read) read->synchronize();
+    own_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - q0).count();
+  } else {
+    cpu = all.cpu();
+  }
   const double* d = cpu.data_ptr<double>();
   StepStats out;
   out.grad_norm = std::sqrt(d[0]);
@@ -239,6 +285,9 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     if (where) where->outside(what, watched);
   };
   auto opt = make_optimizer(model.store, job.train);
+  // Clipping and AdamW through fused multi-tensor operations (GPUs; PPRUN_KERNELS).
+  std::optional<FusedAdamW> fused;
+  if (fused_optimizer(kernel_choice_from_env(), model.device.is_cpu())) fused.emplace(*opt);
   RankReport report;
   resume(job, model.store, *opt, report);
   if (job.eval.only) {  // the model as it starts, evaluated; no step, nothing saved
@@ -269,13 +318,20 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     StepReport rep = grads.run(tokens, step, report);
     const auto replayed = Clock::now();
     int64_t norm_ns = 0;  // the rank's own part of gather_stats, before its all-reduce
-    at("the all-reduce of the step's statistics", true);
+    std::optional<FusedUpdate> update;
+    if (fused) update = FusedUpdate{&*fused, learning_rate(job.train, step), job.train.clip};
+    // Fused: the clipping and AdamW are queued inside gather_stats, after its all-reduce.
+    at(fused ? "the all-reduce of the step's statistics and the optimizer"
+             : "the all-reduce of the step's statistics",
+       true);
     const StepStats stats =
-        gather_stats(model.store, rep, job, place, model.device, timeout, norm_ns);
+        gather_stats(model.store, rep, job, place, model.device, timeout, norm_ns, update);
     const auto reduced = Clock::now();
-    at("the optimizer", true);
-    clip_gradients(model.store, job.train, stats.grad_norm);
-    optimizer_step(*opt, job.train, step);
+    if (!fused) {
+      at("the optimizer", true);
+      clip_gradients(model.store, job.train, stats.grad_norm);
+      optimizer_step(*opt, job.train, step);
+    }
     const auto stepped = Clock::now();
     timeouts.step_done(stepped - t0);
     const double step_s = seconds_since(t0);

@@ -72,7 +72,6 @@ void expect_winner_reproduces(const Autotune& at, const AutotuneOptions& o) {
   co.pp = o.pp;
   co.schedule = w.row.schedule;
   co.microbatches = w.microbatches;
-  co.lower = false;
   const CostModel cost = o.cost.unit ? unit_layer_costs() : o.cost;
   const CompareRow again = measure_plan(compile(co), cost, o.memory_limit);  // verifies
   EXPECT_TRUE(again.report.ok());

@@ -20,6 +20,7 @@
 #include "compiler/layout.h"
 #include "compiler/lower_for_model.h"
 #include "compiler/schedule.h"
+#include "tests/compiler/plan_fixtures.h"
 #include "tests/compiler/test_util.h"
 
 namespace ppc {
@@ -151,7 +152,6 @@ BruteForce brute_force(const std::vector<LayerKind>& layers, int pp, int vpp,
   co.vpp = vpp;
   co.schedule = schedule;
   co.microbatches = m;
-  co.lower = false;
   Plan plan = compile(co);
   BruteForce out;
   for_each_split(n, S, [&](const std::vector<int>& cuts) {
@@ -217,7 +217,8 @@ TEST_P(BalanceOptimal, MatchesBruteForceOverEverySplit) {
 
 INSTANTIATE_TEST_SUITE_P(EverySchedule, BalanceOptimal, ::testing::ValuesIn([] {
                            std::vector<std::string> names;
-                           for (const auto& s : all_schedules()) names.push_back(s.name);
+                           for (const auto& s : pptest::generated_schedules())
+                             names.push_back(s.name);
                            return names;
                          }()),
                          [](const auto& p) {
@@ -264,7 +265,7 @@ TEST(BalanceLocalSearch, NeverWorseThanItsSeedsAndTheGapToBruteForce) {
   const std::string model = "Ettt|tt|tt|tmL";
   int optimal = 0, cases = 0;
   double worst_gap = 0;
-  for (const auto& info : all_schedules())
+  for (const auto& info : pptest::generated_schedules())
     for (int vpp : vpps_of(info)) {
       const int pp = vpp == 1 ? 4 : 2;
       BalanceOptions o;
@@ -320,7 +321,6 @@ TEST(BalanceRealLayouts, DeepSeekV3AtLeastAsGoodAsTheManualSplit) {
   co.pp = 16;
   co.schedule = "Interleaved1F1B";
   co.microbatches = 64;
-  co.lower = false;
   EXPECT_DOUBLE_EQ(simulate(lower_for_model(compile(co), o.cost), o.cost).makespan, got.makespan);
 }
 

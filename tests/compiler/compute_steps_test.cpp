@@ -58,7 +58,7 @@ TEST(ComputeSteps, AHandWorkedOneF1BOrder) {
 
 TEST(ComputeSteps, EqualLoweringThenTheDeadlockModelForEverySchedule) {
   int plans = 0;
-  for (const ScheduleInfo& s : all_schedules())
+  for (const ScheduleInfo& s : pptest::generated_schedules())
     for (int pp = 1; pp <= 5; ++pp)
       for (int vpp = 1; vpp <= 3; ++vpp)
         for (int m : {1, 2, 3, 5, 8, 12}) {
@@ -81,7 +81,7 @@ TEST(ComputeSteps, EqualLoweringThenTheDeadlockModelForEverySchedule) {
 TEST(ComputeSteps, AnOrderThatCannotRunThrowsLoweringsMessage) {
   std::mt19937 rng(11);
   int stuck = 0, ran = 0;
-  for (const ScheduleInfo& s : all_schedules())
+  for (const ScheduleInfo& s : pptest::generated_schedules())
     for (int pp : {2, 3, 4})
       for (int trial = 0; trial < 12; ++trial) {
         Plan p;

@@ -181,7 +181,6 @@ TEST(CostModel, StageCostsComeFromTheLayout) {
   o.pp = 16;
   o.schedule = "Interleaved1F1B";
   o.microbatches = 16;
-  o.lower = false;
   const Plan plan = compile(o);
   const CostModel m = read_cost_model(pptest::source_path("examples/cost-deepseek-v3.json"));
   const auto sc = stage_costs(plan, m);

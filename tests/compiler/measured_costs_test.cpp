@@ -37,7 +37,6 @@ Plan plan_of(const std::string& layout, int pp, const std::string& schedule, int
   o.pp = pp;
   o.schedule = schedule;
   o.microbatches = m;
-  o.lower = false;
   return compile(o);
 }
 

@@ -20,6 +20,7 @@
 #include "compiler/schedule.h"
 #include "compiler/simulate.h"
 #include "compiler/synthesize.h"
+#include "tests/compiler/plan_fixtures.h"
 #include "tests/compiler/test_util.h"
 
 namespace ppc {
@@ -55,7 +56,6 @@ Plan compiled(const std::string& schedule, int m = 6) {
   o.pp = 2;
   o.schedule = schedule;
   o.microbatches = m;
-  o.lower = false;
   return compile(o);
 }
 
@@ -100,7 +100,6 @@ TEST(OptimizerCost, MergesSumItAndCutsShareIt) {
   o.pp = 2;
   o.schedule = "1F1B";
   o.microbatches = 2;
-  o.lower = false;
   const auto merged = stage_costs(compile(o), m);
   EXPECT_DOUBLE_EQ(merged[0].optimizer, 6 + 1 + 1);
   EXPECT_DOUBLE_EQ(merged[1].optimizer, 6);
@@ -170,7 +169,7 @@ TEST(OptimizerCost, AutoRanksUnderIt) {
     EXPECT_NEAR(got.makespan, auto_sim.makespan, 1e-9);
     EXPECT_FALSE(auto_sim.start.empty());
     int compared = 0;
-    for (const ScheduleInfo& info : all_schedules()) {
+    for (const ScheduleInfo& info : pptest::generated_schedules()) {
       if (info.copies != 1) continue;
       const std::string schedule = info.name;
       Plan p;

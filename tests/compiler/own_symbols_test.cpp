@@ -37,7 +37,7 @@ Plan compiled(const std::string& layout, const std::string& own, int pp,
   o.pp = pp;
   o.schedule = schedule;
   o.microbatches = mbs;
-  return compile(o);
+  return lower_send_recv(compile(o));
 }
 
 TEST(OwnSymbols, ParseWhereDeclared) {

@@ -2,11 +2,23 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
+#include "compiler/lower_send_recv.h"
+#include "compiler/schedule.h"
 
 namespace pptest {
+
+// The rows of the schedule table whose order a generator fills: every schedule but Auto, whose
+// order the search synthesizes from the costs (synthesize_test.cpp).
+inline std::vector<ppc::ScheduleInfo> generated_schedules() {
+  std::vector<ppc::ScheduleInfo> out;
+  for (const ppc::ScheduleInfo& s : ppc::all_schedules())
+    if (s.generate) out.push_back(s);
+  return out;
+}
 
 // The plan `schedule` generates over pp * vpp generic stages: its compute order, lowered if asked.
 inline ppc::Plan generated_plan(const std::string& schedule, int pp, int vpp, int m,
@@ -16,8 +28,7 @@ inline ppc::Plan generated_plan(const std::string& schedule, int pp, int vpp, in
   o.pp = pp;
   o.schedule = schedule;
   o.microbatches = m;
-  o.lower = lower;
-  return ppc::compile(o);
+  return lower ? ppc::lower_send_recv(ppc::compile(o)) : ppc::compile(o);
 }
 
 // A cost model with every term set: unequal F, B and W, activations, parameters, message latency

@@ -1,15 +1,19 @@
 // ppcompile as a user runs it: exit codes, messages, files.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "compiler/compile.h"
 #include "compiler/csv.h"
 #include "compiler/emit_text.h"
+#include "compiler/lower_send_recv.h"
 #include "compiler/plan_json.h"
 #include "compiler/verify_and_lower.h"
+#include "tests/compiler/plan_text.h"
 #include "tests/compiler/test_util.h"
 
 namespace {
@@ -134,7 +138,6 @@ TEST(Cli, OutputsWrittenBesideVerificationEqualTheEmitters) {
     co.pp = size.pp;
     co.schedule = "Interleaved1F1B";
     co.microbatches = size.microbatches;
-    co.lower = false;
     const ppc::VerifiedPlan checked =
         ppc::verify_and_lower_or_throw(ppc::compile(co), ppc::CostModel{}, "");
     std::ostringstream table, csv, json;
@@ -206,6 +209,113 @@ TEST(Cli, CsvRoundTripsThroughTheTool) {
   ASSERT_EQ(j.exit_code, 0) << j.err;
   auto k = run_ppcompile({"--from-json", dir.file("p.json"), "--emit", "csv"});
   EXPECT_EQ(k.out, c.out);
+}
+
+// The lines of `text` that follow the heading of --dump-after PASS, up to the next heading.
+std::string dump_of(const std::string& text, const std::string& pass) {
+  const std::string heading = "--- ppcompile: after " + pass + " ---\n";
+  const size_t at = text.find(heading);
+  if (at == std::string::npos) return "(no dump after " + pass + ")";
+  const size_t begin = at + heading.size();
+  return text.substr(begin, text.find("--- ppcompile: after ", begin) - begin);
+}
+
+// The rank lines of a dumped plan, as pptest::orders_text writes orders.
+std::string dumped_orders(const std::string& dump) {
+  std::istringstream in(dump);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (line.rfind("  rank ", 0) == 0) out += line.substr(line.find(": ") + 2) + "\n";
+  return out;
+}
+
+// --dump-after writes what each pass hands the next to stderr, and changes nothing else: the
+// orders after generate and lower are the library's compile() and its lowering, the report's
+// counts are the plan's, the simulation's makespan is the one --emit stats prints.
+TEST(Cli, DumpAfterShowsEachPassAndChangesNothingElse) {
+  const std::vector<std::string> args = {
+      "--layout",   "Ett|tt|tt|ttL", "--pp",           "2", "--vpp", "2",
+      "--schedule", "ZBV",           "--microbatches", "4"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), more.begin(), more.end());
+    return run_ppcompile(a);
+  };
+  const auto plain = with({"--emit", "json"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const auto dumped = with(
+      {"--emit", "json", "--dump-after", "parse,place,generate,lower", "--dump-after", "verify"});
+  ASSERT_EQ(dumped.exit_code, 0) << dumped.err;
+  EXPECT_EQ(dumped.out, plain.out);
+  EXPECT_EQ(plain.err, "");
+
+  ppc::CompileOptions co;
+  co.layout = ppc::parse_layout("Ett|tt|tt|ttL");
+  co.has_model = true;
+  co.pp = 2;
+  co.schedule = "ZBV";
+  co.microbatches = 4;
+  const ppc::Plan compiled = ppc::compile(co);
+  const ppc::Plan lowered = ppc::lower_send_recv(compiled);
+  EXPECT_EQ(dump_of(dumped.err, "parse"),
+            "layout Ett|tt|tt|ttL: 4 stages\n  stage 0: E t t\n  stage 1: t t\n"
+            "  stage 2: t t\n  stage 3: t t L\n");
+  EXPECT_EQ(dump_of(dumped.err, "place"),
+            "plan ZBVZeroBubble: pp 2, vpp 2, 4 microbatches, 1 model copy, v placement; placed, "
+            "no order yet\n  stage 0: rank 0 chunk 0\n  stage 1: rank 1 chunk 0\n"
+            "  stage 2: rank 1 chunk 1\n  stage 3: rank 0 chunk 1\n");
+  EXPECT_EQ(dumped_orders(dump_of(dumped.err, "generate")), pptest::orders_text(compiled.compute));
+  EXPECT_EQ(dumped_orders(dump_of(dumped.err, "lower")), pptest::orders_text(lowered.lowered));
+  const std::string verify = dump_of(dumped.err, "verify");
+  size_t computes = 0, comms = 0;
+  for (const auto& order : lowered.lowered)
+    for (const ppc::Action& a : order) ++(ppc::is_comm(a.kind) ? comms : computes);
+  EXPECT_EQ(
+      verify.rfind(fmt::format("valid: {} compute actions, {} SEND/RECV in ", computes, comms), 0),
+      0u)
+      << verify;
+  EXPECT_EQ(dump_of(dumped.err, "simulate"), "(no dump after simulate)");
+
+  // simulate: asked for, the plan is simulated even where the output does not need it.
+  const auto stats = with({"--emit", "stats"});
+  const auto sim = with({"--emit", "layout", "--dump-after", "simulate"});
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const size_t at = stats.out.find("makespan      ");
+  ASSERT_NE(at, std::string::npos) << stats.out;
+  const std::string makespan = stats.out.substr(at + 14, stats.out.find('\n', at) - at - 14);
+  EXPECT_EQ(dump_of(sim.err, "simulate").rfind("makespan " + makespan + ", ", 0), 0u)
+      << sim.err << " vs " << makespan;
+}
+
+TEST(Cli, DumpAfterNamesAPassOfOnePlan) {
+  const auto bad = run_ppcompile({"--stages", "4", "--pp", "4", "--schedule", "1F1B",
+                                  "--microbatches", "4", "--dump-after", "optimize"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err,
+            "ppcompile: error: --dump-after: optimize not in "
+            "{parse,place,generate,lower,verify,simulate}\n(run ppcompile --help for usage)\n");
+  const auto many = run_ppcompile(
+      {"--stages", "8", "--pp", "4", "--microbatches", "8", "--compare", "--dump-after", "lower"});
+  EXPECT_EQ(many.exit_code, 2);
+  EXPECT_EQ(many.err,
+            "ppcompile: error: --dump-after: shows the passes of one plan; --compare compiles "
+            "many\n");
+  EXPECT_EQ(many.out, "");
+  // A plan that fails verification: the report that says so, then the error.
+  pptest::TempDir dir;
+  const std::string csv = dir.file("stuck.csv");
+  {
+    std::ofstream f(csv);
+    f << "0B0,0F0\n1F0,1B0\n";  // rank 0 runs a backward before its forward
+  }
+  const auto stuck = run_ppcompile({"--from-csv", csv, "--dump-after", "parse,verify"});
+  EXPECT_EQ(stuck.exit_code, 2);
+  EXPECT_NE(dump_of(stuck.err, "parse").find("  rank 0: 0B0 0F0\n"), std::string::npos)
+      << stuck.err;
+  EXPECT_EQ(dump_of(stuck.err, "verify").rfind("not valid: ", 0), 0u) << stuck.err;
+  EXPECT_NE(stuck.err.find("ppcompile: error: " + csv + ": the plan is not valid:"),
+            std::string::npos)
+      << stuck.err;
 }
 
 }  // namespace

@@ -39,7 +39,6 @@ Plan compute_order(const std::string& schedule, int pp, int stages, int m) {
   o.pp = pp;
   o.schedule = schedule;
   o.microbatches = m;
-  o.lower = false;
   return compile(o);
 }
 

@@ -31,7 +31,6 @@ Plan compile_generic(const std::string& schedule, int pp, int stages, int m,
   o.pp = pp;
   o.schedule = schedule;
   o.microbatches = m;
-  o.lower = false;
   Plan plan = compile(o);
   return lower_send_recv(plan, lowering_costs(plan, cost));
 }

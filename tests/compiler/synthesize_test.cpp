@@ -107,7 +107,7 @@ SynthesisOptions options(const Config& c, const CostModel& cost) {
 // each placement it tries), compiled.
 std::vector<Plan> named_plans(const Config& c) {
   std::vector<Plan> out;
-  for (const ScheduleInfo& info : all_schedules()) {
+  for (const ScheduleInfo& info : pptest::generated_schedules()) {
     if (info.copies != 1) continue;
     CompileOptions co;
     co.layout = c.layout;
@@ -115,7 +115,6 @@ std::vector<Plan> named_plans(const Config& c) {
     co.pp = c.pp;
     co.schedule = info.name;
     co.microbatches = c.m;
-    co.lower = false;
     try {
       out.push_back(compile(co));
     } catch (const UserError&) {
@@ -204,14 +203,13 @@ TEST(LowerBound, NoPlanSimulatesBelowIt) {
   for (const CostCase& cc : cost_cases())
     for (const Config& c : configs()) {
       const std::string what = cc.name + ": " + c.what;
-      for (const ScheduleInfo& info : all_schedules()) {
+      for (const ScheduleInfo& info : pptest::generated_schedules()) {
         CompileOptions co;
         co.layout = c.layout;
         co.has_model = c.has_model;
         co.pp = c.pp;
         co.schedule = info.name;
         co.microbatches = c.m;
-        co.lower = false;
         if (info.copies == 2 && c.layout.num_stages() != c.pp) continue;
         try {
           check(compile(co), cc.cost, what + " " + info.name);
@@ -222,7 +220,7 @@ TEST(LowerBound, NoPlanSimulatesBelowIt) {
       check(synthesize(options(c, cc.cost)).plan, cc.cost, what + " Auto");
       for (const PlacementStyle style : {PlacementStyle::Loop, PlacementStyle::V}) {
         if (style == PlacementStyle::V && c.layout.num_stages() != 2 * c.pp) continue;
-        ScheduleInfo info = auto_schedule();
+        ScheduleInfo info = *find_schedule(kAuto);
         info.placement = style;
         CompileOptions co;
         co.layout = c.layout;
@@ -267,7 +265,7 @@ TEST(Synthesize, TheListSchedulersRunIsTheSimulatorsTiming) {
       co.has_model = c.has_model;
       co.pp = c.pp;
       co.microbatches = c.m;
-      const Plan base = plan_skeleton(co, auto_schedule());
+      const Plan base = plan_skeleton(co, *find_schedule(kAuto));
       for (int bits = 0; bits < 8; ++bits) {
         ListPolicy p;
         p.split_backward = bits & 1;

@@ -28,10 +28,12 @@
 #include "compiler/csv.h"
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
+#include "compiler/lower_send_recv.h"
 #include "compiler/plan_json.h"
 #include "compiler/schedule.h"
 #include "compiler/verify.h"
 #include "tests/compiler/deadlock_reference.h"
+#include "tests/compiler/plan_fixtures.h"
 #include "tests/compiler/plan_mutants.h"
 #include "tests/compiler/plan_text.h"
 
@@ -63,7 +65,7 @@ Scale scale() {
 
 std::vector<Base> base_plans(const Scale& sc) {
   std::vector<Base> out;
-  for (const auto& info : ppc::all_schedules())
+  for (const auto& info : pptest::generated_schedules())
     for (int pp = 2; pp <= sc.max_pp; ++pp)
       for (int vpp : {1, 2})
         for (int m = 2; m <= sc.max_m; ++m) {
@@ -75,7 +77,8 @@ std::vector<Base> base_plans(const Scale& sc) {
           o.schedule = info.name;
           o.microbatches = m;
           try {
-            out.push_back({fmt::format("{} pp{} vpp{} m{}", info.name, pp, vpp, m), compile(o)});
+            out.push_back({fmt::format("{} pp{} vpp{} m{}", info.name, pp, vpp, m),
+                           lower_send_recv(compile(o))});
           } catch (const ppc::UserError&) {
             // this schedule does not run this configuration
           }

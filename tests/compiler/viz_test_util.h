@@ -31,7 +31,6 @@ inline Simulated simulated(const std::string& schedule, int stages, int pp, int 
   co.pp = pp;
   co.schedule = schedule;
   co.microbatches = microbatches;
-  co.lower = false;
   Simulated s;
   s.plan = ppc::compile(co);
   s.plan = ppc::lower_send_recv(s.plan, ppc::lowering_costs(s.plan, cost));

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "compiler/compile.h"
+#include "compiler/lower_send_recv.h"
 #include "compiler/plan_json.h"
 #include "compiler/verify.h"
 
@@ -18,7 +19,7 @@ inline ppc::Plan compile(const std::string& layout, int pp, const std::string& s
   o.pp = pp;
   o.schedule = schedule;
   o.microbatches = mbs;
-  return ppc::compile(o);
+  return ppc::lower_send_recv(ppc::compile(o));
 }
 
 // The plan as ppcompile --emit json writes it.

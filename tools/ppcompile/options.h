@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "compiler/cost_model.h"
 
@@ -31,11 +32,12 @@ struct Options {
   std::string engine = "timeline";
   std::string arrows = "auto";
   double width = 1800;
-  std::string microbatches_text;  // --microbatches as given: a list or range with --autotune
-  bool balance = false;           // --balance
-  bool autotune = false;          // --autotune
-  long long balance_budget = 0;   // --balance-budget (0 = automatic)
-  size_t top = 15;                // --top
+  std::string microbatches_text;        // --microbatches as given: a list or range with --autotune
+  bool balance = false;                 // --balance
+  bool autotune = false;                // --autotune
+  long long balance_budget = 0;         // --balance-budget (0 = automatic)
+  size_t top = 15;                      // --top
+  std::vector<std::string> dump_after;  // --dump-after: passes whose IR goes to stderr
 };
 
 }  // namespace ppcompile

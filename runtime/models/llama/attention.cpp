@@ -1,8 +1,11 @@
-// Grouped-query causal attention with rotary embedding (ops.h). On the CPU it is written out
-// (matmul, causal mask, softmax, in causal blocks, with its backward); elsewhere (GPUs) and with
-// Kernels::Generic it is LibTorch's at::scaled_dot_product_attention (2.0+: flash and
-// memory-efficient kernels on GPUs). Attention has no weights, so either backward belongs to I
-// whole when the backward is split.
+// Grouped-query causal attention with rotary embedding (ops.h). On the CPU (Kernels::Auto) it is
+// written out (matmul, causal mask, softmax, in causal blocks, with its backward); with
+// Kernels::Fused (GPUs by default) SDPA's flash (or cuDNN) kernels are called directly, with the
+// backward from what their forward returns; with Kernels::Generic, and where no fused kernel takes
+// the tensors (fp32 on a GPU), it is at::scaled_dot_product_attention through autograd. A layer
+// with a sliding window shorter than the sequence takes the window in the written-out path's mask,
+// and elsewhere SDPA with the window's mask (the fused kernels take no mask but the causal flag).
+// Attention has no weights, so every backward belongs to I whole when the backward is split.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -10,9 +13,12 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <tuple>
 #include <vector>
 
+#include "compiler/diagnostic.h"
 #include "runtime/model/precision.h"
+#include "runtime/models/llama/aten_support.h"
 #include "runtime/models/llama/cpu_kernels.h"
 #include "runtime/models/llama/ops.h"
 
@@ -184,6 +190,128 @@ at::Tensor attention_sdpa(const at::Tensor& qkv, const AttentionConsts& c) {
   return o.transpose(1, 2).reshape({b, T, h * hd});
 }
 
+// --- Kernels::Fused ---------------------------------------------------------------------------
+
+// The rotary embedding of rows x [b, T, n, hd] (any strides, unit stride inside a row) into out
+// (the same shape), the tables [T, hd] broadcast over the heads: out = x * cos + [-x2, x1] * sin,
+// or with `transpose` the rotation's transpose (the gradient's: by -sin). Four ATen kernels over
+// half rows, whatever the number of heads (q's and k's together).
+void rope_rows(const at::Tensor& x, at::Tensor out, const at::Tensor& cos, const at::Tensor& sin,
+               bool transpose) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // [T, 1, hd]
+  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  at::Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);
+  const double sign = transpose ? -1 : 1;
+  at::mul_out(o1, x1, c.narrow(-1, 0, half));
+  o1.addcmul_(x2, s.narrow(-1, 0, half), -sign);
+  at::mul_out(o2, x2, c.narrow(-1, half, half));
+  o2.addcmul_(x1, s.narrow(-1, half, half), sign);
+}
+
+// Which fused attention kernel takes these tensors, if any.
+enum class FusedKernel : uint8_t { None, Cpu, Flash, Cudnn };
+FusedKernel fused_kernel(const at::Tensor& qkv, const AttentionConsts& c, Kernels k) {
+  if (c.head_dim % 8 != 0) return FusedKernel::None;
+  const at::ScalarType t = qkv.scalar_type();
+  if (qkv.is_cpu())  // LibTorch's CPU flash kernel (fp32, bf16; grouped-query heads)
+    return t == at::kFloat || t == at::kBFloat16 ? FusedKernel::Cpu : FusedKernel::None;
+  if (!qkv.is_cuda() || !low_precision(qkv)) return FusedKernel::None;  // flash: bf16/fp16 only
+  if (k == Kernels::FusedCudnn && aten_support::cudnn_attention_takes_gqa(qkv.device(), c.head_dim))
+    return FusedKernel::Cudnn;
+  return FusedKernel::Flash;
+}
+
+// Attention through a fused kernel: q and k rotated and v copied into one buffer [b, T, heads +
+// 2 kv_heads, hd] (five kernels; the buffer is what the backward keeps, not qkv), then the
+// kernel's forward with the causal flag and grouped-query heads (each kernel takes fewer key/value
+// heads than query heads and sums their gradients itself); its output and log-sum-exp are kept
+// for its backward, whose q and k gradients are rotated back into the fused product's layout.
+// The kernels keep the softmax's statistics in fp32 (flash on bf16 inputs, as the CPU path does).
+struct FusedAttentionFn : torch::autograd::Function<FusedAttentionFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& qkv, const AttentionConsts* c,
+                            int64_t kernel) {
+    const int64_t b = qkv.size(0), T = qkv.size(1), hd = c->head_dim, h = c->heads,
+                  kv = c->kv_heads;
+    const at::Tensor src = qkv.reshape({b, T, h + 2 * kv, hd});
+    at::Tensor r = at::empty({b, T, h + 2 * kv, hd}, qkv.options());
+    rope_rows(src.narrow(2, 0, h + kv), r.narrow(2, 0, h + kv), c->cos, c->sin, false);
+    r.narrow(2, h + kv, kv).copy_(src.narrow(2, h + kv, kv));
+    const at::Tensor q = r.narrow(2, 0, h).transpose(1, 2), k = r.narrow(2, h, kv).transpose(1, 2),
+                     v = r.narrow(2, h + kv, kv).transpose(1, 2);
+    at::Tensor out, lse, cum_q, cum_k, seed, offset;
+    int64_t max_q = 0, max_k = 0;
+    switch (static_cast<FusedKernel>(kernel)) {
+      case FusedKernel::Cpu:
+        std::tie(out, lse) =
+            at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, true, {}, c->scale);
+        break;
+      case FusedKernel::Flash: {
+        auto [o, l, cq, ck, mq, mk, sd, off, dbg] =
+            at::_scaled_dot_product_flash_attention(q, k, v, 0.0, true, false, c->scale);
+        std::tie(out, lse, cum_q, cum_k, seed, offset) = std::tie(o, l, cq, ck, sd, off);
+        max_q = mq.expect_int();
+        max_k = mk.expect_int();
+        break;
+      }
+      case FusedKernel::Cudnn: {
+        auto [o, l, cq, ck, mq, mk, sd, off, dbg] = at::_scaled_dot_product_cudnn_attention(
+            q, k, v, std::nullopt, true, 0.0, true, false, c->scale);
+        std::tie(out, lse, cum_q, cum_k, seed, offset) = std::tie(o, l, cq, ck, sd, off);
+        max_q = mq.expect_int();
+        max_k = mk.expect_int();
+        break;
+      }
+      case FusedKernel::None:
+        PPC_INTERNAL_ASSERT(false, "a fused attention kernel");
+    }
+    ctx->save_for_backward({r, out, lse, cum_q, cum_k, seed, offset});
+    ctx->saved_data["consts"] = reinterpret_cast<int64_t>(c);
+    ctx->saved_data["kernel"] = kernel;
+    ctx->saved_data["max_q"] = max_q;
+    ctx->saved_data["max_k"] = max_k;
+    return out.transpose(1, 2).reshape({b, T, h * hd});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &r = saved[0], &out = saved[1], &lse = saved[2];
+    const auto* c = reinterpret_cast<const AttentionConsts*>(ctx->saved_data["consts"].toInt());
+    const auto kernel = static_cast<FusedKernel>(ctx->saved_data["kernel"].toInt());
+    const int64_t max_q = ctx->saved_data["max_q"].toInt(),
+                  max_k = ctx->saved_data["max_k"].toInt();
+    const int64_t b = r.size(0), T = r.size(1), hd = c->head_dim, h = c->heads, kv = c->kv_heads;
+    const at::Tensor q = r.narrow(2, 0, h).transpose(1, 2), k = r.narrow(2, h, kv).transpose(1, 2),
+                     v = r.narrow(2, h + kv, kv).transpose(1, 2);
+    at::Tensor go = grads[0].contiguous().view({b, T, h, hd}).transpose(1, 2);
+    if (go.strides() != out.strides())  // the kernels take the output's gradient in its layout
+      go = at::empty_like(out).copy_(go);
+    at::Tensor dq, dk, dv;
+    switch (kernel) {
+      case FusedKernel::Cpu:
+        std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+            go, q, k, v, out, lse, 0.0, true, {}, c->scale);
+        break;
+      case FusedKernel::Flash:
+        std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
+            go, q, k, v, out, lse, saved[3], saved[4], max_q, max_k, 0.0, true, saved[5], saved[6],
+            c->scale);
+        break;
+      case FusedKernel::Cudnn:
+        std::tie(dq, dk, dv) = at::_scaled_dot_product_cudnn_attention_backward(
+            go, q, k, v, out, lse, saved[5], saved[6], at::Tensor(), saved[3], saved[4], max_q,
+            max_k, 0.0, true, c->scale);
+        break;
+      case FusedKernel::None:
+        PPC_INTERNAL_ASSERT(false, "a fused attention kernel");
+    }
+    at::Tensor d = at::empty({b, T, h + 2 * kv, hd}, grads[0].options());
+    rope_rows(dq.transpose(1, 2), d.narrow(2, 0, h), c->cos, c->sin, true);
+    rope_rows(dk.transpose(1, 2), d.narrow(2, h, kv), c->cos, c->sin, true);
+    d.narrow(2, h + kv, kv).copy_(dv.transpose(1, 2));
+    return {d.view({b, T, (h + 2 * kv) * hd}), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& device, Kernels kernels,
@@ -209,17 +337,18 @@ AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& devic
   c.sin = ang.sin().to(at::kFloat).to(device);
   c.cos_back = (ang.cos() * scale).to(at::kFloat).to(device);
   c.sin_back = (ang.sin() * -scale).to(at::kFloat).to(device);
-  // Only the CPU path reads the mask (attention() takes SDPA elsewhere, and with Generic): not
-  // built there ([heads / kv_heads x T, T] fp32: 256 MiB at seq 4096 with 4 query heads per kv
-  // head).
   // Where a position may attend: up to itself, and with a window not before t - window + 1.
   at::Tensor allowed = at::ones({T, T}, at::kBool).tril(0);
-  if (window > 0 && window < T) allowed = allowed.triu(1 - window);
-  if (device.is_cpu() && kernels != Kernels::Generic)
+  const bool windowed = window > 0 && window < T;
+  if (windowed) allowed = allowed.triu(1 - window);
+  // Only the CPU's written-out path reads the mask (Auto on the CPU): not built elsewhere
+  // ([heads / kv_heads x T, T] fp32: 256 MiB at seq 4096 with 4 query heads per kv head). The
+  // other paths take the window, if any, as a boolean mask.
+  if (device.is_cpu() && kernels == Kernels::Auto)
     c.mask = at::zeros({T, T}, at::kFloat)
                  .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity())
                  .repeat_interleave(cfg.heads / cfg.kv_heads, 0);
-  else if (window > 0 && window < T)
+  else if (windowed)
     c.window_mask = allowed.to(device);
   c.heads = cfg.heads;
   c.kv_heads = cfg.kv_heads;
@@ -229,8 +358,14 @@ AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& devic
 }
 
 at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c) {
-  if (c.kernels == Kernels::Generic || !qkv.device().is_cpu()) return attention_sdpa(qkv, c);
-  return AttentionFn::apply(qkv, &c);
+  const Kernels k = kernels_on(c.kernels, qkv.device());
+  if (k == Kernels::Auto) return AttentionFn::apply(qkv, &c);  // the CPU's written-out path
+  // The fused kernels take the causal flag and no other mask: a layer whose window is shorter
+  // than the sequence takes SDPA with the window's mask instead.
+  if (fused(k) && !c.window_mask.defined())
+    if (const FusedKernel f = fused_kernel(qkv, c, k); f != FusedKernel::None)
+      return FusedAttentionFn::apply(qkv, &c, static_cast<int64_t>(f));
+  return attention_sdpa(qkv, c);
 }
 
 }  // namespace pprt

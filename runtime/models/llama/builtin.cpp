@@ -2,6 +2,7 @@
 #include "runtime/models/llama/builtin.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <torch/nn/module.h>
 
@@ -14,6 +15,7 @@
 #include "compiler/diagnostic.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/cli.h"
+#include "runtime/model/kernel_choice.h"
 #include "runtime/model/precision.h"
 #include "runtime/models/llama/architecture.h"
 
@@ -150,6 +152,20 @@ const AttentionConsts& attn_of(Common& c, BuiltinModule& m, const at::Tensor& x)
 
 }  // namespace
 
+Kernels kernels_of(KernelChoice k) {
+  switch (k) {
+    case KernelChoice::Generic:
+      return Kernels::Generic;
+    case KernelChoice::Fused:
+      return Kernels::Fused;
+    case KernelChoice::FusedCudnn:
+      return Kernels::FusedCudnn;
+    case KernelChoice::Auto:
+      break;
+  }
+  return Kernels::Auto;
+}
+
 at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std,
                       uint64_t seed) {
   at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
@@ -160,8 +176,12 @@ at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape
     return t;
   }
   const uint64_t key = mix64(seed, name_hash(name));
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = static_cast<float>(std * normal_at(key, static_cast<uint64_t>(i)));
+  // Each value depends on (key, i) alone: the same on any number of threads (a Llama-3-8B-wide
+  // model's billions of values take minutes on one).
+  at::parallel_for(0, n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      p[i] = static_cast<float>(std * normal_at(key, static_cast<uint64_t>(i)));
+  });
   return t;
 }
 

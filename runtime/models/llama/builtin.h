@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "pprt/pprt.h"
+#include "runtime/model/kernel_choice.h"
 #include "runtime/models/llama/config.h"
 #include "runtime/models/llama/ops.h"
 
@@ -38,6 +39,9 @@ namespace pprt {
 // (the loss is fp32). Its layers only: the hooks that give it the rest of the runtime are the
 // family's (family.h).
 Model builtin_model(const ModelConfig& config, Kernels kernels = Kernels::Auto);
+
+// PPRUN_KERNELS's choice (runtime/model/kernel_choice.h) for this model's operations.
+Kernels kernels_of(KernelChoice choice);
 
 // The deterministic initial value of a parameter (CPU, float32): normal(0, std) from (seed, name),
 // or ones for norm scales (std 0). Exposed for tests.

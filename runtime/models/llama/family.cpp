@@ -7,6 +7,7 @@
 #include <string>
 
 #include "pprt/pprt.h"
+#include "runtime/model/kernel_choice.h"
 #include "runtime/models/llama/architecture.h"
 #include "runtime/models/llama/builtin.h"
 #include "runtime/models/llama/hf_mapping.h"
@@ -41,7 +42,7 @@ std::string describe_run(const ModelConfig& c, const LayoutInfo& layout, double 
 // The model of `c` with the hooks that give it the rest of the runtime. `origin`: where its
 // configuration came from, for messages (--config's file, else "model").
 Model llama_model(const ModelConfig& c, const std::string& origin) {
-  Model m = builtin_model(c);
+  Model m = builtin_model(c, kernels_of(kernel_choice_from_env()));  // PPRUN_KERNELS
   m.mixed_precision(MixedPrecision::Layers)
       .parameters([c](const LayoutInfo& layout, const ModelSetup&) {
         std::vector<ParamShape> out;

@@ -9,6 +9,7 @@
 
 #include "compiler/diagnostic.h"
 #include "runtime/model/precision.h"
+#include "runtime/models/llama/aten_support.h"
 #include "runtime/models/llama/cpu_kernels.h"
 
 namespace pprt {
@@ -17,6 +18,10 @@ bool cpu_float(std::initializer_list<const at::Tensor*> ts) {
   for (const at::Tensor* t : ts)
     if (!t->device().is_cpu() || t->scalar_type() != at::kFloat) return false;
   return true;
+}
+
+Kernels kernels_on(Kernels k, const at::Device& device) {
+  return k == Kernels::Auto && !device.is_cpu() ? Kernels::Fused : k;
 }
 
 using torch::autograd::AutogradContext;
@@ -41,17 +46,36 @@ at::Tensor rows_of(const at::Tensor& t) {
   return t.reshape({-1, t.size(-1)});
 }
 
+// Whether a product of `a` (bf16 on a GPU) for an fp32 master is taken from cuBLAS in fp32:
+// the GEMM accumulates in fp32 and writes its fp32 result, not rounded to bf16 (the CPU's products
+// round theirs: ATen's CPU BLAS has no such output).
+bool fp32_product_for(const at::Tensor& master, const at::Tensor& a) {
+  return a.is_cuda() && low_precision(a) && master.scalar_type() == at::kFloat;
+}
+// a b as the gradient of `master` (in its dtype).
+at::Tensor weight_product(const at::Tensor& master, const at::Tensor& a, const at::Tensor& b) {
+  if (fp32_product_for(master, a)) return at::mm(a, b, at::kFloat);
+  return master_grad(master, a.mm(b));
+}
+
 // y = x W^T: dW = gy^T x. Under mixed precision the product runs in x's dtype (with the GEMM's
-// fp32 accumulation) and is added to the fp32 master's gradient (Megatron's main_grad).
+// fp32 accumulation) and is added to the fp32 master's gradient (Megatron's main_grad); on a GPU
+// the product's fp32 result itself, and where the loaded LibTorch can, by the product in place
+// (cuBLAS adding into the fp32 .grad: Megatron's fused gradient accumulation).
 void accumulate_linear(at::Tensor& param, const at::Tensor& x, const at::Tensor& gy) {
   at::Tensor& grad = param.mutable_grad();
   const at::Tensor x2 = rows_of(x), gy2 = rows_of(gy);
-  if (x2.scalar_type() != param.scalar_type())
-    accumulate(param, gy2.t().mm(x2));
-  else if (!grad.defined())
+  if (x2.scalar_type() != param.scalar_type()) {
+    if (grad.defined() && fp32_product_for(param, x2) &&
+        aten_support::addmm_accumulates_fp32(x2.device()))
+      at::addmm_out(grad, grad, gy2.t(), x2, param.scalar_type());
+    else
+      accumulate(param, weight_product(param, gy2.t(), x2));
+  } else if (!grad.defined()) {
     grad = gy2.t().mm(x2);
-  else
+  } else {
     grad.addmm_(gy2.t(), x2);
+  }
 }
 // y = x [W_0; W_1; ...]^T: each weight's gradient from its own columns of gy.
 void accumulate_fused_linear(const std::vector<at::Tensor*>& params, const at::Tensor& x,
@@ -105,9 +129,9 @@ void remember(AutogradContext* ctx, WeightWork* work, at::Tensor* param) {
   ctx->saved_data["param"] = reinterpret_cast<int64_t>(param);
 }
 
-// y = x W^T: dW = gy^T x, as a tensor of its own (returned to autograd).
-at::Tensor linear_weight_grad(const at::Tensor& x, const at::Tensor& gy) {
-  return rows_of(gy).t().mm(rows_of(x));
+// y = x W^T: dW = gy^T x, as a tensor of its own (returned to autograd), in the master's dtype.
+at::Tensor linear_weight_grad(const at::Tensor& master, const at::Tensor& x, const at::Tensor& gy) {
+  return weight_product(master, rows_of(gy).t(), rows_of(x));
 }
 
 // The backward of y = x W^T (+ r) for x and W, whose inputs are at edges `xi` and `xi + 1`:
@@ -122,9 +146,9 @@ std::pair<at::Tensor, at::Tensor> linear_backward(AutogradContext* ctx, const at
   const at::Tensor& w = saved[1];  // the product's operand: the weight or its working copy
   WeightWork* work = work_of(ctx);
   if (!work) {  // autograd's: only what the running backward needs
-    return {ctx->needs_input_grad(xi) ? gy.matmul(w) : at::Tensor(),
-            ctx->needs_input_grad(xi + 1) ? master_grad(*param_of(ctx), linear_weight_grad(x, gy))
-                                          : at::Tensor()};
+    return {
+        ctx->needs_input_grad(xi) ? gy.matmul(w) : at::Tensor(),
+        ctx->needs_input_grad(xi + 1) ? linear_weight_grad(*param_of(ctx), x, gy) : at::Tensor()};
   }
   at::Tensor gx = gy.matmul(w);
   at::Tensor* param = param_of(ctx);
@@ -204,7 +228,7 @@ variable_list fused_linear_backward(AutogradContext* ctx, const variable_list& g
     for (size_t i = 0; i < params.size(); ++i) {
       if (ctx->needs_input_grad(1 + i))
         out[1 + i] =
-            master_grad(*params[i], gy2.narrow(1, first, params[i]->size(0)).t().mm(rows_of(x)));
+            weight_product(*params[i], gy2.narrow(1, first, params[i]->size(0)).t(), rows_of(x));
       first += params[i]->size(0);
     }
     return out;
@@ -396,6 +420,62 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
   }
 };
 
+// The same RMSNorm through LibTorch's fused entry points (Kernels::Fused): at::_fused_rms_norm
+// (one kernel on CUDA: the statistics in fp32, y = x * rstd * g computed in fp32 and rounded once
+// to x's dtype, rstd kept for the backward) on x as it comes, bf16 included (no widened copy).
+// The backward computes x's gradient with at::_fused_rms_norm_backward where LibTorch has it
+// (CUDA), in fp32 ATen operations elsewhere (the CPU has no fused backward), and the scale's
+// gradient, sum over rows of gy * x * rstd, always in fp32 ATen operations: at once (B) or in the
+// W, from x, rstd and gy. Where the device's kernel takes no fp32 scale with a bf16 input
+// (aten_support.h), the scale goes in as a bf16 copy (its gradient stays fp32).
+struct FusedRmsNormFn : torch::autograd::Function<FusedRmsNormFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& g,
+                            double eps, WeightWork* work, at::Tensor* param) {
+    remember(ctx, work, param);
+    at::Tensor scale = g;
+    if (x.scalar_type() != g.scalar_type() && !x.is_cpu() &&
+        !aten_support::rms_norm_takes_fp32_scale(x.device()))
+      scale = g.detach().to(x.scalar_type());
+    auto [y, rstd] = at::_fused_rms_norm(x, {x.size(-1)}, scale, eps);
+    ctx->save_for_backward({x, rstd, scale});
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& rstd = saved[1];
+    const at::Tensor& scale = saved[2];
+    const at::Tensor gy = grads[0].contiguous();
+    WeightWork* work = work_of(ctx);
+    at::Tensor gx;
+    if (work || ctx->needs_input_grad(0)) {
+      if (x.is_cuda()) {
+        gx = std::get<0>(
+            at::_fused_rms_norm_backward(gy, x, {x.size(-1)}, rstd, scale, {true, false}));
+      } else {  // rstd * (gy*g - xn * mean(gy*g * xn)), xn = x * rstd, in fp32
+        const at::Tensor xn = at::mul(widened(x), rstd), gxn = at::mul(widened(gy), widened(scale));
+        gx = ((gxn - xn * (gxn * xn).mean({-1}, true)) * rstd).to(x.scalar_type());
+      }
+    }
+    at::Tensor gg;
+    at::Tensor* param = param_of(ctx);
+    auto scale_grad = [](const at::Tensor& master, const at::Tensor& x, const at::Tensor& rstd,
+                         const at::Tensor& gy) {  // in fp32 (rstd's), then the master's dtype
+      return master_grad(master, rows_of(at::mul(gy, at::mul(x, rstd))).sum(0));
+    };
+    if (!work) {
+      if (ctx->needs_input_grad(1)) gg = scale_grad(*param, x, rstd, gy);
+    } else if (work->deferring()) {
+      work->defer([param, x, rstd, gy, scale_grad] {
+        accumulate(*param, scale_grad(*param, x, rstd, gy));
+      });
+    } else {
+      accumulate(*param, scale_grad(*param, x, rstd, gy));
+    }
+    return {gx, gg, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 // y = W[ids]
 struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& w, const at::Tensor& ids,
@@ -434,15 +514,28 @@ const at::Tensor& FusedWeight::of(const std::vector<at::Tensor*>& ps,
   for (size_t i = 0; fresh && i < ps.size(); ++i)
     fresh = ps[i]->data_ptr() == data[i] && ps[i]->_version() == versions[i];
   if (fresh) return w;
+  // Made again in place where the copy already has the weights' shape, dtype and device (after an
+  // optimizer step: each weight converted into its rows, no concatenated temporary, the buffer's
+  // address kept); otherwise anew.
+  int64_t rows = 0;
+  for (const at::Tensor* p : ps) rows += p->size(0);
+  const bool in_place = w.defined() && w.scalar_type() == type &&
+                        w.device() == ps.front()->device() && w.dim() == ps.front()->dim() &&
+                        w.size(0) == rows && w.sizes().slice(1) == ps.front()->sizes().slice(1);
   std::vector<at::Tensor> ws;
   data.clear();
   versions.clear();
+  int64_t first = 0;
   for (const at::Tensor* p : ps) {
-    ws.push_back(p->detach());
+    if (in_place)
+      w.narrow(0, first, p->size(0)).copy_(p->detach());
+    else
+      ws.push_back(p->detach());
+    first += p->size(0);
     data.push_back(p->data_ptr());
     versions.push_back(static_cast<int64_t>(p->_version()));
   }
-  w = ws.size() == 1 ? ws.front().to(type) : at::cat(ws).to(type);
+  if (!in_place) w = ws.size() == 1 ? ws.front().to(type) : at::cat(ws).to(type);
   return w;
 }
 
@@ -480,6 +573,8 @@ at::Tensor fused_bias(const at::Tensor& x, const std::vector<at::Tensor*>& bs, F
 
 at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, WeightWork* work,
                     Kernels kernels) {
+  kernels = kernels_on(kernels, x.device());
+  if (fused(kernels)) return FusedRmsNormFn::apply(x, *g, eps, work, g);
   if (x.scalar_type() == g->scalar_type())
     return RmsNormFn::apply(x, *g, eps, work, g, kernels == Kernels::Auto);
   // Mixed precision: in fp32 (g's), through autograd's casts on either side.

@@ -22,17 +22,34 @@
 
 namespace pprt {
 
-// How the model's element-wise operations run. Auto: the fused loops of cpu_kernels.h on float32
-// CPU tensors, ATen's operations elsewhere. Generic: ATen's operations everywhere, which is what
-// other devices run (the tests compare the two on the CPU).
-enum class Kernels : uint8_t { Auto, Generic };
+// How the model's element-wise operations and attention run.
+//  - Auto: on the CPU what the CPU runs fastest (the fused loops of cpu_kernels.h on float32
+//    tensors, the written-out attention of attention.cpp); on other devices (GPUs) Fused.
+//  - Generic: ATen's plain operations everywhere, attention through
+//  at::scaled_dot_product_attention
+//    and autograd (what GPUs ran before Fused; the tests compare every path on the CPU).
+//  - Fused: LibTorch's fused entry points wherever LibTorch has them (fused_ops.cpp): RMSNorm by
+//    at::_fused_rms_norm (and its backward where LibTorch has one: CUDA), attention by SDPA's
+//    flash kernels called directly (their backward from the forward's log-sum-exp: on CUDA for
+//    bf16/fp16, on the CPU LibTorch's CPU flash kernel), the rotary embedding of q and k as one
+//    pass; elsewhere Generic's operations, and so is a layer's attention whose sliding window is
+//    shorter than the sequence (SDPA with the window's mask: the fused kernels take no mask).
+//  - FusedCudnn: Fused, with attention through the cuDNN kernels (SDPA's cuDNN backend) on CUDA.
+enum class Kernels : uint8_t { Auto, Generic, Fused, FusedCudnn };
+
+// The kernels that run for tensors on `device`: Auto resolved (Fused off the CPU).
+Kernels kernels_on(Kernels k, const at::Device& device);
+inline bool fused(Kernels k) {
+  return k == Kernels::Fused || k == Kernels::FusedCudnn;
+}
 
 // What attention needs besides its input: the rotary tables [T, head_dim], the causal mask with
 // each row repeated once per query head of a key/value head's group ([T * heads / kv_heads, T],
-// row t * group + r; only for the CPU path, undefined elsewhere), and the head counts. With a
-// sliding window W shorter than the sequence, position t attends to positions t - W + 1 .. t only
-// (Mistral's and Qwen2's sliding_window): the CPU path's mask also hides the earlier ones, and
-// `window_mask` ([T, T] bool, true where a position may attend) is what the other path gives
+// row t * group + r; only for the CPU's written-out path, undefined elsewhere), and the head
+// counts. `kernels` is as given to the model (Auto unresolved). With a sliding window W shorter
+// than the sequence, position t attends to positions t - W + 1 .. t only (Mistral's and Qwen2's
+// sliding_window): the written-out path's mask also hides the earlier ones, and `window_mask`
+// ([T, T] bool, true where a position may attend) is what the other paths give
 // scaled_dot_product_attention instead of its causal flag.
 // Both halves of a rotary table hold the same angles, so the rotation's transpose (for gradients)
 // is the rotation by the opposite angle: `rotate` with the sine negated. The backward's tables

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/compile.h"
+#include "compiler/lower_send_recv.h"
 #include "file_test_util.h"
 #include "runtime/job.h"
 #include "runtime/launch/plan_load.h"
@@ -63,7 +64,8 @@ TEST(PlanLoad, RejectsWhatItCannotRun) {
   o.pp = 2;
   o.schedule = "1F1B";
   o.microbatches = 2;
-  const std::string generic = d.write("generic.json", rttest::plan_json(ppc::compile(o)));
+  const std::string generic =
+      d.write("generic.json", rttest::plan_json(ppc::lower_send_recv(ppc::compile(o))));
   EXPECT_EQ(filetest::user_error([&] { pprt::load_plan(generic); }),
             generic +
                 ": layout: the plan describes no model (it was compiled with --stages N); compile "

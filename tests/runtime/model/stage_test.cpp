@@ -391,25 +391,31 @@ TEST(Model, AttentionInCausalBlocksFollowsItsDefinition) {
 }
 
 // A sliding window (Mistral's, and Qwen2's on some layers: ModelConfig::sliding_window,
-// layer_types) shorter than the sequence, in causal blocks (200 positions: three blocks) and
-// through scaled_dot_product_attention (Kernels::Generic, what GPUs run, given the window's mask):
-// the loss and every gradient equal the Reference's, which masks the keys W or more positions
-// back; the window on some layers only, and on every layer with MTP depths too. Without the
-// window the loss differs (the window masks something).
+// layer_types) shorter than the sequence, in causal blocks (200 positions: three blocks), through
+// scaled_dot_product_attention (Kernels::Generic, given the window's mask) and with Kernels::Fused
+// and FusedCudnn (what GPUs run: the fused kernels take no mask, so a windowed layer takes SDPA
+// with the window's mask, a full one the flash kernel, LibTorch's CPU one here): the loss and
+// every gradient equal the Reference's, which masks the keys W or more positions back; the window
+// on some layers only, and on every layer with MTP depths too. Without the window the loss
+// differs (the window masks something).
 TEST(Model, SlidingWindowFollowsItsDefinition) {
   ModelConfig c = small_config();
   c.seq_len = 200;
   c.sliding_window = 37;
   const at::Tensor tk = tokens(c, 2);
   for (const bool some : {true, false})
-    for (const auto kernels : {pprt::Kernels::Auto, pprt::Kernels::Generic}) {
+    for (const auto kernels : {pprt::Kernels::Auto, pprt::Kernels::Generic, pprt::Kernels::Fused,
+                               pprt::Kernels::FusedCudnn}) {
       c.layer_types = some ? std::vector<std::string>{"sliding_attention", "full_attention",
                                                       "sliding_attention"}
                            : std::vector<std::string>{};
       const std::string layout = some ? "EtttL" : "EtttmL";
       const int depths = some ? 0 : 1;
       const std::string what = std::string(some ? "some layers" : "every layer") +
-                               (kernels == pprt::Kernels::Auto ? ", blocks" : ", sdpa");
+                               (kernels == pprt::Kernels::Auto      ? ", blocks"
+                                : kernels == pprt::Kernels::Generic ? ", sdpa"
+                                : kernels == pprt::Kernels::Fused   ? ", fused"
+                                                                    : ", fused-cudnn");
       auto m = build(layout, c, 7, 0.3, kernels);
       const at::Tensor got = chain(m, tk);
       got.backward();
@@ -467,6 +473,45 @@ TEST(Model, FusedCpuLoopsGiveWhatAtenOperationsGive) {
       EXPECT_TRUE(at::allclose(g, w, 1e-4, 1e-6))
           << name << " (split " << split << ") differs by " << (g - w).abs().max().item<double>();
     }
+  }
+}
+
+// LibTorch's fused entry points (Kernels::Fused: RMSNorm by at::_fused_rms_norm, attention by
+// the CPU flash kernel with its backward; what GPUs run by default) against the CPU's own paths
+// (Auto), on a whole model with MTP, in fp32 and bf16: the same loss and gradients (fp32 to
+// rounding; bf16 within the tolerances of Bf16FollowsFp32AndEveryPathAgrees below), with the full
+// backward (B) and with I then W, whose gradients are B's bit for bit.
+TEST(Model, FusedEntryPointsGiveWhatTheCpuPathsGive) {
+  const ModelConfig c = small_config();
+  const at::Tensor tk = tokens(c, 3);
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const bool bf16 = dtype == at::kBFloat16;
+    std::map<std::string, at::Tensor> grads[2][2];  // [split][auto, fused]
+    double loss[2][2];
+    for (const bool split : {false, true}) {
+      for (int i = 0; i < 2; ++i) {
+        auto m =
+            build("EttmL", c, 7, 0.3, i == 0 ? pprt::Kernels::Auto : pprt::Kernels::Fused, dtype);
+        WeightWork work;
+        const at::Tensor l = m[0].forward(at::Tensor(), tk, 0, &work, nullptr);
+        work.set_deferring(split);
+        l.backward();
+        work.run();
+        loss[split][i] = l.item<double>();
+        for (auto& p : m.params()) grads[split][i][p.name] = p.tensor.grad().clone();
+      }
+      EXPECT_NEAR(loss[split][1], loss[split][0], (bf16 ? 1e-2 : 1e-5) * loss[split][0]);
+      for (const auto& [name, g] : grads[split][0]) {
+        const at::Tensor& f = grads[split][1].at(name);
+        EXPECT_EQ(f.scalar_type(), at::kFloat) << name;
+        const double scale = g.abs().max().item<double>() + 1e-6;
+        EXPECT_LE((f - g).abs().max().item<double>(), (bf16 ? 0.1 : 1e-4) * scale)
+            << name << " (" << dtype << ", split " << split << ")";
+      }
+    }
+    EXPECT_EQ(loss[1][1], loss[0][1]);  // the same forward
+    for (const auto& [name, g] : grads[0][1])
+      EXPECT_TRUE(at::equal(g, grads[1][1].at(name))) << name << ": I then W is not B";
   }
 }
 

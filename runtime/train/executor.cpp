@@ -9,9 +9,7 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include <csignal>
 #include <optional>
-#include <thread>
 
 #include "compiler/diagnostic.h"
 #include "runtime/fail.h"
@@ -20,7 +18,7 @@
 #include "runtime/model/model_facts.h"
 #include "runtime/train/messages.h"
 #include "runtime/train/replay_times.h"
-#include "runtime/train/where.h"
+#include "runtime/train/replay_watch.h"
 
 namespace pprt {
 
@@ -70,6 +68,7 @@ struct Executor::Impl {
   // backward]).
   ReceivePools pools;
   ReplayTimes times;  // the actions' times (on a GPU, from events) and --profile's parts
+  ReplayWatch watch;  // where the replay is (for a failure's lines), and the faults tests inject
 
   // Per step.
   std::vector<MicrobatchShape> shapes;                   // per microbatch, from its rows
@@ -77,7 +76,7 @@ struct Executor::Impl {
   std::vector<Slot> slots;                               // [local stage][microbatch]
   std::vector<PendingSend> sends;
   // Receives their consumers wait for on the device (a GPU): the host waits for them at the end.
-  std::vector<std::pair<std::unique_ptr<Work>, size_t>> device_waited;
+  DeviceWaited device_waited;
   at::Tensor tokens;
   StepReport* rep = nullptr;
   int inflight = 0;
@@ -98,7 +97,8 @@ struct Executor::Impl {
         mbs(p.microbatches),
         inv_mbs(1.0 / p.microbatches),
         pools(stages.size() * 2, d),
-        times(d, o.on_part) {
+        times(d, o.on_part),
+        watch(opts, actions, batch_end) {
     local.assign(static_cast<size_t>(plan.num_stages()), -1);
     const auto& held = plan.placement.rank_stages[static_cast<size_t>(rank)];
     PPC_INTERNAL_ASSERT(held.size() == stages.size(), "one Stage per stage the rank holds");
@@ -128,18 +128,8 @@ struct Executor::Impl {
   }
 
   [[noreturn]] void comm_failed(size_t index, const std::exception& e, int peer) {
-    const std::string partners =
-        opts.where ? opts.where->partners(index, is_posting ? batch_end[index] : index + 1) : "";
-    throw CommFailure(fmt::format("action {} ({}): {}{}", index, ppc::to_string(actions[index]),
-                                  e.what(), partners.empty() ? "" : "; it waited for " + partners),
-                      peer);
+    throw CommFailure(watch.failure(index, e), peer);
   }
-  // Tells opts.where what the replay does.
-  void now(size_t index, Where::Call call) {
-    if (opts.where) opts.where->at(index, call);
-  }
-  bool is_posting = false;
-  size_t computing = 0;  // the compute action being run
 
   // Waits for a pending receive or send; returns how long it waited.
   int64_t wait(std::unique_ptr<Work>& w, size_t index) {
@@ -151,7 +141,7 @@ struct Executor::Impl {
     } catch (const TransportError& e) {
       comm_failed(index, e, actions[index].peer);
     }
-    if (opts.where) opts.where->device_done(index);
+    watch.device_done(index);
     w.reset();
     const int64_t t1 = now_ns();
     rep->spans[index].end = t1 - rep->begin_ns;
@@ -167,13 +157,13 @@ struct Executor::Impl {
       if (w->wait_on_current_stream()) {  // `before` ... `after`: the compute stream's wait
         times.waited(before, times.queue().mark(), index);
         device_waited.emplace_back(std::move(w), index);
-        if (opts.where) opts.where->device_waits(index);
+        watch.device_waits(index);
         return 0;
       }
     }
-    now(index, Where::Call::WaitHost);
+    watch.wait_host(index);
     const int64_t waited_ns = wait(w, index);
-    now(computing, Where::Call::Compute);  // back in the action that needed it
+    watch.back_to_compute();
     return waited_ns;
   }
 
@@ -265,14 +255,13 @@ struct Executor::Impl {
     if (ops.empty()) return;
     // `sends` must not reallocate while ops point into it: reserved for the whole step.
     std::vector<std::unique_ptr<Work>> works;
-    now(begin, Where::Call::Post);
-    is_posting = true;
+    watch.posting(begin);
     try {
       works = transport->post(ops, opts.timeout);
     } catch (const TransportError& e) {
       comm_failed(begin, e, actions[begin].peer);
     }
-    is_posting = false;
+    watch.posted();
     size_t next_send = first_send;
     for (size_t j = begin, k = 0; j < end; ++j) {
       const Action& a = actions[j];
@@ -422,9 +411,7 @@ struct Executor::Impl {
     const int64_t t0 = now_ns();
     waited = 0;
     const size_t begin_mark = times.on_device() ? times.queue().mark() : 0;
-    if (opts.where) seen_done();
-    computing = index;
-    now(index, Where::Call::Compute);
+    watch.compute(index, device_waited);
     switch (a.kind) {
       case ActionKind::F:
         forward(a.stage, a.microbatch);
@@ -447,9 +434,7 @@ struct Executor::Impl {
       default:
         PPC_INTERNAL_ASSERT(false, "not a compute action");
     }
-    if (opts.slow_factor > 1)
-      std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(
-          (opts.slow_factor - 1) * static_cast<double>(now_ns() - t0 - waited))));
+    watch.slow_down(now_ns() - t0 - waited);
     const int64_t t1 = now_ns();
     // Shown as waiting first, then computing (an OVERLAP_F_B may wait between its parts).
     span = ActionSpan{t0 - rep->begin_ns, t0 + waited - rep->begin_ns, t1 - rep->begin_ns};
@@ -505,19 +490,19 @@ struct Executor::Impl {
   // waiting), gathers the losses and closes the report.
   void finish(StepReport& r) {
     for (PendingSend& s : sends) {
-      now(s.index, Where::Call::WaitHost);
+      watch.wait_host(s.index);
       r.wait_ns += wait(s.work, s.index);
       s.tensor = at::Tensor();
     }
     sends.clear();
     for (auto& [w, index] : device_waited) {  // done on the device: a failure or timeout shows
-      now(index, Where::Call::WaitDevice);
+      watch.at(index, Where::Call::WaitDevice);
       wait(w, index);  // (the span's end: device_times)
     }
     device_waited.clear();
-    seen = 0;
+    watch.step_done();
     if (times.on_device()) {
-      now(actions.size() - 1, Where::Call::Drain);
+      watch.at(actions.size() - 1, Where::Call::Drain);
       times.queue().end();
       times.device_times(r);
     }
@@ -572,20 +557,6 @@ struct Executor::Impl {
     return r;
   }
 
-  // Fault injection (--fault-kill): the rank dies here, or stops in a host call that never returns.
-  void fault(size_t index) {
-    if (!opts.hang) std::raise(SIGKILL);
-    now(index, Where::Call::Hang);
-    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-  }
-  // The device's waits for receives the host now sees done (Work::done(): no blocking call),
-  // in the order they were queued, up to the first one still in flight.
-  void seen_done() {
-    for (; seen < device_waited.size() && device_waited[seen].first->done(); ++seen)
-      opts.where->device_done(device_waited[seen].second);
-  }
-  size_t seen = 0;  // device_waited[0, seen) seen done
-
   StepReport run(const at::Tensor& tokens, int64_t step) {
     StepReport r;
     std::optional<c10::StreamGuard> on_stream;
@@ -596,7 +567,7 @@ struct Executor::Impl {
     r.actions = actions.size();
     inflight = 0;
     for (size_t i = 0; i < actions.size();) {
-      if (step == opts.kill_step && i >= opts.kill_action) fault(i);
+      if (watch.fault_due(step, i)) watch.fault(i);
       const Action& a = actions[i];
       if (ppc::is_comm(a.kind)) {
         const size_t end = batch_end[i];

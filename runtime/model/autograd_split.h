@@ -26,15 +26,35 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include "runtime/fail.h"
 
 namespace pprt {
 
 // Whether the environment asks for the generic split on every stage, the built-in model's
 // included (PPRUN_GENERIC_SPLIT=1): for tests and benchmarks of the split itself.
 bool generic_split_forced();
+
+// Runs `f`, part `part` ("I" or "W") of the split of `who`'s backward (a stage); what the autograd
+// engine throws (a module that modified a tensor its backward needs, say) becomes one line naming
+// `who` (a ppc::UserError).
+template <class F>
+auto split_part(const std::string& who, const char* part, F&& f) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    fail(who, fmt::format("its {} (the input/weight split through autograd) failed: {}", part,
+                          what.substr(0, what.find('\n'))));
+  }
+}
 
 // One stage's backward for one microbatch, split into I and W.
 class AutogradSplit {

@@ -51,6 +51,24 @@ void add_reported(const LossReport& r, int mb, const std::vector<Reported>& repo
       }
 }
 
+void HostSums::add(const at::Tensor& value, double* sum) {
+  if (value.is_cpu()) {
+    *sum += value.item<double>();
+  } else {
+    values_.push_back(value.reshape({}).to(at::kDouble));
+    into_.push_back(sum);
+  }
+}
+
+void HostSums::read() {
+  if (values_.empty()) return;
+  const at::Tensor host = at::stack(values_).cpu();
+  const double* d = host.data_ptr<double>();
+  for (size_t i = 0; i < into_.size(); ++i) *into_[i] += d[i];
+  values_.clear();
+  into_.clear();
+}
+
 std::vector<ReportedSums> no_reports(size_t values, int microbatches) {
   const auto n = static_cast<size_t>(microbatches);
   return std::vector<ReportedSums>(

@@ -33,6 +33,19 @@ void add_reported(const LossReport& r, int mb, const std::vector<Reported>& repo
 // The same, each value (a scalar: its mean) added to its sum by `add(value, &sum)`, which may read
 // it later (the executor on a device: every value in one copy).
 using AddValue = std::function<void(const at::Tensor& value, double* sum)>;
+
+// Scalars read to the host, each added to its sum: on the CPU at once (item<double>()), on a
+// device all in one copy by read() (a step's losses: one synchronisation, not one per microbatch),
+// each exactly as item<double>() reads it.
+class HostSums {
+ public:
+  void add(const at::Tensor& value, double* sum);
+  void read();
+
+ private:
+  std::vector<at::Tensor> values_;
+  std::vector<double*> into_;
+};
 void add_reported(const LossReport& r, int mb, const std::vector<Reported>& reported,
                   std::vector<ReportedSums>& out, const AddValue& add);
 // One entry per value, each of `microbatches` zeros.

@@ -276,19 +276,6 @@ struct Executor::Impl {
     }
   }
 
-  // Runs a part of the autograd split; what the autograd engine throws (a module that modified a
-  // tensor its backward needs, say) becomes one line naming the stage.
-  template <class F>
-  auto split_step(Stage& st, const char* part, F&& f) {
-    try {
-      return f();
-    } catch (const c10::Error& e) {
-      const std::string what = e.what_without_backtrace();
-      fail(st.describe(), fmt::format("its {} (the input/weight split through autograd) failed: {}",
-                                      part, what.substr(0, what.find('\n'))));
-    }
-  }
-
   // What stage `s` gets for microbatch `mb`: nothing for the first stage of a model copy (it
   // starts from the tokens), the previous local stage's output, or the tensors of the message
   // received (views of its buffer). `leaves`: each a leaf requiring grad (the training forward).
@@ -361,7 +348,8 @@ struct Executor::Impl {
     std::vector<at::Tensor> grad_in(ins.size());
     if (input_only && !st.splits_backward()) {
       // Layers that do not split their own backward: the split through the autograd graph.
-      grad_in = split_step(st, "I", [&] { return sl.split.backward_input(outs, grad_out, ins); });
+      grad_in = split_part(st.describe(), "I",
+                           [&] { return sl.split.backward_input(outs, grad_out, ins); });
     } else {
       sl.work.set_deferring(input_only);
       if (grad_out.empty()) {
@@ -392,7 +380,7 @@ struct Executor::Impl {
     Slot& sl = slot(s, mb);
     ReplayTimes::Part meter(times, true);
     if (sl.split.pending()) {
-      split_step(stage_of(s), "W", [&] {
+      split_part(stage_of(s).describe(), "W", [&] {
         sl.split.backward_weight();
         return 0;
       });
@@ -407,7 +395,6 @@ struct Executor::Impl {
   }
 
   void compute(const Action& a, size_t index) {
-    ActionSpan& span = rep->spans[index];
     const int64_t t0 = now_ns();
     waited = 0;
     const size_t begin_mark = times.on_device() ? times.queue().mark() : 0;
@@ -435,15 +422,7 @@ struct Executor::Impl {
         PPC_INTERNAL_ASSERT(false, "not a compute action");
     }
     watch.slow_down(now_ns() - t0 - waited);
-    const int64_t t1 = now_ns();
-    // Shown as waiting first, then computing (an OVERLAP_F_B may wait between its parts).
-    span = ActionSpan{t0 - rep->begin_ns, t0 + waited - rep->begin_ns, t1 - rep->begin_ns};
-    if (times.on_device()) {  // the device's times replace these after the step
-      times.queued(index, begin_mark);
-      return;
-    }
-    rep->compute_ns += t1 - t0 - waited;
-    rep->wait_ns += waited;
+    times.computed(*rep, rep->begin_ns, index, t0, waited, begin_mark);
   }
 
   // The losses of every local stage's microbatches into `r`, each slot emptied (checked: nothing
@@ -453,16 +432,8 @@ struct Executor::Impl {
   void collect_losses(StepReport& r) {
     r.losses.assign(static_cast<size_t>(mbs), 0.0);
     r.reported = no_reports(reported.size(), mbs);
-    std::vector<at::Tensor> values;
-    std::vector<double*> into;
-    auto add = [&](const at::Tensor& v, double* to) {  // *to += v
-      if (v.is_cpu()) {
-        *to += v.item<double>();
-      } else {
-        values.push_back(v.reshape({}).to(at::kDouble));
-        into.push_back(to);
-      }
-    };
+    HostSums sums;
+    const AddValue add = [&](const at::Tensor& v, double* to) { sums.add(v, to); };
     for (int s = 0; s < plan.num_stages(); ++s) {
       if (!is_local(s)) continue;
       for (int mb = 0; mb < mbs; ++mb) {
@@ -480,10 +451,7 @@ struct Executor::Impl {
         sl = Slot{};
       }
     }
-    if (values.empty()) return;
-    const at::Tensor host = at::stack(values).cpu();
-    const double* d = host.data_ptr<double>();
-    for (size_t i = 0; i < into.size(); ++i) *into[i] += d[i];
+    sums.read();
   }
 
   // The end of a step or of an evaluation: waits for the sends still in flight (time spent

@@ -29,6 +29,18 @@ void ReplayTimes::queued(size_t index, size_t begin) {
   waits_.clear();
 }
 
+void ReplayTimes::computed(StepTiming& r, int64_t begin_ns, size_t index, int64_t t0,
+                           int64_t waited_ns, size_t begin) {
+  const int64_t t1 = now_ns();
+  r.spans[index] = ActionSpan{t0 - begin_ns, t0 + waited_ns - begin_ns, t1 - begin_ns};
+  if (on_device()) {  // the device's times replace these after the step
+    queued(index, begin);
+    return;
+  }
+  r.compute_ns += t1 - t0 - waited_ns;
+  r.wait_ns += waited_ns;
+}
+
 void ReplayTimes::device_times(StepTiming& r) {
   auto dev_ns = [&](size_t m) { return static_cast<int64_t>(queue_.ms(start_mark_, m) * 1e6); };
   for (const Timed& t : timed_) {

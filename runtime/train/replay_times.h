@@ -40,6 +40,12 @@ class ReplayTimes {
   // waits recorded since the previous one).
   void waited(size_t before, size_t after, size_t recv);
   void queued(size_t index, size_t begin);
+  // Compute action `index` ran from `t0` to now on the host's clock (the step began at `begin_ns`),
+  // `waited_ns` of it waiting on the host; on a device it was queued from mark `begin`. Its span in
+  // `r` (shown as waiting first, then computing: an OVERLAP_F_B may wait between its parts; on a
+  // device replaced by the events' after the step) and, on the CPU, its compute and wait times.
+  void computed(StepTiming& r, int64_t begin_ns, size_t index, int64_t t0, int64_t waited_ns,
+                size_t begin);
   // After the step on a device (queue().end() waited for its last event): the compute actions'
   // spans and their compute and wait times from the events, and the parts measured sent.
   void device_times(StepTiming& r);

@@ -19,16 +19,51 @@ double learning_rate(const TrainOptions& o, int step) {
   return min_lr + 0.5 * (o.lr - min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
-std::vector<int> Topology::pipeline(int replica) const {
+Topology::Topology(int pp, int dp, int ep) : dims_{{"ep", ep}, {"dp", dp}, {"pp", pp}} {}
+
+int Topology::stride(const std::string& dim) const {
+  int s = 1;
+  for (const Dim& d : dims_) {
+    if (d.name == dim) return s;
+    s *= d.size;
+  }
+  return 0;
+}
+
+int Topology::size(const std::string& dim) const {
+  for (const Dim& d : dims_)
+    if (d.name == dim) return d.size;
+  return 1;
+}
+
+int Topology::world() const {
+  int n = 1;
+  for (const Dim& d : dims_) n *= d.size;
+  return n;
+}
+
+int Topology::coordinate(int g, const std::string& dim) const {
+  const int s = stride(dim);
+  return s == 0 ? 0 : (g / s) % size(dim);
+}
+
+int Topology::along(int g, const std::string& dim, int coordinate) const {
+  const int s = stride(dim);
+  return s == 0 ? g : g + (coordinate - this->coordinate(g, dim)) * s;
+}
+
+std::vector<int> Topology::group(int g, const std::string& dim) const {
   std::vector<int> out;
-  for (int r = 0; r < pp; ++r) out.push_back(global(r, replica));
+  for (int c = 0; c < size(dim); ++c) out.push_back(along(g, dim, c));
   return out;
 }
 
+std::vector<int> Topology::pipeline(int replica) const {
+  return group(global(0, replica), "pp");
+}
+
 std::vector<int> Topology::replicas(int pipeline_rank) const {
-  std::vector<int> out;
-  for (int d = 0; d < dp; ++d) out.push_back(global(pipeline_rank, d));
-  return out;
+  return group(global(pipeline_rank, 0), "dp");
 }
 
 int loss_rank(const ppc::Plan& plan) {

@@ -9,32 +9,11 @@
 #include <vector>
 
 #include "compiler/plan.h"
+#include "pprt/family.h"
 #include "runtime/data/token_file.h"
-#include "runtime/models/llama/config.h"
+#include "runtime/model/model_facts.h"
 
 namespace pprt {
-
-class Model;  // pprt/pprt.h
-
-// --dtype: the precision of activations and matrix products. Bf16 is mixed precision (Megatron-LM's
-// --bf16): the parameters stay fp32 (the master weights), and so do their gradients, accumulated
-// over the microbatches, AdamW's state, RMSNorm's statistics, softmax and the loss
-// (runtime/model/precision.h, docs/gpu.md).
-enum class Precision : uint8_t { Fp32, Bf16 };
-const char* precision_name(Precision p);  // "fp32", "bf16"
-
-// The model a run trains: made, once the run's model configuration is resolved, by `make`, in the
-// rank processes and the reference (pprt::main's program gives one model: the same whatever the
-// configuration; pprun's own family, builtin.h, is sized by it, and takes --dtype's precision).
-struct ModelSource {
-  std::function<Model(const ModelConfig&, Precision)> make;  // empty: pprun's own (builtin.h)
-  std::string family = "pprun";                              // the model's name, for messages
-  // The configuration sizes the model (pprun's own): --config, --hidden ... --init-from and the
-  // checkpoint checks of its architecture apply. Otherwise only --vocab and --seq-len do.
-  bool sized = true;
-  // The layout symbols the model has layers for, checked against the plan before anything runs.
-  std::string symbols;
-};
 
 struct TrainOptions {
   int steps = 40;
@@ -49,7 +28,9 @@ struct TrainOptions {
   uint64_t seed = 1234;          // initialisation and data
   std::string data_path;         // empty = synthetic language
   DataFormat data_format = DataFormat::Auto;
-  Precision dtype = Precision::Fp32;  // --dtype
+  // --dtype: of activations and matrix products (bf16: mixed precision, with fp32 master weights,
+  // gradients and AdamW state; pprt::MixedPrecision, runtime/model/precision.h, docs/gpu.md).
+  Precision dtype = Precision::Fp32;
 
   int warmup_steps() const { return warmup >= 0 ? warmup : steps / 10; }
 };
@@ -84,27 +65,57 @@ struct OutputOptions {
   int log_every = 0;  // Lines: every N steps; 0 = about 20 lines per run
 };
 
-// Where the ranks of a job sit: pp pipeline ranks (the plan's) times dp data-parallel replicas.
-// Ranks are numbered as Megatron-LM numbers them (its default order nests data parallelism inside
-// pipeline parallelism): global rank g runs pipeline rank g / dp of replica g % dp, so the ranks
-// of one pipeline stage across replicas are neighbours (often one machine) and a pipeline spans
-// the machines.
-struct Topology {
-  int pp = 1, dp = 1;
-  int world() const { return pp * dp; }
-  int pipeline_rank(int g) const { return g / dp; }
-  int replica(int g) const { return g % dp; }
-  int global(int pipeline_rank, int replica) const { return pipeline_rank * dp + replica; }
+// Where the ranks of a job sit: named dimensions, numbered as Megatron-LM numbers its ranks (its
+// order "tp-cp-ep-dp-pp", innermost first: the innermost varies fastest between neighbouring
+// ranks). Global rank g's coordinate along dimension d is (g / stride(d)) % size(d), stride(d) the
+// product of the sizes inside d. Here, innermost first:
+//  - ep: expert parallelism, inside the data-parallel ranks as Megatron-Core's expert groups are
+//    (room for it: size 1, no rank runs experts apart yet);
+//  - dp: data-parallel replicas of the plan's pipeline, so that the ranks of one pipeline stage
+//    across replicas are neighbours (often one machine);
+//  - pp: the plan's pipeline ranks, outermost: a pipeline spans the machines.
+// A group of ranks is named by a dimension: the ranks that differ from a rank along it only.
+class Topology {
+ public:
+  struct Dim {
+    std::string name;
+    int size = 1;
+  };
+  explicit Topology(int pp = 1, int dp = 1, int ep = 1);
+
+  const std::vector<Dim>& dims() const { return dims_; }  // innermost first
+  int size(const std::string& dim) const;                 // 1 for a dimension it lacks
+  int world() const;
+  int coordinate(int g, const std::string& dim) const;  // 0 for a dimension it lacks
+  // The rank at `g`'s coordinates but `coordinate` along `dim`.
+  int along(int g, const std::string& dim, int coordinate) const;
+  // `g`'s group along `dim`: the ranks that differ from it only there, in that coordinate's order.
+  std::vector<int> group(int g, const std::string& dim) const;
+
+  // pprun's names for its two dimensions.
+  int pp() const { return size("pp"); }
+  int dp() const { return size("dp"); }
+  int pipeline_rank(int g) const { return coordinate(g, "pp"); }
+  int replica(int g) const { return coordinate(g, "dp"); }
+  int global(int pipeline_rank, int replica) const {
+    return along(along(0, "pp", pipeline_rank), "dp", replica);
+  }
   std::vector<int> pipeline(int replica) const;        // a replica's ranks, pipeline order
   std::vector<int> replicas(int pipeline_rank) const;  // a pipeline rank in every replica
+
+ private:
+  int stride(const std::string& dim) const;  // 0 for a dimension it lacks
+  std::vector<Dim> dims_;
 };
 
 struct Job {
   ppc::Plan plan;  // verified and lowered; for --reference, the layout and microbatches it gives
   int dp = 1;      // data-parallel replicas of the plan's pipeline
-  Topology topology() const { return Topology{plan.pp(), dp}; }
-  ModelConfig model;
-  ModelSource source;  // what makes the model from `model`
+  Topology topology() const { return Topology(plan.pp(), dp); }
+  Family family;     // the model's family: pprun's own (runtime/models/llama) or a program's
+  Config model;      // its configuration (Family::configured)
+  ModelSetup setup;  // vocab and seq_len, of `model`
+  ModelFacts facts;  // the model the family makes of `model`: its name, symbols and hooks
   TrainOptions train;
   EvalOptions eval;
   OutputOptions out;
@@ -137,6 +148,7 @@ struct Job {
   bool save_async = false;   // --save-async: written in the background while training goes on
   std::string resume_path;   // --resume: the step directory to start from (resolved)
   std::string init_from;     // --init-from: a Hugging Face model directory (checkpoint/hf.h)
+  HfFormat hf_format;        // and the model as it holds it
   int64_t start_step = 0;    // steps the checkpoint had completed
   bool resume_auto = false;  // --resume auto: from save_dir's latest checkpoint, if it has one
   // --resume: the --dtype the checkpoint was trained with.

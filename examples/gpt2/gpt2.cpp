@@ -1,19 +1,26 @@
 // A GPT-2-style language model trained by the pprt library (docs/library.md): ordinary LibTorch
 // modules, one per layout symbol, and one call that gives the program all of pprun's behaviour
-// (plans, launchers, --reference, checkpoints, data parallelism, --data).
+// (plans, launchers, --reference, checkpoints, data parallelism, --data), plus what its hooks add:
+// --dtype bf16 (LibTorch's autocast), its parameters checked before a run resumes, and
+// --export CKPT DIR --format hf as a Hugging Face GPT2LMHeadModel.
 //
 //   E  token embedding (tied with the head) + learned positions
 //   t  a transformer block: LayerNorm, causal self-attention, LayerNorm, GELU MLP (biases
 //      everywhere, residuals around both halves)
 //   L  final LayerNorm, the tied head (logits = x wte^T) and the cross-entropy loss
 //
-//     ppcompile --layout 'Ett|tt|tt|ttL' --pp 4 --schedule 1F1B --microbatches 8 --emit json -o
-//     plan.json gpt2 --plan plan.json --steps 40           # four ranks on this machine gpt2 --plan
-//     plan.json --reference          # the same model, unpipelined
+// clang-format off
+//     ppcompile --layout 'Ett|tt|tt|ttL' --pp 4 --schedule 1F1B --microbatches 8 --emit json -o plan.json
+//     gpt2 --plan plan.json --steps 40                  # four ranks on this machine
+//     gpt2 --plan plan.json --reference                 # the same model, unpipelined
+//     gpt2 --plan plan.json --dtype bf16 --save ckpt    # mixed precision, a checkpoint
+//     gpt2 --export ckpt gpt2-hf --format hf            # transformers' GPT2LMHeadModel loads it
+// clang-format on
 #include <pprt/main.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace gpt2 {
@@ -32,16 +39,18 @@ at::Tensor tied_embedding(const pprt::LayerInfo& l) {
 struct EmbeddingImpl : torch::nn::Module {
   at::Tensor wte;
   torch::nn::Embedding wpe{nullptr};
-  explicit EmbeddingImpl(const pprt::LayerInfo& l) {
+  explicit EmbeddingImpl(const pprt::LayerInfo& l) : dtype(l.dtype) {
     wte = register_parameter("wte", tied_embedding(l));
     wpe = register_module("wpe", torch::nn::Embedding(l.seq_len, kEmbd));
     torch::nn::init::normal_(wpe->weight, 0.0, 0.01);
   }
-  // ids [b, T] -> hidden [b, T, kEmbd]
+  // ids [b, T] -> hidden [b, T, kEmbd], in the activations' dtype (bf16 under --dtype bf16, where
+  // autocast runs the products in bf16 too: the residual stream and the boundaries are bf16).
   at::Tensor forward(const at::Tensor& ids) {
     const at::Tensor pos = torch::arange(ids.size(1), ids.options());
-    return torch::embedding(wte, ids) + wpe(pos);
+    return (torch::embedding(wte, ids) + wpe(pos)).to(dtype);
   }
+  at::ScalarType dtype;
 };
 TORCH_MODULE(Embedding);
 
@@ -98,13 +107,70 @@ struct HeadImpl : torch::nn::Module {
     ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kEmbd})));
     wte = register_parameter("wte", tied_embedding(l));
   }
-  // hidden [b, T, kEmbd] -> the microbatch's mean cross-entropy (a scalar)
+  // hidden [b, T, kEmbd] -> the microbatch's mean cross-entropy (a scalar; its logits in fp32)
   at::Tensor forward(const at::Tensor& x, const pprt::Microbatch& mb) {
-    const at::Tensor logits = torch::nn::functional::linear(ln_f(x), wte);
+    const at::Tensor logits = torch::nn::functional::linear(ln_f(x), wte).to(at::kFloat);
     return torch::nn::functional::cross_entropy(logits.flatten(0, 1), mb.targets().flatten());
   }
 };
 TORCH_MODULE(Head);
+
+// Every parameter, with its name in a Hugging Face GPT2LMHeadModel (transformers'), whose Conv1D
+// layers hold their weights transposed ([in, out]); the head is tied to wte there too.
+std::vector<pprt::HfTensor> tensors(const pprt::LayoutInfo& layout, const pprt::ModelSetup& s) {
+  const int64_t E = kEmbd;
+  std::vector<pprt::HfTensor> out = {
+      {"wte.weight", "transformer.wte.weight", {s.vocab, E}},
+      {"embed.0.wpe.weight", "transformer.wpe.weight", {s.seq_len, E}}};
+  for (int i = 0; i < layout.count('t'); ++i) {
+    const std::string ours = "h." + std::to_string(i) + ".";
+    const std::string theirs = "transformer." + ours;
+    auto add = [&](const std::string& name, std::vector<int64_t> shape, bool transposed = false) {
+      out.push_back({ours + name, theirs + name, std::move(shape), transposed});
+    };
+    add("ln_1.weight", {E});
+    add("ln_1.bias", {E});
+    add("attn.c_attn.weight", {3 * E, E}, true);
+    add("attn.c_attn.bias", {3 * E});
+    add("attn.c_proj.weight", {E, E}, true);
+    add("attn.c_proj.bias", {E});
+    add("ln_2.weight", {E});
+    add("ln_2.bias", {E});
+    add("mlp.c_fc.weight", {4 * E, E}, true);
+    add("mlp.c_fc.bias", {4 * E});
+    add("mlp.c_proj.weight", {E, 4 * E}, true);
+    add("mlp.c_proj.bias", {E});
+  }
+  out.push_back({"head.0.ln_f.weight", "transformer.ln_f.weight", {E}});
+  out.push_back({"head.0.ln_f.bias", "transformer.ln_f.bias", {E}});
+  return out;
+}
+
+pprt::HfFormat hugging_face(const pprt::LayoutInfo& layout, const pprt::ModelSetup& s,
+                            const std::string& dtype) {
+  pprt::HfFormat f;
+  f.architecture = "GPT2LMHeadModel";
+  f.layers = layout.count('t');
+  f.description = "n_embd " + std::to_string(kEmbd) + ", n_head " + std::to_string(kHeads);
+  f.config = {{"architectures", {f.architecture}},
+              {"model_type", "gpt2"},
+              {"vocab_size", s.vocab},
+              {"n_positions", s.seq_len},
+              {"n_embd", kEmbd},
+              {"n_layer", f.layers},
+              {"n_head", kHeads},
+              {"n_inner", 4 * kEmbd},
+              {"activation_function", "gelu_new"},  // GELU's tanh approximation
+              {"layer_norm_epsilon", 1e-5},         // torch::nn::LayerNorm's
+              {"resid_pdrop", 0.0},
+              {"embd_pdrop", 0.0},
+              {"attn_pdrop", 0.0},
+              {"scale_attn_weights", true},
+              {"tie_word_embeddings", true},
+              {"dtype", dtype}};
+  f.tensors = tensors(layout, s);
+  return f;
+}
 
 pprt::Model model() {
   pprt::Model m("gpt2");
@@ -119,6 +185,14 @@ pprt::Model model() {
   m.layer(
       'L', "head", [](const pprt::LayerInfo& l) { return pprt::make_layer(Head(l)); },
       [](const std::vector<int64_t>&) { return std::vector<int64_t>{}; });
+  // The hooks (docs/library.md, "What a model may add").
+  m.mixed_precision(pprt::MixedPrecision::Autocast)
+      .parameters([](const pprt::LayoutInfo& layout, const pprt::ModelSetup& s) {
+        std::vector<pprt::ParamShape> out;
+        for (const pprt::HfTensor& t : tensors(layout, s)) out.push_back({t.name, t.shape});
+        return out;
+      })
+      .hugging_face(hugging_face);
   return m;
 }
 

@@ -89,7 +89,7 @@ std::string checkpoint_state_json(const CheckpointState& s) {
   j["format"] = kFormat;
   j["version"] = kCheckpointVersion;
   j["step"] = s.step;
-  j["model"] = model_config_json(s.model);
+  j["model"] = s.model;
   j["layout"] = s.layout;
   j["pp"] = s.pp;
   j["dp"] = s.dp;
@@ -159,7 +159,9 @@ CheckpointState parse_checkpoint_state(const std::string& text, const std::strin
     return v.get<std::string>();
   };
   s.step = integer(j, "step", "step", 0);
-  s.model = parse_model_config(need(j, "model", "model").dump(), file + ": model");
+  // The model's configuration: the family reads it when the run resumes.
+  if (!need(j, "model", "model").is_object()) fail(file, "model: expected a JSON object");
+  s.model = Config::parse(text).at("model");  // its fields in the order written
   s.layout = text_of(j, "layout", "layout");
   s.pp = static_cast<int>(integer(j, "pp", "pp", 1));
   s.dp = static_cast<int>(integer(j, "dp", "dp", 1));
@@ -277,35 +279,8 @@ std::vector<std::string> Checkpoint::model_tensors() const {
   return out;
 }
 
-void Checkpoint::check_params(const std::vector<ParamSpec>& params, const ModelConfig& model,
-                              const ppc::Layout& layout) const {
-  // The models first, in words, then tensor by tensor.
-  const ModelConfig& c = state_.model;
-  auto differs = [&](const char* field, auto mine, auto theirs) {
-    if (mine != theirs)
-      fail(dir_, fmt::format("the checkpoint's model has {} {}, this run's {} (a checkpoint "
-                             "resumes only the same model)",
-                             field, theirs, mine));
-  };
-  differs("hidden", model.hidden, c.hidden);
-  differs("heads", model.heads, c.heads);
-  differs("kv_heads", model.kv_heads, c.kv_heads);
-  differs("ffn", model.ffn, c.ffn);
-  differs("vocab", model.vocab, c.vocab);
-  differs("tie_embeddings", model.tie_embeddings, c.tie_embeddings);
-  ppc::Layout theirs;
-  try {
-    theirs = ppc::parse_layout(state_.layout, "layout", ppc::kAnySymbols);  // checked when saved
-  } catch (const ppc::UserError& e) {
-    fail(dir_ + "/" + kState, "layout: " + e.message());
-  }
-  for (auto [kind, what] : {std::pair{ppc::LayerKind::Decoder, "decoder layers"},
-                            std::pair{ppc::LayerKind::Mtp, "MTP depths"}})
-    if (layout.count(kind) != theirs.count(kind))
-      fail(dir_,
-           fmt::format("the checkpoint's model has {} {} ({}), this plan's {} ({})",
-                       theirs.count(kind), what, state_.layout, layout.count(kind), layout.source));
-  for (const ParamSpec& p : params) {
+void Checkpoint::check_params(const std::vector<ParamShape>& params) const {
+  for (const ParamShape& p : params) {
     for (const std::string& name : {p.name, p.name + ".exp_avg", p.name + ".exp_avg_sq"}) {
       const bool optimizer = name != p.name;
       const auto& map = optimizer ? optimizer_ : model_;
@@ -323,7 +298,7 @@ void Checkpoint::check_params(const std::vector<ParamSpec>& params, const ModelC
     for (const auto& entry : model_) {  // (clang 14 cannot capture a structured binding)
       const std::string& name = entry.first;
       if (std::none_of(params.begin(), params.end(),
-                       [&](const ParamSpec& p) { return p.name == name; }))
+                       [&](const ParamShape& p) { return p.name == name; }))
         fail(files_[entry.second.file].path(),
              fmt::format("tensor '{}' is not a parameter of this model", name));
     }
@@ -411,32 +386,35 @@ uint64_t commit_checkpoint(const std::string& dir, const std::string& tmp,
   return model_bytes + optimizer_bytes;
 }
 
-size_t export_checkpoint(const std::string& path, const std::string& out) {
+size_t export_checkpoint(const std::string& path, const std::string& out,
+                         const std::vector<ParamShape>* params) {
   const Checkpoint ckpt(path);
   const std::vector<std::string> names = ckpt.model_tensors();
   std::vector<std::vector<float>> data;
   std::vector<TensorWrite> writes;
-  const ModelConfig& c = ckpt.state().model;
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const ParamSpec& p : model_params(c, ppc::parse_layout(ckpt.state().layout)))
-    shapes[p.name] = p.shape;
+  std::map<std::string, std::vector<int64_t>> shapes;  // the model's, with `params`
+  if (params)
+    for (const ParamShape& p : *params) shapes[p.name] = p.shape;
   data.reserve(names.size());
   for (const std::string& name : names) {
-    auto it = shapes.find(name);
-    if (it == shapes.end())
-      fail(ckpt.dir(),
-           fmt::format("tensor '{}' is not a parameter of the checkpoint's model", name));
-    // The shard's shape must be the model's before a buffer of the model's size is made: the
-    // state's model sizes come from a file too (a damaged one would ask for terabytes).
     const TensorInfo& info = ckpt.info(name, false);
-    if (info.shape != it->second)
-      fail(ckpt.dir(), fmt::format("tensor '{}': shape {} in the checkpoint's shards, but its "
-                                   "model (trainer_state.json) has {}",
-                                   name, shape_string(info.shape), shape_string(it->second)));
+    if (params) {
+      auto it = shapes.find(name);
+      if (it == shapes.end())
+        fail(ckpt.dir(),
+             fmt::format("tensor '{}' is not a parameter of the checkpoint's model", name));
+      // The shard's shape must be the model's before a buffer of the model's size is made: the
+      // state's model sizes come from a file too (a damaged one would ask for terabytes).
+      if (info.shape != it->second)
+        fail(ckpt.dir(), fmt::format("tensor '{}': shape {} in the checkpoint's shards, but its "
+                                     "model (trainer_state.json) has {}",
+                                     name, shape_string(info.shape), shape_string(it->second)));
+    }
+    // (Without the model's shapes, the shard's: validated against the file's size when opened.)
     auto& buf = data.emplace_back(static_cast<size_t>(info.numel()));
-    ckpt.read(name, false, it->second, buf.data(), buf.size() * sizeof(float));
+    ckpt.read(name, false, info.shape, buf.data(), buf.size() * sizeof(float));
     writes.push_back(
-        TensorWrite{name, TensorDtype::F32, it->second, buf.data(), buf.size() * sizeof(float)});
+        TensorWrite{name, TensorDtype::F32, info.shape, buf.data(), buf.size() * sizeof(float)});
   }
   // Written beside `out`, then renamed: nothing half-written under its name.
   write_safetensors(out, writes,

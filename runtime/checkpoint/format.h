@@ -25,11 +25,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "pprt/family.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/data/token_file.h"
 #include "runtime/job.h"
-#include "runtime/models/llama/architecture.h"
-#include "runtime/models/llama/config.h"
 
 namespace pprt {
 
@@ -37,8 +36,8 @@ inline constexpr int kCheckpointVersion = 1;
 
 // What trainer_state.json holds.
 struct CheckpointState {
-  int64_t step = 0;  // optimizer steps completed
-  ModelConfig model;
+  int64_t step = 0;       // optimizer steps completed
+  Config model;           // the model's configuration (pprt::Family's: a JSON object)
   std::string layout;     // the layout the model was trained with (its text)
   std::string plan_json;  // the plan it was trained with (ppcompile's JSON)
   int pp = 1, dp = 1;     // pipeline ranks (one shard each) and data-parallel replicas
@@ -79,10 +78,8 @@ class Checkpoint {
   std::vector<std::string> model_tensors() const;  // sorted
 
   // Checks that the checkpoint holds exactly the parameters `params` (names, shapes, F32) and
-  // both AdamW moments of each. Throws ppc::UserError naming the first mismatch, e.g. the models'
-  // sizes or layer counts when they differ.
-  void check_params(const std::vector<ParamSpec>& params, const ModelConfig& model,
-                    const ppc::Layout& layout) const;
+  // both AdamW moments of each. Throws ppc::UserError naming the first mismatch.
+  void check_params(const std::vector<ParamShape>& params) const;
 
   // The header of a model tensor (or, with `optimizer`, an optimizer tensor); throws
   // ppc::UserError naming the checkpoint if it has none of that name.
@@ -128,7 +125,10 @@ uint64_t commit_checkpoint(const std::string& dir, const std::string& tmp,
                            void (*before_rename)() = nullptr);
 
 // pprun --export: every model tensor of a checkpoint (DIR or a step directory) into one
-// safetensors file `out`, written atomically. Returns the number of tensors.
-size_t export_checkpoint(const std::string& path, const std::string& out);
+// safetensors file `out`, written atomically. With `params` (the checkpoint's model's parameters
+// for its layout: Model::parameters), every tensor must be one of them and of its shape. Returns
+// the number of tensors.
+size_t export_checkpoint(const std::string& path, const std::string& out,
+                         const std::vector<ParamShape>* params = nullptr);
 
 }  // namespace pprt

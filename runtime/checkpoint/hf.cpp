@@ -1,11 +1,8 @@
+// Hugging Face model directories in and out (hf.h): the files, for any model's Hugging Face form.
 #include "runtime/checkpoint/hf.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <bit>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -24,352 +21,56 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace hf_internal;
 
-// --- names ------------------------------------------------------------------------------------
-
-std::string hf_tensor_name(const std::string& n) {
-  static const std::pair<const char*, const char*> kLayer[] = {
-      {"attn_norm.weight", "input_layernorm.weight"},
-      {"attn.wq.weight", "self_attn.q_proj.weight"},
-      {"attn.wk.weight", "self_attn.k_proj.weight"},
-      {"attn.wv.weight", "self_attn.v_proj.weight"},
-      {"attn.wo.weight", "self_attn.o_proj.weight"},
-      {"attn.wq.bias", "self_attn.q_proj.bias"},
-      {"attn.wk.bias", "self_attn.k_proj.bias"},
-      {"attn.wv.bias", "self_attn.v_proj.bias"},
-      {"mlp_norm.weight", "post_attention_layernorm.weight"},
-      {"mlp.w1.weight", "mlp.gate_proj.weight"},
-      {"mlp.w3.weight", "mlp.up_proj.weight"},
-      {"mlp.w2.weight", "mlp.down_proj.weight"},
-  };
-  if (n == "embed.weight") return "model.embed_tokens.weight";
-  if (n == "head.norm.weight") return "model.norm.weight";
-  if (n == "head.out.weight") return "lm_head.weight";
-  if (n.starts_with("layers.")) {
-    const size_t dot = n.find('.', 7);
-    if (dot != std::string::npos) {
-      const std::string rest = n.substr(dot + 1);
-      for (const auto& [ours, theirs] : kLayer)
-        if (rest == ours) return "model." + n.substr(0, dot + 1) + theirs;
-    }
-  }
-  throw ppc::InternalError(fmt::format("parameter '{}' has no Hugging Face name", n));
-}
-
 namespace {
-
-// --- config.json ------------------------------------------------------------------------------
-
-// Fields that do not change the model's function (ids, caches, bookkeeping).
-const std::set<std::string> kHarmless = {"architectures",
-                                         "model_type",
-                                         "transformers_version",
-                                         "dtype",
-                                         "torch_dtype",
-                                         "bos_token_id",
-                                         "eos_token_id",
-                                         "pad_token_id",
-                                         "use_cache",
-                                         "initializer_range",
-                                         "pretraining_tp",
-                                         "max_position_embeddings",
-                                         "_name_or_path",
-                                         "name_or_path",
-                                         "output_attentions",
-                                         "output_hidden_states",
-                                         "return_dict",
-                                         "tokenizer_class",
-                                         "id2label",
-                                         "label2id",
-                                         "max_window_layers",
-                                         "sep_token_id",
-                                         "decoder_start_token_id",
-                                         "chunk_size_feed_forward",
-                                         "is_decoder",
-                                         "is_encoder_decoder",
-                                         "problem_type",
-                                         "attn_implementation",
-                                         "_attn_implementation_autoset"};
-
-// Fields pprun reads into its model and --export --format hf writes from it, and bookkeeping of
-// the file that is not kept. Every other field of a config.json is kept as it is
-// (ModelConfig::hf_fields) and written back by the export.
-const std::set<std::string> kDerived = {"architectures",
-                                        "model_type",
-                                        "hidden_size",
-                                        "intermediate_size",
-                                        "num_hidden_layers",
-                                        "num_attention_heads",
-                                        "num_key_value_heads",
-                                        "head_dim",
-                                        "hidden_act",
-                                        "max_position_embeddings",
-                                        "rms_norm_eps",
-                                        "rope_theta",
-                                        "rope_parameters",
-                                        "rope_scaling",
-                                        "tie_word_embeddings",
-                                        "vocab_size",
-                                        "attention_bias",
-                                        "mlp_bias",
-                                        "dtype",
-                                        "torch_dtype"};
-const std::set<std::string> kBookkeeping = {"transformers_version", "_name_or_path", "name_or_path",
-                                            "_attn_implementation_autoset"};
-
-// Fields of mixtures of experts (named in the refusal).
-const std::set<std::string> kMoe = {
-    "num_local_experts",     "num_experts",         "num_experts_per_tok",
-    "moe_intermediate_size", "n_routed_experts",    "n_shared_experts",
-    "router_aux_loss_coef",  "decoder_sparse_step", "shared_expert_intermediate_size",
-    "mlp_only_layers"};
-
-struct ConfigReader {
-  const std::string& file;
-  const json& j;
-  std::set<std::string> used;
-
-  bool has(const std::string& k) const { return j.contains(k) && !j.at(k).is_null(); }
-  const json& at(const std::string& k) {
-    used.insert(k);
-    return j.at(k);
-  }
-  int integer(const std::string& k, std::optional<int> dflt = std::nullopt) {
-    used.insert(k);
-    if (!has(k)) {
-      if (dflt) return *dflt;
-      fail(file, fmt::format("{}: missing (a positive integer)", k));
-    }
-    const json& v = j.at(k);
-    if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 24))
-      fail(file, fmt::format("{}: expected a positive integer, got {}", k, v.dump()));
-    return v.get<int>();
-  }
-  double number(const json& v, const std::string& name) {
-    if (!v.is_number() || !(v.get<double>() > 0))
-      fail(file, fmt::format("{}: expected a positive number, got {}", name, v.dump()));
-    return v.get<double>();
-  }
-  bool boolean(const std::string& k, bool dflt) {
-    used.insert(k);
-    if (!has(k)) return dflt;
-    if (!j.at(k).is_boolean())
-      fail(file, fmt::format("{}: expected true or false, got {}", k, j.at(k).dump()));
-    return j.at(k).get<bool>();
-  }
-};
-
-// rope_parameters (transformers 5) or rope_scaling with rope_theta (4.x).
-void read_rope(ConfigReader& r, ModelConfig& c) {
-  const std::string key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-  r.used.insert("rope_parameters");
-  r.used.insert("rope_scaling");
-  if (r.has("rope_theta")) c.rope_theta = r.number(r.at("rope_theta"), "rope_theta");
-  if (!r.has(key)) return;
-  const json& p = r.at(key);
-  if (!p.is_object()) fail(r.file, fmt::format("{}: expected an object", key));
-  std::string type = "default";
-  for (const char* t : {"rope_type", "type"})
-    if (p.contains(t)) {
-      if (!p.at(t).is_string())
-        fail(r.file, fmt::format("{}.{}: expected a string, got {}", key, t, p.at(t).dump()));
-      type = p.at(t).get<std::string>();
-    }
-  if (type != "default" && type != "llama3")
-    fail(r.file, fmt::format("{}.rope_type: '{}' is not supported (pprun implements the default "
-                             "rotary embedding and 'llama3' scaling)",
-                             key, ppc::printable(type)));
-  for (const auto& item : p.items()) {
-    const std::string& f = item.key();
-    const std::string name = key + "." + ppc::printable(f);
-    if (f == "rope_type" || f == "type") continue;
-    if (f == "rope_theta") {
-      c.rope_theta = r.number(item.value(), name);
-    } else if (type == "llama3" && f == "factor") {
-      c.rope_scaling.factor = r.number(item.value(), name);
-    } else if (type == "llama3" && f == "low_freq_factor") {
-      c.rope_scaling.low_freq_factor = r.number(item.value(), name);
-    } else if (type == "llama3" && f == "high_freq_factor") {
-      c.rope_scaling.high_freq_factor = r.number(item.value(), name);
-    } else if (type == "llama3" && f == "original_max_position_embeddings") {
-      if (!item.value().is_number_integer() || item.value().get<long long>() < 1 ||
-          item.value().get<long long>() > (1 << 24))
-        fail(r.file,
-             fmt::format("{}: expected a positive integer, got {}", name, item.value().dump()));
-      c.rope_scaling.original_max_positions = item.value().get<int>();
-    } else if (!(f == "factor" && item.value().is_number() && item.value().get<double>() == 1.0)) {
-      fail(r.file, fmt::format("{}: not supported with rope_type '{}' (it would change the "
-                               "rotary embedding)",
-                               name, type));
-    }
-  }
-  if (type == "llama3") {
-    if (!p.contains("factor")) fail(r.file, fmt::format("{}.factor: missing (llama3)", key));
-    for (const char* f :
-         {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
-      if (!p.contains(f)) fail(r.file, fmt::format("{}.{}: missing (llama3)", key, f));
-  }
-}
-
-// The sliding window (ModelConfig::sliding_window, layer_types), as transformers reads it:
-// MistralForCausalLM's sliding_window (4096 when absent, MistralConfig's default; null: none) on
-// every layer (transformers ignores its layer_types); Qwen2ForCausalLM's only with
-// use_sliding_window, on the layers layer_types names sliding_attention (without layer_types: the
-// layers from max_window_layers on, 28 by default); LlamaForCausalLM has none (the fields, if
-// there, change nothing and are kept as they are).
-void read_window(ConfigReader& r, const std::string& type, int layers, ModelConfig& c) {
-  for (const char* k : {"sliding_window", "use_sliding_window", "max_window_layers", "layer_types"})
-    r.used.insert(k);
-  auto window = [&](int dflt) {
-    if (!r.j.contains("sliding_window")) return dflt;
-    const json& w = r.j.at("sliding_window");
-    if (w.is_null()) return 0;
-    if (!w.is_number_integer() || w.get<long long>() < 1 || w.get<long long>() > (1 << 24))
-      fail(r.file,
-           fmt::format("sliding_window: expected a positive integer or null, got {}", w.dump()));
-    return w.get<int>();
-  };
-  if (type == "mistral") c.sliding_window = window(4096);
-  if (type != "qwen2" || !r.boolean("use_sliding_window", false)) return;
-  c.sliding_window = window(4096);
-  if (c.sliding_window == 0) return;
-  if (r.has("layer_types")) {
-    const json& lt = r.j.at("layer_types");
-    if (!lt.is_array() || lt.size() != static_cast<size_t>(layers))
-      fail(r.file, fmt::format("layer_types: expected {} entries (num_hidden_layers), got {}",
-                               layers, lt.dump()));
-    for (const json& t : lt) {
-      if (t != "full_attention" && t != "sliding_attention")
-        fail(r.file, fmt::format("layer_types: {} is not supported (pprun's layers are "
-                                 "full_attention or sliding_attention)",
-                                 t.dump()));
-      c.layer_types.push_back(t.get<std::string>());
-    }
-    return;
-  }
-  int from = 28;  // Qwen2Config's max_window_layers
-  if (r.has("max_window_layers")) {
-    const json& m = r.j.at("max_window_layers");
-    if (!m.is_number_integer() || m.get<long long>() < 0 || m.get<long long>() > (1 << 24))
-      fail(r.file, fmt::format("max_window_layers: expected an integer from 0, got {}", m.dump()));
-    from = m.get<int>();
-  }
-  for (int k = 0; k < layers; ++k)
-    c.layer_types.push_back(k >= from ? "sliding_attention" : "full_attention");
-}
-
-std::pair<ModelConfig, int> read_config(const std::string& file, const std::string& text,
-                                        int seq_len, std::string& architecture) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(file, fmt::format("not valid JSON: {}", e.what()));
-  }
-  if (!j.is_object()) fail(file, "expected a JSON object (a Hugging Face config.json)");
-  ConfigReader r{file, j, {}};
-  const Family* family = nullptr;
-  if (r.has("architectures")) {
-    const json& a = r.at("architectures");
-    if (!a.is_array() || a.size() != 1 || !a[0].is_string())
-      fail(file, fmt::format("architectures: expected one name such as [\"LlamaForCausalLM\"], "
-                             "got {}",
-                             a.dump()));
-    for (const Family& f : kFamilies)
-      if (a[0] == f.architecture) family = &f;
-    if (!family)
-      fail(file, fmt::format("architectures: '{}' is not supported (pprun reads "
-                             "LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM)",
-                             ppc::printable(a[0].get<std::string>())));
-    // transformers builds the model_type's class: the two must name one family.
-    if (r.has("model_type") && r.j.at("model_type") != family->model_type)
-      fail(file, fmt::format("architectures: [\"{}\"] and model_type: {} disagree (the model_type "
-                             "of {} is \"{}\")",
-                             family->architecture, r.j.at("model_type").dump(),
-                             family->architecture, family->model_type));
-  } else if (r.has("model_type") && r.j.at("model_type").is_string()) {
-    for (const Family& f : kFamilies)
-      if (r.j.at("model_type") == f.model_type) family = &f;
-  }
-  if (!family)
-    fail(file, fmt::format("model_type: {} is not supported (pprun reads llama, mistral and qwen2)",
-                           r.has("model_type") ? r.j.at("model_type").dump() : "missing"));
-  architecture = family->architecture;
-  const std::string type = family->model_type;
-
-  ModelConfig c;
-  c.hf_family = type;
-  c.seq_len = seq_len;
-  c.hidden = r.integer("hidden_size");
-  c.heads = r.integer("num_attention_heads");
-  c.kv_heads = r.integer("num_key_value_heads", c.heads);
-  c.ffn = r.integer("intermediate_size");
-  c.vocab = r.integer("vocab_size");
-  const int layers = r.integer("num_hidden_layers");
-  if (r.has("head_dim")) {
-    const int hd = r.integer("head_dim");
-    if (hd * c.heads != c.hidden) c.head_size = hd;
-  }
-  r.used.insert("head_dim");
-  c.norm_eps = r.has("rms_norm_eps") ? r.number(r.at("rms_norm_eps"), "rms_norm_eps") : 1e-6;
-  r.used.insert("rms_norm_eps");
-  c.tie_embeddings = r.boolean("tie_word_embeddings", false);
-  if (r.has("max_position_embeddings")) c.hf_max_positions = r.integer("max_position_embeddings");
-  read_rope(r, c);
-  if (r.has("hidden_act") && (!r.at("hidden_act").is_string() || r.at("hidden_act") != "silu"))
-    fail(file, fmt::format("hidden_act: {} is not supported (pprun's MLP is SwiGLU: silu)",
-                           r.at("hidden_act").dump()));
-  r.used.insert("hidden_act");
-  // Qwen2's q/k/v projections always have biases (its config has no field for them). Llama's
-  // attention_bias would also give o_proj one, which pprun does not have.
-  c.qkv_bias = type == "qwen2";
-  if (r.boolean("attention_bias", false))
-    fail(file,
-         "attention_bias: true is not supported (it gives o_proj a bias too; pprun's "
-         "attention has q/k/v biases only, as Qwen2ForCausalLM has them)");
-  if (r.boolean("mlp_bias", false))
-    fail(file, "mlp_bias: true is not supported (pprun's MLP projections have no biases)");
-  if (r.has("attention_dropout")) {
-    const json& d = r.at("attention_dropout");
-    if (!d.is_number() || d.get<double>() != 0)
-      fail(file,
-           fmt::format("attention_dropout: {} is not supported (pprun has no dropout)", d.dump()));
-  }
-  r.used.insert("attention_dropout");
-  read_window(r, type, layers, c);
-  for (const auto& item : j.items()) {
-    const std::string& k = item.key();
-    if (!kDerived.count(k) && !kBookkeeping.count(k)) c.hf_fields[k] = item.value().dump();
-    if (r.used.count(k) || kHarmless.count(k)) continue;
-    if (kMoe.count(k))
-      fail(file, fmt::format("{}: mixtures of experts are not supported", ppc::printable(k)));
-    fail(file, fmt::format("{}: not supported by pprun (a field it does not know could change "
-                           "the model; docs/huggingface.md lists the fields it reads)",
-                           ppc::printable(k)));
-  }
-  check_model_config(c, file);
-  return {c, layers};
-}
 
 std::string dtype_word(TensorDtype t) {
   return t == TensorDtype::BF16 ? "bf16" : t == TensorDtype::F16 ? "fp16" : "fp32";
+}
+
+// The shape a tensor is stored with: its own, or a matrix's transposed.
+std::vector<int64_t> stored_shape(const HfTensor& t) {
+  if (!t.transposed) return t.shape;
+  PPC_INTERNAL_ASSERT(t.shape.size() == 2, "only a matrix is stored transposed");
+  return {t.shape[1], t.shape[0]};
+}
+
+// `src` ([rows, cols] row-major) transposed into `dst` ([cols, rows]).
+template <class T>
+void transpose(const T* src, T* dst, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
 }
 
 }  // namespace
 
 // --- in ---------------------------------------------------------------------------------------
 
-HfModel::HfModel(const std::string& dir, int seq_len) : dir_(dir) {
+HfDirectory::HfDirectory(const std::string& dir) : dir_(dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     fail("--init-from", fmt::format("'{}' is not a directory (a Hugging Face model directory: "
                                     "config.json and model.safetensors)",
                                     dir));
-  const std::string config = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(config, ec)) fail(config, "no such file (a Hugging Face model's config)");
-  std::tie(model_, layers_) = read_config(config, ppc::read_file(config), seq_len, architecture_);
+  config_file_ = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(config_file_, ec))
+    fail(config_file_, "no such file (a Hugging Face model's config)");
+  try {
+    config_ = json::parse(ppc::read_file(config_file_));
+  } catch (const json::exception& e) {
+    fail(config_file_, fmt::format("not valid JSON: {}", e.what()));
+  }
+  if (!config_.is_object())
+    fail(config_file_, "expected a JSON object (a Hugging Face config.json)");
+}
 
-  const std::string single = (fs::path(dir) / "model.safetensors").string();
-  const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
+HfDirectory::~HfDirectory() = default;
+HfDirectory::HfDirectory(HfDirectory&&) noexcept = default;
+HfDirectory& HfDirectory::operator=(HfDirectory&&) noexcept = default;
+
+void HfDirectory::open_weights() {
+  std::error_code ec;
+  const std::string single = (fs::path(dir_) / "model.safetensors").string();
+  const std::string index = (fs::path(dir_) / "model.safetensors.index.json").string();
   std::vector<std::string> names;  // the files
   std::map<std::string, std::string> weight_map;
   if (fs::exists(single, ec)) {
@@ -388,19 +89,20 @@ HfModel::HfModel(const std::string& dir, int seq_len) : dir_(dir) {
       if (!item.value().is_string() ||
           item.value().get<std::string>().find('/') != std::string::npos)
         fail(index, fmt::format("weight_map: tensor '{}': expected a file name in {}, got {}",
-                                ppc::printable(item.key()), dir, item.value().dump()));
+                                ppc::printable(item.key()), dir_, item.value().dump()));
       const std::string f = item.value().get<std::string>();
       weight_map[item.key()] = f;
       if (seen.insert(f).second) names.push_back(f);
     }
   } else {
-    fail(dir,
+    fail(dir_,
          "no model.safetensors or model.safetensors.index.json (pprun reads safetensors "
          "weights only)");
   }
   std::map<std::string, std::string> found;  // tensor -> file
+  files_.reserve(names.size());              // tensors_ points into the files
   for (const std::string& n : names) {
-    const std::string path = (fs::path(dir) / n).string();
+    const std::string path = (fs::path(dir_) / n).string();
     if (!fs::exists(path, ec))
       fail(index, fmt::format("names the shard {}, which does not exist", n));
     files_.emplace_back(path);  // validates the header against the file's size
@@ -416,71 +118,65 @@ HfModel::HfModel(const std::string& dir, int seq_len) : dir_(dir) {
   }
   for (const auto& [name, file] : weight_map)
     if (!tensors_.count(name))
-      fail((fs::path(dir) / file).string(),
+      fail((fs::path(dir_) / file).string(),
            fmt::format("no tensor '{}' (the index {} names it)", ppc::printable(name), index));
 }
 
-HfModel::~HfModel() = default;
-HfModel::HfModel(HfModel&&) noexcept = default;
-HfModel& HfModel::operator=(HfModel&&) noexcept = default;
-
-void HfModel::check_layout(const ppc::Layout& layout, const std::string& where) const {
-  const int decoders = layout.count(ppc::LayerKind::Decoder);
-  if (layout.count(ppc::LayerKind::Mtp) > 0)
-    fail(where, fmt::format("the layout has {} MTP layers (m), which the {} in {} does not "
-                            "have",
-                            layout.count(ppc::LayerKind::Mtp), architecture_, dir_));
-  if (decoders != layers_)
-    fail(where, fmt::format("the layout has {} decoder layers (t), but {} has "
-                            "num_hidden_layers {}",
-                            decoders, (fs::path(dir_) / "config.json").string(), layers_));
-}
-
-void HfModel::check_weights(const std::vector<ParamSpec>& params) const {
+void HfDirectory::check_weights(const HfFormat& format) const {
   std::set<std::string> wanted;
-  for (const ParamSpec& p : params) {
-    const std::string name = hf_tensor_name(p.name);
+  for (const HfTensor& p : format.tensors) {
+    const std::string& name = p.hf_name;
     wanted.insert(name);
     auto it = tensors_.find(name);
     if (it == tensors_.end())
       fail(files_.size() == 1 ? files_[0].path()
                               : (fs::path(dir_) / "model.safetensors.index.json").string(),
-           fmt::format("no tensor '{}' (the {} of {} needs it)", name, architecture_,
-                       pprt::describe(model_)));
+           fmt::format("no tensor '{}' (the {} of {} needs it)", name, format.architecture,
+                       format.description));
     const TensorInfo& t = *it->second.info;
     const std::string& file = files_[it->second.file].path();
     if (t.dtype != TensorDtype::F32 && t.dtype != TensorDtype::BF16 && t.dtype != TensorDtype::F16)
       fail(file, fmt::format("tensor '{}': dtype {} (pprun reads F32, BF16 and F16)", name,
                              dtype_name(t.dtype)));
-    if (t.shape != p.shape)
+    if (t.shape != stored_shape(p))
       fail(file, fmt::format("tensor '{}': shape {}, but config.json's model needs {}", name,
-                             shape_string(t.shape), shape_string(p.shape)));
+                             shape_string(t.shape), shape_string(stored_shape(p))));
   }
-  static const std::regex kLeftover(R"(model\.(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq)");
+  std::vector<std::regex> leftovers;
+  for (const std::string& l : format.leftovers) leftovers.emplace_back(l);
   for (const auto& [name, where] : tensors_) {
-    if (wanted.count(name) || std::regex_match(name, kLeftover)) continue;
-    if (name == "lm_head.weight" && model_.tie_embeddings) continue;  // tied: a copy
+    if (wanted.count(name)) continue;
+    if (std::any_of(leftovers.begin(), leftovers.end(),
+                    [&](const std::regex& r) { return std::regex_match(name, r); }))
+      continue;
     fail(files_[where.file].path(),
          fmt::format("tensor '{}' is not a parameter of the {} config.json describes ({} layers)",
-                     ppc::printable(name), architecture_, layers_));
+                     ppc::printable(name), format.architecture, format.layers));
   }
 }
 
-void HfModel::read(const std::string& name, float* dst, size_t numel) const {
-  const std::string hf = hf_tensor_name(name);
-  const Where& w = tensors_.at(hf);
-  PPC_INTERNAL_ASSERT(w.info->numel() == numel, "reading a Hugging Face tensor of its size");
+void HfDirectory::read(const HfTensor& t, float* dst) const {
+  const Where& w = tensors_.at(t.hf_name);
+  const size_t numel = w.info->numel();
+  std::vector<float> stored;
+  float* to = dst;
+  if (t.transposed) {
+    stored.resize(numel);
+    to = stored.data();
+  }
   if (w.info->dtype == TensorDtype::F32) {
-    files_[w.file].read_bytes(*w.info, dst);
-    return;
+    files_[w.file].read_bytes(*w.info, to);
+  } else {
+    std::vector<uint16_t> half(numel);
+    files_[w.file].read_bytes(*w.info, half.data());
+    const bool bf16 = w.info->dtype == TensorDtype::BF16;
+    for (size_t i = 0; i < numel; ++i)
+      to[i] = bf16 ? bf16_to_float(half[i]) : f16_to_float(half[i]);
   }
-  std::vector<uint16_t> half(numel);
-  files_[w.file].read_bytes(*w.info, half.data());
-  const bool bf16 = w.info->dtype == TensorDtype::BF16;
-  for (size_t i = 0; i < numel; ++i) dst[i] = bf16 ? bf16_to_float(half[i]) : f16_to_float(half[i]);
+  if (t.transposed) transpose(stored.data(), dst, t.shape[1], t.shape[0]);
 }
 
-std::string HfModel::describe() const {
+std::string HfDirectory::describe(const HfFormat& format) const {
   std::set<TensorDtype> dtypes;
   for (const auto& [name, w] : tensors_) dtypes.insert(w.info->dtype);
   std::string ds;
@@ -488,8 +184,136 @@ std::string HfModel::describe() const {
     if (!ds.empty()) ds += '+';
     ds += dtype_word(t);
   }
-  return fmt::format("{} from {} ({} layers, {} file{}, {})", architecture_, dir_, layers_,
-                     files_.size(), files_.size() == 1 ? "" : "s", ds);
+  return fmt::format("{} from {} ({} layers, {} file{}, {})", format.architecture, dir_,
+                     format.layers, files_.size(), files_.size() == 1 ? "" : "s", ds);
+}
+
+// --- out --------------------------------------------------------------------------------------
+
+uint64_t parse_byte_size(const std::string& text, const std::string& flag) {
+  static const std::regex kSize(R"((\d+)\s*(B|KB|MB|GB|KiB|MiB|GiB)?)", std::regex::icase);
+  std::smatch m;
+  if (!std::regex_match(text, m, kSize) || m[1].length() > 15)
+    fail(flag, fmt::format("'{}' is not a size such as 5GB, 500MB or 2GiB", ppc::printable(text)));
+  uint64_t n = std::stoull(m[1].str());
+  std::string unit = m[2].str();
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const uint64_t mult = unit == "KB"    ? 1000ull
+                        : unit == "MB"  ? 1000ull * 1000
+                        : unit == "GB"  ? 1000ull * 1000 * 1000
+                        : unit == "KIB" ? 1ull << 10
+                        : unit == "MIB" ? 1ull << 20
+                        : unit == "GIB" ? 1ull << 30
+                                        : 1;
+  if (n == 0) fail(flag, "must be positive");
+  return n * mult;
+}
+
+HfExport export_hf(const std::string& path, const HfFormat& format, const std::string& out_dir,
+                   TensorDtype dtype, uint64_t max_shard_bytes) {
+  PPC_INTERNAL_ASSERT(dtype == TensorDtype::F32 || dtype == TensorDtype::BF16,
+                      "export dtype is F32 or BF16");
+  const Checkpoint ckpt(path);
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
+    fail("--export", fmt::format("'{}' exists and is not an empty directory (nothing is "
+                                 "overwritten)",
+                                 out_dir));
+  HfExport result;
+  result.architecture = format.architecture;
+
+  // The tensors, in the model's order, read as F32 and converted.
+  struct Tensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<float> f32;
+    std::vector<uint16_t> half;
+    TensorWrite write() const {
+      const void* p = half.empty() ? static_cast<const void*>(f32.data()) : half.data();
+      const size_t bytes = half.empty() ? f32.size() * 4 : half.size() * 2;
+      return TensorWrite{name, half.empty() ? TensorDtype::F32 : TensorDtype::BF16, shape, p,
+                         bytes};
+    }
+  };
+  std::vector<Tensor> tensors;
+  for (const HfTensor& p : format.tensors) {
+    const TensorInfo& info = ckpt.info(p.name, false);
+    if (info.shape != p.shape)
+      fail(ckpt.dir(), fmt::format("tensor '{}': shape {} in the checkpoint's shards, but its "
+                                   "model (trainer_state.json) has {}",
+                                   p.name, shape_string(info.shape), shape_string(p.shape)));
+    Tensor& t = tensors.emplace_back();
+    t.name = p.hf_name;
+    t.shape = stored_shape(p);
+    t.f32.resize(static_cast<size_t>(info.numel()));
+    ckpt.read(p.name, false, p.shape, t.f32.data(), t.f32.size() * sizeof(float));
+    if (p.transposed) {
+      std::vector<float> stored(t.f32.size());
+      transpose(t.f32.data(), stored.data(), p.shape[0], p.shape[1]);
+      t.f32.swap(stored);
+    }
+    if (dtype == TensorDtype::BF16) {
+      t.half.resize(t.f32.size());
+      for (size_t i = 0; i < t.f32.size(); ++i) t.half[i] = float_to_bf16(t.f32[i]);
+      std::vector<float>().swap(t.f32);
+    }
+  }
+  // Shards: tensors in order, a new shard when the next one would pass the limit.
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t size = 0, total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t b = tensors[i].write().bytes;
+    if (!shards.back().empty() && size + b > max_shard_bytes) {
+      shards.emplace_back();
+      size = 0;
+    }
+    shards.back().push_back(i);
+    size += b;
+    total += b;
+  }
+
+  // Everything into a temporary directory beside OUT_DIR, then one rename.
+  const fs::path out = fs::absolute(out_dir, ec);
+  const fs::path tmp = out.parent_path() / fmt::format(".{}.tmp-export", out.filename().string());
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec)
+    fail("--export", fmt::format("cannot create the directory {}: {}", tmp.string(), ec.message()));
+  try {
+    ppc::write_file_atomically((tmp / "config.json").string(), format.config.dump(2) + "\n",
+                               "--export");
+    const SafetensorsMetadata meta{{"format", "pt"}};
+    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+    for (size_t s = 0; s < shards.size(); ++s) {
+      const std::string name =
+          shards.size() == 1
+              ? "model.safetensors"
+              : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+      std::vector<TensorWrite> writes;
+      for (size_t i : shards[s]) {
+        writes.push_back(tensors[i].write());
+        weight_map[tensors[i].name] = name;
+      }
+      write_safetensors((tmp / name).string(), writes, meta, "--export");
+    }
+    if (shards.size() > 1) {
+      const nlohmann::ordered_json index{{"metadata", {{"total_size", total}}},
+                                         {"weight_map", weight_map}};
+      ppc::write_file_atomically((tmp / "model.safetensors.index.json").string(),
+                                 index.dump(2) + "\n", "--export");
+    }
+    if (fs::exists(out, ec)) fs::remove(out, ec);  // empty (checked above)
+    fs::rename(tmp, out, ec);
+    if (ec)
+      fail("--export",
+           fmt::format("cannot rename {} to {}: {}", tmp.string(), out.string(), ec.message()));
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  result.tensors = tensors.size();
+  result.shards = shards.size();
+  return result;
 }
 
 }  // namespace pprt

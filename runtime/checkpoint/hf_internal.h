@@ -1,6 +1,5 @@
-// What reading (hf.cpp) and writing (hf_export.cpp) Hugging Face directories share: the families
-// pprun reads and writes, and the conversions between float32 and the half dtypes. Internal to
-// runtime/checkpoint.
+// The conversions between float32 and the half dtypes that reading and writing Hugging Face
+// directories (hf.cpp) use. Internal to runtime/checkpoint.
 #pragma once
 
 #include <bit>
@@ -34,15 +33,5 @@ inline uint16_t float_to_bf16(float f) {
   if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);
   return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
-
-// --- families ---------------------------------------------------------------------------------
-
-struct Family {
-  const char* architecture;
-  const char* model_type;
-};
-inline constexpr Family kFamilies[] = {{"LlamaForCausalLM", "llama"},
-                                       {"MistralForCausalLM", "mistral"},
-                                       {"Qwen2ForCausalLM", "qwen2"}};
 
 }  // namespace pprt::hf_internal

@@ -63,15 +63,15 @@ TokenSource open_training_data(const Job& job) {
     if (t.data_format != DataFormat::Auto && !job.eval.enabled())
       fail("--data-format", fmt::format("{} needs --data FILE (or --eval-data FILE)",
                                         data_format_name(t.data_format)));
-    return TokenSource::synthetic(job.model.vocab, t.seed);
+    return TokenSource::synthetic(job.setup.vocab, t.seed);
   }
-  return TokenSource::from_file(t.data_path, job.model.vocab, job.model.seq_len, t.seed,
+  return TokenSource::from_file(t.data_path, job.setup.vocab, job.setup.seq_len, t.seed,
                                 t.data_format);
 }
 
 TokenSource open_eval_data(const Job& job) {
   PPC_INTERNAL_ASSERT(job.eval.enabled(), "--eval-data given");
-  return TokenSource::from_file(job.eval.data_path, job.model.vocab, job.model.seq_len,
+  return TokenSource::from_file(job.eval.data_path, job.setup.vocab, job.setup.seq_len,
                                 job.train.seed, job.train.data_format);
 }
 

@@ -16,21 +16,12 @@
 namespace pprt {
 
 std::optional<int> parse_command_line(int argc, char** argv, const char* program, RunOptions& o) {
-  const bool builtin = o.source.sized;  // pprun's own model: its sizes are flags too
-  const std::string about =
-      builtin ? std::string(
-                    "pprun: trains a model from a compiled pipeline plan, one process per "
-                    "rank.\n"
-                    "Example: ppcompile --layout 'Et|tt|tt|tL' --pp 4 --schedule 1F1B "
-                    "--microbatches 8 --emit json -o plan.json\n"
-                    "         pprun --plan plan.json --steps 40\n")
-              : fmt::format(
-                    "{}: trains model '{}' from a compiled pipeline plan, one process per "
-                    "rank (the pprt library, docs/library.md).\n"
-                    "Example: ppcompile --layout 'Et|tt|tt|tL' --pp 4 --schedule 1F1B "
-                    "--microbatches 8 --emit json -o plan.json\n"
-                    "         {} --plan plan.json --steps 40\n",
-                    program, o.source.family, program);
+  const std::string about = fmt::format(
+      "{}: trains model '{}' from a compiled pipeline plan, one process per rank.\n"
+      "Example: ppcompile --layout 'Et|tt|tt|tL' --pp 4 --schedule 1F1B --microbatches 8 --emit "
+      "json -o plan.json\n"
+      "         {} --plan plan.json --steps 40\n",
+      program, o.family.name(), program);
   CLI::App app{about +
                    "Alone it starts one process per rank on this machine; under torchrun or SLURM "
                    "it is one rank.",
@@ -46,21 +37,22 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
   app.add_option("--microbatches", o.microbatches,
                  "Microbatches per step (must agree with the plan)");
 
-  auto* model = app.add_option_group(
-      "model", builtin ? "Model size (defaults, then --config, then these)" : "Model data");
-  if (builtin) {
-    model->add_option("--config", o.config_path,
-                      "JSON model config (see examples/tiny-model.json)");
-    model->add_option("--hidden", o.model.hidden, "Model width (default 64)");
-    model->add_option("--heads", o.model.heads, "Attention heads (default 4)");
-    model->add_option("--kv-heads", o.model.kv_heads, "Key/value heads (default 2)");
-    model->add_option("--ffn", o.model.ffn, "SwiGLU width (default 176)");
-  }
-  model->add_option("--vocab", o.model.vocab, "Vocabulary (default 256)");
-  model->add_option("--seq-len", o.model.seq_len, "Tokens per sequence (default 64)");
-  if (builtin)
-    model->add_flag("--tie-embeddings", o.model.tie_embeddings,
-                    "The output head uses the token embedding's weight (copies kept in sync)");
+  // The model's own options (pprt::Family::option), then those every model has. Their values
+  // live in maps whose nodes stay put while CLI11 writes them.
+  auto* model = app.add_option_group("model", "The model (its options, then --vocab, --seq-len)");
+  for (const FamilyOption& f : o.family.options()) switch (f.kind) {
+      case OptionKind::Integer:
+        model->add_option(f.flag, o.model.integers[f.flag], f.help);
+        break;
+      case OptionKind::Switch:
+        model->add_flag(f.flag, o.model.switches[f.flag], f.help);
+        break;
+      case OptionKind::File:
+        model->add_option(f.flag, o.model.files[f.flag], f.help);
+        break;
+    }
+  model->add_option("--vocab", o.model.integers["--vocab"], "Vocabulary (default 256)");
+  model->add_option("--seq-len", o.model.integers["--seq-len"], "Tokens per sequence (default 64)");
 
   auto* train = app.add_option_group("training");
   train->add_option("--steps", o.train.steps, "Optimizer steps")->capture_default_str();
@@ -106,20 +98,20 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
   eval->add_option("--eval-batches", o.eval_batches,
                    "Global batches of held-out sequences per evaluation (default: the whole "
                    "batches the file holds, 1 to 20)");
-  eval->add_flag("--eval-only", o.eval_only,
-                 std::string("Evaluate the model as it starts (") +
-                     (builtin ? "fresh, --init-from or --resume" : "fresh or --resume") +
-                     ") on --eval-data once, and train nothing: no optimizer step, no checkpoint "
-                     "written");
+  eval->add_flag(
+      "--eval-only", o.eval_only,
+      std::string("Evaluate the model as it starts (") +
+          (o.family.reads_hugging_face() ? "fresh, --init-from or --resume" : "fresh or --resume") +
+          ") on --eval-data once, and train nothing: no optimizer step, no checkpoint "
+          "written");
 
   auto* out = app.add_option_group("output");
   out->add_option("--metrics", o.out.metrics_path, "Write JSON lines per step to FILE");
   out->add_option("--trace", o.out.trace_path,
                   "Write a Chrome trace of the real execution to FILE");
-  if (builtin)  // a cost file of pprun's own model (ppcompile --cost)
-    out->add_option("--profile", o.out.profile_path,
-                    "Write the measured costs (per stage F/B/I/W times, memory; per boundary "
-                    "messages) to FILE, a cost file for ppcompile --cost");
+  out->add_option("--profile", o.out.profile_path,
+                  "Write the measured costs (per stage F/B/I/W times, memory; per boundary "
+                  "messages) to FILE, a cost file for ppcompile --cost");
   out->add_option("--dump-params", o.out.dump_dir,
                   "Write every parameter, keyed by global name, to DIR");
   out->add_option("--progress", o.progress, "auto, bar, lines or none")->capture_default_str();
@@ -143,25 +135,25 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
                    "and train on to --steps in all; 'auto': from the latest in --save DIR if "
                    "there is one, else from the start (for jobs that their launcher restarts)")
       ->type_name("DIR|auto");
-  if (builtin) {  // pprun's own model's weights: one file, Hugging Face's format and back
-    ckpt->add_option("--export", o.export_args,
-                     "Write the model weights of checkpoint DIR into one safetensors file OUT, and "
-                     "exit")
-        ->expected(2)
-        ->type_name("DIR OUT");
-    ckpt->add_option("--format", o.export_format,
-                     "--export: safetensors (one file OUT) or hf (a Hugging Face directory OUT: "
-                     "config.json and safetensors shards, docs/huggingface.md)")
-        ->check(CLI::IsMember({"safetensors", "hf"}))
-        ->capture_default_str();
-    ckpt->add_option("--max-shard-size", o.max_shard_size,
-                     "--export --format hf: shard above this size (5GB, 500MB, 2GiB)")
-        ->capture_default_str();
+  // The model's weights: one file, or a Hugging Face directory (Model::hugging_face), and back
+  // (Family::from_hugging_face).
+  ckpt->add_option("--export", o.export_args,
+                   "Write the model weights of checkpoint DIR into one safetensors file OUT, and "
+                   "exit")
+      ->expected(2)
+      ->type_name("DIR OUT");
+  ckpt->add_option("--format", o.export_format,
+                   "--export: safetensors (one file OUT) or hf (a Hugging Face directory OUT: "
+                   "config.json and safetensors shards, docs/huggingface.md)")
+      ->check(CLI::IsMember({"safetensors", "hf"}))
+      ->capture_default_str();
+  ckpt->add_option("--max-shard-size", o.max_shard_size,
+                   "--export --format hf: shard above this size (5GB, 500MB, 2GiB)")
+      ->capture_default_str();
+  if (o.family.reads_hugging_face())
     ckpt->add_option("--init-from", o.init_from,
                      "Start from the weights of a Hugging Face model directory (config.json and "
-                     "safetensors; LlamaForCausalLM, MistralForCausalLM, "
-                     "Qwen2ForCausalLM; docs/huggingface.md)");
-  }
+                     "safetensors, docs/huggingface.md)");
 
   auto* exec = app.add_option_group("execution");
   exec->add_option("--dp", o.dp,
@@ -221,12 +213,12 @@ int run_command_line(const RunOptions& o, const char* program) {
   }
 }
 
-int main_of(int argc, char** argv, ModelSource source, const char* program) {
+int main_of(int argc, char** argv, Family family, const char* program) {
   const std::string name =
       program ? program : std::filesystem::path(argc > 0 ? argv[0] : "pprt").filename().string();
   set_program_name(name);  // every status and error line of the process starts with it
   RunOptions o;
-  o.source = std::move(source);
+  o.family = std::move(family);
   if (auto stop = parse_command_line(argc, argv, name.c_str(), o)) return *stop;
   return run_command_line(o, name.c_str());
 }

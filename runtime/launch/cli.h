@@ -18,14 +18,10 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
 // stderr: "PROGRAM: [rank R: ]error: WHERE: MESSAGE"), 1 for a failed run.
 int run_command_line(const RunOptions& o, const char* program);
 
-// Both: the whole of a training program, pprun's or pprt::main's (pprt/main.h), for the model of
-// `source`. `program` names it in messages (null: argv[0]'s file name). Flags that size pprun's
-// own model (--config, --hidden, ..., --init-from, --export, --profile) exist only for a sized
-// source.
-int main_of(int argc, char** argv, ModelSource source, const char* program = nullptr);
-
-// pprun's own model family (runtime/models/llama/builtin.h: builtin_model), sized by the run's
-// configuration.
-ModelSource builtin_source();
+// Both: the whole of a training program, pprt::main's (pprt/main.h: pprun's among them), for the
+// models of `family`. `program` names it in messages (null: argv[0]'s file name). The family's
+// options (pprt::Family::option) are flags of the group "model", --init-from only for a family
+// that reads Hugging Face directories.
+int main_of(int argc, char** argv, Family family, const char* program = nullptr);
 
 }  // namespace pprt

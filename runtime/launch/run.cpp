@@ -20,7 +20,7 @@
 #include "runtime/launch/failure.h"
 #include "runtime/launch/plan_load.h"
 #include "runtime/launch/spawn.h"
-#include "runtime/models/llama/architecture.h"
+#include "runtime/model/model_facts.h"
 #include "runtime/train/trainer.h"
 #include "runtime/transport/transport.h"
 
@@ -96,45 +96,63 @@ void parse_slow(const std::string& text, Job& job) {
   job.slow_factor = factor;
 }
 
-// --resume: the checkpoint's model (the file and flags given may change it, as long as it stays
-// the same model: Checkpoint::check_params), seed and step.
+// The model of configuration `job.model`: its facts and setup, and the checks it asks for.
+void set_model(Job& job) {
+  job.setup = setup_of(job.model, job.family.name());
+  job.facts = model_facts(job.family, job.model);
+}
+
+// --resume: the checkpoint's model (the options given may change it, as long as it stays the
+// same model: the family's check in words, then Checkpoint::check_params), seed and step.
 void resume_from(const RunOptions& o, const std::string& dir, Job& job) {
   const Checkpoint ckpt(dir);
   const CheckpointState& st = ckpt.state();
-  job.model = resolve_model_config(o.config_path, o.model, st.model);
+  job.model = job.family.configured(&st.model, o.model);
+  set_model(job);
   if (o.seed_given && o.train.seed != st.train.seed)
     fail("--seed", fmt::format("is {}, but the checkpoint {} was trained with seed {} (which also "
                                "orders the data): leave --seed out to resume",
                                o.train.seed, ckpt.dir(), st.train.seed));
   job.train.seed = st.train.seed;
-  // A model of the program's own: its parameters are checked by name and shape as they load.
-  if (job.source.sized)
-    ckpt.check_params(model_params(job.model, job.plan.layout), job.model, job.plan.layout);
+  ppc::Layout theirs;
+  try {
+    theirs = ppc::parse_layout(st.layout, "layout", ppc::kAnySymbols);  // checked when saved
+  } catch (const ppc::UserError& e) {
+    fail(ckpt.dir() + "/trainer_state.json", "layout: " + e.message());
+  }
+  const LayoutInfo layout = layout_info(job.plan.layout);
+  job.family.check_same(st.model, layout_info(theirs), job.model, layout, ckpt.dir());
+  // Without the model's list, each rank's parameters are checked by name and shape as they load.
+  if (job.facts.parameters)
+    ckpt.check_params(run_hook([&] { return job.facts.parameters(layout, job.setup); }));
   job.resume_path = ckpt.dir();
   job.start_step = st.step;
   job.resumed_dtype = st.train.dtype;
 }
 
-// --init-from: the model of a Hugging Face directory, checked against the layout, every weight
-// file checked (names, shapes, dtypes) before anything runs.
+// --init-from: the model of a Hugging Face directory, as the family reads its config.json and
+// checks it against the layout, every weight file checked (names, shapes, dtypes) before anything
+// runs.
 void init_from_hf(const RunOptions& o, Job& job) {
   if (!o.resume_dir.empty() && o.resume_dir != "auto")
     fail("--init-from", "cannot be combined with --resume (a checkpoint holds its own weights)");
-  if (!o.config_path.empty()) fail("--config", "the model comes from --init-from's config.json");
-  const ModelOverrides& m = o.model;
-  const std::pair<bool, const char*> sizes[] = {
-      {m.hidden.has_value(), "--hidden"},     {m.heads.has_value(), "--heads"},
-      {m.kv_heads.has_value(), "--kv-heads"}, {m.ffn.has_value(), "--ffn"},
-      {m.vocab.has_value(), "--vocab"},       {m.tie_embeddings, "--tie-embeddings"}};
-  for (const auto& [given, flag] : sizes)
-    if (given)
+  for (const std::string& flag : o.model.given())
+    if (flag != "--seq-len")
       fail(flag, fmt::format("the model comes from {}/config.json (--init-from); only --seq-len "
                              "may be given",
                              o.init_from));
-  const HfModel hf(o.init_from, m.seq_len.value_or(ModelConfig{}.seq_len));
-  hf.check_layout(job.plan.layout, o.plan_path.empty() ? "--layout" : o.plan_path);
-  job.model = hf.model();
-  hf.check_weights(model_params(job.model, job.plan.layout));
+  HfDirectory hf(o.init_from);
+  const LayoutInfo layout = layout_info(job.plan.layout);
+  job.model =
+      job.family.from_hf(hf.config(), hf.config_file(),
+                         o.model.integer("--seq-len").value_or(ModelSetup{}.seq_len), layout);
+  set_model(job);
+  hf.open_weights();
+  if (!job.facts.hugging_face)
+    fail("--init-from", fmt::format("model '{}' has no Hugging Face form (Model::hugging_face)",
+                                    job.facts.family));
+  job.hf_format = run_hook([&] { return job.facts.hugging_face(layout, job.setup, "float32"); });
+  hf.check_weights(job.hf_format);
   job.init_from = o.init_from;
 }
 
@@ -172,7 +190,7 @@ void resolve_eval(const RunOptions& o, Job& job) {
     fail("--eval-batches", fmt::format("must be at least 1, got {}", *o.eval_batches));
   const TokenSource held = open_eval_data(job);  // opens and validates it
   e.every = o.eval_every.value_or(0);
-  const int64_t whole = held.sequence_count(job.model.seq_len + 1) / job.train.global_batch;
+  const int64_t whole = held.sequence_count(job.setup.seq_len + 1) / job.train.global_batch;
   e.batches = o.eval_batches ? *o.eval_batches
                              : static_cast<int>(std::clamp<int64_t>(whole, 1, kDefaultEvalBatches));
 }
@@ -195,28 +213,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   if (job.plan.microbatches < 1) fail("--microbatches", "must be at least 1");
 
   job.train = o.train;
-  job.source = o.source;
-  PPC_INTERNAL_ASSERT(job.source.make != nullptr, "a run has a model");
-  for (size_t st = 0; st < job.plan.layout.stages.size(); ++st)  // as model/stage.cpp says it
-    for (ppc::LayerKind k : job.plan.layout.stages[st])
-      if (const char c = ppc::layer_symbol(k);
-          !job.source.symbols.empty() && job.source.symbols.find(c) == std::string::npos)
-        fail("layout", fmt::format("symbol '{}' (stage {}) has no layer in the model '{}'", c, st,
-                                   job.source.family));
-  if (!job.source.sized) {  // a program's own model: its sizes are its code's
-    const ModelOverrides& m = o.model;
-    const std::pair<bool, const char*> sizing[] = {
-        {!o.config_path.empty(), "--config"},  {m.hidden.has_value(), "--hidden"},
-        {m.heads.has_value(), "--heads"},      {m.kv_heads.has_value(), "--kv-heads"},
-        {m.ffn.has_value(), "--ffn"},          {m.tie_embeddings, "--tie-embeddings"},
-        {!o.init_from.empty(), "--init-from"}, {!o.out.profile_path.empty(), "--profile"},
-        {o.dtype != "fp32", "--dtype"}};
-    for (const auto& [given, flag] : sizing)
-      if (given)
-        fail(flag, fmt::format("applies to pprun's own model only; model '{}' is its program's "
-                               "(only --vocab and --seq-len configure it)",
-                               job.source.family));
-  }
+  job.family = o.family;
   if (o.dtype != "fp32" && o.dtype != "bf16")
     fail("--dtype", fmt::format("'{}': expected fp32 or bf16", o.dtype));
   job.train.dtype = o.dtype == "bf16" ? Precision::Bf16 : Precision::Fp32;
@@ -227,18 +224,23 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
     job.resume_auto = true;
     resume = holds_checkpoint(o.save_dir) ? o.save_dir : "";
   }
-  if (!resume.empty())
+  if (!resume.empty()) {
     resume_from(o, resume, job);
-  else if (!o.init_from.empty())  // with --resume auto: only while --save holds no checkpoint
+  } else if (!o.init_from.empty()) {  // with --resume auto: only while --save holds no checkpoint
     init_from_hf(o, job);
-  else
-    job.model = resolve_model_config(o.config_path, o.model);
-  if (const size_t types = job.model.layer_types.size(),
-      decoders = static_cast<size_t>(job.plan.layout.count(ppc::LayerKind::Decoder));
-      job.source.sized && types > 0 && types != decoders)
-    fail(o.config_path.empty() ? "model" : o.config_path,
-         fmt::format("layer_types has {} entries, but the layout has {} decoder layers (t)", types,
-                     decoders));
+  } else {
+    job.model = job.family.configured(nullptr, o.model);
+    set_model(job);
+  }
+  for (size_t st = 0; st < job.plan.layout.stages.size(); ++st)  // as model/stage.cpp says it
+    for (ppc::LayerKind k : job.plan.layout.stages[st])
+      if (const char c = ppc::layer_symbol(k); job.facts.symbols.find(c) == std::string::npos)
+        fail("layout", fmt::format("symbol '{}' (stage {}) has no layer in the model '{}'", c, st,
+                                   job.facts.family));
+  if (job.train.dtype != Precision::Fp32 && job.facts.precision == MixedPrecision::None)
+    fail("--dtype", fmt::format("{}: model '{}' trains in fp32 only (it takes no part in mixed "
+                                "precision: Model::mixed_precision)",
+                                o.dtype, job.facts.family));
   const TrainOptions& t = job.train;
   if (t.steps < 1)
     fail("--steps", fmt::format("must be at least 1, got {} (the validation loss without "
@@ -256,11 +258,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   if (!(t.lr > 0)) fail("--lr", "must be positive");
   if (t.clip < 0) fail("--clip", "must be at least 0 (0 = no clipping)");
   if (!(t.mtp_loss_weight >= 0)) fail("--mtp-loss-weight", "must be at least 0");
-  if (const int depths = job.source.sized ? mtp_depths(job.plan.layout) : 0;
-      depths >= job.model.seq_len)
-    fail("--seq-len",
-         fmt::format("is {}, but the layout's {} MTP depths need at least {} tokens per sequence",
-                     job.model.seq_len, depths, depths + 1));
+  if (job.facts.check) run_hook([&] { job.facts.check(layout_info(job.plan.layout), job.setup); });
   job.eval.data_path = o.eval_data;
   job.eval.only = o.eval_only;
   const TokenSource data = open_training_data(job);  // opens and validates the data file
@@ -347,12 +345,12 @@ int run_worker(const Job& job, const LaunchEnv& env) {
   if (env.world != topo.world())
     fail("environment",
          fmt::format("the plan is for {} ranks (pp {}{}), but {} is {} (from {}){}", topo.world(),
-                     topo.pp, topo.dp > 1 ? fmt::format(" x dp {}", topo.dp) : "",
+                     topo.pp(), topo.dp() > 1 ? fmt::format(" x dp {}", topo.dp()) : "",
                      env.launcher == "SLURM" ? "SLURM_NTASKS" : "WORLD_SIZE", env.world,
                      env.launcher,
-                     env.world % topo.pp == 0 && env.world / topo.pp != topo.dp
+                     env.world % topo.pp() == 0 && env.world / topo.pp() != topo.dp()
                          ? fmt::format("; for {} data-parallel replicas give --dp {}",
-                                       env.world / topo.pp, env.world / topo.pp)
+                                       env.world / topo.pp(), env.world / topo.pp())
                          : ""));
   set_threads(job.threads);
   keep_freed_memory();
@@ -398,16 +396,16 @@ int run_worker(const Job& job, const LaunchEnv& env) {
       transport = make_gloo_transport(*store, env.rank, env.world, go);
     }
     RankGroups groups{transport.get(), transport.get(), nullptr};
-    if (topo.dp > 1) {  // every rank makes its pipeline's group, then its replicas' group
+    if (topo.dp() > 1) {  // every rank makes its pipeline's group, then its replicas' group
       const int d = topo.replica(env.rank), p = topo.pipeline_rank(env.rank);
       groups.pipeline = nullptr;
-      if (topo.pp > 1)
-        groups.pipeline =
-            (pipeline = transport->new_group(topo.pipeline(d), fmt::format("pipeline:{}", d)))
-                .get();
-      replicas = transport->new_group(topo.replicas(p), fmt::format("replicas:{}", p));
+      if (topo.pp() > 1)
+        groups.pipeline = (pipeline = transport->new_group(topo.group(env.rank, "pp"),
+                                                           fmt::format("pipeline:{}", d)))
+                              .get();
+      replicas = transport->new_group(topo.group(env.rank, "dp"), fmt::format("replicas:{}", p));
       groups.replicas = replicas.get();
-    } else if (topo.pp == 1) {
+    } else if (topo.pp() == 1) {
       groups.pipeline = nullptr;
     }
     train_rank(job, env.rank, env.local_rank, groups, *store, hosts_store, where);
@@ -444,32 +442,65 @@ int spawn(const Job& job, const RunOptions& o) {
   return spawn_ranks(sp);
 }
 
+// --export CKPT OUT: the checkpoint's model (its configuration, as the family reads it).
+struct Exported {
+  ModelFacts facts;
+  ModelSetup setup;
+};
+Exported exported_model(const RunOptions& o, const Checkpoint& ckpt) {
+  const Config config = o.family.configured(&ckpt.state().model, OptionValues{});
+  return Exported{model_facts(o.family, config), setup_of(config, o.family.name())};
+}
+
+int export_command(const RunOptions& o) {
+  if (o.export_format == "hf") {
+    if (o.dtype != "fp32" && o.dtype != "bf16")
+      fail("--dtype", fmt::format("'{}': expected fp32 or bf16", o.dtype));
+    const uint64_t shard = parse_byte_size(o.max_shard_size, "--max-shard-size");
+    const Checkpoint ckpt(o.export_args.at(0));
+    const Exported m = exported_model(o, ckpt);
+    if (!m.facts.hugging_face)
+      fail("--format", fmt::format("hf: model '{}' has no Hugging Face form "
+                                   "(Model::hugging_face)",
+                                   m.facts.family));
+    const ppc::Layout layout = ppc::parse_layout(ckpt.state().layout, "layout", ppc::kAnySymbols);
+    const HfFormat format = run_hook([&] {
+      return m.facts.hugging_face(layout_info(layout), m.setup,
+                                  o.dtype == "bf16" ? "bfloat16" : "float32");
+    });
+    const HfExport e = export_hf(o.export_args.at(0), format, o.export_args.at(1),
+                                 o.dtype == "bf16" ? TensorDtype::BF16 : TensorDtype::F32, shard);
+    std::printf("%s: wrote the %zu tensors of %s as a Hugging Face %s (%s, %zu file%s) to %s\n",
+                program_name().c_str(), e.tensors, ckpt.dir().c_str(), e.architecture.c_str(),
+                o.dtype.c_str(), e.shards, e.shards == 1 ? "" : "s", o.export_args.at(1).c_str());
+    return 0;
+  }
+  const Checkpoint ckpt(o.export_args.at(0));
+  const Exported m = exported_model(o, ckpt);
+  std::optional<std::vector<ParamShape>> params;  // the model's, where it lists them
+  if (m.facts.parameters) {
+    const ppc::Layout layout = ppc::parse_layout(ckpt.state().layout, "layout", ppc::kAnySymbols);
+    params = run_hook([&] { return m.facts.parameters(layout_info(layout), m.setup); });
+  }
+  const size_t n =
+      export_checkpoint(o.export_args.at(0), o.export_args.at(1), params ? &*params : nullptr);
+  std::printf("%s: wrote the %zu model tensors of %s to %s\n", program_name().c_str(), n,
+              ckpt.dir().c_str(), o.export_args.at(1).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int run(const RunOptions& o, const GetEnv& getenv) {
-  if (!o.export_args.empty() && o.export_format == "hf") {
-    if (o.dtype != "fp32" && o.dtype != "bf16")
-      fail("--dtype", fmt::format("'{}': expected fp32 or bf16", o.dtype));
-    const HfExport e = export_hf(o.export_args.at(0), o.export_args.at(1),
-                                 o.dtype == "bf16" ? TensorDtype::BF16 : TensorDtype::F32,
-                                 parse_byte_size(o.max_shard_size, "--max-shard-size"));
-    std::printf("%s: wrote the %zu tensors of %s as a Hugging Face %s (%s, %zu file%s) to %s\n",
-                program_name().c_str(), e.tensors, find_checkpoint(o.export_args.at(0)).c_str(),
-                e.architecture.c_str(), o.dtype.c_str(), e.shards, e.shards == 1 ? "" : "s",
-                o.export_args.at(1).c_str());
-    return 0;
-  }
-  if (!o.export_args.empty()) {
-    const size_t n = export_checkpoint(o.export_args.at(0), o.export_args.at(1));
-    std::printf("%s: wrote the %zu model tensors of %s to %s\n", program_name().c_str(), n,
-                find_checkpoint(o.export_args.at(0)).c_str(), o.export_args.at(1).c_str());
-    return 0;
-  }
+  if (!o.export_args.empty()) return export_command(o);
   const std::optional<LaunchEnv> env = o.reference ? std::nullopt : launch_env(getenv);
   const Job job = make_job(o, env);
-  if (!job.init_from.empty() && !env)
+  if (!job.init_from.empty() && !env) {
+    HfDirectory hf(job.init_from);
+    hf.open_weights();
     std::printf("%s: initialising from %s\n", program_name().c_str(),
-                HfModel(job.init_from, job.model.seq_len).describe().c_str());
+                hf.describe(job.hf_format).c_str());
+  }
   if (job.start_step >= job.last_step() && !job.eval.only) {
     if (!env || env->rank == 0)
       std::printf("%s: the checkpoint %s has completed %lld steps%s: nothing to train\n",

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "pprt/family.h"
 #include "runtime/job.h"
 #include "runtime/launch/env.h"
-#include "runtime/models/llama/config.h"
 
 namespace pprt {
 
@@ -18,9 +18,8 @@ struct RunOptions {
   bool reference = false;
   std::string layout;               // --reference without a plan
   std::optional<int> microbatches;  // must agree with the plan
-  ModelSource source;               // the model (its family); pprun's own by default
-  std::string config_path;
-  ModelOverrides model;
+  Family family;                    // the model's: pprun's own, or a program's
+  OptionValues model;               // its options as given (--vocab, --seq-len among them)
   TrainOptions train;
   std::string eval_data;                        // --eval-data FILE
   std::optional<int> eval_every, eval_batches;  // --eval-every N, --eval-batches K

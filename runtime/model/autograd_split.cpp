@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
@@ -36,18 +37,18 @@ Edge edge_of(const at::Tensor& t) {
   return acc ? Edge(std::move(acc), 0) : Edge();
 }
 
-// The graph reachable from a node through its next edges, not going past `stop` (the input's
-// node: a stage input that is not a leaf leads into the previous stage's graph), with each node's
-// parents.
+// The graph reachable from the roots through their next edges, not going past the `stops` (the
+// inputs' nodes: a stage input that is not a leaf leads into the previous stage's graph), with each
+// node's parents.
 struct Graph {
-  std::vector<NodePtr> nodes;                // nodes[0] is the root
+  std::vector<NodePtr> nodes;                // the roots first
   std::vector<std::vector<size_t>> parents;  // per node, the nodes with an edge to it
   std::unordered_map<const Node*, size_t> index;
 
-  Graph(const NodePtr& root, const Node* stop) {
-    add(root);
+  Graph(const edge_list& roots, const std::unordered_set<const Node*>& stops) {
+    for (const Edge& r : roots) add(r.function);
     for (size_t i = 0; i < nodes.size(); ++i) {
-      if (nodes[i].get() == stop) continue;
+      if (stops.count(nodes[i].get())) continue;
       for (const Edge& e : nodes[i]->next_edges()) {
         if (!e.is_valid()) continue;
         const size_t j = add(e.function);
@@ -63,11 +64,11 @@ struct Graph {
     }
     return it->second;
   }
-  // The nodes from which node `target` can be reached (itself included).
-  std::vector<char> reaching(size_t target) const {
+  // The nodes from which one of the `targets` can be reached (themselves included).
+  std::vector<char> reaching(const std::vector<size_t>& targets) const {
     std::vector<char> in(nodes.size(), 0);
-    std::vector<size_t> todo{target};
-    in[target] = 1;
+    std::vector<size_t> todo = targets;
+    for (size_t t : targets) in[t] = 1;
     while (!todo.empty()) {
       const size_t n = todo.back();
       todo.pop_back();
@@ -117,34 +118,56 @@ AutogradSplit::Held AutogradSplit::held() const {
   return impl_->held;
 }
 
-at::Tensor AutogradSplit::backward_input(const at::Tensor& output, const at::Tensor& grad_output,
-                                         const at::Tensor& input) {
+std::vector<at::Tensor> AutogradSplit::backward_input(const std::vector<at::Tensor>& outputs,
+                                                      const std::vector<at::Tensor>& grad_outputs,
+                                                      const std::vector<at::Tensor>& inputs) {
   Impl& m = *impl_;
   PPC_INTERNAL_ASSERT(!m.pending, "an I before the W of the previous one");
   m = Impl{};
   m.pending = true;
-  const Edge root = edge_of(output);
-  if (!root.is_valid()) return at::Tensor();  // nothing requires grad: nothing to do
-  at::Tensor gout = grad_output.defined() ? grad_output : at::ones_like(output);
+  std::vector<at::Tensor> out(inputs.size());
+  // The roots: the outputs that require grad, with the gradient flowing into each.
+  edge_list roots;
+  std::vector<at::Tensor> grads;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const Edge e = edge_of(outputs[k]);
+    if (!e.is_valid()) continue;
+    roots.push_back(e);
+    grads.push_back(k < grad_outputs.size() && grad_outputs[k].defined()
+                        ? grad_outputs[k]
+                        : at::ones_like(outputs[k]));
+  }
+  if (roots.empty()) return out;  // nothing requires grad: nothing to do
 
-  const Edge in = edge_of(input);
-  const Graph g(root.function, in.function.get());
-  const auto in_at = in.is_valid() ? g.index.find(in.function.get()) : g.index.end();
-  if (in_at == g.index.end()) {
-    // No input gradient (the model's first stage, or an output that does not depend on the
-    // input): the input path is empty and the W is the whole backward.
-    m.roots.push_back(root);
-    m.grads.push_back(std::move(gout));
-    m.held = Held{distinct_bytes(m.grads), 1, 1};
-    return at::Tensor();
+  std::vector<Edge> in(inputs.size());
+  std::unordered_set<const Node*> stops;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    in[k] = edge_of(inputs[k]);
+    if (in[k].is_valid()) stops.insert(in[k].function.get());
+  }
+  const Graph g(roots, stops);
+  std::vector<size_t> in_nodes;  // the inputs' nodes the graph reaches
+  for (const Edge& e : in)
+    if (e.is_valid())
+      if (auto it = g.index.find(e.function.get()); it != g.index.end())
+        in_nodes.push_back(it->second);
+  if (in_nodes.empty()) {
+    // No input gradient (the model's first stage, or outputs that do not depend on the inputs):
+    // the input path is empty and the W is the whole backward.
+    m.roots = std::move(roots);
+    m.grads = std::move(grads);
+    m.held = Held{distinct_bytes(m.grads), static_cast<int>(m.roots.size()),
+                  static_cast<int>(m.roots.size())};
+    return out;
   }
 
   // The input path C and, in it, the nodes with an edge leaving it (towards parameters).
-  const size_t in_node = in_at->second;
-  const std::vector<char> in_c = g.reaching(in_node);
+  const std::vector<char> in_c = g.reaching(in_nodes);
+  std::vector<char> is_in(g.nodes.size(), 0);
+  for (size_t i : in_nodes) is_in[i] = 1;
   std::vector<size_t> inter;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!in_c[i] || i == in_node) continue;
+    if (!in_c[i] || is_in[i]) continue;
     for (const Edge& e : g.nodes[i]->next_edges())
       if (e.is_valid() && !in_c[g.index.at(e.function.get())]) {
         inter.push_back(i);
@@ -152,22 +175,29 @@ at::Tensor AutogradSplit::backward_input(const at::Tensor& output, const at::Ten
       }
   }
 
-  // Run C alone: the input's edge and every input of the intermediates are captured outputs, so
+  // Run C alone: the inputs' edges and every input of the intermediates are captured outputs, so
   // the engine follows no edge out of C and accumulates nothing.
-  edge_list outputs{in};
+  edge_list captured;
+  std::vector<size_t> input_at(inputs.size(), SIZE_MAX);  // input k's entry in `captured`
+  for (size_t k = 0; k < in.size(); ++k)
+    if (in[k].is_valid() && g.index.count(in[k].function.get())) {
+      input_at[k] = captured.size();
+      captured.push_back(in[k]);
+    }
+  const size_t first_inter = captured.size();
   for (size_t i : inter)
-    for (uint32_t k = 0; k < g.nodes[i]->num_inputs(); ++k) outputs.emplace_back(g.nodes[i], k);
+    for (uint32_t k = 0; k < g.nodes[i]->num_inputs(); ++k) captured.emplace_back(g.nodes[i], k);
   variable_list got = torch::autograd::Engine::get_default_engine().execute(
-      {root}, {std::move(gout)}, /*keep_graph=*/true, /*create_graph=*/false,
-      /*accumulate_grad=*/false, outputs);
-  PPC_INTERNAL_ASSERT(got.size() == outputs.size(), "one gradient per captured edge");
+      roots, grads, /*keep_graph=*/true, /*create_graph=*/false,
+      /*accumulate_grad=*/false, captured);
+  PPC_INTERNAL_ASSERT(got.size() == captured.size(), "one gradient per captured edge");
 
   // The W starts from the intermediates with what flowed into them. Their edges into C are cut,
   // so that the W runs only the weight subgraphs: nothing of C again, no gradient counted twice
   // through an intermediate reached from another.
-  for (size_t j = 1; j < outputs.size(); ++j)
+  for (size_t j = first_inter; j < captured.size(); ++j)
     if (got[j].defined()) {
-      m.roots.push_back(std::move(outputs[j]));
+      m.roots.push_back(std::move(captured[j]));
       m.grads.push_back(std::move(got[j]));
     }
   std::vector<char> is_inter(g.nodes.size(), 0);
@@ -178,13 +208,23 @@ at::Tensor AutogradSplit::backward_input(const at::Tensor& output, const at::Ten
   }
   // The rest of C has run for the last time: its saved tensors go now, as a full backward's do.
   for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (in_c[i] && !is_inter[i] && i != in_node) g.nodes[i]->release_variables();
+    if (in_c[i] && !is_inter[i] && !is_in[i]) g.nodes[i]->release_variables();
 
   std::unordered_set<const Node*> kept;
   for (const Edge& e : m.roots) kept.insert(e.function.get());
   m.held = Held{distinct_bytes(m.grads), static_cast<int>(m.roots.size()),
                 static_cast<int>(kept.size())};
-  return std::move(got[0]);
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (input_at[k] != SIZE_MAX) out[k] = std::move(got[input_at[k]]);
+  return out;
+}
+
+at::Tensor AutogradSplit::backward_input(const at::Tensor& output, const at::Tensor& grad_output,
+                                         const at::Tensor& input) {
+  const std::vector<at::Tensor> in =
+      input.defined() ? std::vector<at::Tensor>{input} : std::vector<at::Tensor>{};
+  std::vector<at::Tensor> got = backward_input({output}, {grad_output}, in);
+  return got.empty() ? at::Tensor() : std::move(got.front());
 }
 
 void AutogradSplit::backward_weight() {

@@ -17,21 +17,44 @@
 //    the parameters' gradients are accumulated into their .grad as a full backward would. The
 //    graph is freed after it.
 // A stage without an input gradient (the model's first stage) has an empty C: its I keeps the
-// output's gradient and its W is the whole backward.
+// output's gradient and its W is the whole backward. A stage of several tensors in and out (named
+// boundaries) is the same with several roots and several inputs: C is every node from which an
+// input can be reached.
 //
 // Included only by LibTorch translation units.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/fail.h"
 
 namespace pprt {
 
 // Whether the environment asks for the generic split on every stage, the built-in model's
 // included (PPRUN_GENERIC_SPLIT=1): for tests and benchmarks of the split itself.
 bool generic_split_forced();
+
+// Runs `f`, part `part` ("I" or "W") of the split of `who`'s backward (a stage); what the autograd
+// engine throws (a module that modified a tensor its backward needs, say) becomes one line naming
+// `who` (a ppc::UserError).
+template <class F>
+auto split_part(const std::string& who, const char* part, F&& f) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    fail(who, fmt::format("its {} (the input/weight split through autograd) failed: {}", part,
+                          what.substr(0, what.find('\n'))));
+  }
+}
 
 // One stage's backward for one microbatch, split into I and W.
 class AutogradSplit {
@@ -41,10 +64,14 @@ class AutogradSplit {
   AutogradSplit(AutogradSplit&&) noexcept;
   AutogradSplit& operator=(AutogradSplit&&) noexcept;
 
-  // I: the gradient of `input` (a leaf requiring grad; undefined for a stage that starts from the
-  // token ids) from `output` and the gradient flowing into it (`grad_output`; undefined for a
-  // loss: ones). Returns an undefined tensor when the input is undefined or the output does not
-  // depend on it. Keeps what backward_weight needs; the caller may drop `output` and `input`.
+  // I: the gradients of `inputs` (leaves requiring grad; none for a stage that starts from the
+  // token ids) from `outputs` and the gradients flowing into them (`grad_outputs`, one each; none
+  // for a loss: ones). Returns one per input, undefined where the outputs do not depend on it.
+  // Keeps what backward_weight needs; the caller may drop the outputs and the inputs.
+  std::vector<at::Tensor> backward_input(const std::vector<at::Tensor>& outputs,
+                                         const std::vector<at::Tensor>& grad_outputs,
+                                         const std::vector<at::Tensor>& inputs);
+  // The same for one output and one input (either undefined: none).
   at::Tensor backward_input(const at::Tensor& output, const at::Tensor& grad_output,
                             const at::Tensor& input);
   // W: accumulates the parameters' gradients into their .grad, then frees what I kept.

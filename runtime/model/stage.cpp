@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
 #include "runtime/model/autograd_split.h"
+#include "runtime/model/model_facts.h"
 
 namespace pprt {
 
@@ -56,8 +58,64 @@ std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
+// LibTorch's autocast in `dtype` on `device` while it lives (MixedPrecision::Autocast), as
+// torch.autocast enters and leaves it: its cache of cast weights is emptied when the outermost
+// one ends.
+class Autocast {
+ public:
+  Autocast(const at::Device& device, at::ScalarType dtype) : type_(device.type()) {
+    was_ = at::autocast::is_autocast_enabled(type_);
+    dtype_was_ = at::autocast::get_autocast_dtype(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~Autocast() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(type_, was_);
+    at::autocast::set_autocast_dtype(type_, dtype_was_);
+  }
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  at::DeviceType type_;
+  bool was_;
+  at::ScalarType dtype_was_;
+};
+
 std::string shape_text(at::IntArrayRef s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+// "[2, 8, 8]" for one unnamed tensor, "h [2, 8, 8], mtp.1 [2, 8, 8]" otherwise.
+std::string shapes_text(const std::vector<TensorShape>& ts) {
+  if (ts.size() == 1 && ts.front().name.empty()) return shape_text(ts.front().shape);
+  std::vector<std::string> parts;
+  for (const TensorShape& t : ts)
+    parts.push_back(fmt::format("{}{}", t.name.empty() ? "" : t.name + " ", shape_text(t.shape)));
+  return parts.empty() ? "nothing" : fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::vector<TensorShape> shapes_of(const Tensors& ts) {
+  std::vector<TensorShape> out;
+  for (const NamedTensor& t : ts)
+    out.push_back(
+        TensorShape{t.name, t.tensor.defined() ? t.tensor.sizes().vec() : std::vector<int64_t>{}});
+  return out;
+}
+
+// A layer's declared output for inputs of shapes `in`: its TensorsShapeFn's, or its one tensor's
+// (ShapeFn, SetupShapeFn) for one input; nothing when it declares none (or a one-tensor shape for
+// several inputs, which the forward refuses).
+std::optional<std::vector<TensorShape>> declared_out(const Model::Symbol& sym,
+                                                     const std::vector<TensorShape>& in,
+                                                     const MicrobatchShape& mb,
+                                                     const ModelSetup& setup) {
+  if (sym.tensors_shape) return sym.tensors_shape(in, mb, setup);
+  if (sym.shape && in.size() == 1)
+    return std::vector<TensorShape>{TensorShape{"", sym.shape(in.front().shape, setup)}};
+  return std::nullopt;
 }
 
 }  // namespace
@@ -113,23 +171,44 @@ const std::string* SharedParams::name_of(const at::Tensor& t) const {
 
 }  // namespace detail
 
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 std::string to_string(const TensorSpec& s) {
-  return fmt::format("{} {}", shape_text(s.shape), c10::toString(s.dtype));
+  return fmt::format("{}{} {}", s.name.empty() ? "" : s.name + " ", shape_text(s.shape),
+                     c10::toString(s.dtype));
 }
 
-TensorSpec placeholder_spec() {
-  return TensorSpec{{1}, at::kFloat};
+int64_t BoundarySpec::numel() const {
+  int64_t n = 0;
+  for (const TensorSpec& t : tensors) n += t.numel();
+  return n;
 }
 
-LayoutInfo layout_info(const ppc::Layout& layout) {
-  LayoutInfo info;
-  info.text = layout.source;
-  for (const auto& stage : layout.stages) {
-    std::string s;
-    for (ppc::LayerKind k : stage) s += ppc::layer_symbol(k);
-    info.stages.push_back(std::move(s));
-  }
-  return info;
+std::string to_string(const BoundarySpec& s) {
+  std::vector<std::string> parts;
+  for (const TensorSpec& t : s.tensors) parts.push_back(to_string(t));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+BoundarySpec spec_of(const Tensors& ts) {
+  BoundarySpec s;
+  for (const NamedTensor& t : ts)
+    s.tensors.push_back(TensorSpec{t.tensor.sizes().vec(), t.tensor.scalar_type(), t.name});
+  return s;
+}
+
+std::vector<at::Tensor> tensors_of(const Tensors& ts) {
+  std::vector<at::Tensor> out;
+  for (const NamedTensor& t : ts) out.push_back(t.tensor);
+  return out;
+}
+
+BoundarySpec placeholder_spec() {
+  return BoundarySpec{{TensorSpec{{1}, at::kFloat, ""}}};
 }
 
 std::vector<LayerPlace> layer_places(const ppc::Layout& layout) {
@@ -161,6 +240,19 @@ struct Stage::Impl {
   std::vector<Built> layers;
   bool first = false, last = false, split = true;
   std::vector<std::string> names;
+  std::vector<Reported> reported;  // what the model declares it reports, for this layout
+
+  // What `where` (a layer, the loss) reported from entry `from` of `r` on must be declared.
+  void check_reported(const LossReport& r, size_t from, const std::string& where) const {
+    for (size_t i = from; i < r.values.size(); ++i) {
+      const LossReport::Value& v = r.values[i];
+      if (std::find(reported.begin(), reported.end(), Reported{v.name, v.loss}) == reported.end())
+        fail(where, fmt::format("it reports the {} '{}', which the model does not declare for "
+                                "this layout ({})",
+                                v.loss ? "auxiliary loss" : "metric", v.name,
+                                v.loss ? "Model::aux_loss" : "Model::metric"));
+    }
+  }
 
   std::string where(const Built& b) const {
     std::string prefix = b.layer.prefix;
@@ -194,6 +286,7 @@ Stage::Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
   m.ctx = ctx;
   m.stage = stage;
   const Model& model = *ctx.model;
+  m.reported = model.reported(layout_info(layout));
   const std::vector<LayerPlace> places = layer_places(layout);
   ParamStore& store = params.store();
   for (const LayerPlace& p : places) {
@@ -214,6 +307,7 @@ Stage::Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
     info.seq_len = ctx.setup.seq_len;
     info.seed = ctx.seed;
     info.aux_loss_weight = ctx.aux_loss_weight;
+    info.dtype = ctx.dtype;
     info.params = &params;
     info.layout = layout_info(layout);
     Impl::Built b{p, sym, Layer{}};
@@ -226,7 +320,11 @@ Stage::Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
       b.layer = m.located(where, "its factory failed", [&] { return sym->make(info); });
     }
     if (b.layer.prefix.empty()) b.layer.prefix = fmt::format("{}.{}.", sym->name, p.index);
-    if (!b.layer.forward) fail(m.where(b), "the factory made a layer without a forward");
+    if (!b.layer.forward == !b.layer.forward_tensors)
+      fail(m.where(b), b.layer.forward
+                           ? "the factory made a layer with both forwards (Layer::forward "
+                             "and Layer::forward_tensors)"
+                           : "the factory made a layer without a forward");
     // Its parameters, by global name.
     auto hold = [&](const std::string& name, const at::Tensor& t) {
       if (NamedParam* have = store.find(name)) {
@@ -298,98 +396,144 @@ std::string Stage::describe() const {
                      b.index);
 }
 
-at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, int microbatch,
-                          WeightWork* work, LossReport* losses) {
+Tensors Stage::forward(const Tensors& state, const at::Tensor& rows, const MicrobatchShape& shape,
+                       int microbatch, WeightWork* work, LossReport* losses) {
   Impl& m = *impl_;
   if (m.layers.empty()) {  // an empty stage passes its input on
-    if (state.defined()) return state.view_as(state);
+    Tensors out;
+    for (const NamedTensor& t : state)
+      out.push_back(NamedTensor{t.name, t.tensor.view_as(t.tensor)});
+    if (!out.empty()) return out;
     // The model's first stage, empty, before its first layer: a placeholder for the next stage.
-    return at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(m.ctx.device))
-        .requires_grad_(true);
+    return {
+        NamedTensor{"", at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(m.ctx.device))
+                            .requires_grad_(true)}};
   }
-  const Microbatch mb(rows, microbatch, m.ctx.setup.seq_len, work, losses);
-  at::Tensor x = m.first ? mb.inputs() : state;
+  LossReport own;  // where the caller keeps no report: the auxiliary losses still join the loss
+  if (!losses) losses = &own;
+  const Microbatch mb(rows, shape, microbatch, work, losses);
+  std::optional<Autocast> autocast;  // the layers and the loss of a model that asks for it
+  if (m.ctx.model->mixed_precision() == MixedPrecision::Autocast && m.ctx.dtype != at::kFloat)
+    autocast.emplace(m.ctx.device, m.ctx.dtype);
+  Tensors x = m.first ? Tensors{NamedTensor{"", mb.inputs()}} : state;
   for (const Impl::Built& b : m.layers) {
-    const std::vector<int64_t> in = x.sizes().vec();
+    const std::vector<TensorShape> in = shapes_of(x);
     const std::string where = m.where(b);
-    x = m.located(where, "its forward failed", [&] { return b.layer.forward(x, mb); });
-    if (!x.defined()) fail(where, "its forward returned no tensor");
-    if (b.symbol->shape) {
-      const std::vector<int64_t> want = m.located(where, "its shape function failed",
-                                                  [&] { return b.symbol->shape(in, m.ctx.setup); });
-      if (x.sizes().vec() != want)
-        fail(where, fmt::format("its output is {}, but its declared shape for an input {} is {}",
-                                shape_text(x.sizes()), shape_text(in), shape_text(want)));
+    const size_t reported = losses->values.size();
+    if (b.layer.forward_tensors) {
+      x = m.located(where, "its forward failed", [&] { return b.layer.forward_tensors(x, mb); });
+    } else {
+      if (x.size() != 1)
+        fail(where, fmt::format("it takes one tensor (Layer::forward), but gets {}: give it "
+                                "Layer::forward_tensors",
+                                shapes_text(in)));
+      at::Tensor y = m.located(where, "its forward failed",
+                               [&] { return b.layer.forward(x.front().tensor, mb); });
+      x = Tensors{NamedTensor{"", std::move(y)}};
     }
+    if (x.empty()) fail(where, "its forward returned no tensor");
+    for (const NamedTensor& t : x)
+      if (!t.tensor.defined())
+        fail(where, fmt::format("its forward returned no tensor{}",
+                                t.name.empty() ? "" : " '" + t.name + "'"));
+    m.check_reported(*losses, reported, where);
+    const auto want = m.located(where, "its shape function failed",
+                                [&] { return declared_out(*b.symbol, in, shape, m.ctx.setup); });
+    if (want && shapes_of(x) != *want)
+      fail(where, fmt::format("its output is {}, but its declared shape for an input {} is {}",
+                              shapes_text(shapes_of(x)), shapes_text(in), shapes_text(*want)));
   }
+  // A stage before the last leaves its auxiliary losses' terms in `losses`: the executor joins
+  // them to its backward (aux_loss.h).
   if (!m.last) return x;
-  if (const LossFn& loss = m.ctx.model->loss())
-    x = m.located(fmt::format("stage {}, the loss", m.stage), "the loss failed",
-                  [&] { return loss(x, mb); });
-  if (!x.defined() || x.numel() != 1)
-    fail(m.stage < 0 ? std::string("the model") : fmt::format("stage {}", m.stage),
-         fmt::format("the loss must be a scalar, but it is {}{}",
-                     x.defined() ? shape_text(x.sizes()) : "undefined",
-                     m.ctx.model->loss() ? "" : " (the last layer's output: give Model::loss)"));
-  if (x.dim() != 0) x = x.reshape({});
-  if (losses && !losses->main.defined()) losses->main = x.detach();
-  return x;
-}
-
-std::optional<TensorSpec> Stage::declared_out(const TensorSpec& in, int64_t rows) const {
-  const Impl& m = *impl_;
-  if (m.layers.empty()) return in;
-  if (m.last) return TensorSpec{{}, at::kFloat};
-  std::vector<int64_t> shape = m.first ? std::vector<int64_t>{rows, m.ctx.setup.seq_len} : in.shape;
-  for (const Impl::Built& b : m.layers) {
-    if (!b.symbol->shape) return std::nullopt;
-    shape = b.symbol->shape(shape, m.ctx.setup);
+  const std::string where =
+      m.stage < 0 ? std::string("the model") : fmt::format("stage {}", m.stage);
+  if (x.size() != 1)
+    fail(where, fmt::format("the loss must be a scalar, but the last layer gives {}",
+                            shapes_text(shapes_of(x))));
+  at::Tensor loss = std::move(x.front().tensor);
+  if (const LossFn& fn = m.ctx.model->loss()) {
+    const std::string at_loss = fmt::format("stage {}, the loss", m.stage);
+    const size_t reported = losses->values.size();
+    loss = m.located(at_loss, "the loss failed", [&] { return fn(loss, mb); });
+    m.check_reported(*losses, reported, at_loss);
   }
-  return TensorSpec{shape, m.ctx.dtype};
+  if (!loss.defined() || loss.numel() != 1)
+    fail(where,
+         fmt::format("the loss must be a scalar, but it is {}{}",
+                     loss.defined() ? shape_text(loss.sizes()) : "undefined",
+                     m.ctx.model->loss() ? "" : " (the last layer's output: give Model::loss)"));
+  if (loss.dim() != 0) loss = loss.reshape({});
+  if (loss.scalar_type() != at::kFloat) loss = loss.to(at::kFloat);  // fp32 (mixed precision)
+  if (!losses->main.defined()) losses->main = loss.detach();
+  // The auxiliary losses of every layer of this stage (of the whole model, unpipelined) join it.
+  for (const at::Tensor& term : losses->terms) loss = loss + term;
+  losses->terms.clear();
+  return {NamedTensor{"", std::move(loss)}};
 }
 
-std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
-                                                           const ModelSetup& setup,
-                                                           const ppc::Layout& layout, int64_t rows,
-                                                           std::string* missing,
-                                                           at::ScalarType dtype) {
+at::Tensor Stage::forward(const at::Tensor& state, const at::Tensor& rows, int microbatch,
+                          WeightWork* work, LossReport* losses) {
+  const Tensors in = state.defined() ? Tensors{NamedTensor{"", state}} : Tensors{};
+  Tensors out = forward(in, rows, impl_->ctx.model->shape_of(rows), microbatch, work, losses);
+  PPC_INTERNAL_ASSERT(out.size() == 1, fmt::format("{} gives {} tensors: call forward(Tensors)",
+                                                   describe(), out.size()));
+  return std::move(out.front().tensor);
+}
+
+std::optional<std::vector<BoundarySpec>> declared_boundaries(
+    const Model& model, const ModelSetup& setup, const ppc::Layout& layout,
+    const MicrobatchShape& mb, std::string* missing, at::ScalarType dtype) {
   const std::vector<LayerPlace> places = layer_places(layout);
-  std::vector<TensorSpec> out{placeholder_spec()};
+  std::vector<BoundarySpec> out{placeholder_spec()};
+  std::vector<TensorShape> shapes{TensorShape{"", {1}}};
   size_t next = 0;
   for (size_t s = 0; s < layout.stages.size(); ++s) {
-    std::vector<int64_t> shape = out.back().shape;
-    at::ScalarType type = out.back().dtype;
+    at::ScalarType type = out.back().tensors.front().dtype;
     for (; next < places.size() && places[next].stage == static_cast<int>(s); ++next) {
       const LayerPlace& p = places[next];
       const Model::Symbol* sym = model.symbol(p.symbol);
-      if (!sym || !sym->shape) {
+      if (p.position == 0) shapes = {TensorShape{"", {mb.batch, mb.length}}};
+      std::optional<std::vector<TensorShape>> o;
+      if (sym) o = declared_out(*sym, shapes, mb, setup);
+      if (!o) {
         if (missing) *missing = fmt::format("stage {}, layer '{}' #{}", p.stage, p.symbol, p.index);
         return std::nullopt;
       }
-      if (p.position == 0) shape = {rows, setup.seq_len};
-      shape = sym->shape(shape, setup);
+      shapes = std::move(*o);
       type = dtype;
-      if (p.position == p.layers - 1) type = at::kFloat;  // the loss
-      if (p.position == p.layers - 1 && model.loss()) shape = {};
+      if (p.position == p.layers - 1) {  // the loss
+        type = at::kFloat;
+        if (model.loss()) shapes = {TensorShape{"", {}}};
+      }
     }
-    out.push_back(TensorSpec{shape, type});
+    BoundarySpec& b = out.emplace_back();
+    for (const TensorShape& t : shapes) b.tensors.push_back(TensorSpec{t.shape, type, t.name});
   }
   return out;
 }
 
-std::vector<TensorSpec> learned_boundaries(const ModelContext& ctx, const ppc::Layout& layout,
-                                           int64_t rows) {
+std::optional<std::vector<BoundarySpec>> declared_boundaries(const Model& model,
+                                                             const ModelSetup& setup,
+                                                             const ppc::Layout& layout,
+                                                             int64_t rows, std::string* missing,
+                                                             at::ScalarType dtype) {
+  return declared_boundaries(model, setup, layout, MicrobatchShape{rows, setup.seq_len, {}},
+                             missing, dtype);
+}
+
+std::vector<BoundarySpec> learned_boundaries(const ModelContext& ctx, const ppc::Layout& layout,
+                                             const at::Tensor& rows) {
   RankModel whole(ctx);
   for (size_t s = 0; s < layout.stages.size(); ++s) whole.add(layout, static_cast<int>(s));
   at::NoGradGuard no_grad;
-  const at::Tensor tokens = at::zeros({rows, ctx.setup.seq_len + 1},
-                                      at::TensorOptions().dtype(at::kLong).device(ctx.device));
-  std::vector<TensorSpec> out{placeholder_spec()};
-  at::Tensor x;
+  const MicrobatchShape shape = ctx.model->shape_of(rows);
+  std::vector<BoundarySpec> out{placeholder_spec()};
+  Tensors x;
   for (Stage* stage : whole.stages) {
     LossReport losses;
-    x = stage->forward(x, tokens, 0, nullptr, &losses);
-    out.push_back(TensorSpec{x.sizes().vec(), x.scalar_type()});
+    x = stage->forward(x, rows, shape, 0, nullptr, &losses);
+    out.push_back(spec_of(x));
   }
   return out;
 }

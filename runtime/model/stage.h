@@ -1,6 +1,7 @@
 // A rank's model, built from a pprt::Model (pprt/pprt.h): its parameters by global name
 // (ParamStore) and its stages (Stage), each the layers of one layout stage made by the model's
-// factories. pprun's own model is one such pprt::Model (builtin.h).
+// factories, and what crosses its boundaries (BoundarySpec: named tensors of shapes that follow
+// the microbatch's). pprun's own model is one such pprt::Model (runtime/models/llama).
 //
 // Parameters: each layer's module's parameters are named `prefix` + their name in the module,
 // except those a layer got from LayerInfo::shared, named by their shared name. A rank holds one
@@ -70,16 +71,26 @@ class SharedParams {
 };
 }  // namespace detail
 
-// The shape and type of a tensor crossing a stage boundary.
+// The shape, type and name of a tensor crossing a stage boundary.
 struct TensorSpec {
   std::vector<int64_t> shape;
   at::ScalarType dtype = at::kFloat;
+  std::string name;  // "" for a layer of one tensor's (pprt::NamedTensor)
+  int64_t numel() const;
   bool operator==(const TensorSpec&) const = default;
 };
-std::string to_string(const TensorSpec& s);  // "[2, 64, 128] float"
+std::string to_string(const TensorSpec& s);  // "[2, 64, 128] Float", "mtp.1 [2, 64, 128] Float"
 
-// The layout as pprt::Model's hooks see it.
-LayoutInfo layout_info(const ppc::Layout& layout);
+// What crosses a stage boundary for one microbatch: its tensors, in order, one message
+// (train/messages.h).
+struct BoundarySpec {
+  std::vector<TensorSpec> tensors;
+  int64_t numel() const;  // of them all
+  bool operator==(const BoundarySpec&) const = default;
+};
+std::string to_string(const BoundarySpec& s);  // its tensors', ", " between them
+BoundarySpec spec_of(const Tensors& ts);       // their shapes, dtypes and names
+std::vector<at::Tensor> tensors_of(const Tensors& ts);
 
 // Where a layer sits in the model: its symbol, its index among that symbol's layers and among
 // all the model's layers, and the layout stage that holds it.
@@ -129,18 +140,20 @@ class Stage {
   // The global names of the parameters its layers hold, each once, in order of first use.
   const std::vector<std::string>& param_names() const;
 
-  // One microbatch. `state`: the tensor crossing into the stage (undefined or ignored when it
-  // takes the token ids); `rows`: the microbatch's token rows [b, seq_len + 1] (int64). Returns
-  // the tensor crossing out of it, the loss (a scalar) after the model's last layer. Layers that
-  // split their own backward defer into `work` (null: through autograd); the loss is reported
-  // into `losses` (the loss itself when the model reports nothing). A layer that fails, or whose
-  // output breaks its declared shape, throws ppc::UserError naming the stage and the layer.
+  // One microbatch. `state`: the tensors crossing into the stage (empty or ignored when it takes
+  // the token ids); `rows`: the microbatch's token rows [b, length + 1] (int64) and `shape` its
+  // shape (Model::shape_of). Returns the tensors crossing out of it, the loss (one scalar) after
+  // the model's last layer, with the auxiliary losses of its layers added; a stage before the
+  // last leaves its layers' auxiliary losses in `losses->terms` (the executor joins them to its
+  // backward: aux_loss.h). Layers that split their own backward defer into `work` (null: through
+  // autograd); what layers report goes into `losses` (the loss itself as "main" when the model
+  // reports nothing; null: kept nowhere). A layer that fails, or whose output breaks its declared
+  // shape, throws ppc::UserError naming the stage and the layer.
+  Tensors forward(const Tensors& state, const at::Tensor& rows, const MicrobatchShape& shape,
+                  int microbatch, WeightWork* work, LossReport* losses);
+  // The same for a stage whose boundaries are one tensor each (tests), its shape from `rows`.
   at::Tensor forward(const at::Tensor& state, const at::Tensor& rows, int microbatch,
                      WeightWork* work, LossReport* losses);
-
-  // The declared spec of the tensor crossing out of the stage when that crossing into it is
-  // `in` (`rows` sequences per microbatch), if every layer declares its shape; nothing otherwise.
-  std::optional<TensorSpec> declared_out(const TensorSpec& in, int64_t rows) const;
   // "stage 2 (layers 't' #3 .. 't' #5)" or "the whole model": for messages.
   std::string describe() const;
 
@@ -149,25 +162,28 @@ class Stage {
   std::unique_ptr<Impl> impl_;
 };
 
-// The tensor crossing each boundary of `layout` for microbatches of `rows` sequences: entry i
-// enters layout stage i, the last leaves the model (the loss, a scalar). From the layers' declared
-// shapes (Model::layer's ShapeFn); nothing if a layer declares none (`missing` then says which).
-// Activations are of `dtype` (ModelContext::dtype); the placeholder and the loss are fp32.
-std::optional<std::vector<TensorSpec>> declared_boundaries(const Model& model,
-                                                           const ModelSetup& setup,
-                                                           const ppc::Layout& layout, int64_t rows,
-                                                           std::string* missing = nullptr,
-                                                           at::ScalarType dtype = at::kFloat);
+// What crosses each boundary of `layout` for a microbatch of shape `mb`: entry i enters layout
+// stage i, the last leaves the model (the loss, a scalar). From the layers' declared shapes
+// (Model::layer's ShapeFn, SetupShapeFn or TensorsShapeFn); nothing if a layer declares none
+// (`missing` then says which). Activations are of `dtype` (ModelContext::dtype); the placeholder
+// and the loss are fp32.
+std::optional<std::vector<BoundarySpec>> declared_boundaries(
+    const Model& model, const ModelSetup& setup, const ppc::Layout& layout,
+    const MicrobatchShape& mb, std::string* missing = nullptr, at::ScalarType dtype = at::kFloat);
+// The same for microbatches of `rows` sequences of setup.seq_len tokens (and no other size).
+std::optional<std::vector<BoundarySpec>> declared_boundaries(
+    const Model& model, const ModelSetup& setup, const ppc::Layout& layout, int64_t rows,
+    std::string* missing = nullptr, at::ScalarType dtype = at::kFloat);
 
 // The same, learned from one forward of the whole model, for a model whose layers do not all
 // declare their shapes: every layout stage built on this process from `ctx` (parameters of their
-// own, on ctx.device, as the reference makes them) and run once, without autograd, on a
-// microbatch of `rows` sequences of token id 0; each stage's output gives its boundary (shape and
-// dtype). It costs one unpipelined forward of one microbatch and, while it runs, the memory of the
-// whole model's parameters; the model is freed afterwards. Throws ppc::UserError naming the stage
-// and layer when a layer fails.
-std::vector<TensorSpec> learned_boundaries(const ModelContext& ctx, const ppc::Layout& layout,
-                                           int64_t rows);
+// own, on ctx.device, as the reference makes them) and run once, without autograd, on the token
+// rows `rows` of a microbatch; each stage's output gives its boundary (shapes and dtypes) for
+// microbatches of that shape. It costs one unpipelined forward of one microbatch and, while it
+// runs, the memory of the whole model's parameters; the model is freed afterwards. Throws
+// ppc::UserError naming the stage and layer when a layer fails.
+std::vector<BoundarySpec> learned_boundaries(const ModelContext& ctx, const ppc::Layout& layout,
+                                             const at::Tensor& rows);
 
 // A process's parameters and the stages that use them (a rank's stages, or the whole model).
 struct RankModel {
@@ -186,6 +202,6 @@ struct RankModel {
 
 // The spec before the model's first layer: a one-float placeholder (every rank reads the tokens
 // itself; an empty first stage passes it on).
-TensorSpec placeholder_spec();
+BoundarySpec placeholder_spec();
 
 }  // namespace pprt

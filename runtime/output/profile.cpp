@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "compiler/diagnostic.h"
 #include "compiler/layout.h"
-#include "runtime/models/llama/architecture.h"
 
 namespace pprt {
 
@@ -104,17 +104,18 @@ void publish_profile(Store& store, int rank, const std::vector<StageMedians>& me
                  {"i", opt(m.i)},
                  {"w", opt(m.w)},
                  {"activation", opt(m.activation)},
-                 {"held", opt(m.held)}});
+                 {"held", opt(m.held)},
+                 {"params", m.params}});
   store.set(fmt::format("profile/{}", rank), j.dump());
 }
 
 std::vector<StageMedians> gather_profiles(Store& store, const Topology& topology) {
   std::vector<StageMedians> out;
-  for (int r = 0; r < topology.pp; ++r)
+  for (int r = 0; r < topology.pp(); ++r)
     for (const json& e : json::parse(store.get(fmt::format("profile/{}", topology.global(r, 0)))))
       out.push_back(StageMedians{e.at("stage").get<int>(), opt_from(e, "f"), opt_from(e, "b"),
                                  opt_from(e, "i"), opt_from(e, "w"), opt_from(e, "activation"),
-                                 opt_from(e, "held")});
+                                 opt_from(e, "held"), e.at("params").get<int64_t>()});
   return out;
 }
 
@@ -247,12 +248,14 @@ std::vector<std::optional<double>> optimizer_ms(const ppc::Plan& plan,
   return out;
 }
 
-std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_t microbatch_rows,
-                         double mtp_loss_weight, const std::vector<StageMedians>& medians,
+std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
+                         const std::vector<int64_t>& boundary_elements,
+                         const std::vector<StageMedians>& medians,
                          const std::vector<RankReport>& ranks, int activation_bytes,
                          const std::string& transport) {
   const int S = plan.stages_per_copy();
-  const auto specs = stage_specs(plan.layout, mtp_loss_weight);
+  PPC_INTERNAL_ASSERT(static_cast<int>(boundary_elements.size()) >= S - 1,
+                      "a message size per boundary");
   // DualPipe: both copies of a layout stage pooled (their mean).
   struct Sum {
     double v = 0;
@@ -276,12 +279,10 @@ std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_
   double held = 0, act = 0;
   for (const StageMedians& m : medians)
     if (m.held && m.activation) held += *m.held, act += *m.activation;
-  // Parameters (elements) per layout stage.
+  // Parameters (elements) per layout stage (DualPipe's two copies of a stage hold the same).
   std::vector<int64_t> numel(static_cast<size_t>(S), 0);
-  for (int k = 0; k < S; ++k)
-    for (const ParamSpec& p :
-         params_of(model, specs[static_cast<size_t>(k)].layers, specs[0].total_decoders))
-      numel[static_cast<size_t>(k)] += p.numel();
+  for (const StageMedians& m : medians)
+    numel[static_cast<size_t>(plan.layout_stage(m.stage))] = m.params;
   const std::vector<std::optional<double>> optimizer = optimizer_ms(plan, numel, ranks);
   json stages = json::array();
   for (int k = 0; k < S; ++k) {
@@ -313,9 +314,7 @@ std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_
     if (t) measured.push_back(*t);
   json boundaries = json::array();
   for (int k = 0; k + 1 < S; ++k) {
-    int64_t numel = 1;
-    for (int64_t d : specs[static_cast<size_t>(k)].out.shape(microbatch_rows, model)) numel *= d;
-    json e = {{"message_bytes", numel * activation_bytes}};
+    json e = {{"message_bytes", boundary_elements[static_cast<size_t>(k)] * activation_bytes}};
     const auto& t = k < static_cast<int>(times.size()) ? times[static_cast<size_t>(k)]
                                                        : std::optional<double>{};
     if (t)

@@ -44,6 +44,7 @@ struct StageMedians {
   std::optional<double> f, b, i, w;
   std::optional<double> activation;  // bytes
   std::optional<double> held;        // bytes a microbatch holds from its I until its W
+  int64_t params = 0;                // parameter elements (the rank's stage's own count)
 };
 
 // Collects a rank's samples step by step; the first step of a run of several warms up (its
@@ -82,13 +83,16 @@ std::vector<std::optional<double>> optimizer_ms(const ppc::Plan& plan,
                                                 const std::vector<int64_t>& numel,
                                                 const std::vector<RankReport>& ranks);
 
-// The cost file (JSON text) from every rank's medians, the ranks' reports and the model: one
-// entry per layout stage (DualPipe's two copies of a stage pooled) and per layout boundary, whose
-// messages hold `activation_bytes` per element (4: fp32; 2: --dtype bf16); `transport` ("gloo"
-// or "nccl": the transport that ran the plan) becomes the file's "transport", which selects the
+// The cost file (JSON text) from every rank's medians (with their stages' parameters) and the
+// ranks' reports: one entry per layout stage (DualPipe's two copies of a stage pooled) and per
+// layout boundary k (between layout stages k and k + 1), whose message holds
+// `boundary_elements[k]` elements (the tensor crossing it for microbatches of `microbatch_rows`
+// sequences) of `activation_bytes` each (4: fp32; 2: --dtype bf16); `transport` ("gloo" or
+// "nccl": the transport that ran the plan) becomes the file's "transport", which selects the
 // simulator's message model.
-std::string profile_json(const ppc::Plan& plan, const ModelConfig& model, int64_t microbatch_rows,
-                         double mtp_loss_weight, const std::vector<StageMedians>& medians,
+std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
+                         const std::vector<int64_t>& boundary_elements,
+                         const std::vector<StageMedians>& medians,
                          const std::vector<RankReport>& ranks, int activation_bytes = 4,
                          const std::string& transport = "");
 

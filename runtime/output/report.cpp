@@ -46,7 +46,7 @@ void publish_report(Store& store, int rank, const RankReport& report) {
 
 std::vector<RankReport> gather_reports(Store& store, const Topology& topology) {
   std::vector<RankReport> out;
-  for (int r = 0; r < topology.pp; ++r)
+  for (int r = 0; r < topology.pp(); ++r)
     out.push_back(
         rank_report_from_json(store.get(fmt::format("report/{}", topology.global(r, 0)))));
   return out;

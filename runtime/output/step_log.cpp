@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -9,7 +10,7 @@
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
 #include "runtime/launch/process_setup.h"
-#include "runtime/models/llama/architecture.h"
+#include "runtime/model/model_facts.h"
 
 namespace pprt {
 
@@ -17,9 +18,9 @@ std::string metrics_json(const StepMetrics& m) {
   nlohmann::ordered_json j;
   j["step"] = m.step;
   j["loss"] = m.loss;
-  if (m.mtp_loss) j["mtp_loss"] = *m.mtp_loss;
+  for (const auto& [field, v] : m.reported) j[field] = v;
   if (m.eval_loss) j["eval_loss"] = *m.eval_loss;
-  if (m.eval_mtp_loss) j["eval_mtp_loss"] = *m.eval_mtp_loss;
+  for (const auto& [field, v] : m.eval_reported) j["eval_" + field] = v;
   j["lr"] = m.lr;
   j["grad_norm"] = m.grad_norm;
   j["step_time_s"] = m.step_time_s;
@@ -33,12 +34,12 @@ std::string metrics_json(const StepMetrics& m) {
   return j.dump();
 }
 
-std::string eval_only_json(int step, double eval_loss, std::optional<double> eval_mtp_loss,
+std::string eval_only_json(int step, double eval_loss, const NamedValues& eval_reported,
                            double elapsed_s) {
   nlohmann::ordered_json j;
   j["step"] = step;
   j["eval_loss"] = eval_loss;
-  if (eval_mtp_loss) j["eval_mtp_loss"] = *eval_mtp_loss;
+  for (const auto& [field, v] : eval_reported) j["eval_" + field] = v;
   j["elapsed_s"] = elapsed_s;
   return j.dump();
 }
@@ -57,14 +58,24 @@ std::string rate_text(double tokens_per_s) {
                                : fmt::format("{:.0f}", tokens_per_s);
 }
 
-std::string mtp_text(const StepMetrics& m) {
-  return m.mtp_loss ? fmt::format(" mtp-loss {:.4f}", *m.mtp_loss) : "";
+// " mtp-loss 2.3456 ..." (each field's underscores as dashes), `prefix` before each name.
+std::string values_text(const NamedValues& values, const std::string& prefix = "") {
+  std::string out;
+  for (const auto& [field, v] : values) {
+    std::string name = prefix + field;
+    std::replace(name.begin(), name.end(), '_', '-');
+    out += fmt::format(" {} {:.4f}", name, v);
+  }
+  return out;
+}
+
+std::string reported_text(const StepMetrics& m) {
+  return values_text(m.reported);
 }
 
 std::string eval_text(const StepMetrics& m) {
   if (!m.eval_loss) return "";
-  return fmt::format(" eval-loss {:.4f}{}", *m.eval_loss,
-                     m.eval_mtp_loss ? fmt::format(" eval-mtp-loss {:.4f}", *m.eval_mtp_loss) : "");
+  return fmt::format(" eval-loss {:.4f}{}", *m.eval_loss, values_text(m.eval_reported, "eval_"));
 }
 
 }  // namespace
@@ -87,14 +98,14 @@ void Progress::update(const StepMetrics& m) {
                  static_cast<int>(std::to_string(steps_).size()), m.step, steps_,
                  std::string(static_cast<size_t>(filled), '#').c_str(),
                  std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), m.loss,
-                 mtp_text(m).c_str(), last_eval_.c_str(), rate_text(m.tokens_per_s).c_str(),
+                 reported_text(m).c_str(), last_eval_.c_str(), rate_text(m.tokens_per_s).c_str(),
                  clock_text(eta).c_str());
     std::fflush(out_);
     drawn_ = true;
   } else if (mode_ == ProgressMode::Lines && (m.step % every_ == 0 || m.step == done_before_ + 1 ||
                                               m.step == steps_ || m.eval_loss)) {
     std::fprintf(out_, "step %d/%d loss %.4f%s%s lr %.3g grad-norm %.3f tok/s %s eta %s\n", m.step,
-                 steps_, m.loss, mtp_text(m).c_str(), eval_text(m).c_str(), m.lr, m.grad_norm,
+                 steps_, m.loss, reported_text(m).c_str(), eval_text(m).c_str(), m.lr, m.grad_norm,
                  rate_text(m.tokens_per_s).c_str(), clock_text(eta).c_str());
     std::fflush(out_);
   }
@@ -148,27 +159,17 @@ std::string run_header(const Job& job, const TokenSource& data, const std::strin
       : job.dp > 1 ? fmt::format("{} on {} ranks (vpp {}) x {} data-parallel replicas = {} ranks",
                                  p.schedule, p.pp(), p.vpp(), job.dp, p.pp() * job.dp)
                    : fmt::format("{} on {} ranks (vpp {})", p.schedule, p.pp(), p.vpp());
-  if (!job.source.sized)  // a program's own model (pprt::main): its layers are its code's
-    return fmt::format(
-               "{}, {} microbatches of {} sequences{}\n"
-               "model '{}' of layout {} (vocab {}, seq {}); data: {}; {}, {}, {} thread{} per "
-               "rank ({})\n",
-               what, p.microbatches, b, replicas > 1 ? " per replica" : "", job.source.family,
-               p.layout.source, job.model.vocab, job.model.seq_len, data.describe(), transport,
-               job.device, job.threads, job.threads == 1 ? "" : "s", thread_pools()) +
-           resume_line(job);
-  const int decoders = p.layout.count(ppc::LayerKind::Decoder);
-  const int depths = mtp_depths(p.layout);
-  const std::string layers =
-      depths ? fmt::format("{} layers + {} MTP depth{} (loss weight {:g})", decoders, depths,
-                           depths == 1 ? "" : "s", job.train.mtp_loss_weight)
-             : fmt::format("{} layers", decoders);
+  // The model as it describes itself (Model::describe), or its name, layout and setup.
+  const std::string model =
+      job.facts.describe ? run_hook([&] {
+        return job.facts.describe(layout_info(p.layout), job.setup, job.train.mtp_loss_weight);
+      })
+                         : fmt::format("'{}' of layout {} (vocab {}, seq {})", job.facts.family,
+                                       p.layout.source, job.setup.vocab, job.setup.seq_len);
   return fmt::format(
              "{}, {} microbatches of {} sequences{}\n"
-             "model {} = {}, {:.2f}M parameters ({}); data: {}; {}, {}{}, {} thread{} per rank "
-             "({})\n",
-             what, p.microbatches, b, replicas > 1 ? " per replica" : "", p.layout.source, layers,
-             count_parameters(job.model, p.layout) / 1e6, describe(job.model), data.describe(),
+             "model {}; data: {}; {}, {}{}, {} thread{} per rank ({})\n",
+             what, p.microbatches, b, replicas > 1 ? " per replica" : "", model, data.describe(),
              transport, job.device,
              job.train.dtype == Precision::Bf16 ? ", bf16 (fp32 master weights)" : "", job.threads,
              job.threads == 1 ? "" : "s", thread_pools()) +
@@ -185,6 +186,8 @@ void print_lines(const std::string& text) {
 StepLog::StepLog(const Job& job, bool active)
     : job_(job),
       active_(active),
+      reported_(job.facts.reported ? job.facts.reported(layout_info(job.plan.layout))
+                                   : std::vector<Reported>{}),
       progress_(job.out.progress, job.last_step(), job.out.log_every, stdout,
                 static_cast<int>(job.start_step)) {
   // A resumed run keeps the lines up to its checkpoint's step; a fresh one starts the file anew.
@@ -203,12 +206,23 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
   StepMetrics m;
   m.step = step + 1;
   m.loss = mean(stats.losses);
-  if (mtp_depths(job_.plan.layout) > 0) m.mtp_loss = mean(stats.mtp_losses);
+  // Each reported value: the mean over the microbatches that reported it.
+  auto reported = [&](const std::vector<std::vector<std::optional<double>>>& per_mb) {
+    NamedValues out;
+    for (size_t k = 0; k < reported_.size() && k < per_mb.size(); ++k) {
+      std::vector<double> got;
+      for (const auto& v : per_mb[k])
+        if (v) got.push_back(*v);
+      if (!got.empty()) out.emplace_back(reported_[k].field(), mean(got));
+    }
+    return out;
+  };
+  m.reported = reported(stats.reported);
   m.lr = learning_rate(job_.train, step);
   m.grad_norm = stats.grad_norm;
   m.step_time_s = step_time_s;
   m.tokens_per_s = step_time_s > 0 ? job_.train.global_batch *
-                                         static_cast<double>(job_.model.seq_len) / step_time_s
+                                         static_cast<double>(job_.setup.seq_len) / step_time_s
                                    : 0;
   m.elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
   m.compute_s = stats.compute_s;
@@ -226,7 +240,8 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
   }
   if (eval) {
     m.eval_loss = eval->loss;
-    m.eval_mtp_loss = eval->mtp_loss;
+    for (size_t k = 0; k < reported_.size() && k < eval->reported.size(); ++k)
+      if (eval->reported[k]) m.eval_reported.emplace_back(reported_[k].field(), *eval->reported[k]);
     last_eval_ = eval->loss;
   }
   if (m.step == job_.start_step + 1) first_loss_ = m.loss;
@@ -238,11 +253,19 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
 void StepLog::evaluated(int done, const EvalStats& eval) {
   if (!active_) return;
   const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-  if (metrics_) metrics_->append(eval_only_json(done, eval.loss, eval.mtp_loss, elapsed));
+  NamedValues reported;  // each by its field, as a step's line has them
+  std::string words;     // ", eval mtp-loss 2.345678" ...
+  for (size_t k = 0; k < reported_.size() && k < eval.reported.size(); ++k)
+    if (eval.reported[k]) {
+      reported.emplace_back(reported_[k].field(), *eval.reported[k]);
+      std::string name = reported_[k].field();
+      std::replace(name.begin(), name.end(), '_', '-');
+      words += fmt::format(", eval {} {:.6f}", name, *eval.reported[k]);
+    }
+  if (metrics_) metrics_->append(eval_only_json(done, eval.loss, reported, elapsed));
   last_eval_ = eval.loss;
   std::printf("%s: eval loss %.6f%s after %d step%s (%.2f s)\n", program_name().c_str(), eval.loss,
-              eval.mtp_loss ? fmt::format(", eval mtp-loss {:.6f}", *eval.mtp_loss).c_str() : "",
-              done, done == 1 ? "" : "s", elapsed);
+              words.c_str(), done, done == 1 ? "" : "s", elapsed);
   std::fflush(stdout);
 }
 

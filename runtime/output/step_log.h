@@ -27,25 +27,31 @@ std::string run_header(const Job& job, const TokenSource& data, const std::strin
 // Prints each line of `text` as "PROGRAM: LINE" (program_name()) on stdout, and flushes it.
 void print_lines(const std::string& text);
 
+// A value the model reports besides its loss, by its metrics field ("mtp_loss": pprun's MTP
+// depths' mean cross-entropy; "<name>_loss" for an auxiliary loss, "<name>" for a metric).
+using NamedValues = std::vector<std::pair<std::string, double>>;
+
 struct StepMetrics {
   int step = 0;                            // 1-based
   double loss = 0, lr = 0, grad_norm = 0;  // loss: the main next-token cross-entropy
-  double step_time_s = 0;          // wall time of the step on the loss rank (replay + optimizer)
-  double tokens_per_s = 0;         // global_batch * seq_len / step_time
-  double elapsed_s = 0;            // since the first step began
-  std::optional<double> mtp_loss;  // with m layers: the mean over MTP depths of CE_k
-  std::vector<double> compute_s;   // per global rank: its time in compute actions (no waits)
-  int straggler = -1;              // the slowest rank, if at least kStragglerRatio x the median
-  double straggler_ratio = 0;      // its time / the median over the ranks
-  // After an evaluation (--eval-data): loss and mtp_loss on the held-out data.
-  std::optional<double> eval_loss, eval_mtp_loss;
+  double step_time_s = 0;         // wall time of the step on the loss rank (replay + optimizer)
+  double tokens_per_s = 0;        // global_batch * seq_len / step_time
+  double elapsed_s = 0;           // since the first step began
+  NamedValues reported;           // the model's auxiliary losses and metrics (Model::reported)
+  std::vector<double> compute_s;  // per global rank: its time in compute actions (no waits)
+  int straggler = -1;             // the slowest rank, if at least kStragglerRatio x the median
+  double straggler_ratio = 0;     // its time / the median over the ranks
+  // After an evaluation (--eval-data): the loss and the reported values on the held-out data.
+  std::optional<double> eval_loss;
+  NamedValues eval_reported;
 };
 
 std::string metrics_json(const StepMetrics& m);
 
 // An evaluation-only run's metrics line (--eval-only): "step" (the steps the model had trained:
-// 0, or the checkpoint's), "eval_loss" (and "eval_mtp_loss" with MTP), "elapsed_s".
-std::string eval_only_json(int step, double eval_loss, std::optional<double> eval_mtp_loss,
+// 0, or the checkpoint's), "eval_loss", "eval_<field>" for each reported value ("eval_mtp_loss"
+// with MTP), "elapsed_s".
+std::string eval_only_json(int step, double eval_loss, const NamedValues& eval_reported,
                            double elapsed_s);
 
 // The loss rank's display: a progress bar on a terminal (step, loss, tokens/s, ETA), plain log
@@ -66,18 +72,21 @@ class Progress {
 };
 
 // What every rank learns at the end of a step (one all-reduce): the global gradient norm, each
-// microbatch's losses (each computed on one rank) and every rank's compute time.
+// microbatch's loss (computed on one rank) and reported values, and every rank's compute time.
 struct StepStats {
   double grad_norm = 0;
-  std::vector<double> losses, mtp_losses;
+  std::vector<double> losses;
+  // Per value the model reports (Model::reported), per microbatch: the mean of what its layers
+  // added (over the layers, ranks and replicas that added it), nullopt where none did.
+  std::vector<std::vector<std::optional<double>>> reported;
   std::vector<double> compute_s;  // per global rank (empty for the reference)
 };
 
 // An evaluation's result (every rank's, after one all-reduce): the mean main cross-entropy over
-// the held-out sequences, and with MTP the mean over depths of theirs.
+// the held-out sequences, and the mean of each reported value (nullopt where nothing added it).
 struct EvalStats {
   double loss = 0;
-  std::optional<double> mtp_loss;
+  std::vector<std::optional<double>> reported;
 };
 
 // The loss rank's output as it trains: the metrics file (each step's line appended as the step
@@ -108,6 +117,7 @@ class StepLog {
   using Clock = std::chrono::steady_clock;
   const Job& job_;
   bool active_;
+  std::vector<Reported> reported_;  // the model's auxiliary losses and metrics, for the layout
   Progress progress_;
   std::optional<MetricsFile> metrics_;
   Clock::time_point start_;

@@ -9,15 +9,16 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include <csignal>
 #include <optional>
-#include <thread>
 
 #include "compiler/diagnostic.h"
 #include "runtime/fail.h"
 #include "runtime/model/autograd_split.h"
-#include "runtime/train/device_queue.h"
-#include "runtime/train/where.h"
+#include "runtime/model/aux_loss.h"
+#include "runtime/model/model_facts.h"
+#include "runtime/train/messages.h"
+#include "runtime/train/replay_times.h"
+#include "runtime/train/replay_watch.h"
 
 namespace pprt {
 
@@ -26,19 +27,13 @@ using ppc::ActionKind;
 
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // What a (stage, microbatch) holds between its actions within a step.
 struct Slot {
-  at::Tensor input;       // F's input leaf (hidden states); its .grad() is the input gradient
-  at::Tensor output;      // F's output (the stage's out boundary, or the scaled loss)
-  LossReport losses;      // the stage holding the loss: the microbatch's losses
-  at::Tensor grad_input;  // from B/I, until it is sent or used by the previous local stage
-  at::Tensor recv_act, recv_grad;
+  Tensors input;      // F's input leaves (its boundary's tensors); their .grad() are its gradients
+  Tensors output;     // F's output (the stage's out boundary, or the scaled loss)
+  LossReport losses;  // what the stage's layers reported for the microbatch
+  std::vector<at::Tensor> grad_input;  // from B/I, one per input tensor, until sent or used
+  at::Tensor recv_act, recv_grad;      // received messages (messages.h)
   std::unique_ptr<Work> recv_act_work, recv_grad_work;
   size_t recv_act_index = 0, recv_grad_index = 0;
   WeightWork work;      // the weight gradients an I leaves for the W (layers that split their own)
@@ -51,17 +46,6 @@ struct PendingSend {
   size_t index;
 };
 
-// --profile: counts the bytes allocated and freed on this thread while it is installed (LibTorch's
-// allocators report to it as to the profiler's memory tracking); what a forward leaves allocated
-// is the activation its microbatch holds.
-struct NetAllocated final : c10::MemoryReportingInfoBase {
-  int64_t net = 0;
-  void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device) override {
-    net += bytes;
-  }
-  bool memoryProfilingEnabled() const override { return true; }
-};
-
 }  // namespace
 
 struct Executor::Impl {
@@ -70,7 +54,8 @@ struct Executor::Impl {
   std::vector<Stage*> stages;
   std::vector<int> local;  // plan stage -> index in `stages`, -1 if not on this rank
   ModelContext ctx;
-  std::vector<TensorSpec> bounds;  // per layout boundary, for microbatches of b sequences
+  std::vector<Reported> reported;  // the auxiliary losses and metrics the model reports
+  BoundarySpecs specs;             // what crosses each boundary, per microbatch shape
   Transport* transport;
   at::Device device;
   ExecutorOptions opts;
@@ -80,67 +65,22 @@ struct Executor::Impl {
   double inv_mbs;
 
   // Receive buffers, kept across steps: per local stage and direction ([local stage * 2 +
-  // backward]), the buffers of the microbatches in flight. A RECV takes the first buffer of its
-  // pool that nothing else holds (the pool's reference is its storage's only one: the stage that
-  // read it and autograd are done with it) and of the boundary's shape, so a plan's steps reuse
-  // the same buffers, as many per pool as receives of it are alive at once.
-  std::vector<std::vector<at::Tensor>> pools;
-  DeviceQueue queue;
+  // backward]).
+  ReceivePools pools;
+  ReplayTimes times;  // the actions' times (on a GPU, from events) and --profile's parts
+  ReplayWatch watch;  // where the replay is (for a failure's lines), and the faults tests inject
 
   // Per step.
-  std::vector<Slot> slots;  // [local stage][microbatch]
+  std::vector<MicrobatchShape> shapes;                   // per microbatch, from its rows
+  std::vector<const std::vector<BoundarySpec>*> bounds;  // per microbatch (with a transport)
+  std::vector<Slot> slots;                               // [local stage][microbatch]
   std::vector<PendingSend> sends;
   // Receives their consumers wait for on the device (a GPU): the host waits for them at the end.
-  std::vector<std::pair<std::unique_ptr<Work>, size_t>> device_waited;
-  // Device timing of the compute actions (queue.on()): per action its marks.
-  struct DeviceWait {
-    size_t before, after;  // marks around the compute stream's wait
-    size_t recv;           // the RECV action waited for
-  };
-  struct Timed {
-    size_t index, begin, end;
-    std::vector<DeviceWait> waits;  // inside it
-  };
-  std::vector<Timed> timed;
-  std::vector<DeviceWait> waits;  // of the action being queued
-  size_t start_mark = 0;
-  struct TimedPart {
-    PartSample sample;
-    size_t begin, end;
-  };
-  std::vector<TimedPart> timed_parts;  // --profile on a device: sent after the step
+  DeviceWaited device_waited;
   at::Tensor tokens;
   StepReport* rep = nullptr;
   int inflight = 0;
   int64_t waited = 0;  // within the current compute action
-  std::shared_ptr<NetAllocated> allocated = std::make_shared<NetAllocated>();
-
-  // Measures one compute part for --profile, from its construction (after any wait) to done().
-  struct PartMeter {
-    Impl& impl;
-    int64_t t0;
-    std::optional<c10::DebugInfoGuard> guard;
-    size_t mark = 0;
-    explicit PartMeter(Impl& i, bool memory) : impl(i), t0(0) {
-      if (!impl.opts.on_part) return;
-      if (memory) {
-        impl.allocated->net = 0;
-        guard.emplace(c10::DebugInfoKind::PROFILER_STATE, impl.allocated);
-      }
-      if (impl.queue.on()) mark = impl.queue.mark();
-      t0 = now_ns();
-    }
-    void done(int stage, ActionKind kind) {
-      if (!impl.opts.on_part) return;
-      const int64_t t1 = now_ns();
-      guard.reset();
-      const PartSample sample{stage, kind, t1 - t0, impl.allocated->net};
-      if (impl.queue.on())  // its time is known after the step
-        impl.timed_parts.push_back(TimedPart{sample, mark, impl.queue.mark()});
-      else
-        impl.opts.on_part(sample);
-    }
-  };
 
   Impl(const ppc::Plan& p, int r, std::vector<Stage*> st, const ModelContext& c, Transport* t,
        const at::Device& d, ExecutorOptions o)
@@ -148,13 +88,17 @@ struct Executor::Impl {
         rank(r),
         stages(std::move(st)),
         ctx(c),
+        reported(c.model->reported(layout_info(p.layout))),
+        specs(ctx, p.layout),
         transport(t),
         device(d),
         opts(o),
         actions(p.order()[static_cast<size_t>(r)]),
         mbs(p.microbatches),
         inv_mbs(1.0 / p.microbatches),
-        queue(d) {
+        pools(stages.size() * 2, d),
+        times(d, o.on_part),
+        watch(opts, actions, batch_end) {
     local.assign(static_cast<size_t>(plan.num_stages()), -1);
     const auto& held = plan.placement.rank_stages[static_cast<size_t>(rank)];
     PPC_INTERNAL_ASSERT(held.size() == stages.size(), "one Stage per stage the rank holds");
@@ -167,7 +111,6 @@ struct Executor::Impl {
                            ? batch_end[i + 1]
                            : i + 1;
     slots.resize(stages.size() * static_cast<size_t>(mbs));
-    pools.resize(stages.size() * 2);
   }
 
   Slot& slot(int stage, int mb) {
@@ -185,18 +128,8 @@ struct Executor::Impl {
   }
 
   [[noreturn]] void comm_failed(size_t index, const std::exception& e, int peer) {
-    const std::string partners =
-        opts.where ? opts.where->partners(index, is_posting ? batch_end[index] : index + 1) : "";
-    throw CommFailure(fmt::format("action {} ({}): {}{}", index, ppc::to_string(actions[index]),
-                                  e.what(), partners.empty() ? "" : "; it waited for " + partners),
-                      peer);
+    throw CommFailure(watch.failure(index, e), peer);
   }
-  // Tells opts.where what the replay does.
-  void now(size_t index, Where::Call call) {
-    if (opts.where) opts.where->at(index, call);
-  }
-  bool is_posting = false;
-  size_t computing = 0;  // the compute action being run
 
   // Waits for a pending receive or send; returns how long it waited.
   int64_t wait(std::unique_ptr<Work>& w, size_t index) {
@@ -208,7 +141,7 @@ struct Executor::Impl {
     } catch (const TransportError& e) {
       comm_failed(index, e, actions[index].peer);
     }
-    if (opts.where) opts.where->device_done(index);
+    watch.device_done(index);
     w.reset();
     const int64_t t1 = now_ns();
     rep->spans[index].end = t1 - rep->begin_ns;
@@ -219,75 +152,51 @@ struct Executor::Impl {
   // transport can (the host waits at the end of the step), else on the host. Returns how long the
   // host waited.
   int64_t wait_received(std::unique_ptr<Work>& w, size_t index) {
-    if (queue.on() && w) {
-      const size_t before = queue.mark();
+    if (times.on_device() && w) {
+      const size_t before = times.queue().mark();
       if (w->wait_on_current_stream()) {  // `before` ... `after`: the compute stream's wait
-        waits.push_back(DeviceWait{before, queue.mark(), index});
+        times.waited(before, times.queue().mark(), index);
         device_waited.emplace_back(std::move(w), index);
-        if (opts.where) opts.where->device_waits(index);
+        watch.device_waits(index);
         return 0;
       }
     }
-    now(index, Where::Call::WaitHost);
+    watch.wait_host(index);
     const int64_t waited_ns = wait(w, index);
-    now(computing, Where::Call::Compute);  // back in the action that needed it
+    watch.back_to_compute();
     return waited_ns;
   }
 
-  // A receive buffer for the tensor crossing layout boundary `i` (entering layout stage i).
-  at::Tensor buffer(int i) const {
-    const TensorSpec& spec = bounds[static_cast<size_t>(i)];
-    // --profile: allocated where the allocator keeps its size, so that a part that frees it
-    // (an I or a W, measured) counts the bytes freed.
-    std::optional<c10::DebugInfoGuard> seen;
-    if (opts.on_part)
-      seen.emplace(c10::DebugInfoKind::PROFILER_STATE, std::make_shared<NetAllocated>());
-    return at::empty(spec.shape, at::TensorOptions().dtype(spec.dtype).device(device));
+  // Microbatch `mb`'s token rows and what crosses layout boundary `i` (entering layout stage i)
+  // for it.
+  at::Tensor rows(int mb) const { return tokens.narrow(0, static_cast<int64_t>(mb) * b, b); }
+  const BoundarySpec& bound(int i, int mb) const {
+    return (*bounds[static_cast<size_t>(mb)])[static_cast<size_t>(i)];
   }
   // The receive buffer of local stage `s`'s RECV_F (its input boundary) or RECV_B (its output
-  // boundary) from its pool; an alias (detach()), so that autograd's flags and gradients set on
-  // what the stage receives stay off the pool's tensor.
-  at::Tensor receive_buffer(int s, bool backward) {
+  // boundary) for microbatch `mb`, sized from that microbatch's shape.
+  at::Tensor receive_buffer(int s, int mb, bool backward) {
     const int boundary = plan.layout_stage(s) + (backward ? 1 : 0);
-    const TensorSpec& spec = bounds[static_cast<size_t>(boundary)];
-    auto& pool = pools[static_cast<size_t>(local[static_cast<size_t>(s)]) * 2 + (backward ? 1 : 0)];
-    for (const at::Tensor& t : pool)
-      if (t.storage().use_count() == 1 && t.sizes().vec() == spec.shape &&
-          t.scalar_type() == spec.dtype)
-        return t.detach();
-    pool.push_back(buffer(boundary));
-    return pool.back().detach();
-  }
-  std::vector<const void*> receive_buffers() const {
-    std::vector<const void*> v;
-    for (const auto& pool : pools)
-      for (const at::Tensor& t : pool) v.push_back(t.data_ptr());
-    return v;
+    return pools.take(static_cast<size_t>(local[static_cast<size_t>(s)]) * 2 + (backward ? 1 : 0),
+                      bound(boundary, mb), times.profiled());
   }
 
-  // The boundaries' shapes for microbatches of `rows` sequences.
-  void shape_boundaries(int64_t rows) {
-    if (rows == b_shaped) return;
-    for (auto& pool : pools) pool.clear();  // of the old shapes
-    std::string missing;
-    auto d = declared_boundaries(*ctx.model, ctx.setup, plan.layout, rows, &missing, ctx.dtype);
-    // A layer declares no shape: one forward of the whole model tells them (stage.h).
-    declared = d.has_value();
-    bounds = d ? std::move(*d) : learned_boundaries(ctx, plan.layout, rows);
-    b_shaped = rows;
-  }
-  int64_t b_shaped = -1;
-  bool declared = true;
   // What a stage sends must be what the next stage's rank receives (a layer whose output's shape
-  // depends on more than the microbatch's size breaks the boundary's shape).
-  void check_sent(int s, const at::Tensor& out) {
-    const TensorSpec& want = bounds[static_cast<size_t>(plan.layout_stage(s) + 1)];
-    if (out.sizes().vec() != want.shape)
+  // depends on more than the microbatch's shape breaks the boundary's).
+  void check_sent(int s, int mb, const Tensors& out) {
+    const BoundarySpec& want = bound(plan.layout_stage(s) + 1, mb);
+    const BoundarySpec got = spec_of(out);
+    bool same = got.tensors.size() == want.tensors.size();
+    for (size_t k = 0; same && k < got.tensors.size(); ++k)
+      same = got.tensors[k].shape == want.tensors[k].shape &&
+             got.tensors[k].name == want.tensors[k].name;
+    if (!same)
       fail(stage_of(s).describe(),
-           fmt::format("its output is {}, but the next stage receives {} (the boundary's shape, "
-                       "{} for every microbatch)",
-                       to_string(TensorSpec{out.sizes().vec(), out.scalar_type()}), to_string(want),
-                       declared ? "from its layers' declared shapes" : "learned from one forward"));
+           fmt::format(
+               "its output is {}, but the next stage receives {} (the boundary's shape, "
+               "{} for every microbatch)",
+               to_string(got), to_string(want),
+               specs.declared() ? "from its layers' declared shapes" : "learned from one forward"));
   }
 
   // Posts the SEND/RECV actions [begin, end) as one batch; `forward_only`: only SEND_F and RECV_F
@@ -305,31 +214,32 @@ struct Executor::Impl {
       Slot& sl = slot(a.stage, a.microbatch);
       switch (a.kind) {
         case ActionKind::SendF:
-          check_sent(a.stage, sl.output);
-          // In the boundary's dtype, which the receiver's buffer has (a no-op for pprun's model,
-          // whose activations are of that dtype already).
-          sends.push_back(
-              PendingSend{sl.output.detach()
-                              .to(bounds[static_cast<size_t>(plan.layout_stage(a.stage) + 1)].dtype)
-                              .contiguous(),
-                          nullptr, j});
-          if (forward_only) sl.output = at::Tensor();  // nothing else reads it
+          check_sent(a.stage, a.microbatch, sl.output);
+          // One message in the boundary's dtype, which the receiver's buffer has (a no-op for
+          // pprun's model, whose activations are of that dtype already).
+          sends.push_back(PendingSend{
+              pack(tensors_of(sl.output),
+                   bound(plan.layout_stage(a.stage) + 1, a.microbatch).tensors.front().dtype),
+              nullptr, j});
+          if (forward_only) sl.output.clear();  // nothing else reads it
           ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, false),
                               &sends.back().tensor});
           break;
         case ActionKind::SendB:
-          sends.push_back(PendingSend{std::move(sl.grad_input).contiguous(), nullptr, j});
+          sends.push_back(
+              PendingSend{pack(sl.grad_input, sl.grad_input.front().scalar_type()), nullptr, j});
+          sl.grad_input.clear();
           ops.push_back(P2POp{P2POp::Kind::Send, a.peer, tag(a.stage, a.microbatch, true),
                               &sends.back().tensor});
           break;
         case ActionKind::RecvF:
-          sl.recv_act = receive_buffer(a.stage, false);
+          sl.recv_act = receive_buffer(a.stage, a.microbatch, false);
           sl.recv_act_index = j;
           ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
                               tag(plan.prev_stage(a.stage), a.microbatch, false), &sl.recv_act});
           break;
         case ActionKind::RecvB:
-          sl.recv_grad = receive_buffer(a.stage, true);
+          sl.recv_grad = receive_buffer(a.stage, a.microbatch, true);
           sl.recv_grad_index = j;
           ops.push_back(P2POp{P2POp::Kind::Recv, a.peer,
                               tag(plan.next_stage(a.stage), a.microbatch, true), &sl.recv_grad});
@@ -345,14 +255,13 @@ struct Executor::Impl {
     if (ops.empty()) return;
     // `sends` must not reallocate while ops point into it: reserved for the whole step.
     std::vector<std::unique_ptr<Work>> works;
-    now(begin, Where::Call::Post);
-    is_posting = true;
+    watch.posting(begin);
     try {
       works = transport->post(ops, opts.timeout);
     } catch (const TransportError& e) {
       comm_failed(begin, e, actions[begin].peer);
     }
-    is_posting = false;
+    watch.posted();
     size_t next_send = first_send;
     for (size_t j = begin, k = 0; j < end; ++j) {
       const Action& a = actions[j];
@@ -367,37 +276,45 @@ struct Executor::Impl {
     }
   }
 
-  // Runs a part of the autograd split; what the autograd engine throws (a module that modified a
-  // tensor its backward needs, say) becomes one line naming the stage.
-  template <class F>
-  auto split_step(Stage& st, const char* part, F&& f) {
-    try {
-      return f();
-    } catch (const c10::Error& e) {
-      const std::string what = e.what_without_backtrace();
-      fail(st.describe(), fmt::format("its {} (the input/weight split through autograd) failed: {}",
-                                      part, what.substr(0, what.find('\n'))));
+  // What stage `s` gets for microbatch `mb`: nothing for the first stage of a model copy (it
+  // starts from the tokens), the previous local stage's output, or the tensors of the message
+  // received (views of its buffer). `leaves`: each a leaf requiring grad (the training forward).
+  Tensors input_of(int s, int mb, bool leaves) {
+    Slot& sl = slot(s, mb);
+    const int p = plan.prev_stage(s);
+    Tensors in;
+    if (p < 0) return in;
+    if (is_local(p)) {
+      Tensors& out = slot(p, mb).output;
+      for (NamedTensor& t : out)
+        in.push_back(NamedTensor{
+            t.name, leaves ? t.tensor.detach().requires_grad_(true) : std::move(t.tensor)});
+      if (!leaves) out.clear();
+      return in;
     }
+    waited += wait_received(sl.recv_act_work, sl.recv_act_index);
+    const BoundarySpec& spec = bound(plan.layout_stage(s), mb);
+    const std::vector<at::Tensor> parts = unpack(std::move(sl.recv_act), spec);
+    for (size_t k = 0; k < parts.size(); ++k)
+      in.push_back(NamedTensor{spec.tensors[k].name,
+                               leaves ? parts[k].detach().requires_grad_(true) : parts[k]});
+    return in;
   }
 
   void forward(int s, int mb) {
     Slot& sl = slot(s, mb);
     Stage& st = stage_of(s);
-    const int p = plan.prev_stage(s);
-    at::Tensor input;  // undefined for the first stage of a model copy: it starts from the tokens
-    if (p < 0) {
-    } else if (is_local(p)) {
-      input = slot(p, mb).output.detach().requires_grad_(true);
-    } else {
-      waited += wait_received(sl.recv_act_work, sl.recv_act_index);
-      input = std::move(sl.recv_act).requires_grad_(true);
-    }
-    PartMeter meter(*this, true);
-    const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
-    at::Tensor out =
-        st.forward(input, rows, mb, st.splits_backward() ? &sl.work : nullptr, &sl.losses);
-    if (st.has_loss()) out = out * inv_mbs;
-    if (p >= 0) sl.input = std::move(input);
+    Tensors input = input_of(s, mb, true);
+    ReplayTimes::Part meter(times, true);
+    Tensors out = st.forward(input, rows(mb), shapes[static_cast<size_t>(mb)], mb,
+                             st.splits_backward() ? &sl.work : nullptr, &sl.losses);
+    at::Tensor& first = out.front().tensor;
+    if (st.has_loss())
+      first = first * inv_mbs;
+    else  // the auxiliary losses its layers added join its backward, scaled as the loss is
+      first = attach_aux_losses(first, sl.losses.terms, inv_mbs);
+    sl.losses.terms.clear();
+    if (plan.prev_stage(s) >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
     meter.done(s, ActionKind::F);
     rep->peak_inflight = std::max(rep->peak_inflight, ++inflight);
@@ -408,17 +325,9 @@ struct Executor::Impl {
   void forward_only(int s, int mb) {
     Slot& sl = slot(s, mb);
     Stage& st = stage_of(s);
-    const int p = plan.prev_stage(s);
-    at::Tensor input;
-    if (p < 0) {
-    } else if (is_local(p)) {
-      input = std::move(slot(p, mb).output);
-    } else {
-      wait_received(sl.recv_act_work, sl.recv_act_index);
-      input = std::move(sl.recv_act);
-    }
-    const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
-    at::Tensor out = st.forward(input, rows, mb, nullptr, &sl.losses);
+    Tensors out = st.forward(input_of(s, mb, false), rows(mb), shapes[static_cast<size_t>(mb)], mb,
+                             nullptr, &sl.losses);
+    sl.losses.terms.clear();  // no backward
     // The loss (or, after it, what an empty last stage passes on) ends the forward.
     if (!st.has_loss() && plan.next_stage(s) >= 0) sl.output = std::move(out);
   }
@@ -426,41 +335,52 @@ struct Executor::Impl {
   void backward(int s, int mb, bool input_only) {
     Slot& sl = slot(s, mb);
     const int n = plan.next_stage(s);
-    at::Tensor grad_out;
+    std::vector<at::Tensor> grad_out;  // one per output tensor; none for the loss
     if (n >= 0 && is_local(n)) {
       grad_out = std::move(slot(n, mb).grad_input);
     } else if (n >= 0) {
       waited += wait_received(sl.recv_grad_work, sl.recv_grad_index);
-      grad_out = std::move(sl.recv_grad);
+      grad_out = unpack(std::move(sl.recv_grad), bound(plan.layout_stage(s) + 1, mb));
     }
     Stage& st = stage_of(s);
-    PartMeter meter(*this, input_only);
-    at::Tensor grad_in;
+    ReplayTimes::Part meter(times, input_only);
+    const std::vector<at::Tensor> outs = tensors_of(sl.output), ins = tensors_of(sl.input);
+    std::vector<at::Tensor> grad_in(ins.size());
     if (input_only && !st.splits_backward()) {
       // Layers that do not split their own backward: the split through the autograd graph.
-      grad_in = split_step(st, "I",
-                           [&] { return sl.split.backward_input(sl.output, grad_out, sl.input); });
+      grad_in = split_part(st.describe(), "I",
+                           [&] { return sl.split.backward_input(outs, grad_out, ins); });
     } else {
       sl.work.set_deferring(input_only);
-      if (grad_out.defined())
-        torch::autograd::backward({sl.output}, {grad_out});
-      else
-        torch::autograd::backward({sl.output});
-      if (sl.input.defined()) grad_in = sl.input.grad();
+      if (grad_out.empty()) {
+        torch::autograd::backward({outs.front()});
+      } else {
+        std::vector<at::Tensor> roots, grads;  // the outputs that require grad
+        for (size_t k = 0; k < outs.size(); ++k)
+          if (outs[k].requires_grad()) {
+            roots.push_back(outs[k]);
+            grads.push_back(grad_out[k]);
+          }
+        if (!roots.empty()) torch::autograd::backward(roots, grads);
+      }
+      for (size_t k = 0; k < ins.size(); ++k) grad_in[k] = ins[k].grad();
     }
-    if (sl.input.defined())  // a stage that starts with E ignores its input: a zero gradient
-      sl.grad_input = grad_in.defined() ? std::move(grad_in) : at::zeros_like(sl.input);
-    sl.input = at::Tensor();
-    sl.output = at::Tensor();
+    // A stage that starts with E ignores its input: a zero gradient.
+    sl.grad_input.clear();
+    for (size_t k = 0; k < ins.size(); ++k)
+      sl.grad_input.push_back(grad_in[k].defined() ? std::move(grad_in[k])
+                                                   : at::zeros_like(ins[k]));
+    sl.input.clear();
+    sl.output.clear();
     meter.done(s, input_only ? ActionKind::I : ActionKind::B);
     --inflight;
   }
 
   void weight(int s, int mb) {
     Slot& sl = slot(s, mb);
-    PartMeter meter(*this, true);
+    ReplayTimes::Part meter(times, true);
     if (sl.split.pending()) {
-      split_step(stage_of(s), "W", [&] {
+      split_part(stage_of(s).describe(), "W", [&] {
         sl.split.backward_weight();
         return 0;
       });
@@ -475,14 +395,10 @@ struct Executor::Impl {
   }
 
   void compute(const Action& a, size_t index) {
-    ActionSpan& span = rep->spans[index];
     const int64_t t0 = now_ns();
     waited = 0;
-    const size_t begin_mark = queue.on() ? queue.mark() : 0;
-    waits.clear();
-    if (opts.where) seen_done();
-    computing = index;
-    now(index, Where::Call::Compute);
+    const size_t begin_mark = times.on_device() ? times.queue().mark() : 0;
+    watch.compute(index, device_waited);
     switch (a.kind) {
       case ActionKind::F:
         forward(a.stage, a.microbatch);
@@ -505,42 +421,8 @@ struct Executor::Impl {
       default:
         PPC_INTERNAL_ASSERT(false, "not a compute action");
     }
-    if (opts.slow_factor > 1)
-      std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(
-          (opts.slow_factor - 1) * static_cast<double>(now_ns() - t0 - waited))));
-    const int64_t t1 = now_ns();
-    // Shown as waiting first, then computing (an OVERLAP_F_B may wait between its parts).
-    span = ActionSpan{t0 - rep->begin_ns, t0 + waited - rep->begin_ns, t1 - rep->begin_ns};
-    if (queue.on()) {  // the device's times replace these after the step (device_times)
-      timed.push_back(Timed{index, begin_mark, queue.mark(), waits});
-      return;
-    }
-    rep->compute_ns += t1 - t0 - waited;
-    rep->wait_ns += waited;
-  }
-
-  // A device's replay: the compute actions' spans, compute and wait times and --profile's parts
-  // from their events (all done: queue.end() waited for the last).
-  void device_times(StepReport& r) {
-    auto dev_ns = [&](size_t m) { return static_cast<int64_t>(queue.ms(start_mark, m) * 1e6); };
-    for (const Timed& t : timed) {
-      int64_t w = 0;
-      for (const DeviceWait& dw : t.waits) {
-        w += dev_ns(dw.after) - dev_ns(dw.before);
-        r.spans[dw.recv].end = dev_ns(dw.after);  // when its consumer stopped waiting for it
-      }
-      const int64_t b = dev_ns(t.begin), e = dev_ns(t.end);
-      r.spans[t.index] = ActionSpan{b, b + w, e};
-      r.compute_ns += e - b - w;
-      r.wait_ns += w;
-    }
-    for (const TimedPart& p : timed_parts) {
-      PartSample s = p.sample;
-      s.ns = dev_ns(p.end) - dev_ns(p.begin);
-      opts.on_part(s);
-    }
-    timed.clear();
-    timed_parts.clear();
+    watch.slow_down(now_ns() - t0 - waited);
+    times.computed(*rep, rep->begin_ns, index, t0, waited, begin_mark);
   }
 
   // The losses of every local stage's microbatches into `r`, each slot emptied (checked: nothing
@@ -549,60 +431,48 @@ struct Executor::Impl {
   // reading costs no synchronisation, one by one.
   void collect_losses(StepReport& r) {
     r.losses.assign(static_cast<size_t>(mbs), 0.0);
-    r.mtp_losses.assign(static_cast<size_t>(mbs), 0.0);
-    std::vector<at::Tensor> values;
-    std::vector<double*> into;
-    auto read = [&](const at::Tensor& v, double* to) {
-      if (v.is_cpu()) {
-        *to = v.item<double>();
-      } else {
-        values.push_back(v.reshape({}).to(at::kDouble));
-        into.push_back(to);
-      }
-    };
+    r.reported = no_reports(reported.size(), mbs);
+    HostSums sums;
+    const AddValue add = [&](const at::Tensor& v, double* to) { sums.add(v, to); };
     for (int s = 0; s < plan.num_stages(); ++s) {
       if (!is_local(s)) continue;
       for (int mb = 0; mb < mbs; ++mb) {
         Slot& sl = slot(s, mb);
         if (sl.losses.main.defined()) {
-          read(sl.losses.main, &r.losses[static_cast<size_t>(mb)]);
+          add(sl.losses.main, &r.losses[static_cast<size_t>(mb)]);
           r.has_losses = true;
         }
-        if (sl.losses.aux.defined())
-          read(sl.losses.aux.mean(), &r.mtp_losses[static_cast<size_t>(mb)]);
+        add_reported(sl.losses, mb, reported, r.reported, add);
         PPC_INTERNAL_ASSERT(
-            sl.work.empty() && !sl.split.pending() && !sl.output.defined() && !sl.recv_act_work &&
+            sl.work.empty() && !sl.split.pending() && sl.output.empty() && !sl.recv_act_work &&
                 !sl.recv_grad_work,
             fmt::format("rank {}: stage {} microbatch {} has work left at the end of the step",
                         rank, s, mb));
         sl = Slot{};
       }
     }
-    if (values.empty()) return;
-    const at::Tensor host = at::stack(values).cpu();
-    const double* d = host.data_ptr<double>();
-    for (size_t i = 0; i < into.size(); ++i) *into[i] = d[i];
+    sums.read();
   }
 
   // The end of a step or of an evaluation: waits for the sends still in flight (time spent
   // waiting), gathers the losses and closes the report.
   void finish(StepReport& r) {
     for (PendingSend& s : sends) {
-      now(s.index, Where::Call::WaitHost);
+      watch.wait_host(s.index);
       r.wait_ns += wait(s.work, s.index);
       s.tensor = at::Tensor();
     }
     sends.clear();
     for (auto& [w, index] : device_waited) {  // done on the device: a failure or timeout shows
-      now(index, Where::Call::WaitDevice);
+      watch.at(index, Where::Call::WaitDevice);
       wait(w, index);  // (the span's end: device_times)
     }
     device_waited.clear();
-    seen = 0;
-    if (queue.on()) {
-      now(actions.size() - 1, Where::Call::Drain);
-      queue.end();
-      device_times(r);
+    watch.step_done();
+    if (times.on_device()) {
+      watch.at(actions.size() - 1, Where::Call::Drain);
+      times.queue().end();
+      times.device_times(r);
     }
     collect_losses(r);
     r.wall_ns = now_ns() - r.begin_ns;
@@ -618,15 +488,20 @@ struct Executor::Impl {
     r.spans.assign(actions.size(), ActionSpan{});
     PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "the batch divisible by microbatches");
     b = static_cast<int>(tokens.size(0) / mbs);
-    if (transport) shape_boundaries(b);
     this->tokens = tokens;
+    // Each microbatch's shape, from its rows, and (where messages cross) what crosses each
+    // boundary for it: before any action, so that a model learning its boundaries from one
+    // forward runs it here, on every rank.
+    shapes.clear();
+    bounds.clear();
+    for (int mb = 0; mb < mbs; ++mb) {
+      shapes.push_back(ctx.model->shape_of(rows(mb)));
+      if (transport) bounds.push_back(&specs.of(shapes.back(), rows(mb)));
+    }
     sends.clear();
     sends.reserve(actions.size());
-    if (queue.on()) {
-      start_mark = queue.begin();
-      waits.clear();
-      on_stream.emplace(*queue.compute);
-    }
+    times.begin();
+    if (times.on_device()) on_stream.emplace(*times.queue().compute);
   }
   // Evaluation: the plan's F actions (an OVERLAP_F_B's forward part) and their SEND_F/RECV_F, in
   // the rank's order, each batch of the plan posted without its SEND_B/RECV_B; no autograd.
@@ -650,20 +525,6 @@ struct Executor::Impl {
     return r;
   }
 
-  // Fault injection (--fault-kill): the rank dies here, or stops in a host call that never returns.
-  void fault(size_t index) {
-    if (!opts.hang) std::raise(SIGKILL);
-    now(index, Where::Call::Hang);
-    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-  }
-  // The device's waits for receives the host now sees done (Work::done(): no blocking call),
-  // in the order they were queued, up to the first one still in flight.
-  void seen_done() {
-    for (; seen < device_waited.size() && device_waited[seen].first->done(); ++seen)
-      opts.where->device_done(device_waited[seen].second);
-  }
-  size_t seen = 0;  // device_waited[0, seen) seen done
-
   StepReport run(const at::Tensor& tokens, int64_t step) {
     StepReport r;
     std::optional<c10::StreamGuard> on_stream;
@@ -674,7 +535,7 @@ struct Executor::Impl {
     r.actions = actions.size();
     inflight = 0;
     for (size_t i = 0; i < actions.size();) {
-      if (step == opts.kill_step && i >= opts.kill_action) fault(i);
+      if (watch.fault_due(step, i)) watch.fault(i);
       const Action& a = actions[i];
       if (ppc::is_comm(a.kind)) {
         const size_t end = batch_end[i];
@@ -716,7 +577,12 @@ StepReport Executor::run_forward(const at::Tensor& tokens) {
 }
 
 std::vector<const void*> Executor::receive_buffers() const {
-  return impl_->receive_buffers();
+  return impl_->pools.buffers();
+}
+
+const std::vector<BoundarySpec>& Executor::boundaries() {
+  PPC_INTERNAL_ASSERT(!impl_->shapes.empty(), "the boundaries of a step that ran");
+  return impl_->specs.of(impl_->shapes.front(), impl_->rows(0));
 }
 
 }  // namespace pprt

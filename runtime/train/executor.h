@@ -6,12 +6,15 @@
 //  - A maximal run of consecutive SEND/RECV actions is posted as one batch (Transport::post).
 //    A receive is waited for just before the compute that needs it (on a GPU, by the compute
 //    stream, not the host); sends are waited for at the end of the step. Stages on the same rank
-//    pass tensors locally. Receives land in buffers kept across steps (receive_buffers()).
+//    pass tensors locally. What crosses a boundary for a microbatch (its tensors, by name) is one
+//    message, sized from that microbatch's shape (pprt::MicrobatchShape, from its rows:
+//    messages.h); receives land in buffers kept across steps (receive_buffers()).
 //  - On a GPU the replay runs on a compute stream of its own, each action timed with events
 //    (device_queue.h: DeviceQueue); on the CPU, in program order, timed with the host's clock.
 //  - Every stage gets the microbatch's token rows; the first stage of each model copy starts from
-//    them, the others from the tensor of their boundary (model/stage.h: declared_boundaries, a
-//    placeholder before the first layer, the loss after the last). The stage holding the loss
+//    them, the others from the tensors of their boundary (model/stage.h: declared_boundaries, a
+//    placeholder before the first layer, the loss after the last). The auxiliary losses of a
+//    stage before the last join its backward (model/aux_loss.h). The stage holding the loss
 //    outputs its microbatch loss divided by the number of microbatches, so the
 //    accumulated gradients are those of the mean loss.
 //  - It counts in-flight activations (F done, B or I not yet), whose peak must equal the
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "compiler/plan.h"
+#include "runtime/model/aux_loss.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/profile.h"
 #include "runtime/output/report.h"
@@ -72,9 +76,10 @@ struct ExecutorOptions {
 // trainer's), and
 struct StepReport : StepTiming {
   int64_t begin_ns = 0;  // steady clock at the start of the step (begin_unix_us on the wall clock)
-  // per microbatch, the losses this rank computed (0 for microbatches whose L is elsewhere): the
-  // main cross-entropy and the mean of the MTP depths' cross-entropies (0 without m).
-  std::vector<double> losses, mtp_losses;
+  // per microbatch, the loss this rank computed (0 for microbatches whose L is elsewhere);
+  std::vector<double> losses;
+  // per value the model reports (Model::reported), what this rank's stages added.
+  std::vector<ReportedSums> reported;
   bool has_losses = false;  // this rank holds an L stage
   int peak_inflight = 0;
 };
@@ -103,6 +108,10 @@ class Executor {
   // The receive buffers it keeps across steps (their data), for tests: a plan's steps reuse
   // them, so after the first step of a shape this set no longer changes.
   std::vector<const void*> receive_buffers() const;
+
+  // What crosses the layout's boundaries for the last step's first microbatch (as model/stage.h's
+  // declared_boundaries, or learned from one forward).
+  const std::vector<BoundarySpec>& boundaries();
 
  private:
   struct Impl;

@@ -22,7 +22,9 @@
 #include "runtime/checkpoint/save_load.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/failure.h"
+#include "runtime/model/aux_loss.h"
 #include "runtime/model/kernel_choice.h"
+#include "runtime/model/model_facts.h"
 #include "runtime/model/precision.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/param_dump.h"
@@ -33,7 +35,7 @@
 #include "runtime/train/executor.h"
 #include "runtime/train/fused_step.h"
 #include "runtime/train/grad_reducer.h"
-#include "runtime/train/peers.h"
+#include "runtime/train/gradients.h"
 #include "runtime/train/step_timeout.h"
 #include "runtime/train/where.h"
 
@@ -50,40 +52,6 @@ double seconds_since(Clock::time_point t) {
 std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
-
-at::Device device_for(const Job& job, int local_rank) {
-  if (job.device != "cuda") return at::Device(at::kCPU);
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
-                                   gpu_for_local_rank(local_rank, cuda_device_count())));
-}
-
-// The context of the model the job trains (pprun's own, builtin.h, or a program's: pprt::main).
-ModelContext model_context(const Job& job, const Model& model, const at::Device& device) {
-  ModelContext ctx;
-  ctx.model = &model;
-  ctx.setup.vocab = job.model.vocab;
-  ctx.setup.seq_len = job.model.seq_len;
-  ctx.aux_loss_weight = job.train.mtp_loss_weight;
-  ctx.seed = job.train.seed;
-  ctx.device = device;
-  ctx.dtype = compute_dtype(job.train.dtype);
-  return ctx;
-}
-
-// A process's parameters and the stages that use them (a rank's stages, or the whole model).
-struct LocalModel {
-  Model model;
-  at::Device device;
-  RankModel rank;
-  ParamStore& store;
-  std::vector<Stage*>& stages;
-  LocalModel(const Job& job, const at::Device& d)
-      : model(job.source.make(job.model, job.train.dtype)),
-        device(d),
-        rank(model_context(job, model, d)),
-        store(rank.store),
-        stages(rank.stages) {}
-};
 
 std::unique_ptr<torch::optim::AdamW> make_optimizer(ParamStore& store, const TrainOptions& o) {
   std::vector<at::Tensor> decay, no_decay;
@@ -102,7 +70,7 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(ParamStore& store, const Tra
 // state from the checkpoint.
 void resume(const Job& job, ParamStore& store, torch::optim::AdamW& opt, RankReport& report) {
   if (!job.init_from.empty()) {
-    load_hf_weights(job.init_from, job.model.seq_len, store);
+    load_hf_weights(job.init_from, job.hf_format, store);
     return;
   }
   if (job.resume_path.empty()) return;
@@ -110,145 +78,6 @@ void resume(const Job& job, ParamStore& store, torch::optim::AdamW& opt, RankRep
   report.load_bytes = load_checkpoint(Checkpoint(job.resume_path), store, opt);
   report.load_seconds = seconds_since(t0);
 }
-
-// --- the two ways to make a step's gradients --------------------------------------------------
-
-class StepGradients {
- public:
-  virtual ~StepGradients() = default;
-  // Leaves the gradients of the step's mean loss in the parameters' .grad (the same in every copy
-  // of a shared parameter, the mean over data-parallel replicas) and returns what the step
-  // measured, its microbatches' losses among it.
-  virtual StepReport run(const at::Tensor& tokens, int step, RankReport& report) = 0;
-  // Evaluation: the same microbatches forward only (no gradient, no optimizer state, no data
-  // position touched); returns their losses as run() does.
-  virtual StepReport evaluate(const at::Tensor& tokens) = 0;
-  // The limit of the next step's waits for peers (step_timeout.h).
-  virtual void set_timeout(std::chrono::milliseconds) {}
-};
-
-// A rank of the pipeline: the executor replays its actions, then data parallelism averages the
-// gradients over the replicas and the copies of shared parameters are summed.
-class PipelineGradients final : public StepGradients {
- public:
-  PipelineGradients(const Job& job, int rank, const RankGroups& groups, LocalModel& model,
-                    Store& store, Where& where)
-      : job_(job), where_(where) {
-    const ppc::Plan& plan = job.plan;
-    const int prank = job.topology().pipeline_rank(rank);
-    if (groups.pipeline) {  // the parameters other pipeline ranks hold too: from their names
-      std::vector<std::string> mine;
-      for (const NamedParam& p : model.store.params()) mine.push_back(p.name);
-      shared_ = SharedGradSum(
-          gather_param_names(store, prank, job.topology().replica(rank), plan.pp(), mine), prank,
-          model.store, *groups.pipeline);
-    }
-    ExecutorOptions eo;
-    eo.timeout = job.timeout;
-    if (rank == job.kill_rank &&
-        (job.kill_at == Job::KillAt::Step || job.kill_at == Job::KillAt::Hang)) {
-      eo.kill_step = job.kill_step;
-      eo.kill_action = plan.order()[static_cast<size_t>(prank)].size() / 2;
-      eo.hang = job.kill_at == Job::KillAt::Hang;
-    }
-    eo.where = &where;
-    if (rank == job.slow_rank) eo.slow_factor = job.slow_factor;
-    if (groups.replicas) {
-      reducer_ = std::make_unique<GradReducer>(plan, prank, model.stages, model.store,
-                                               *groups.replicas, job.timeout);
-      eo.after_compute = [r = reducer_.get()](size_t i) { r->action_done(i); };
-    }
-    if (!job.out.profile_path.empty())
-      eo.on_part = [this](const PartSample& s) { profile_.add(step_, s); };
-    exec_ = std::make_unique<Executor>(plan, prank, model.stages, model.rank.ctx, groups.pipeline,
-                                       model.device, eo);
-    if (groups.pipeline) {  // every connection made before the first step (peers.h)
-      where.outside("connecting to the ranks its plan exchanges tensors with", false);
-      connect_peers(*groups.pipeline, plan, prank, model.device, job.timeout);
-    }
-  }
-
-  StepReport run(const at::Tensor& tokens, int step, RankReport& report) override {
-    step_ = step;
-    StepReport rep = exec_->run_step(tokens, step);
-    if (reducer_) {
-      where_.outside("data parallelism's all-reduce of the gradients", true);
-      const ReduceStats r = reducer_->finish();
-      // The run's first step warms up: it counts only in a run of one step.
-      if (step > job_.start_step || job_.start_step + 1 == job_.last_step()) report.dp.add(r);
-    }
-    where_.outside("the all-reduce of shared parameters' gradients", true);
-    shared_.sum(timeout_);
-    return rep;
-  }
-
-  void set_timeout(std::chrono::milliseconds timeout) override {
-    timeout_ = timeout;
-    exec_->set_timeout(timeout);
-    if (reducer_) reducer_->set_timeout(timeout);
-  }
-
-  StepReport evaluate(const at::Tensor& tokens) override { return exec_->run_forward(tokens); }
-
-  const std::unordered_set<std::string>& counted_elsewhere() const {
-    return shared_.counted_elsewhere();
-  }
-  const ProfileRecorder& profile() const { return profile_; }
-
- private:
-  const Job& job_;
-  Where& where_;
-  std::chrono::milliseconds timeout_ = job_.timeout;
-  SharedGradSum shared_;
-  std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<Executor> exec_;
-  ProfileRecorder profile_;  // --profile
-  int64_t step_ = 0;
-};
-
-// The reference: the whole model in one process, the microbatches' gradients accumulated.
-class AccumulatedGradients final : public StepGradients {
- public:
-  AccumulatedGradients(const Job& job, Stage& model) : job_(job), model_(model) {}
-
-  StepReport run(const at::Tensor& tokens, int, RankReport&) override {
-    const int mbs = job_.plan.microbatches;
-    const int b = job_.train.global_batch / mbs;
-    StepReport rep;  // the losses, as a rank holding every L reports them
-    rep.has_losses = true;
-    for (int mb = 0; mb < mbs; ++mb) {
-      const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
-      LossReport parts;
-      WeightWork work;  // not deferring: a B
-      const at::Tensor loss = model_.forward(at::Tensor(), rows, mb,
-                                             model_.splits_backward() ? &work : nullptr, &parts);
-      rep.losses.push_back(parts.main.item<double>());
-      rep.mtp_losses.push_back(parts.aux.defined() ? parts.aux.mean().item<double>() : 0.0);
-      torch::autograd::backward({loss * (1.0 / mbs)});
-    }
-    return rep;
-  }
-
-  StepReport evaluate(const at::Tensor& tokens) override {
-    c10::NoGradGuard no_grad;
-    const int mbs = job_.plan.microbatches;
-    const int b = static_cast<int>(tokens.size(0)) / mbs;
-    StepReport rep;
-    rep.has_losses = true;
-    for (int mb = 0; mb < mbs; ++mb) {
-      LossReport parts;
-      model_.forward(at::Tensor(), tokens.narrow(0, static_cast<int64_t>(mb) * b, b), mb, nullptr,
-                     &parts);
-      rep.losses.push_back(parts.main.item<double>());
-      rep.mtp_losses.push_back(parts.aux.defined() ? parts.aux.mean().item<double>() : 0.0);
-    }
-    return rep;
-  }
-
- private:
-  const Job& job_;
-  Stage& model_;
-};
 
 // --- the step loop ----------------------------------------------------------------------------
 
@@ -266,7 +95,7 @@ struct Place {
 at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step, const Place& place,
                         const at::Device& device) {
   std::vector<int64_t> rows;
-  const int len = job.model.seq_len + 1;
+  const int len = job.setup.seq_len + 1;
   const int share = job.train.global_batch / place.replicas;
   data.batch(step, static_cast<int64_t>(place.replica) * share, share, len, rows);
   return at::from_blob(rows.data(), {share, len}, at::kLong).clone().to(device);
@@ -289,10 +118,11 @@ at::Tensor to_device_async(const at::Tensor& t, const at::Device& device) {
   return t.pin_memory().to(device, /*non_blocking=*/true);
 }
 
-// The squared gradient norm (shared parameters counted once), each microbatch's losses (each
-// computed on one rank; averaged over the replicas) and every rank's compute time (each in its
-// own slot), summed over every rank in one all-reduce. `own_ns`: the time spent before the
-// all-reduce (the rank's own work, --profile's "optimizer"; on a GPU what the host saw).
+// The squared gradient norm (shared parameters counted once), each microbatch's loss (computed on
+// one rank; averaged over the replicas) and reported values (each a sum and a count over the
+// layers, ranks and replicas that added it), and every rank's compute time (each in its own slot),
+// summed over every rank in one all-reduce. `own_ns`: the time spent before the all-reduce (the
+// rank's own work, --profile's "optimizer"; on a GPU what the host saw).
 // With `fused` the norm is fused_step.h's, and its update (clipping, AdamW) is queued after the
 // all-reduce and before the statistics are read back: on a GPU the host then waits for the norm
 // and the all-reduce only (the one synchronisation between replays), while AdamW runs; the
@@ -301,7 +131,7 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
                        const at::Device& device, std::chrono::milliseconds timeout, int64_t& own_ns,
                        std::optional<FusedUpdate> fused = std::nullopt) {
   const auto t0 = Clock::now();
-  const int mbs = job.plan.microbatches;
+  const auto mbs = static_cast<size_t>(job.plan.microbatches);
   const int ranks = place.world ? place.world->size() : 0;
   std::vector<at::Tensor> counted;  // the gradients in the norm
   for (NamedParam& p : store.params())
@@ -315,12 +145,17 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
     sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
     for (const at::Tensor& g : counted) sq += g.to(at::kDouble).pow(2).sum();
   }
-  std::vector<double> v(1 + 2 * static_cast<size_t>(mbs) + static_cast<size_t>(ranks), 0.0);
-  if (rep.has_losses) {
-    std::copy(rep.losses.begin(), rep.losses.end(), v.begin() + 1);
-    std::copy(rep.mtp_losses.begin(), rep.mtp_losses.end(), v.begin() + 1 + mbs);
+  // [norm^2, losses, (sums, counts) per reported value, compute per rank]
+  const size_t values = rep.reported.size(), at_compute = 1 + mbs + 2 * values * mbs;
+  std::vector<double> v(at_compute + static_cast<size_t>(ranks), 0.0);
+  if (rep.has_losses) std::copy(rep.losses.begin(), rep.losses.end(), v.begin() + 1);
+  for (size_t k = 0; k < values; ++k) {
+    std::copy(rep.reported[k].sum.begin(), rep.reported[k].sum.end(),
+              v.begin() + static_cast<ptrdiff_t>(1 + mbs + 2 * k * mbs));
+    std::copy(rep.reported[k].count.begin(), rep.reported[k].count.end(),
+              v.begin() + static_cast<ptrdiff_t>(1 + mbs + (2 * k + 1) * mbs));
   }
-  if (ranks > 0) v[static_cast<size_t>(1 + 2 * mbs + place.rank)] = rep.compute_ns / 1e9;
+  if (ranks > 0) v[at_compute + static_cast<size_t>(place.rank)] = rep.compute_ns / 1e9;
   at::Tensor all = fused ? to_device_async(at::tensor(v, at::kDouble), device)
                          : at::tensor(v, at::kDouble).to(device);
   all.narrow(0, 0, 1).add_(sq);
@@ -348,22 +183,29 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
   StepStats out;
   out.grad_norm = std::sqrt(d[0]);
   out.losses.assign(d + 1, d + 1 + mbs);
-  out.mtp_losses.assign(d + 1 + mbs, d + 1 + 2 * mbs);
-  out.compute_s.assign(d + 1 + 2 * mbs, d + 1 + 2 * mbs + ranks);
   for (double& x : out.losses) x /= place.replicas;
-  for (double& x : out.mtp_losses) x /= place.replicas;
+  for (size_t k = 0; k < values; ++k) {
+    auto& per_mb = out.reported.emplace_back(mbs);
+    for (size_t mb = 0; mb < mbs; ++mb) {
+      const double sum = d[1 + mbs + 2 * k * mbs + mb], count = d[1 + mbs + (2 * k + 1) * mbs + mb];
+      if (count > 0) per_mb[mb] = sum / count;
+    }
+  }
+  out.compute_s.assign(d + at_compute, d + at_compute + ranks);
   return out;
 }
 
 // Validation (--eval-data): job.eval.batches global batches of held-out sequences (batch k holds
 // sequences [k G, (k + 1) G), this replica its share of them), each run forward only; the mean
-// of their microbatches' losses over every rank (one all-reduce).
+// of their microbatches' losses over every rank, and of each reported value over what added it
+// (one all-reduce).
 EvalStats evaluate(const Job& job, const Place& place, StepGradients& grads,
                    const TokenSource& data, const at::Device& device) {
-  const int mbs = job.plan.microbatches, len = job.model.seq_len + 1;
+  const int mbs = job.plan.microbatches, len = job.setup.seq_len + 1;
   const int share = job.train.global_batch / place.replicas;
   data.check_unchanged();
-  double sum[2] = {0, 0};
+  // [loss sum, (sum, count) per reported value]
+  std::vector<double> sums(1, 0.0);
   std::vector<int64_t> rows;
   for (int k = 0; k < job.eval.batches; ++k) {
     data.sequences(static_cast<int64_t>(k) * job.train.global_batch +
@@ -372,17 +214,24 @@ EvalStats evaluate(const Job& job, const Place& place, StepGradients& grads,
     const at::Tensor tokens =
         at::from_blob(rows.data(), {share, len}, at::kLong).clone().to(device);
     const StepReport rep = grads.evaluate(tokens);
-    if (!rep.has_losses) continue;
-    for (double x : rep.losses) sum[0] += x;
-    for (double x : rep.mtp_losses) sum[1] += x;
+    sums.resize(1 + 2 * rep.reported.size(), 0.0);
+    if (rep.has_losses)
+      for (double x : rep.losses) sums[0] += x;
+    for (size_t v = 0; v < rep.reported.size(); ++v) {
+      for (double x : rep.reported[v].sum) sums[1 + 2 * v] += x;
+      for (double x : rep.reported[v].count) sums[2 + 2 * v] += x;
+    }
   }
-  at::Tensor all = at::tensor(std::vector<double>{sum[0], sum[1]}, at::kDouble).to(device);
+  at::Tensor all = at::tensor(sums, at::kDouble).to(device);
   if (place.world && place.world->size() > 1) place.world->allreduce_sum(all, job.timeout);
   const at::Tensor cpu = all.cpu();
+  const double* d = cpu.data_ptr<double>();
   const double n = static_cast<double>(place.replicas) * job.eval.batches * mbs;
   EvalStats out;
-  out.loss = cpu.data_ptr<double>()[0] / n;
-  if (mtp_depths(job.plan.layout) > 0) out.mtp_loss = cpu.data_ptr<double>()[1] / n;
+  out.loss = d[0] / n;
+  for (size_t v = 0; 1 + 2 * v < sums.size(); ++v)
+    out.reported.push_back(d[2 + 2 * v] > 0 ? std::optional<double>(d[1 + 2 * v] / d[2 + 2 * v])
+                                            : std::nullopt);
   return out;
 }
 
@@ -615,7 +464,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   report.rank = prank;
   dump_params(job, rank, model.store);
   publish_report(store, rank, report);
-  if (!job.out.profile_path.empty()) publish_profile(store, rank, grads.profile().medians());
+  if (!job.out.profile_path.empty()) publish_profile(store, rank, grads.profile(model));
   if (reporter && job.eval.only) {
     log.finish();  // no step to report on
   } else if (reporter) {
@@ -628,11 +477,11 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
     print_lines(summary_text(summary));
     if (!job.out.trace_path.empty())
       ppc::write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
+    const int64_t rows = job.train.global_batch / job.dp / plan.microbatches;
     if (!job.out.profile_path.empty())
       ppc::write_file_atomically(
           job.out.profile_path,
-          profile_json(plan, job.model, job.train.global_batch / job.dp / plan.microbatches,
-                       job.train.mtp_loss_weight, gather_profiles(store, topo), all,
+          profile_json(plan, rows, grads.boundary_elements(), gather_profiles(store, topo), all,
                        job.train.dtype == Precision::Bf16 ? 2 : 4, transport),
           "--profile");
   }

@@ -319,6 +319,15 @@ class GlooTransport final : public Transport {
           fmt::format("starting an all-reduce failed: {}", TcpStore::first_line(e.what())));
     }
   }
+  void all_to_all(at::Tensor& output, const at::Tensor& input,
+                  const std::vector<int64_t>& recv_rows, const std::vector<int64_t>& send_rows,
+                  std::chrono::milliseconds timeout) override {
+    std::vector<int64_t> recv = all_to_all_counts(recv_rows, output.size(0), size_, "receive");
+    std::vector<int64_t> send = all_to_all_counts(send_rows, input.size(0), size_, "send");
+    at::Tensor in = input;  // (c10d takes it by non-const reference; it only reads it)
+    run_collective("all-to-all", timeout,
+                   [&] { return pg_->alltoall_base(output, in, recv, send); });
+  }
   std::unique_ptr<Transport> new_group(const std::vector<int>& ranks,
                                        const std::string& key) override {
     const auto it = std::find(ranks.begin(), ranks.end(), rank_);

@@ -293,6 +293,42 @@ class NcclTransport final : public Transport {
     return std::make_unique<NcclWork>(comm_, ev, "all-reduce");
   }
 
+  // One group of a send and a receive per peer (NCCL's own all-to-all is this), rows as bytes of
+  // the rows' element type.
+  void all_to_all(at::Tensor& output, const at::Tensor& input,
+                  const std::vector<int64_t>& recv_rows, const std::vector<int64_t>& send_rows,
+                  std::chrono::milliseconds timeout) override {
+    if (!output.is_cuda() || !input.is_cuda())
+      throw TransportError("the NCCL transport needs CUDA tensors");
+    const int n = comm_.size();
+    const std::vector<int64_t> recv = all_to_all_counts(recv_rows, output.size(0), n, "receive");
+    const std::vector<int64_t> send = all_to_all_counts(send_rows, input.size(0), n, "send");
+    const int64_t out_row = output.size(0) ? output.numel() / output.size(0) : 0;
+    const int64_t in_row = input.size(0) ? input.numel() / input.size(0) : 0;
+    auto* out = static_cast<char*>(output.data_ptr());
+    const auto* in = static_cast<const char*>(input.data_ptr());
+    const auto bytes = static_cast<int64_t>(input.element_size());
+    Event ev;
+    comm_.follow_caller();
+    comm_.check(ncclGroupStart(), "ncclGroupStart");
+    int64_t sent = 0, received = 0;  // rows
+    for (int peer = 0; peer < n; ++peer) {
+      const size_t p = static_cast<size_t>(peer);
+      comm_.check(ncclSend(in + sent * in_row * bytes, static_cast<size_t>(send[p] * in_row),
+                           nccl_type(input), peer, comm_.comm(), comm_.stream()),
+                  "ncclSend");
+      comm_.check(ncclRecv(out + received * out_row * bytes, static_cast<size_t>(recv[p] * out_row),
+                           nccl_type(output), peer, comm_.comm(), comm_.stream()),
+                  "ncclRecv");
+      sent += send[p];
+      received += recv[p];
+    }
+    comm_.check(ncclGroupEnd(), "ncclGroupEnd");
+    comm_.settle("all-to-all", timeout);
+    check_cuda(cudaEventRecord(ev.ev, comm_.stream()), "cudaEventRecord");
+    comm_.wait_event(ev.ev, "all-to-all", timeout);
+  }
+
   std::unique_ptr<Transport> new_group(const std::vector<int>& ranks,
                                        const std::string& key) override {
     const auto it = std::find(ranks.begin(), ranks.end(), comm_.rank());

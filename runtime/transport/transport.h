@@ -19,8 +19,9 @@
 //    caller's later work after it without blocking. Every Work is waited for (wait()) before its
 //    tensor is freed, so no transfer can outlive its memory, and no caching-allocator
 //    recordStream is needed.
-//  - allreduce_sum(), allreduce_async() and barrier() are collective: every rank of the group
-//    calls them in the same order, and only when none of its point-to-point Works is pending.
+//  - allreduce_sum(), allreduce_async(), all_to_all() and barrier() are collective: every rank of
+//    the group calls them in the same order, and only when none of its point-to-point Works is
+//    pending.
 //  - new_group() makes a process group over a subset of the ranks for collectives among them
 //    (shared weights, data parallelism). Only its members call it, all with the same ranks and
 //    key; a rank in several groups must create them and run their collectives in one order that
@@ -89,12 +90,25 @@ class Transport {
   // `timeout` limits how long starting it may take (NCCL: connecting the group's ring).
   virtual std::unique_ptr<Work> allreduce_async(at::Tensor& tensor,
                                                 std::chrono::milliseconds timeout) = 0;
+  // All-to-all (a mixture of experts' token exchange): `input`'s rows (its first dimension) go out
+  // in rank order, `send_rows[j]` of them to rank j, and `output` (the caller's, of the same dtype
+  // and row shape) receives in rank order `recv_rows[j]` rows from rank j. Empty counts: equal
+  // splits (size(0) / size() rows each). Both tensors contiguous. Blocking.
+  virtual void all_to_all(at::Tensor& output, const at::Tensor& input,
+                          const std::vector<int64_t>& recv_rows,
+                          const std::vector<int64_t>& send_rows,
+                          std::chrono::milliseconds timeout) = 0;
   virtual void barrier(std::chrono::milliseconds timeout) = 0;
   // A process group over `ranks` (sorted, distinct, this rank among them); its rank() is this
   // rank's position in `ranks`. `key` names the group in the rendezvous store: unique per group.
   virtual std::unique_ptr<Transport> new_group(const std::vector<int>& ranks,
                                                const std::string& key) = 0;
 };
+
+// all_to_all()'s counts made whole: the equal splits of `rows` where `counts` is empty, checked
+// against the group's `size` and the tensor's rows (a caller's mistake: TransportError).
+std::vector<int64_t> all_to_all_counts(const std::vector<int64_t>& counts, int64_t rows, int size,
+                                       const char* which);
 
 // A key-value store shared by all ranks (the rendezvous store): used to set up transports, to
 // gather small reports (statistics, traces) and to tell ranks which rank was lost.

@@ -115,11 +115,16 @@ TEST(FuzzSeeds, TheCheckpointSeedsResumeAndExport) {
     const std::string dir = unpack(std::string("fuzz/corpus/checkpoint/") + seed, "ckpt");
     const pprt::Checkpoint ckpt(dir);
     const ppc::Layout layout = ppc::parse_layout(ckpt.state().layout);
-    const pprt::ModelConfig& model = ckpt.state().model;
-    EXPECT_NO_THROW(ckpt.check_params(pprt::model_params(model, layout), model, layout));
-    EXPECT_EQ(
-        pprt::export_checkpoint(dir, (fs::path(dir).parent_path() / "out.safetensors").string()),
-        ckpt.model_tensors().size());
+    const pprt::ModelConfig model = pprt::parse_model_config(ckpt.state().model.dump(), "model");
+    std::vector<pprt::ParamShape> params;
+    for (const pprt::ParamSpec& p : pprt::model_params(model, layout))
+      params.push_back({p.name, p.shape});
+    EXPECT_NO_THROW(ckpt.check_params(params));
+    using Params = const std::vector<pprt::ParamShape>*;
+    for (Params expected : {Params{nullptr}, Params{&params}})
+      EXPECT_EQ(pprt::export_checkpoint(
+                    dir, (fs::path(dir).parent_path() / "out.safetensors").string(), expected),
+                ckpt.model_tensors().size());
   }
 }
 

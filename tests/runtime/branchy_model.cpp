@@ -9,6 +9,9 @@
 //   L  LayerNorm and a linear head; the loss is Model::loss (cross-entropy).
 // BRANCHY_SHAPES=declared declares every layer's output shape (the head's from the run's --vocab:
 // a SetupShapeFn); otherwise a pipelined run learns the boundaries from one forward.
+// BRANCHY_AUX=1: every block also adds an auxiliary loss, "smooth" (0.05 x the mean square of its
+// first branch: it joins the loss from whatever stage the block is on), and a metric, "gate" (the
+// mean of its gate); BRANCHY_AUX=undeclared adds a loss the model does not declare.
 #include <ATen/ATen.h>
 #include <pprt/main.h>
 #include <torch/nn/functional/activation.h>
@@ -32,23 +35,32 @@ struct ProjImpl : torch::nn::Module {
 };
 TORCH_MODULE(Proj);
 
+// BRANCHY_AUX
+enum class Aux { None, Declared, Undeclared };
+
 struct BlockImpl : torch::nn::Module {
   torch::nn::LayerNorm norm{nullptr};
   Proj proj{nullptr};
   torch::nn::Linear gate{nullptr};
   at::Tensor mix;  // the model's one shared matrix
-  explicit BlockImpl(const pprt::LayerInfo& info) {
+  Aux aux;
+  BlockImpl(const pprt::LayerInfo& info, Aux a) : aux(a) {
     norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
     proj = register_module("proj", Proj());
     gate = register_module("gate", torch::nn::Linear(kWidth, kWidth));
     mix = register_parameter("mix", info.shared("shared.mix", {kWidth, kWidth},
                                                 [](at::Tensor& t) { t.normal_(0, 0.3); }));
   }
-  at::Tensor forward(const at::Tensor& x) {
+  at::Tensor forward(const at::Tensor& x, const pprt::Microbatch& mb) {
     const at::Tensor h = norm(x);
     const at::Tensor a = at::gelu(proj(h));                   // one branch
     const at::Tensor b = proj(at::tanh(at::linear(h, mix)));  // the other, same proj
-    return x + a * at::sigmoid(gate(b));                      // joined
+    const at::Tensor g = at::sigmoid(gate(b));
+    if (aux != Aux::None) {
+      mb.add_loss(aux == Aux::Declared ? "smooth" : "undeclared", a.pow(2).mean(), 0.05);
+      mb.add_metric("gate", g);
+    }
+    return x + a * g;  // joined
   }
 };
 TORCH_MODULE(Block);
@@ -64,7 +76,7 @@ struct HeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(Head);
 
-pprt::Model model(bool declared) {
+pprt::Model model(bool declared, Aux aux) {
   const pprt::ShapeFn hidden = [](const std::vector<int64_t>& in) {
     return std::vector<int64_t>{in[0], in[1], kWidth};
   };
@@ -80,7 +92,7 @@ pprt::Model model(bool declared) {
        },
        declared ? hidden : pprt::ShapeFn())
       .layer(
-          't', "h", [](const pprt::LayerInfo& l) { return pprt::make_layer(Block(l)); },
+          't', "h", [aux](const pprt::LayerInfo& l) { return pprt::make_layer(Block(l, aux)); },
           declared ? hidden : pprt::ShapeFn())
       .layer(
           'L', "head", [](const pprt::LayerInfo& l) { return pprt::make_layer(Head(l.vocab)); },
@@ -88,6 +100,7 @@ pprt::Model model(bool declared) {
       .loss([](const at::Tensor& logits, const pprt::Microbatch& mb) {
         return at::cross_entropy_loss(logits.flatten(0, 1), mb.targets().flatten());
       });
+  if (aux != Aux::None) m.aux_loss("smooth").metric("gate");
   return m;
 }
 
@@ -95,5 +108,11 @@ pprt::Model model(bool declared) {
 
 int main(int argc, char** argv) {
   const char* shapes = std::getenv("BRANCHY_SHAPES");
-  return pprt::main(argc, argv, branchy::model(shapes && std::string(shapes) == "declared"));
+  const char* aux = std::getenv("BRANCHY_AUX");
+  const std::string a = aux ? aux : "";
+  return pprt::main(argc, argv,
+                    branchy::model(shapes && std::string(shapes) == "declared",
+                                   a == "1"            ? branchy::Aux::Declared
+                                   : a == "undeclared" ? branchy::Aux::Undeclared
+                                                       : branchy::Aux::None));
 }

@@ -5,10 +5,12 @@
 // torchrun (and by SLURM's srun, with e2e_cluster_test.cpp's cluster, as root), its losses equal
 // its own --reference within 1e-5 and its parameters within 1e-4, and the ranks' copies of the
 // shared matrix are equal bit for bit (under ZBV also with every shape declared, the head's from
-// --vocab). A program of the library speaks with its own name. And a model's mistakes in a
-// pipelined run (faulty_model.cpp) stop every rank at once with one line naming the stage and the
-// layer, exit code 2.
+// --vocab). A program of the library speaks with its own name. Its blocks' named auxiliary loss
+// and metric (BRANCHY_AUX=1, on every stage) train and report as in its reference. And a model's
+// mistakes in a pipelined run (faulty_model.cpp) stop every rank at once with one line naming the
+// stage and the layer, exit code 2.
 #include <cmath>
+#include <fstream>
 
 #include "e2e_cluster.h"
 #include "e2e_dumps.h"
@@ -87,6 +89,72 @@ INSTANTIATE_TEST_SUITE_P(Schedules, BranchyModel,
                            n.erase(std::remove(n.begin(), n.end(), '-'), n.end());
                            return n + (info.param.declared ? "Declared" : "");
                          });
+
+// A held-out file of uint16 tokens below the model's --vocab 48: `sequences` whole sequences of 12.
+std::string held_out(const TempDir& d, int sequences) {
+  std::vector<uint16_t> tokens(static_cast<size_t>(sequences) * 12 + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 7 + 3) % 48);
+  const std::string path = d.file("held.bin");
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()),
+             static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+  return path;
+}
+
+// Named auxiliary losses and metrics (pprt::Microbatch::add_loss, add_metric): every block, on
+// whatever stage, adds the loss "smooth" (weighted into the loss: its gradient flows back from the
+// stage that added it, through the autograd split under ZBV) and the metric "gate". Pipelined,
+// every step's loss, smooth_loss and gate, the held-out eval_smooth_loss and eval_gate, and the
+// parameters equal the reference's; and the loss trains the weights (without it they differ).
+TEST(BranchyModel, NamedAuxiliaryLossesAndMetricsFromEveryStage) {
+  TempDir d;
+  const std::string held = held_out(d, 16);
+  for (const auto& [schedule, layout] :
+       {std::pair{"1F1B", "Ett|ttL"}, std::pair{"ZBV", "Et|tt|tt|tL"}}) {
+    SCOPED_TRACE(schedule);
+    const std::string plan = compile(d, layout, 2, schedule, 4);
+    const auto common = concat(
+        kArgs, {"--plan", plan, "--steps", "3", "--eval-data", held, "--data-format", "uint16"});
+    const Proc pipe = branchy(concat(common, {"--progress", "lines", "--metrics", d.file("p.jsonl"),
+                                              "--dump-params", d.file("pd")}),
+                              {"BRANCHY_AUX=1"});
+    ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
+    const Proc ref = branchy(concat(common, {"--progress", "none", "--reference", "--metrics",
+                                             d.file("r.jsonl"), "--dump-params", d.file("rd")}),
+                             {"BRANCHY_AUX=1"});
+    ASSERT_EQ(ref.exit_code(), 0) << ref.out;
+    for (const std::string key :
+         {"loss", "smooth_loss", "gate", "eval_loss", "eval_smooth_loss", "eval_gate"}) {
+      const auto got = field(d.file("p.jsonl"), key), want = field(d.file("r.jsonl"), key);
+      ASSERT_EQ(want.size(), key.starts_with("eval") ? 1u : 3u) << key;
+      ASSERT_EQ(got.size(), want.size()) << key;
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i])) << key << " " << i;
+    }
+    expect_dumps_within(d.file("pd"), d.file("rd"), 1e-4);
+    const Proc plain = branchy(
+        concat(common, {"--progress", "none", "--reference", "--dump-params", d.file("nd")}));
+    ASSERT_EQ(plain.exit_code(), 0) << plain.out;
+    const auto with = pprt::read_param_dump(d.file("rd")),
+               without = pprt::read_param_dump(d.file("nd"));
+    EXPECT_NE(with.at("h.0.proj.fc.weight").data, without.at("h.0.proj.fc.weight").data);
+    // The progress lines show both by name (the last step's, after the evaluation, its too).
+    EXPECT_NE(pipe.out.find(" smooth-loss "), std::string::npos) << pipe.out;
+    EXPECT_NE(pipe.out.find(" gate "), std::string::npos) << pipe.out;
+    EXPECT_NE(pipe.out.find(" eval-smooth-loss "), std::string::npos) << pipe.out;
+  }
+  // A name the model does not declare stops the run at the layer that adds it.
+  const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);
+  const Proc bad = branchy(
+      concat(kArgs, {"--plan", plan, "--steps", "1", "--progress", "none", "--timeout", "20"}),
+      {"BRANCHY_AUX=undeclared"});
+  EXPECT_EQ(bad.exit_code(), 2) << bad.out;
+  EXPECT_NE(bad.out.find("error: stage 0, layer 't' #0 (h.0): it reports the auxiliary loss "
+                         "'undeclared', which the model does not declare for this layout "
+                         "(Model::aux_loss)"),
+            std::string::npos)
+      << bad.out;
+}
 
 TEST(BranchyModelLaunchers, TorchrunGivesItsReference) {
   if (std::string(TORCHRUN_BIN).empty() || !fs::exists(TORCHRUN_BIN))

@@ -1,8 +1,10 @@
 // The library as its users meet it (docs/library.md), in real processes: the GPT-2 example
 // (examples/gpt2) trained through pprt::main under every schedule it names, its losses equal to its
 // own unpipelined run (--reference) within 1e-5 relative and its parameters within 1e-4, the tied
-// embedding held by the first and the last rank and equal there bit for bit; and the errors a user
-// gets from a model that is wrong (one line naming the symbol or the stage and layer, exit 2).
+// embedding held by the first and the last rank and equal there bit for bit; what its hooks give
+// it (--dtype bf16 through autocast, its parameters checked before a run resumes); and the errors a
+// user gets from a model that is wrong (one line naming the symbol or the stage and layer, exit 2).
+// Its Hugging Face export is tests/torch/test_hf.py's Gpt2 (transformers loads it).
 #include "e2e_dumps.h"
 #include "e2e_util.h"
 #include "runtime/output/param_dump.h"
@@ -105,6 +107,67 @@ TEST(Gpt2Library, DataParallelismAndCheckpoints) {
   EXPECT_EQ(resumed, w);  // bit for bit
 }
 
+// "transfers between stages: N bytes per step in M messages"
+std::pair<long long, int> transfers(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m,
+                         std::regex("transfers between stages: ([0-9]+) bytes per step in "
+                                    "([0-9]+) messages")))
+    return {-1, -1};
+  return {std::stoll(m[1].str()), std::stoi(m[2].str())};
+}
+
+// --dtype bf16 through the model's hook (pprt::MixedPrecision::Autocast): pipelined, its losses are
+// its bf16 reference's within 2e-3 relative, under 1F1B and ZBV (whose I/W split goes through the
+// autograd graph, casts included); the bytes between stages halve, in as many messages; bf16 is
+// not fp32 under another name.
+TEST(Gpt2Library, MixedPrecisionThroughAutocast) {
+  TempDir d;
+  const auto common =
+      std::vector<std::string>{"--steps",   "4",  "--global-batch", "8", "--vocab",    "64",
+                               "--seq-len", "16", "--threads",      "1", "--progress", "none"};
+  for (const auto& [schedule, layout] :
+       {std::pair{"1F1B", "Ett|ttL"}, std::pair{"ZBV", "Et|t|t|tL"}}) {
+    SCOPED_TRACE(schedule);
+    const std::string plan = compile(d, layout, 2, schedule, 4);
+    const auto bf16 = concat(common, {"--plan", plan, "--dtype", "bf16"});
+    const Proc pipe = gpt2(concat(bf16, {"--metrics", d.file("p.jsonl")}));
+    ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
+    EXPECT_NE(pipe.out.find("bf16 (fp32 master weights)"), std::string::npos) << pipe.out;
+    const Proc ref = gpt2(concat(bf16, {"--reference", "--metrics", d.file("r.jsonl")}));
+    ASSERT_EQ(ref.exit_code(), 0) << ref.out;
+    expect_metrics_of(d.file("p.jsonl"), d.file("r.jsonl"), 4, false, 2e-3);
+    const Proc f32 = gpt2(concat(common, {"--plan", plan, "--metrics", d.file("f.jsonl")}));
+    ASSERT_EQ(f32.exit_code(), 0) << f32.out;
+    EXPECT_NE(losses(d.file("f.jsonl")), losses(d.file("p.jsonl")));
+    const auto [f32_bytes, f32_messages] = transfers(f32.out);
+    const auto [bf16_bytes, bf16_messages] = transfers(pipe.out);
+    EXPECT_GT(f32_bytes, 0) << f32.out;
+    EXPECT_EQ(bf16_messages, f32_messages) << pipe.out;
+    EXPECT_EQ(bf16_bytes * 2, f32_bytes) << pipe.out;
+  }
+}
+
+// The example lists its parameters (Model::parameters): a checkpoint of another model is refused
+// before anything runs, naming the first parameter it lacks.
+TEST(Gpt2Library, ResumeChecksTheParametersFirst) {
+  TempDir d;
+  const auto common =
+      std::vector<std::string>{"--global-batch", "4", "--vocab",    "64",  "--seq-len", "16",
+                               "--threads",      "1", "--progress", "none"};
+  const Proc saved = gpt2(concat(common, {"--reference", "--layout", "EttL", "--microbatches", "2",
+                                          "--steps", "2", "--save", d.file("ck")}));
+  ASSERT_EQ(saved.exit_code(), 0) << saved.out;
+  const std::string plan = compile(d, "Ett|tL", 2, "1F1B", 2);
+  const Proc deeper =
+      gpt2(concat(common, {"--plan", plan, "--steps", "4", "--resume", d.file("ck")}));
+  EXPECT_EQ(deeper.exit_code(), 2) << deeper.out;
+  EXPECT_NE(deeper.out.find("parameter 'h.2.ln_1.weight' of this model is not in the checkpoint"),
+            std::string::npos)
+      << deeper.out;
+  EXPECT_EQ(deeper.out.find("starting"), std::string::npos) << deeper.out;  // nothing ran
+}
+
 bool one_line(const std::string& s) {
   return std::count(s.begin(), s.end(), '\n') <= 1;
 }
@@ -131,6 +194,15 @@ TEST(LibraryErrors, TheFlagsOfPprunsOwnModelAreNotTheExamples) {
 
 Proc faulty(const std::string& fault, const std::vector<std::string>& args) {
   return run(concat({FAULTY_MODEL_BIN}, args), {"FAULTY_MODEL=" + fault});
+}
+
+TEST(LibraryErrors, Bf16ForAModelWithoutMixedPrecisionIsOneLine) {
+  const Proc p = faulty("", {"--reference", "--layout", "EttL", "--microbatches", "1", "--steps",
+                             "1", "--dtype", "bf16"});
+  EXPECT_EQ(p.exit_code(), 2) << p.out;
+  EXPECT_NE(p.out.find("faulty_model: error: --dtype: bf16: model 'faulty' trains in fp32 only"),
+            std::string::npos)
+      << p.out;
 }
 
 TEST(LibraryErrors, AModuleThatBreaksItsDeclaredShapeIsOneLineNamingStageAndLayer) {

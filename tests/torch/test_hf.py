@@ -21,10 +21,15 @@ wider than transformers' initialisation so that the loss depends on every one of
   - refusals (exit 2, one line naming the file and the tensor or field, nothing run): a layout
     with another layer count, architectures and model_type of two families, an attention type
     pprun does not have, a mixture-of-experts field, another rope_scaling type, a missing tensor,
-    a wrong shape, a truncated shard.
+    a wrong shape, a truncated shard;
+  - a program of the library exports its own model through the same hook
+    (pprt::Model::hugging_face): examples/gpt2, trained 5 steps, --export --format hf loads as
+    transformers' GPT2LMHeadModel (its Conv1D weights transposed) with no missing or unexpected
+    keys, and transformers' loss on the held-out tokens equals the example's eval_loss; in bf16
+    too.
 
-Environment: PPCOMPILE, PPRUN (ctest sets them). Argument: the test class to run (ctest runs one
-per process, in parallel).
+Environment: PPCOMPILE, PPRUN, GPT2 (ctest sets them). Argument: the test class to run (ctest runs
+one per process, in parallel).
 """
 import json
 import os
@@ -43,6 +48,7 @@ from safetensors.torch import load_file, save_file
 
 PPCOMPILE = os.environ.get("PPCOMPILE", "build/tools/ppcompile/ppcompile")
 PPRUN = os.environ.get("PPRUN", "build/tools/pprun/pprun")
+GPT2 = os.environ.get("GPT2", "build/examples/gpt2/gpt2")
 T = 16  # sequence length
 LAYERS = 4
 WINDOW = 6  # a sliding window shorter than the sequence
@@ -382,6 +388,60 @@ class Export(Base):
         self.assertEqual((cfg["sliding_window"], cfg["bos_token_id"], cfg["eos_token_id"]),
                          (4096, 1, 2))
         self.assertEqual(transformers.AutoConfig.from_pretrained(out).sliding_window, 4096)
+
+
+class Gpt2(Base):
+    """examples/gpt2 (a program of the library, not pprun) trained and exported as a Hugging Face
+    GPT2LMHeadModel through its own Model::hugging_face."""
+
+    def test_export_loads_with_the_same_loss(self):
+        train = os.path.join(self.d, "train.u32")
+        np.random.default_rng(2).integers(0, 97, 400).astype("<u4").tofile(train)
+        held = os.path.join(self.d, "held.u32")
+        held_ids = np.random.default_rng(7).integers(0, 97, 8 * T + 1)
+        held_ids.astype("<u4").tofile(held)
+        ckpt = os.path.join(self.d, "ckpt")
+        metrics = os.path.join(self.d, "train.jsonl")
+        run([GPT2, "--plan", self.plan("Et|t|t|tL", 2, "ZBV", 2), "--data", train,
+             "--data-format", "uint32", "--vocab", "97", "--seq-len", str(T), "--steps", "5",
+             "--global-batch", "4", "--save", ckpt, "--progress", "none", "--threads", "1",
+             "--eval-data", held, "--metrics", metrics])
+        with open(metrics) as f:
+            evals = [j["eval_loss"] for j in map(json.loads, f) if "eval_loss" in j]
+        self.assertEqual(len(evals), 1)
+        out = os.path.join(self.d, "gpt2-hf")
+        p = run([GPT2, "--export", ckpt, out, "--format", "hf"])
+        self.assertIn("GPT2LMHeadModel", p.stdout)
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            out, dtype=torch.float32, output_loading_info=True)
+        self.assertIsInstance(model, transformers.GPT2LMHeadModel)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertFalse(info[k], f"{k}: {info[k]}")
+        # Its tensors are the checkpoint's, Conv1D weights transposed.
+        single = os.path.join(self.d, "model.safetensors")
+        run([GPT2, "--export", ckpt, single])
+        ours = load_file(single)
+        theirs = model.state_dict()
+        self.assertTrue(torch.equal(ours["wte.weight"], theirs["transformer.wte.weight"]))
+        self.assertTrue(torch.equal(ours["h.2.attn.c_attn.weight"].t(),
+                                    theirs["transformer.h.2.attn.c_attn.weight"]))
+        self.assertTrue(torch.equal(theirs["lm_head.weight"], theirs["transformer.wte.weight"]))
+        # Its positions are the sequence's T (wpe has n_positions = T rows): the T inputs of each
+        # window predict its T targets, as pprun's evaluation does.
+        windows = torch.tensor(np.stack([held_ids[i * T:i * T + T + 1] for i in range(8)]),
+                               dtype=torch.long)
+        with torch.no_grad():
+            logits = model.eval()(windows[:, :T]).logits
+            want = torch.nn.functional.cross_entropy(logits.flatten(0, 1),
+                                                     windows[:, 1:].flatten()).item()
+        self.assertClose(evals[-1], want, "gpt2 eval_loss")
+        # bf16 loads as bf16.
+        out16 = os.path.join(self.d, "gpt2-hf16")
+        run([GPT2, "--export", ckpt, out16, "--format", "hf", "--dtype", "bf16"])
+        m16, info16 = transformers.AutoModelForCausalLM.from_pretrained(
+            out16, output_loading_info=True)
+        self.assertFalse(info16["missing_keys"] or info16["unexpected_keys"])
+        self.assertEqual(m16.transformer.wte.weight.dtype, torch.bfloat16)
 
 
 class Refusals(Base):

@@ -1,8 +1,10 @@
-// pprun: trains pprun's own model family (runtime/models/llama/builtin.h) by replaying a compiled
-// plan (ppcompile --emit json), one process per rank. Thin: the same entry point as any program of
-// the library (pprt::main, pprt/main.h), given the built-in family.
-#include "runtime/launch/cli.h"
+// pprun: trains pprun's own model family (runtime/models/llama/family.h) by replaying a compiled
+// plan (ppcompile --emit json), one process per rank. Thin: a program of the library like any
+// other (pprt::main, pprt/main.h), given its family.
+#include <pprt/main.h>
+
+#include "runtime/models/llama/family.h"
 
 int main(int argc, char** argv) {
-  return pprt::main_of(argc, argv, pprt::builtin_source(), "pprun");
+  return pprt::main(argc, argv, pprt::llama_family());
 }

@@ -39,15 +39,16 @@ struct ParamSpec {
 
 // The state entering a stage (or leaving the last one). Before E there is nothing but the token
 // ids, which every rank has (the boundary carries a placeholder of one float); between E and L,
-// the main hidden state and each MTP depth's hidden state computed so far, stacked; after L, the
-// loss.
+// the main hidden state and each MTP depth's hidden state computed so far (named tensors of
+// [batch, seq_len, hidden] each: builtin.h), whose message holds the bytes of their stack; after
+// L, the loss.
 struct Boundary {
   enum class Kind : uint8_t { Tokens, Hidden, Loss };
   Kind kind = Kind::Tokens;
   int streams = 0;  // Hidden: 1 + the MTP depths computed so far
 
-  // The shape of the tensor that crosses it for a microbatch of `batch` sequences:
-  // Tokens {1}, Hidden {streams, batch, seq_len, hidden}, Loss {} (a scalar).
+  // The shape of what crosses it for a microbatch of `batch` sequences, as one tensor:
+  // Tokens {1}, Hidden {streams, batch, seq_len, hidden} (the streams' stack), Loss {} (a scalar).
   std::vector<int64_t> shape(int64_t batch, const ModelConfig& c) const;
   bool operator==(const Boundary&) const = default;
 };

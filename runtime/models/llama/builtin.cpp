@@ -42,7 +42,6 @@ uint64_t name_hash(const std::string& s) {
 struct Common {
   ModelConfig cfg;
   Kernels kernels;
-  at::ScalarType dtype = at::kFloat;  // activations and products (precision.h)
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<const AttentionConsts>> attn;
 
@@ -119,20 +118,30 @@ std::vector<ParamSpec> layer_params(const ModelConfig& cfg, ppc::LayerKind kind,
   return params_of(cfg, {LayerSpec{kind, index}}, info.layout.count('t'));
 }
 
-Layer make(const std::shared_ptr<Common>& common, std::shared_ptr<BuiltinModule> module,
+Layer make(std::shared_ptr<BuiltinModule> module,
            std::function<at::Tensor(const at::Tensor&, const Microbatch&)> forward) {
   Layer l;
   l.module = std::move(module);
   l.forward = std::move(forward);
   l.prefix = "";  // every parameter is named by its shared name
   l.splits_backward = true;
-  (void)common;
   return l;
 }
 
-// The embedding's rows in the activations' dtype (autograd casts their gradient back to fp32).
-at::Tensor embed(const Common& c, at::Tensor* w, const at::Tensor& ids, WeightWork* work) {
-  return embedding(w, ids, work).to(c.dtype);
+// A layer of several tensors: the main stream h^0 and each MTP depth's h^k computed so far.
+Layer make_tensors(std::shared_ptr<BuiltinModule> module,
+                   std::function<Tensors(const Tensors&, const Microbatch&)> forward) {
+  Layer l;
+  l.module = std::move(module);
+  l.forward_tensors = std::move(forward);
+  l.splits_backward = true;
+  return l;
+}
+
+// The embedding's rows in the activations' dtype (LayerInfo::dtype: precision.h; autograd casts
+// their gradient back to fp32).
+at::Tensor embed(at::ScalarType dtype, at::Tensor* w, const at::Tensor& ids, WeightWork* work) {
+  return embedding(w, ids, work).to(dtype);
 }
 
 // The attention tables of x's device and the layer's window, kept by the layer.
@@ -141,7 +150,8 @@ const AttentionConsts& attn_of(Common& c, BuiltinModule& m, const at::Tensor& x)
   return *m.attn;
 }
 
-// PPRUN_KERNELS's choice for this model's operations (kernel_choice.h).
+}  // namespace
+
 Kernels kernels_of(KernelChoice k) {
   switch (k) {
     case KernelChoice::Generic:
@@ -155,8 +165,6 @@ Kernels kernels_of(KernelChoice k) {
   }
   return Kernels::Auto;
 }
-
-}  // namespace
 
 at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape, double std,
                       uint64_t seed) {
@@ -177,27 +185,27 @@ at::Tensor init_param(const std::string& name, const std::vector<int64_t>& shape
   return t;
 }
 
-Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType dtype) {
+Model builtin_model(const ModelConfig& config, Kernels kernels) {
   auto common = std::make_shared<Common>();
   common->cfg = config;
   common->kernels = kernels;
-  common->dtype = dtype;
-  const int64_t hidden = config.hidden, T = config.seq_len;
+  const int64_t hidden = config.hidden;
   Model model("pprun");
 
-  // E: [b, T] token ids -> [1, b, T, hidden].
+  // E: [b, T] token ids -> h^0 [b, T, hidden].
   model.layer(
       'E', "embed",
       [common](const LayerInfo& info) {
         auto m = std::make_shared<BuiltinModule>(
             info, layer_params(common->cfg, ppc::LayerKind::Embedding, 0, info));
         at::Tensor* w = &m->p[0];
-        return make(common, m, [common, w](const at::Tensor& ids, const Microbatch& mb) {
-          return embed(*common, w, ids.contiguous(), mb.weight_work()).unsqueeze(0);
+        const at::ScalarType dtype = info.dtype;
+        return make(m, [w, dtype](const at::Tensor& ids, const Microbatch& mb) {
+          return embed(dtype, w, ids.contiguous(), mb.weight_work());
         });
       },
       [hidden](const std::vector<int64_t>& in) {
-        return std::vector<int64_t>{1, in.at(0), in.at(1), hidden};
+        return std::vector<int64_t>{in.at(0), in.at(1), hidden};
       });
 
   // t: the main stream h^0 through one decoder layer.
@@ -210,21 +218,16 @@ Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType d
         size_t i = 0;
         auto d = std::make_shared<Decoder>(decoder_params(*m, i, common->cfg.qkv_bias));
         BuiltinModule* raw = m.get();
-        return make(common, m, [common, raw, d](const at::Tensor& x, const Microbatch& mb) {
-          const AttentionConsts& attn = attn_of(*common, *raw, x);
-          if (x.size(0) == 1)
-            return decoder(*common, attn, x.squeeze(0), *d, mb.weight_work()).unsqueeze(0);
-          std::vector<at::Tensor> hs = x.unbind(0);
-          hs[0] = decoder(*common, attn, hs[0], *d, mb.weight_work());
-          return at::stack(hs);
+        return make(m, [common, raw, d](const at::Tensor& x, const Microbatch& mb) {
+          return decoder(*common, attn_of(*common, *raw, x), x, *d, mb.weight_work());
         });
       },
       [](const std::vector<int64_t>& in) { return in; });
 
-  // m: MTP depth k = index + 1, from h^{k-1}: one more stream.
+  // m: MTP depth k = index + 1, from h^{k-1}: one more tensor, "mtp.k".
   model.layer(
       'm', "mtp",
-      [common, T](const LayerInfo& info) {
+      [common](const LayerInfo& info) {
         auto m = std::make_shared<BuiltinModule>(
             info, layer_params(common->cfg, ppc::LayerKind::Mtp, info.index, info));
         m->window = common->cfg.window_of(-1);
@@ -245,81 +248,73 @@ Model builtin_model(const ModelConfig& config, Kernels kernels, at::ScalarType d
         p->final_norm = &m->p[i++];
         PPC_INTERNAL_ASSERT(i == m->p.size(), "every parameter of a layer is used");
         BuiltinModule* raw = m.get();
-        return make(common, m, [common, raw, p, T](const at::Tensor& x, const Microbatch& mb) {
+        const at::ScalarType dtype = info.dtype;
+        return make_tensors(m, [common, raw, p, dtype](const Tensors& x, const Microbatch& mb) {
           // The embedding of the tokens k places ahead (token i+k at position i; positions past
           // the sequence read id 0: only positions whose target is masked see them) and h^{k-1}.
           const Common& c = *common;
           WeightWork* w = mb.weight_work();
           const at::Tensor& rows = mb.tokens();
-          const int64_t b = rows.size(0), k = p->depth;
-          std::vector<at::Tensor> hs = x.unbind(0);
+          const int64_t b = rows.size(0), k = p->depth, T = mb.seq_len();
+          const at::Tensor& prev = x.back().tensor;
           at::Tensor ids = rows.narrow(1, k, T + 1 - k);
           if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
-          at::Tensor e = norm(c, embed(c, p->embed, ids.contiguous(), w), p->enorm, w);
-          at::Tensor h = linear(at::cat({e, norm(c, hs.back(), p->hnorm, w)}, -1), p->eh_proj, w,
-                                &p->eh_proj_copy);
-          hs.push_back(
-              norm(c, decoder(c, attn_of(*common, *raw, x), h, p->layer, w), p->final_norm, w));
-          return at::stack(hs);
+          at::Tensor e = norm(c, embed(dtype, p->embed, ids.contiguous(), w), p->enorm, w);
+          at::Tensor h =
+              linear(at::cat({e, norm(c, prev, p->hnorm, w)}, -1), p->eh_proj, w, &p->eh_proj_copy);
+          Tensors out = x;
+          out.push_back(NamedTensor{
+              "mtp." + std::to_string(k),
+              norm(c, decoder(c, attn_of(*common, *raw, prev), h, p->layer, w), p->final_norm, w)});
+          return out;
         });
       },
-      [](const std::vector<int64_t>& in) {
-        std::vector<int64_t> out = in;
-        out.at(0) += 1;
+      [](const std::vector<TensorShape>& in, const MicrobatchShape&, const ModelSetup&) {
+        std::vector<TensorShape> out = in;  // depth k = in.size()
+        out.push_back(TensorShape{"mtp." + std::to_string(in.size()), in.back().shape});
         return out;
       });
 
-  // L: the loss CE_main + (lambda / D) sum_k CE_k over the valid positions of each depth.
+  // L: the loss CE_main, and the MTP depths' CE_k over the valid positions of each depth, which
+  // join it as CE_main + (lambda / D) sum_k CE_k.
   model.layer(
       'L', "head",
-      [common, T](const LayerInfo& info) {
+      [common](const LayerInfo& info) {
         auto m = std::make_shared<BuiltinModule>(
             info, layer_params(common->cfg, ppc::LayerKind::Loss, 0, info));
         at::Tensor* norm_w = &m->p[0];
         at::Tensor* head = &m->p[1];
         auto head_copy = std::make_shared<FusedWeight>();  // mixed precision
         const double lambda = info.aux_loss_weight;
-        return make(common, m,
-                    [common, norm_w, head, head_copy, lambda, T](const at::Tensor& x,
-                                                                 const Microbatch& mb) {
-                      WeightWork* w = mb.weight_work();
-                      const at::Tensor& rows = mb.tokens();
-                      const std::vector<at::Tensor> hs = x.unbind(0);
-                      auto ce = [&](const at::Tensor& h, int64_t k) {  // h normalised; k from 0
-                        const int64_t valid = T - k;
-                        // The logits in the activations' dtype, the loss in fp32.
-                        at::Tensor logits =
-                            linear(h.narrow(1, 0, valid), head, w, head_copy.get()).to(at::kFloat);
-                        return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                                      rows.narrow(1, 1 + k, valid).reshape({-1}));
-                      };
-                      at::Tensor main = ce(norm(*common, hs[0], norm_w, w), 0);
-                      at::Tensor total = main;
-                      std::vector<at::Tensor> depths;
-                      for (size_t k = 1; k < hs.size(); ++k)
-                        depths.push_back(ce(hs[k], static_cast<int64_t>(k)));
-                      at::Tensor mtp;
-                      if (!depths.empty()) {
-                        mtp = at::stack(depths);
-                        total = main + mtp.sum() * (lambda / static_cast<double>(depths.size()));
-                      }
-                      mb.report(main, mtp);
-                      return total;
-                    });
+        return make_tensors(
+            m, [common, norm_w, head, head_copy, lambda](const Tensors& hs, const Microbatch& mb) {
+              WeightWork* w = mb.weight_work();
+              const at::Tensor& rows = mb.tokens();
+              const int64_t T = mb.seq_len();
+              auto ce = [&](const at::Tensor& h, int64_t k) {  // h normalised; k from 0
+                const int64_t valid = T - k;
+                // The logits in the activations' dtype, the loss in fp32.
+                at::Tensor logits =
+                    linear(h.narrow(1, 0, valid), head, w, head_copy.get()).to(at::kFloat);
+                return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                                              rows.narrow(1, 1 + k, valid).reshape({-1}));
+              };
+              at::Tensor main = ce(norm(*common, hs[0].tensor, norm_w, w), 0);
+              std::vector<at::Tensor> depths;
+              for (size_t k = 1; k < hs.size(); ++k)
+                depths.push_back(ce(hs[k].tensor, static_cast<int64_t>(k)));
+              // The MTP depths' losses, an auxiliary loss of the model's: (lambda / D) sum_k CE_k
+              // joins the loss, the mean of the CE_k is logged as mtp_loss.
+              if (!depths.empty())
+                mb.add_loss("mtp", at::stack(depths), lambda / static_cast<double>(depths.size()));
+              return Tensors{NamedTensor{"", main}};
+            });
       },
-      [](const std::vector<int64_t>&) { return std::vector<int64_t>{}; });
+      [](const std::vector<TensorShape>&, const MicrobatchShape&, const ModelSetup&) {
+        return std::vector<TensorShape>{TensorShape{"", {}}};
+      });
+  model.aux_loss("mtp", [](const LayoutInfo& layout) { return layout.count('m') > 0; });
   return model;
-}
-
-ModelSource builtin_source() {
-  ModelSource s;
-  s.make = [](const ModelConfig& c, Precision p) {
-    return builtin_model(c, kernels_of(kernel_choice_from_env()), compute_dtype(p));
-  };
-  s.family = "pprun";
-  s.sized = true;
-  s.symbols = "EtmL";
-  return s;
 }
 
 }  // namespace pprt

@@ -231,4 +231,26 @@ std::string describe(const ModelConfig& c) {
                      c.qkv_bias ? ", q/k/v biases" : "", window_text(c));
 }
 
+void check_same_model(const ModelConfig& c, const LayoutInfo& their_layout,
+                      const ModelConfig& model, const LayoutInfo& layout,
+                      const std::string& where) {
+  auto differs = [&](const char* field, auto mine, auto theirs) {
+    if (mine != theirs)
+      fail(where, fmt::format("the checkpoint's model has {} {}, this run's {} (a checkpoint "
+                              "resumes only the same model)",
+                              field, theirs, mine));
+  };
+  differs("hidden", model.hidden, c.hidden);
+  differs("heads", model.heads, c.heads);
+  differs("kv_heads", model.kv_heads, c.kv_heads);
+  differs("ffn", model.ffn, c.ffn);
+  differs("vocab", model.vocab, c.vocab);
+  differs("tie_embeddings", model.tie_embeddings, c.tie_embeddings);
+  for (auto [symbol, what] : {std::pair{'t', "decoder layers"}, std::pair{'m', "MTP depths"}})
+    if (layout.count(symbol) != their_layout.count(symbol))
+      fail(where, fmt::format("the checkpoint's model has {} {} ({}), this plan's {} ({})",
+                              their_layout.count(symbol), what, their_layout.text,
+                              layout.count(symbol), layout.text));
+}
+
 }  // namespace pprt

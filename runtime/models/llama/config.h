@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "pprt/setup.h"
+
 namespace pprt {
 
 // Llama 3's rope_scaling ("rope_type": "llama3"): the rotary frequencies of wavelengths above
@@ -90,5 +92,11 @@ void check_model_config(const ModelConfig& c, const std::string& where);
 // "hidden 64, heads 4 (kv 2), ffn 176, vocab 256, seq 64" (+ ", tied embeddings", ", sliding
 // window 32", ...)
 std::string describe(const ModelConfig& c);
+
+// --resume: that a checkpoint's model (`theirs`, laid out as `their_layout`) is this run's, in
+// words: the sizes, then the decoder layers and MTP depths. Throws ppc::UserError naming `where`
+// (the checkpoint) and the first difference.
+void check_same_model(const ModelConfig& theirs, const LayoutInfo& their_layout,
+                      const ModelConfig& mine, const LayoutInfo& layout, const std::string& where);
 
 }  // namespace pprt

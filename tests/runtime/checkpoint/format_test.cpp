@@ -10,6 +10,8 @@
 #include "compiler/layout.h"
 #include "file_test_util.h"
 #include "runtime/checkpoint/format.h"
+#include "runtime/models/llama/architecture.h"
+#include "runtime/models/llama/config.h"
 #include "tests/compiler/error_cases.h"
 
 namespace {
@@ -30,10 +32,17 @@ pprt::ModelConfig tiny() {
   return c;
 }
 
+// The parameters as a model lists them (pprt::Model::parameters).
+std::vector<pprt::ParamShape> shapes(const std::vector<pprt::ParamSpec>& params) {
+  std::vector<pprt::ParamShape> out;
+  for (const pprt::ParamSpec& p : params) out.push_back({p.name, p.shape});
+  return out;
+}
+
 pprt::CheckpointState state(int64_t step, int pp) {
   pprt::CheckpointState s;
   s.step = step;
-  s.model = tiny();
+  s.model = pprt::model_config_json(tiny());
   s.layout = "Et|tL";
   s.plan_json = R"({"format":"ppcompile-plan"})";
   s.pp = pp;
@@ -76,7 +85,7 @@ Written write_checkpoint(const std::string& dir, int64_t step, int pp, float fil
 
 TEST(Checkpoint, StateRoundTripsAndRejectsWhatItDoesNotKnow) {
   pprt::CheckpointState s = state(6, 2);
-  s.model.tie_embeddings = true;
+  s.model["tie_embeddings"] = true;  // the model's configuration, kept as it was written
   s.train.mtp_loss_weight = 0.25;
   s.data = {"uint16", "/data/train.bin", "", "uint16", 2048, 1024, "0123456789abcdef"};
   const std::string text = pprt::checkpoint_state_json(s);
@@ -141,7 +150,7 @@ TEST(Checkpoint, CommitRenamesIntoPlaceThenPointsLatestAtIt) {
   const pprt::Checkpoint ck(dir);
   EXPECT_EQ(ck.state().step, 3);
   EXPECT_EQ(ck.model_tensors().size(), w.params.size());
-  ck.check_params(w.params, tiny(), ppc::parse_layout("Ett|L"));  // any split of the model
+  ck.check_params(shapes(w.params));
   std::vector<float> got(static_cast<size_t>(w.params[0].numel()));
   ck.read(w.params[0].name + ".exp_avg_sq", true, w.params[0].shape, got.data(),
           got.size() * sizeof(float));
@@ -205,29 +214,25 @@ TEST(Checkpoint, EmptyOrMissingDirectoriesAreUserErrors) {
                 ", which holds no checkpoint");
 }
 
+// (The same model in words, its sizes and layer counts, is the model family's check: pprun's in
+// tests/runtime/models/llama/config_test.cpp.)
 TEST(Checkpoint, ADifferentModelIsRefusedNamingTheMismatch) {
   TempDir d;
   const Written w = write_checkpoint(d.file("ck"), 3, 1, 1.0f);
   const pprt::Checkpoint ck(d.file("ck"));
   const std::string step = d.file("ck/step-00000003");
-  pprt::ModelConfig wide = tiny();
-  wide.hidden = 16;
-  EXPECT_EQ(message_of([&] { ck.check_params(w.params, wide, ppc::parse_layout("Et|tL")); }),
-            step +
-                ": the checkpoint's model has hidden 8, this run's 16 (a checkpoint resumes "
-                "only the same model)");
   const ppc::Layout deeper = ppc::parse_layout("Ett|tL");
   EXPECT_EQ(
-      message_of([&] { ck.check_params(pprt::model_params(tiny(), deeper), tiny(), deeper); }),
-      step + ": the checkpoint's model has 2 decoder layers (Et|tL), this plan's 3 (Ett|tL)");
-  // The same counts but a tensor the plan's model lacks, and one of another shape.
+      message_of([&] { ck.check_params(shapes(pprt::model_params(tiny(), deeper))); }),
+      step + ": parameter 'layers.2.attn_norm.weight' of this model is not in the checkpoint");
+  // A tensor the plan's model lacks, and one of another shape.
   std::vector<pprt::ParamSpec> fewer(w.params.begin() + 1, w.params.end());
-  EXPECT_EQ(message_of([&] { ck.check_params(fewer, tiny(), ppc::parse_layout("Et|tL")); }),
+  EXPECT_EQ(message_of([&] { ck.check_params(shapes(fewer)); }),
             step + "/model-00001-of-00001.safetensors: tensor '" + w.params[0].name +
                 "' is not a parameter of this model");
   std::vector<pprt::ParamSpec> reshaped = w.params;
   reshaped[0].shape = {4, 4};
-  EXPECT_EQ(message_of([&] { ck.check_params(reshaped, tiny(), ppc::parse_layout("Et|tL")); }),
+  EXPECT_EQ(message_of([&] { ck.check_params(shapes(reshaped)); }),
             step + "/model-00001-of-00001.safetensors: tensor '" + w.params[0].name +
                 "': shape [16, 8], this model's is [4, 4]");
 }
@@ -298,7 +303,11 @@ TEST(Checkpoint, ExportChecksTheShapesBeforeItAllocates) {
   j["model"]["hidden"] = 65536;
   j["model"]["vocab"] = 4194304;
   d.write("ck/step-00000003/trainer_state.json", j.dump());
-  EXPECT_EQ(message_of([&] { pprt::export_checkpoint(d.file("ck"), d.file("out.safetensors")); }),
+  // The model's parameters as pprun's family lists them from that state.
+  const auto params = shapes(pprt::model_params(
+      pprt::parse_model_config(j["model"].dump(), "model"), ppc::parse_layout("Et|tL")));
+  EXPECT_EQ(message_of(
+                [&] { pprt::export_checkpoint(d.file("ck"), d.file("out.safetensors"), &params); }),
             d.file("ck/step-00000003") +
                 ": tensor 'embed.weight': shape [16, 8] in the checkpoint's shards, but its model "
                 "(trainer_state.json) has [4194304, 65536]");

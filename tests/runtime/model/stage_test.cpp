@@ -35,17 +35,19 @@ struct Model {
   Stage& operator[](size_t i) { return *rank->stages[i]; }
   Stage& front() { return *rank->stages.front(); }
   Stage& back() { return *rank->stages.back(); }
-  // The tensor crossing boundary i for microbatches of `rows` sequences.
-  std::vector<int64_t> boundary(size_t i, int64_t rows) const {
-    return pprt::declared_boundaries(model, setup, layout, rows).value().at(i).shape;
+  // The tensors crossing boundary i for microbatches of `rows` sequences: names and shapes.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> boundary(size_t i, int64_t rows) const {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+    const auto bounds = pprt::declared_boundaries(model, setup, layout, rows).value();
+    for (const pprt::TensorSpec& t : bounds.at(i).tensors) out.emplace_back(t.name, t.shape);
+    return out;
   }
 };
 
 Model build(const std::string& layout, const ModelConfig& c, uint64_t seed = 7,
             double mtp_weight = 0.1, pprt::Kernels kernels = pprt::Kernels::Auto,
             at::ScalarType dtype = at::kFloat) {
-  Model m{
-      pprt::builtin_model(c, kernels, dtype), ppc::parse_layout(layout), {c.vocab, c.seq_len}, {}};
+  Model m{pprt::builtin_model(c, kernels), ppc::parse_layout(layout), {c.vocab, c.seq_len}, {}};
   pprt::ModelContext ctx{&m.model, m.setup, mtp_weight, seed, at::Device(at::kCPU)};
   ctx.dtype = dtype;
   m.rank = std::make_unique<pprt::RankModel>(ctx);
@@ -64,11 +66,23 @@ void zero(Model& m) {
 }
 
 // Runs the stages one after the other on one microbatch, their weight gradients through autograd
-// (no WeightWork).
-at::Tensor chain(Model& m, const at::Tensor& rows, pprt::LossReport* losses = nullptr) {
-  at::Tensor x;
-  for (Stage* s : m.rank->stages) x = s->forward(x, rows, 0, nullptr, losses);
-  return x;
+// (no WeightWork) unless `works` gives each stage one; returns the loss.
+at::Tensor chain(Model& m, const at::Tensor& rows, pprt::LossReport* losses = nullptr,
+                 std::vector<WeightWork>* works = nullptr) {
+  pprt::Tensors x;
+  const pprt::MicrobatchShape shape = m.model.shape_of(rows);
+  for (size_t s = 0; s < m.rank->stages.size(); ++s)
+    x = m.rank->stages[s]->forward(x, rows, shape, 0, works ? &(*works)[s] : nullptr, losses);
+  return x.front().tensor;
+}
+
+// The streams of the built-in model's boundary (the main hidden state, then "mtp.1", ...) from
+// and to one tensor stacking them (a test's way of writing them down).
+pprt::Tensors streams(const at::Tensor& stacked) {
+  pprt::Tensors out;
+  for (int64_t k = 0; k < stacked.size(0); ++k)
+    out.push_back(pprt::NamedTensor{k == 0 ? "" : "mtp." + std::to_string(k), stacked[k]});
+  return out;
 }
 
 at::Tensor tokens(const ModelConfig& c, int rows, int64_t step = 0) {
@@ -120,7 +134,7 @@ TEST(Model, StagesChainIntoTheWholeModel) {
   EXPECT_TRUE(split.back().has_loss());
   // The hidden state crosses a boundary as one stream [1, b, seq, hidden].
   EXPECT_EQ(split[0].forward(at::Tensor(), tk, 0, nullptr, nullptr).sizes().vec(),
-            (std::vector<int64_t>{1, 2, c.seq_len, c.hidden}));
+            (std::vector<int64_t>{2, c.seq_len, c.hidden}));
 }
 
 // Backward of one stage for one microbatch, as B (weights at once) or as I then W.
@@ -129,17 +143,19 @@ struct Grads {
   at::Tensor input;
 };
 
+// `input` and `grad_out` stack the streams crossing the stage's boundaries (streams()).
 Grads backward(Model& m, Stage& stage, const at::Tensor& input, const at::Tensor& rows,
                const at::Tensor& grad_out, bool split) {
   zero(m);
   at::Tensor in = input.defined() ? input.detach().clone().requires_grad_(true) : input;
   WeightWork work;
-  at::Tensor out = stage.forward(in, rows, 0, &work, nullptr);
+  const pprt::Tensors out = stage.forward(in.defined() ? streams(in) : pprt::Tensors{}, rows,
+                                          m.model.shape_of(rows), 0, &work, nullptr);
   work.set_deferring(split);
   if (grad_out.defined())
-    torch::autograd::backward({out}, {grad_out});
+    torch::autograd::backward(pprt::tensors_of(out), grad_out.unbind(0));
   else
-    torch::autograd::backward({out});
+    torch::autograd::backward({out.front().tensor});
   Grads g;
   if (split) {
     for (auto& p : m.params())
@@ -327,13 +343,20 @@ TEST(Model, MultiTokenPredictionFollowsItsDefinition) {
     std::vector<double> mtp;
     const at::Tensor want = ref.loss(tk, 2, 2, 0.3, &mtp);
     EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << "tied " << tie;
-    ASSERT_TRUE(parts.aux.defined());
-    ASSERT_EQ(parts.aux.numel(), 2);
-    for (int k = 0; k < 2; ++k) EXPECT_NEAR(parts.aux[k].item<double>(), mtp[size_t(k)], 1e-5);
+    // The depths' losses, reported as the auxiliary loss "mtp" (Microbatch::add_loss).
+    ASSERT_EQ(parts.values.size(), 1u);
+    EXPECT_EQ(parts.values[0].name, "mtp");
+    EXPECT_TRUE(parts.values[0].loss);
+    const at::Tensor& depth_losses = parts.values[0].value;
+    ASSERT_EQ(depth_losses.numel(), 2);
+    for (int k = 0; k < 2; ++k) EXPECT_NEAR(depth_losses[k].item<double>(), mtp[size_t(k)], 1e-5);
     EXPECT_NEAR(parts.main.item<double>(), std::log(256.0), 0.1);
-    // The state after the first m holds two streams, after the second three.
-    EXPECT_EQ(m.boundary(2, 3), (std::vector<int64_t>{2, 3, c.seq_len, c.hidden}));
-    EXPECT_EQ(m.boundary(3, 3), (std::vector<int64_t>{3, 3, c.seq_len, c.hidden}));
+    // The state after the first m holds two streams, after the second three, each by name.
+    const std::vector<int64_t> h{3, c.seq_len, c.hidden};
+    using Named = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+    EXPECT_EQ(m.boundary(1, 3), (Named{{"", h}}));
+    EXPECT_EQ(m.boundary(2, 3), (Named{{"", h}, {"mtp.1", h}}));
+    EXPECT_EQ(m.boundary(3, 3), (Named{{"", h}, {"mtp.1", h}, {"mtp.2", h}}));
     EXPECT_EQ(by_name(m).count("head.out.weight"), tie ? 0u : 1u);
   }
 }
@@ -521,10 +544,8 @@ TEST(Model, QkvBiasesFollowTheirDefinition) {
       got = chain(m, tk);
       got.backward();
     } else {
-      at::Tensor x;
       std::vector<WeightWork> works(3);
-      for (size_t s = 0; s < 3; ++s) x = m[s].forward(x, tk, 0, &works[s], nullptr);
-      got = x;
+      got = chain(m, tk, nullptr, &works);
       for (WeightWork& w : works) w.set_deferring(how == 1);
       got.backward();
       for (WeightWork& w : works) {
@@ -556,8 +577,9 @@ TEST(Model, EmptyStagesAtEitherEndPassTheStateOn) {
   auto plain = build("EttL", c);
   const at::Tensor tk = tokens(c, 2);
   EXPECT_TRUE(at::allclose(chain(padded, tk), chain(plain, tk), 1e-6, 1e-6));
-  EXPECT_EQ(padded.boundary(1, 2), (std::vector<int64_t>{1}));  // the placeholder
-  EXPECT_EQ(padded.boundary(3, 2), (std::vector<int64_t>{}));   // the loss
+  using Named = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+  EXPECT_EQ(padded.boundary(1, 2), (Named{{"", {1}}}));  // the placeholder
+  EXPECT_EQ(padded.boundary(3, 2), (Named{{"", {}}}));   // the loss
 }
 
 // --- mixed precision (--dtype bf16: runtime/model/precision.h) ---------------------------------
@@ -573,10 +595,10 @@ TEST(Model, Bf16KeepsFp32MastersAndSplitsItsBackwardExactly) {
   const auto bounds =
       pprt::declared_boundaries(m.model, m.setup, m.layout, 2, nullptr, at::kBFloat16).value();
   ASSERT_EQ(bounds.size(), 4u);
-  EXPECT_EQ(bounds[0].dtype, at::kFloat);  // the placeholder
-  EXPECT_EQ(bounds[1].dtype, at::kBFloat16);
-  EXPECT_EQ(bounds[2].dtype, at::kBFloat16);
-  EXPECT_EQ(bounds[3].dtype, at::kFloat);  // the loss
+  EXPECT_EQ(bounds[0].tensors[0].dtype, at::kFloat);  // the placeholder
+  EXPECT_EQ(bounds[1].tensors[0].dtype, at::kBFloat16);
+  for (const pprt::TensorSpec& t : bounds[2].tensors) EXPECT_EQ(t.dtype, at::kBFloat16);
+  EXPECT_EQ(bounds[3].tensors[0].dtype, at::kFloat);  // the loss
   const at::Tensor out = m[0].forward(at::Tensor(), tk, 0, nullptr, nullptr);
   EXPECT_EQ(out.scalar_type(), at::kBFloat16);
   const at::Tensor two = (at::randn({2, 2, c.seq_len, c.hidden}) * 0.5).to(at::kBFloat16);

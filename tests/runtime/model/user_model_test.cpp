@@ -104,8 +104,51 @@ TEST(UserModel, StagesChainIntoTheWholeModelWithTheSameParameters) {
   // The boundaries, from the declared shapes: placeholder, [b, T, H] twice, the loss.
   const auto bounds = pprt::declared_boundaries(m, {kVocab, kSeq}, split, 2);
   ASSERT_TRUE(bounds.has_value());
-  EXPECT_EQ((*bounds)[1].shape, (std::vector<int64_t>{2, kSeq, kHidden}));
-  EXPECT_EQ((*bounds)[3].shape, (std::vector<int64_t>{}));
+  EXPECT_EQ((*bounds)[1].tensors.at(0).shape, (std::vector<int64_t>{2, kSeq, kHidden}));
+  EXPECT_EQ((*bounds)[3].tensors.at(0).shape, (std::vector<int64_t>{}));
+}
+
+// A model's own size of a microbatch (Model::dimension), from its token rows, is part of the
+// microbatch's shape, and the shapes its layers declare may follow it: each microbatch's
+// boundaries are its own (what variable lengths will need). The shapes alone: nothing runs.
+TEST(UserModel, AModelsOwnDimensionShapesEachMicrobatchsBoundaries) {
+  pprt::Model m = user_model();
+  m.dimension("odd", [](const at::Tensor& r) {  // the rows that start with an odd token id
+    return r.select(1, 0).remainder(2).sum().item<int64_t>();
+  });
+  // 't' declares a second tensor sized by it; 'L' takes both.
+  auto block = [](const pprt::LayerInfo&) { return pprt::make_layer(Block()); };
+  auto head = [](const pprt::LayerInfo&) { return pprt::make_layer(Head()); };
+  m.layer('t', "h", block,
+          pprt::TensorsShapeFn([](const std::vector<pprt::TensorShape>& in,
+                                  const pprt::MicrobatchShape& mb, const pprt::ModelSetup&) {
+            return std::vector<pprt::TensorShape>{in.front(), {"odd", {mb.size("odd")}}};
+          }))
+      .layer('L', "head", head,
+             pprt::TensorsShapeFn([](const std::vector<pprt::TensorShape>&,
+                                     const pprt::MicrobatchShape&, const pprt::ModelSetup&) {
+               return std::vector<pprt::TensorShape>{{"", {}}};
+             }));
+  const pprt::MicrobatchShape three = m.shape_of(rows(3));  // rows start with 0, 7, 14
+  EXPECT_EQ(three.batch, 3);
+  EXPECT_EQ(three.length, kSeq);
+  EXPECT_EQ(three.size("odd"), 1);
+  EXPECT_EQ(three.size("none"), 0);
+  const pprt::MicrobatchShape four = m.shape_of(rows(4));  // 0, 7, 14, 21
+  EXPECT_EQ(four.size("odd"), 2);
+  EXPECT_NE(three, four);
+  const ppc::Layout layout = ppc::parse_layout("Et|L");
+  const auto a = pprt::declared_boundaries(m, {kVocab, kSeq}, layout, three);
+  const auto b = pprt::declared_boundaries(m, {kVocab, kSeq}, layout, four);
+  ASSERT_TRUE(a.has_value());
+  ASSERT_TRUE(b.has_value());
+  ASSERT_EQ((*a)[1].tensors.size(), 2u);
+  EXPECT_EQ((*a)[1].tensors[0].shape, (std::vector<int64_t>{3, kSeq, kHidden}));
+  EXPECT_EQ((*a)[1].tensors[1].name, "odd");
+  EXPECT_EQ((*a)[1].tensors[1].shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ((*b)[1].tensors[0].shape, (std::vector<int64_t>{4, kSeq, kHidden}));
+  EXPECT_EQ((*b)[1].tensors[1].shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ((*a)[1].numel(), 3 * kSeq * kHidden + 1);
 }
 
 TEST(UserModel, AMissingSymbolIsOneLineNamingSymbolAndStage) {

@@ -90,8 +90,9 @@ TEST(StepLog, MetricsLineAndProgressLines) {
   EXPECT_EQ(
       pprt::metrics_json(c),
       R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5,"compute_s":[0.01,0.03,0.011],"straggler":{"rank":1,"ratio":2.5}})");
-  // With multi-token prediction: its loss beside the main one, in the file and on the line.
-  m.mtp_loss = 2.75;
+  // With multi-token prediction (pprun's auxiliary loss "mtp"): its loss beside the main one, in
+  // the file and on the line.
+  m.reported = {{"mtp_loss", 2.75}};
   m.step = 4;
   EXPECT_EQ(
       pprt::metrics_json(m),
@@ -106,7 +107,7 @@ TEST(StepLog, MetricsLineAndProgressLines) {
   // After an evaluation (--eval-data): eval_loss and eval_mtp_loss after the training losses,
   // and a line even at a step that would not have had one.
   m.eval_loss = 3.25;
-  m.eval_mtp_loss = 3.5;
+  m.eval_reported = {{"mtp_loss", 3.5}};
   EXPECT_EQ(
       pprt::metrics_json(m),
       R"({"step":4,"loss":2.5,"mtp_loss":2.75,"eval_loss":3.25,"eval_mtp_loss":3.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
@@ -119,10 +120,26 @@ TEST(StepLog, MetricsLineAndProgressLines) {
             "step 3/8 loss 2.5000 mtp-loss 2.7500 eval-loss 3.2500 eval-mtp-loss 3.5000 lr 0.001 "
             "grad-norm 0.750 tok/s 2.0k eta 0:03\n");
   std::free(buf);
+  // Any number of a model's own: auxiliary losses ("<name>_loss") and metrics ("<name>"), each by
+  // name, in the order the model declares them.
+  m.reported = {{"load_balance_loss", 0.125}, {"mtp_loss", 2.75}, {"dropped_tokens", 0.5}};
+  m.eval_reported = {{"load_balance_loss", 0.25}, {"dropped_tokens", 0.75}};
+  EXPECT_EQ(
+      pprt::metrics_json(m),
+      R"({"step":3,"loss":2.5,"load_balance_loss":0.125,"mtp_loss":2.75,"dropped_tokens":0.5,"eval_loss":3.25,"eval_load_balance_loss":0.25,"eval_dropped_tokens":0.75,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
+  f = open_memstream(&buf, &len);
+  pprt::Progress n(pprt::ProgressMode::Lines, 8, 2, f);
+  n.update(m);
+  std::fclose(f);
+  EXPECT_EQ(std::string(buf, len),
+            "step 3/8 loss 2.5000 load-balance-loss 0.1250 mtp-loss 2.7500 dropped-tokens 0.5000 "
+            "eval-loss 3.2500 eval-load-balance-loss 0.2500 eval-dropped-tokens 0.7500 lr 0.001 "
+            "grad-norm 0.750 tok/s 2.0k eta 0:03\n");
+  std::free(buf);
   // An evaluation-only run's line (--eval-only): the step it evaluated after, no training fields.
-  EXPECT_EQ(pprt::eval_only_json(0, 5.5, std::nullopt, 0.25),
+  EXPECT_EQ(pprt::eval_only_json(0, 5.5, pprt::NamedValues{}, 0.25),
             R"({"step":0,"eval_loss":5.5,"elapsed_s":0.25})");
-  EXPECT_EQ(pprt::eval_only_json(40, 5.5, 5.75, 0.25),
+  EXPECT_EQ(pprt::eval_only_json(40, 5.5, {{"mtp_loss", 5.75}}, 0.25),
             R"({"step":40,"eval_loss":5.5,"eval_mtp_loss":5.75,"elapsed_s":0.25})");
 }
 

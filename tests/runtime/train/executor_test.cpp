@@ -82,7 +82,7 @@ Result run_pipelined(const ppc::Plan& plan, const ModelConfig& c) {
     res.peak[static_cast<size_t>(rank)] = rep.peak_inflight;
     for (size_t mb = 0; mb < rep.losses.size(); ++mb) {  // each microbatch's L is on one rank
       res.losses[mb] += rep.losses[mb];
-      res.mtp_losses[mb] += rep.mtp_losses[mb];
+      if (!rep.reported.empty()) res.mtp_losses[mb] += rep.reported[0].sum[mb];  // "mtp"
     }
     for (auto& p : model.store.params()) {
       auto [it, fresh] = res.grads.emplace(p.name, p.tensor.grad().clone());
@@ -106,7 +106,8 @@ Result run_reference(const ppc::Layout& layout, int mbs, const ModelConfig& c) {
     pprt::WeightWork work;
     at::Tensor loss = whole.forward(at::Tensor(), rows, mb, &work, &parts);
     res.losses.push_back(parts.main.item<double>());
-    res.mtp_losses.push_back(parts.aux.defined() ? parts.aux.mean().item<double>() : 0.0);
+    res.mtp_losses.push_back(parts.values.empty() ? 0.0  // "mtp": the mean of its depths'
+                                                  : parts.values[0].value.mean().item<double>());
     torch::autograd::backward({loss * (1.0 / mbs)});
   }
   for (auto& p : store.params()) res.grads[p.name] = p.tensor.grad().clone();

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "runtime/model/stage.h"
 #include "runtime/models/llama/builtin.h"
 #include "runtime/train/executor.h"
+#include "runtime/train/messages.h"
 #include "test_model.h"
 #include "test_plans.h"
 
@@ -40,7 +42,7 @@ struct Run {
 // that every step sends other values); `fresh`: a new executor every step, else one for all.
 Run run(const ppc::Plan& plan, at::ScalarType dtype, bool fresh) {
   const ModelConfig c = small_config();
-  const pprt::Model builtin = pprt::builtin_model(c, pprt::Kernels::Auto, dtype);
+  const pprt::Model builtin = pprt::builtin_model(c);
   Run res;
   res.buffers.resize(static_cast<size_t>(plan.pp()));
   std::mutex m;
@@ -113,6 +115,53 @@ TEST(Executor, ReceiveBuffersAreKeptAcrossStepsDualPipe) {
 
 TEST(Executor, ReceiveBuffersAreKeptAcrossStepsBf16) {
   expect_buffers_reused(rttest::compile("Ett|tL", 2, "1F1B", 4), at::kBFloat16);
+}
+
+// A boundary of several tensors is one message holding their elements one after another: for
+// pprun's MTP streams, the bytes of the stack it sent as one tensor before; a boundary of one
+// tensor sends the tensor itself (not copied when contiguous and of the message's dtype). The
+// receiver reads the tensors back as views of the message.
+TEST(Executor, AMessageOfSeveralTensorsHoldsTheBytesOfTheirStack) {
+  const at::Tensor h = at::randn({2, 5, 8}), d1 = at::randn({2, 5, 8}), d2 = at::randn({2, 5, 8});
+  const at::Tensor message = pprt::pack({h, d1, d2}, at::kFloat);
+  const at::Tensor stacked = at::stack({h, d1, d2}).contiguous();
+  ASSERT_EQ(message.nbytes(), stacked.nbytes());
+  EXPECT_EQ(std::memcmp(message.data_ptr(), stacked.data_ptr(), message.nbytes()), 0);
+  const std::vector<int64_t> s{2, 5, 8};
+  const pprt::BoundarySpec spec{
+      {{s, at::kFloat, ""}, {s, at::kFloat, "mtp.1"}, {s, at::kFloat, "mtp.2"}}};
+  const std::vector<at::Tensor> back = pprt::unpack(message, spec);
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_TRUE(at::equal(back[0], h));
+  EXPECT_TRUE(at::equal(back[1], d1));
+  EXPECT_TRUE(at::equal(back[2], d2));
+  EXPECT_EQ(back[2].data_ptr(),
+            static_cast<void*>(static_cast<char*>(message.data_ptr()) + 2 * h.nbytes()));  // a view
+  // One tensor: the message is the tensor.
+  const at::Tensor alone = pprt::pack({h}, at::kFloat);
+  EXPECT_EQ(alone.data_ptr(), h.data_ptr());
+  EXPECT_EQ(alone.sizes(), h.sizes());
+  // Mixed precision: the stack's bytes in bf16.
+  EXPECT_TRUE(
+      at::equal(pprt::pack({h, d1}, at::kBFloat16), at::stack({h, d1}).to(at::kBFloat16).view(-1)));
+}
+
+// A receive buffer is sized from its message's spec (a microbatch's own shape), and buffers of
+// another shape are kept beside those of the first, each reused once nothing holds it.
+TEST(Executor, ReceiveBuffersAreSizedFromEachMessagesSpec) {
+  pprt::ReceivePools pools(1, at::Device(at::kCPU));
+  const pprt::BoundarySpec one{{{{2, 4}, at::kFloat, ""}}};
+  const pprt::BoundarySpec two{{{{3, 4}, at::kFloat, ""}, {{3, 4}, at::kFloat, "mtp.1"}}};
+  at::Tensor x = pools.take(0, one, false);
+  at::Tensor y = pools.take(0, two, false);
+  EXPECT_EQ(x.sizes().vec(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(y.sizes().vec(), (std::vector<int64_t>{24}));  // one message of both tensors
+  at::Tensor z = pools.take(0, one, false);                // x is held: another buffer
+  EXPECT_NE(z.data_ptr(), x.data_ptr());
+  const void* held = x.data_ptr();
+  x = at::Tensor();
+  EXPECT_EQ(pools.take(0, one, false).data_ptr(), held);  // released: reused
+  EXPECT_EQ(pools.buffers().size(), 3u);
 }
 
 }  // namespace

@@ -87,6 +87,63 @@ TEST(GlooTransport, GroupsSumOverTheirMembersOnly) {
   });
 }
 
+// All-to-all (a mixture of experts' token exchange), over 3 ranks and over a group of 2: rank r's
+// k-th row for rank j holds 100 r + 10 j + k, so each received row says who sent it, to whom, and
+// which it was.
+TEST(GlooTransport, AllToAllSendsEachRankItsRowsEquallyOrNot) {
+  pprt_test::run_ranks(3, [](int rank, pprt::Transport& t, pprt::Store&) {
+    // Rows of 4 int64, `rows(j)` of them for each rank j, tagged.
+    auto tagged = [&](const std::vector<int64_t>& rows, int self, bool sending) {
+      int64_t n = 0;
+      for (int64_t r : rows) n += r;
+      at::Tensor x = at::empty({n, 4}, at::kLong);
+      int64_t at_row = 0;
+      for (size_t j = 0; j < rows.size(); ++j)
+        for (int64_t k = 0; k < rows[j]; ++k) {
+          const int64_t from = sending ? self : static_cast<int64_t>(j);
+          const int64_t to = sending ? static_cast<int64_t>(j) : self;
+          x[at_row++].fill_(100 * from + 10 * to + k);
+        }
+      return x;
+    };
+    // Equal splits: two rows for each rank.
+    const std::vector<int64_t> two(3, 2);
+    at::Tensor out = at::zeros({6, 4}, at::kLong);
+    t.all_to_all(out, tagged(two, rank, true), {}, {}, 10s);
+    EXPECT_TRUE(at::equal(out, tagged(two, rank, false))) << "rank " << rank;
+    // Unequal: rank r sends rank j r + j + 1 rows (and none at all from rank 0 to rank 0 below).
+    std::vector<int64_t> send, recv;
+    for (int j = 0; j < 3; ++j) {
+      send.push_back(rank + j + 1 - (rank == 0 && j == 0 ? 1 : 0));
+      recv.push_back(j + rank + 1 - (rank == 0 && j == 0 ? 1 : 0));
+    }
+    int64_t n = 0;
+    for (int64_t r : recv) n += r;
+    out = at::zeros({n, 4}, at::kLong);
+    t.all_to_all(out, tagged(send, rank, true), recv, send, 10s);
+    EXPECT_TRUE(at::equal(out, tagged(recv, rank, false))) << "rank " << rank;
+    // Over a group: ranks 0 and 2 only (rank 1 is not in it), floats.
+    if (rank != 1) {
+      auto g = t.new_group({0, 2}, "pair:0,2");
+      at::Tensor x = at::full({4, 3}, static_cast<float>(rank));
+      x[2].fill_(static_cast<float>(rank + 10));
+      x[3].fill_(static_cast<float>(rank + 10));
+      at::Tensor y = at::empty({4, 3});
+      g->all_to_all(y, x, {}, {}, 10s);
+      // From group rank 0 (global 0) its rows for group rank g, then from group rank 1 (global 2).
+      const float mine = rank == 0 ? 0.0f : 10.0f;
+      EXPECT_TRUE(at::equal(y.narrow(0, 0, 2), at::full({2, 3}, 0.0f + mine)));
+      EXPECT_TRUE(at::equal(y.narrow(0, 2, 2), at::full({2, 3}, 2.0f + mine)));
+    }
+    // A caller's mistake (counts that do not add up to the tensor's rows) fails before anything
+    // is sent.
+    at::Tensor odd = at::zeros({5, 4}, at::kLong);
+    EXPECT_THROW(t.all_to_all(odd, odd, {}, {}, 10s), pprt::TransportError);
+    EXPECT_THROW(t.all_to_all(odd, odd, {1, 1, 1}, {1, 1, 3}, 10s), pprt::TransportError);
+    t.barrier(10s);
+  });
+}
+
 TEST(GlooTransport, AWaitThatTimesOutNamesThePeer) {
   std::string message;
   EXPECT_THROW(pprt_test::run_ranks(

@@ -61,6 +61,28 @@ TEST(ModelConfig, FlagsOverrideTheFile) {
             256 * 64 + (2 * 64 + (4 + 4) * 16 * 64 + 64 * 64 + 3 * 176 * 64) + 64 + 256 * 64);
 }
 
+// --resume: pprun's family says in words how a checkpoint's model differs from the run's (before
+// the runtime compares the parameters: tests/runtime/checkpoint/format_test.cpp).
+TEST(ModelConfig, ADifferentModelOnResumeIsNamedInWords) {
+  pprt::ModelConfig tiny;
+  tiny.hidden = 8;
+  tiny.heads = 2;
+  tiny.kv_heads = 1;
+  pprt::ModelConfig wide = tiny;
+  wide.hidden = 16;
+  const pprt::LayoutInfo layout{"Et|tL", {"Et", "tL"}}, deeper{"Ett|tL", {"Ett", "tL"}};
+  EXPECT_EQ(filetest::user_error(
+                [&] { pprt::check_same_model(tiny, layout, wide, layout, "ck/step-00000003"); }),
+            "ck/step-00000003: the checkpoint's model has hidden 8, this run's 16 (a checkpoint "
+            "resumes only the same model)");
+  EXPECT_EQ(filetest::user_error(
+                [&] { pprt::check_same_model(tiny, layout, tiny, deeper, "ck/step-00000003"); }),
+            "ck/step-00000003: the checkpoint's model has 2 decoder layers (Et|tL), this plan's 3 "
+            "(Ett|tL)");
+  pprt::check_same_model(tiny, layout, tiny, pprt::LayoutInfo{"Ett|L", {"Ett", "L"}},
+                         "ck");  // any split of the same model
+}
+
 TEST(ModelConfig, WriterAndReaderRoundTrip) {
   pprt::ModelConfig c;
   c.hidden = 96;

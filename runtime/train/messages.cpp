@@ -1,0 +1,80 @@
+// What crosses stage boundaries (messages.h).
+#include "runtime/train/messages.h"
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "compiler/diagnostic.h"
+
+namespace pprt {
+
+namespace {
+
+// The shape of the message of `spec`: the tensor's own when it is alone, else flat.
+std::vector<int64_t> message_shape(const BoundarySpec& spec) {
+  if (spec.tensors.size() == 1) return spec.tensors.front().shape;
+  return {spec.numel()};
+}
+
+}  // namespace
+
+at::Tensor pack(const std::vector<at::Tensor>& ts, at::ScalarType dtype) {
+  PPC_INTERNAL_ASSERT(!ts.empty(), "a message holds a tensor");
+  if (ts.size() == 1) return ts.front().detach().to(dtype).contiguous();
+  std::vector<at::Tensor> flat;
+  flat.reserve(ts.size());
+  for (const at::Tensor& t : ts) flat.push_back(t.detach().to(dtype).reshape({-1}));
+  return at::cat(flat);
+}
+
+std::vector<at::Tensor> unpack(const at::Tensor& message, const BoundarySpec& spec) {
+  if (spec.tensors.size() == 1) return {message.view(spec.tensors.front().shape)};
+  std::vector<at::Tensor> out;
+  int64_t at_element = 0;
+  for (const TensorSpec& t : spec.tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    out.push_back(message.narrow(0, at_element, n).view(t.shape));
+    at_element += n;
+  }
+  return out;
+}
+
+BoundarySpecs::BoundarySpecs(const ModelContext& ctx, const ppc::Layout& layout)
+    : ctx_(ctx), layout_(layout) {}
+
+const std::vector<BoundarySpec>& BoundarySpecs::of(const MicrobatchShape& shape,
+                                                   const at::Tensor& rows) {
+  if (auto it = specs_.find(shape); it != specs_.end()) return it->second;
+  auto d = declared_boundaries(*ctx_.model, ctx_.setup, layout_, shape, nullptr, ctx_.dtype);
+  // A layer declares no shape: one forward of the whole model tells them (stage.h).
+  declared_ = d.has_value();
+  return specs_.emplace(shape, d ? std::move(*d) : learned_boundaries(ctx_, layout_, rows))
+      .first->second;
+}
+
+ReceivePools::ReceivePools(size_t pools, const at::Device& device)
+    : device_(device), pools_(pools) {}
+
+at::Tensor ReceivePools::take(size_t pool, const BoundarySpec& spec, bool profiled) {
+  const std::vector<int64_t> shape = message_shape(spec);
+  const at::ScalarType dtype = spec.tensors.front().dtype;
+  auto& buffers = pools_[pool];
+  for (const at::Tensor& t : buffers)
+    if (t.storage().use_count() == 1 && t.sizes().vec() == shape && t.scalar_type() == dtype)
+      return t.detach();
+  std::optional<c10::DebugInfoGuard> seen;
+  if (profiled) seen.emplace(c10::DebugInfoKind::PROFILER_STATE, std::make_shared<NetAllocated>());
+  buffers.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).device(device_)));
+  return buffers.back().detach();
+}
+
+std::vector<const void*> ReceivePools::buffers() const {
+  std::vector<const void*> v;
+  for (const auto& pool : pools_)
+    for (const at::Tensor& t : pool) v.push_back(t.data_ptr());
+  return v;
+}
+
+}  // namespace pprt

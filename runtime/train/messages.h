@@ -1,0 +1,74 @@
+// What crosses stage boundaries (the executor's messages, executor.h): a boundary's tensors packed
+// into one message and read back as views of it, the boundaries' specs per microbatch shape, and
+// the receive buffers kept across steps. Included only by LibTorch translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "compiler/layout.h"
+#include "runtime/model/stage.h"
+
+namespace pprt {
+
+// One message holding `ts` in order, in `dtype`: the tensor itself when it is alone (no copy when
+// it is contiguous and of `dtype`: what a boundary of one tensor has always sent), else their
+// elements one after another (the bytes of their stack when they share a shape).
+at::Tensor pack(const std::vector<at::Tensor>& ts, at::ScalarType dtype);
+// The tensors of `spec` as views of `message` (one packed for it).
+std::vector<at::Tensor> unpack(const at::Tensor& message, const BoundarySpec& spec);
+
+// The boundaries of a layout per microbatch shape (model/stage.h): declared by the model's layers
+// (declared_boundaries) or, where a layer declares none, learned from one forward of the whole
+// model on the first microbatch of that shape (learned_boundaries); each shape's once.
+class BoundarySpecs {
+ public:
+  BoundarySpecs(const ModelContext& ctx, const ppc::Layout& layout);
+  // Entry i enters layout stage i; `rows`: the token rows of a microbatch of that shape.
+  const std::vector<BoundarySpec>& of(const MicrobatchShape& shape, const at::Tensor& rows);
+  bool declared() const { return declared_; }  // (the last shape's: for messages)
+
+ private:
+  const ModelContext& ctx_;
+  const ppc::Layout& layout_;
+  std::map<MicrobatchShape, std::vector<BoundarySpec>> specs_;
+  bool declared_ = true;
+};
+
+// --profile: counts the bytes allocated (positive) and freed (negative) on this thread while it is
+// installed (LibTorch's allocators report to it as to the profiler's memory tracking).
+struct NetAllocated final : c10::MemoryReportingInfoBase {
+  int64_t net = 0;
+  void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device) override {
+    net += bytes;
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+};
+
+// Receive buffers, kept across steps: pools of the buffers of the messages in flight (the
+// executor's: one per local stage and direction). take() gives the first buffer of a pool that
+// nothing else holds (the pool's reference is its storage's only one: the stage that read it and
+// autograd are done with it) and of the message's size and dtype, or a new one, so that a plan's
+// steps reuse the same buffers, as many per pool as its receives alive at once (per shape:
+// microbatches of another shape get buffers of their own).
+class ReceivePools {
+ public:
+  ReceivePools(size_t pools, const at::Device& device);
+  // A buffer for a message of `spec` from pool `pool`: an alias (detach()), so that autograd's
+  // flags and gradients set on what a stage receives stay off the pool's tensor. `profiled`
+  // (--profile): allocated where the allocator keeps its size, so that a part that frees it (an I
+  // or a W, measured) counts the bytes freed.
+  at::Tensor take(size_t pool, const BoundarySpec& spec, bool profiled);
+  std::vector<const void*> buffers() const;  // their data (for tests)
+
+ private:
+  at::Device device_;
+  std::vector<std::vector<at::Tensor>> pools_;
+};
+
+}  // namespace pprt

@@ -1,0 +1,26 @@
+# The runtime's generic code knows no model family (issue 37): no file under runtime/ outside
+# runtime/models/ includes a header of runtime/models/, and the public headers (runtime/include)
+# include nothing of the project's but each other. pprun's own family (runtime/models/llama) reaches
+# the runtime through the public interface only, like any program of the library.
+#   cmake -DSOURCE_DIR=<repository> -P check_layering.cmake
+file(GLOB_RECURSE sources RELATIVE ${SOURCE_DIR} ${SOURCE_DIR}/runtime/*.h ${SOURCE_DIR}/runtime/*.cpp)
+set(bad "")
+foreach(f ${sources})
+  if(f MATCHES "^runtime/models/")
+    continue()
+  endif()
+  file(STRINGS ${SOURCE_DIR}/${f} lines REGEX "^#include \"")
+  foreach(line ${lines})
+    if(line MATCHES "\"runtime/models/")
+      string(APPEND bad "\n  ${f}: ${line}")
+    endif()
+    if(f MATCHES "^runtime/include/" AND NOT line MATCHES "^#include \"pprt/")
+      string(APPEND bad "\n  ${f}: ${line} (a public header includes only pprt/ headers)")
+    endif()
+  endforeach()
+endforeach()
+if(bad)
+  message(FATAL_ERROR "the generic runtime includes a model family's headers:${bad}")
+endif()
+list(LENGTH sources n)
+message(STATUS "${n} runtime files: no generic one includes runtime/models/")

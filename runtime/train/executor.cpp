@@ -73,7 +73,10 @@ struct Executor::Impl {
   // Per step.
   std::vector<MicrobatchShape> shapes;                   // per microbatch, from its rows
   std::vector<const std::vector<BoundarySpec>*> bounds;  // per microbatch (with a transport)
-  std::vector<Slot> slots;                               // [local stage][microbatch]
+  // The batch's sizes `shapes` and `bounds` hold for any batch of, when the model declares no
+  // dimension (the shapes then depend on the rows' sizes alone); empty: none.
+  std::vector<int64_t> shaped_for;
+  std::vector<Slot> slots;  // [local stage][microbatch]
   std::vector<PendingSend> sends;
   // Receives their consumers wait for on the device (a GPU): the host waits for them at the end.
   DeviceWaited device_waited;
@@ -185,17 +188,16 @@ struct Executor::Impl {
   // depends on more than the microbatch's shape breaks the boundary's).
   void check_sent(int s, int mb, const Tensors& out) {
     const BoundarySpec& want = bound(plan.layout_stage(s) + 1, mb);
-    const BoundarySpec got = spec_of(out);
-    bool same = got.tensors.size() == want.tensors.size();
-    for (size_t k = 0; same && k < got.tensors.size(); ++k)
-      same = got.tensors[k].shape == want.tensors[k].shape &&
-             got.tensors[k].name == want.tensors[k].name;
+    bool same = out.size() == want.tensors.size();  // (compared in place: no copy per SEND_F)
+    for (size_t k = 0; same && k < out.size(); ++k)
+      same = out[k].tensor.sizes() == at::IntArrayRef(want.tensors[k].shape) &&
+             out[k].name == want.tensors[k].name;
     if (!same)
       fail(stage_of(s).describe(),
            fmt::format(
                "its output is {}, but the next stage receives {} (the boundary's shape, "
                "{} for every microbatch)",
-               to_string(got), to_string(want),
+               to_string(spec_of(out)), to_string(want),
                specs.declared() ? "from its layers' declared shapes" : "learned from one forward"));
   }
 
@@ -218,7 +220,7 @@ struct Executor::Impl {
           // One message in the boundary's dtype, which the receiver's buffer has (a no-op for
           // pprun's model, whose activations are of that dtype already).
           sends.push_back(PendingSend{
-              pack(tensors_of(sl.output),
+              pack(sl.output,
                    bound(plan.layout_stage(a.stage) + 1, a.microbatch).tensors.front().dtype),
               nullptr, j});
           if (forward_only) sl.output.clear();  // nothing else reads it
@@ -294,6 +296,12 @@ struct Executor::Impl {
     }
     waited += wait_received(sl.recv_act_work, sl.recv_act_index);
     const BoundarySpec& spec = bound(plan.layout_stage(s), mb);
+    if (spec.tensors.size() == 1) {  // the message is the tensor (its buffer has its shape)
+      at::Tensor t = std::move(sl.recv_act);
+      if (leaves) t.requires_grad_(true);
+      in.push_back(NamedTensor{spec.tensors.front().name, std::move(t)});
+      return in;
+    }
     const std::vector<at::Tensor> parts = unpack(std::move(sl.recv_act), spec);
     for (size_t k = 0; k < parts.size(); ++k)
       in.push_back(NamedTensor{spec.tensors[k].name,
@@ -491,12 +499,24 @@ struct Executor::Impl {
     this->tokens = tokens;
     // Each microbatch's shape, from its rows, and (where messages cross) what crosses each
     // boundary for it: before any action, so that a model learning its boundaries from one
-    // forward runs it here, on every rank.
-    shapes.clear();
-    bounds.clear();
-    for (int mb = 0; mb < mbs; ++mb) {
-      shapes.push_back(ctx.model->shape_of(rows(mb)));
-      if (transport) bounds.push_back(&specs.of(shapes.back(), rows(mb)));
+    // forward runs it here, on every rank. A model that declares no dimension (its shapes hold no
+    // sizes) gives every microbatch the first one's shape, which the batch's sizes tell: computed
+    // once for those sizes, not per microbatch and step (no tensor read, no lookup).
+    if (shaped_for.empty() || tokens.sizes() != at::IntArrayRef(shaped_for)) {
+      shapes.clear();
+      bounds.clear();
+      shaped_for.clear();
+      for (int mb = 0; mb < mbs; ++mb) {
+        if (mb > 0 && shapes.front().sizes.empty()) {
+          shapes.push_back(shapes.front());
+          if (transport) bounds.push_back(bounds.front());
+          continue;
+        }
+        const at::Tensor r = rows(mb);
+        shapes.push_back(ctx.model->shape_of(r));
+        if (transport) bounds.push_back(&specs.of(shapes.back(), r));
+      }
+      if (shapes.front().sizes.empty()) shaped_for = tokens.sizes().vec();
     }
     sends.clear();
     sends.reserve(actions.size());

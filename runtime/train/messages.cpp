@@ -16,20 +16,42 @@ std::vector<int64_t> message_shape(const BoundarySpec& spec) {
   if (spec.tensors.size() == 1) return spec.tensors.front().shape;
   return {spec.numel()};
 }
+// Whether `t` has that shape (compared in place: take() runs per RECV).
+bool has_message_shape(const at::Tensor& t, const BoundarySpec& spec) {
+  if (spec.tensors.size() == 1) return t.sizes() == at::IntArrayRef(spec.tensors.front().shape);
+  return t.dim() == 1 && t.size(0) == spec.numel();
+}
 
-}  // namespace
+// A tensor alone as its message: detached only if it requires grad (a stage's output: the send
+// must not hold its graph), converted only if of another dtype, copied only if not contiguous.
+at::Tensor alone(const at::Tensor& t, at::ScalarType dtype) {
+  at::Tensor m = t.requires_grad() ? t.detach() : t;
+  if (m.scalar_type() != dtype) m = m.to(dtype);
+  return m.is_contiguous() ? m : m.contiguous();
+}
 
-at::Tensor pack(const std::vector<at::Tensor>& ts, at::ScalarType dtype) {
-  PPC_INTERNAL_ASSERT(!ts.empty(), "a message holds a tensor");
-  if (ts.size() == 1) return ts.front().detach().to(dtype).contiguous();
+at::Tensor packed(const std::vector<at::Tensor>& ts, at::ScalarType dtype) {
   std::vector<at::Tensor> flat;
   flat.reserve(ts.size());
   for (const at::Tensor& t : ts) flat.push_back(t.detach().to(dtype).reshape({-1}));
   return at::cat(flat);
 }
 
+}  // namespace
+
+at::Tensor pack(const std::vector<at::Tensor>& ts, at::ScalarType dtype) {
+  PPC_INTERNAL_ASSERT(!ts.empty(), "a message holds a tensor");
+  return ts.size() == 1 ? alone(ts.front(), dtype) : packed(ts, dtype);
+}
+
+at::Tensor pack(const Tensors& ts, at::ScalarType dtype) {
+  PPC_INTERNAL_ASSERT(!ts.empty(), "a message holds a tensor");
+  return ts.size() == 1 ? alone(ts.front().tensor, dtype) : packed(tensors_of(ts), dtype);
+}
+
 std::vector<at::Tensor> unpack(const at::Tensor& message, const BoundarySpec& spec) {
-  if (spec.tensors.size() == 1) return {message.view(spec.tensors.front().shape)};
+  if (spec.tensors.size() == 1)  // (a message of the tensor's shape is the tensor)
+    return {has_message_shape(message, spec) ? message : message.view(spec.tensors.front().shape)};
   std::vector<at::Tensor> out;
   int64_t at_element = 0;
   for (const TensorSpec& t : spec.tensors) {
@@ -58,15 +80,15 @@ ReceivePools::ReceivePools(size_t pools, const at::Device& device)
     : device_(device), pools_(pools) {}
 
 at::Tensor ReceivePools::take(size_t pool, const BoundarySpec& spec, bool profiled) {
-  const std::vector<int64_t> shape = message_shape(spec);
   const at::ScalarType dtype = spec.tensors.front().dtype;
   auto& buffers = pools_[pool];
   for (const at::Tensor& t : buffers)
-    if (t.storage().use_count() == 1 && t.sizes().vec() == shape && t.scalar_type() == dtype)
+    if (t.storage().use_count() == 1 && has_message_shape(t, spec) && t.scalar_type() == dtype)
       return t.detach();
   std::optional<c10::DebugInfoGuard> seen;
   if (profiled) seen.emplace(c10::DebugInfoKind::PROFILER_STATE, std::make_shared<NetAllocated>());
-  buffers.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).device(device_)));
+  buffers.push_back(
+      at::empty(message_shape(spec), at::TensorOptions().dtype(dtype).device(device_)));
   return buffers.back().detach();
 }
 

@@ -20,6 +20,7 @@ namespace pprt {
 // it is contiguous and of `dtype`: what a boundary of one tensor has always sent), else their
 // elements one after another (the bytes of their stack when they share a shape).
 at::Tensor pack(const std::vector<at::Tensor>& ts, at::ScalarType dtype);
+at::Tensor pack(const Tensors& ts, at::ScalarType dtype);  // (their tensors, in order)
 // The tensors of `spec` as views of `message` (one packed for it).
 std::vector<at::Tensor> unpack(const at::Tensor& message, const BoundarySpec& spec);
 

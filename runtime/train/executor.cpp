@@ -71,11 +71,7 @@ struct Executor::Impl {
   ReplayWatch watch;  // where the replay is (for a failure's lines), and the faults tests inject
 
   // Per step.
-  std::vector<MicrobatchShape> shapes;                   // per microbatch, from its rows
-  std::vector<const std::vector<BoundarySpec>*> bounds;  // per microbatch (with a transport)
-  // The batch's sizes `shapes` and `bounds` hold for any batch of, when the model declares no
-  // dimension (the shapes then depend on the rows' sizes alone); empty: none.
-  std::vector<int64_t> shaped_for;
+  BatchShapes shapes;       // per microbatch, from its rows
   std::vector<Slot> slots;  // [local stage][microbatch]
   std::vector<PendingSend> sends;
   // Receives their consumers wait for on the device (a GPU): the host waits for them at the end.
@@ -174,7 +170,7 @@ struct Executor::Impl {
   // for it.
   at::Tensor rows(int mb) const { return tokens.narrow(0, static_cast<int64_t>(mb) * b, b); }
   const BoundarySpec& bound(int i, int mb) const {
-    return (*bounds[static_cast<size_t>(mb)])[static_cast<size_t>(i)];
+    return shapes.bounds(mb)[static_cast<size_t>(i)];
   }
   // The receive buffer of local stage `s`'s RECV_F (its input boundary) or RECV_B (its output
   // boundary) for microbatch `mb`, sized from that microbatch's shape.
@@ -314,7 +310,7 @@ struct Executor::Impl {
     Stage& st = stage_of(s);
     Tensors input = input_of(s, mb, true);
     ReplayTimes::Part meter(times, true);
-    Tensors out = st.forward(input, rows(mb), shapes[static_cast<size_t>(mb)], mb,
+    Tensors out = st.forward(input, rows(mb), shapes.shape(mb), mb,
                              st.splits_backward() ? &sl.work : nullptr, &sl.losses);
     at::Tensor& first = out.front().tensor;
     if (st.has_loss())
@@ -333,8 +329,8 @@ struct Executor::Impl {
   void forward_only(int s, int mb) {
     Slot& sl = slot(s, mb);
     Stage& st = stage_of(s);
-    Tensors out = st.forward(input_of(s, mb, false), rows(mb), shapes[static_cast<size_t>(mb)], mb,
-                             nullptr, &sl.losses);
+    Tensors out =
+        st.forward(input_of(s, mb, false), rows(mb), shapes.shape(mb), mb, nullptr, &sl.losses);
     sl.losses.terms.clear();  // no backward
     // The loss (or, after it, what an empty last stage passes on) ends the forward.
     if (!st.has_loss() && plan.next_stage(s) >= 0) sl.output = std::move(out);
@@ -497,27 +493,7 @@ struct Executor::Impl {
     PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "the batch divisible by microbatches");
     b = static_cast<int>(tokens.size(0) / mbs);
     this->tokens = tokens;
-    // Each microbatch's shape, from its rows, and (where messages cross) what crosses each
-    // boundary for it: before any action, so that a model learning its boundaries from one
-    // forward runs it here, on every rank. A model that declares no dimension (its shapes hold no
-    // sizes) gives every microbatch the first one's shape, which the batch's sizes tell: computed
-    // once for those sizes, not per microbatch and step (no tensor read, no lookup).
-    if (shaped_for.empty() || tokens.sizes() != at::IntArrayRef(shaped_for)) {
-      shapes.clear();
-      bounds.clear();
-      shaped_for.clear();
-      for (int mb = 0; mb < mbs; ++mb) {
-        if (mb > 0 && shapes.front().sizes.empty()) {
-          shapes.push_back(shapes.front());
-          if (transport) bounds.push_back(bounds.front());
-          continue;
-        }
-        const at::Tensor r = rows(mb);
-        shapes.push_back(ctx.model->shape_of(r));
-        if (transport) bounds.push_back(&specs.of(shapes.back(), r));
-      }
-      if (shapes.front().sizes.empty()) shaped_for = tokens.sizes().vec();
-    }
+    shapes.update(*ctx.model, transport ? &specs : nullptr, tokens, mbs, b);  // (messages.h)
     sends.clear();
     sends.reserve(actions.size());
     times.begin();
@@ -602,7 +578,7 @@ std::vector<const void*> Executor::receive_buffers() const {
 
 const std::vector<BoundarySpec>& Executor::boundaries() {
   PPC_INTERNAL_ASSERT(!impl_->shapes.empty(), "the boundaries of a step that ran");
-  return impl_->specs.of(impl_->shapes.front(), impl_->rows(0));
+  return impl_->specs.of(impl_->shapes.shape(0), impl_->rows(0));
 }
 
 }  // namespace pprt

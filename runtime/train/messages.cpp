@@ -63,6 +63,25 @@ std::vector<at::Tensor> unpack(const at::Tensor& message, const BoundarySpec& sp
   return out;
 }
 
+void BatchShapes::update(const Model& model, BoundarySpecs* specs, const at::Tensor& tokens,
+                         int mbs, int64_t b) {
+  if (!shaped_for_.empty() && tokens.sizes() == at::IntArrayRef(shaped_for_)) return;
+  shapes_.clear();
+  bounds_.clear();
+  shaped_for_.clear();
+  for (int mb = 0; mb < mbs; ++mb) {
+    if (mb > 0 && shapes_.front().sizes.empty()) {
+      shapes_.push_back(shapes_.front());
+      if (specs) bounds_.push_back(bounds_.front());
+      continue;
+    }
+    const at::Tensor rows = tokens.narrow(0, mb * b, b);
+    shapes_.push_back(model.shape_of(rows));
+    if (specs) bounds_.push_back(&specs->of(shapes_.back(), rows));
+  }
+  if (shapes_.front().sizes.empty()) shaped_for_ = tokens.sizes().vec();
+}
+
 BoundarySpecs::BoundarySpecs(const ModelContext& ctx, const ppc::Layout& layout)
     : ctx_(ctx), layout_(layout) {}
 

@@ -41,6 +41,28 @@ class BoundarySpecs {
   bool declared_ = true;
 };
 
+// A step's microbatch shapes (the model's shape_of of each microbatch's rows) and, where messages
+// cross, what crosses each boundary for each microbatch. A model that declares no dimension (its
+// shapes hold no sizes) gives every microbatch the first one's shape, which the batch's sizes tell:
+// computed once for those sizes, not per microbatch and step (no tensor read, no lookup).
+class BatchShapes {
+ public:
+  // Before a step's first action: `tokens` in `mbs` microbatches of `b` rows each; `specs` null
+  // where no message crosses. A model learning its boundaries from one forward runs it here.
+  void update(const Model& model, BoundarySpecs* specs, const at::Tensor& tokens, int mbs,
+              int64_t b);
+  const MicrobatchShape& shape(int mb) const { return shapes_[static_cast<size_t>(mb)]; }
+  const std::vector<BoundarySpec>& bounds(int mb) const {
+    return *bounds_[static_cast<size_t>(mb)];
+  }
+  bool empty() const { return shapes_.empty(); }
+
+ private:
+  std::vector<MicrobatchShape> shapes_;
+  std::vector<const std::vector<BoundarySpec>*> bounds_;
+  std::vector<int64_t> shaped_for_;  // the batch sizes they hold for (model declares none); or {}
+};
+
 // --profile: counts the bytes allocated (positive) and freed (negative) on this thread while it is
 // installed (LibTorch's allocators report to it as to the profiler's memory tracking).
 struct NetAllocated final : c10::MemoryReportingInfoBase {

@@ -14,6 +14,7 @@
 
 #include "compiler/action.h"
 #include "compiler/layout.h"
+#include "compiler/memory_mode.h"
 
 namespace ppc {
 
@@ -26,6 +27,9 @@ struct Plan {
   std::string schedule;    // canonical schedule name, e.g. "Interleaved1F1B"
   int microbatches = 0;
   int copies = 1;  // 2 for DualPipe (two model copies), else 1
+  // What each stage does with its kept activations (recompute, offload); empty: keep them all.
+  // The JSON plan's optional "memory" field (absent when empty, so older plans read the same).
+  MemoryPolicy memory;
 
   // Per rank: the compute order (F, B, I, W, OverlapFB) and, once lowered, the full order
   // including SEND/RECV. `lowered` is empty until lower_send_recv has run.

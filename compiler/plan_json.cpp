@@ -120,6 +120,8 @@ void emit_json_plan(const Plan& plan, std::ostream& os,
   os << "  \"vpp\": " << plan.vpp() << ",\n";
   os << "  \"microbatches\": " << plan.microbatches << ",\n";
   os << "  \"copies\": " << plan.copies << ",\n";
+  if (!plan.memory.empty())
+    os << "  \"memory\": " << ojson(format_memory_policy(plan.memory)).dump() << ",\n";
   os << "  \"placement\": " << ojson(placement_name(plan.placement.style)).dump() << ",\n";
   os << "  \"stage_ranks\": " << ojson(plan.placement.stage_rank).dump() << ",\n";
   os << "  \"layout\": " << layout.dump() << ",\n";
@@ -230,6 +232,16 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
   if (vpp != plan.placement.vpp)
     rd.fail("vpp", fmt::format("is {}, but {} stages on pp {} give {}", vpp, num_stages, pp,
                                plan.placement.vpp));
+
+  if (j.contains("memory")) {  // absent in plans that keep every activation
+    const std::string text = rd.string(j, "", "memory");
+    try {
+      plan.memory = parse_memory_policy(text, "memory");
+      check_memory_policy(plan.memory, plan.layout, num_stages, "memory");
+    } catch (const UserError& e) {
+      rd.fail("memory", e.message());
+    }
+  }
 
   const json& ranks = rd.array(j, "", "ranks");
   if (ranks.size() != static_cast<size_t>(pp))

@@ -26,6 +26,9 @@ struct Plan {
   std::string schedule;    // canonical schedule name, e.g. "Interleaved1F1B"
   int microbatches = 0;
   int copies = 1;  // 2 for DualPipe (two model copies), else 1
+  // Plan microbatch k processes the step's data microbatch microbatch_order[k] (a permutation);
+  // empty: microbatch k (docs/plan-format.md). Set for the microbatches' lengths (lengths.h).
+  std::vector<int> microbatch_order;
 
   // Per rank: the compute order (F, B, I, W, OverlapFB) and, once lowered, the full order
   // including SEND/RECV. `lowered` is empty until lower_send_recv has run.

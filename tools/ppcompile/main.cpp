@@ -35,6 +35,11 @@ int run(Options o) {
     throw ppc::UserError(fmt::format("shows the passes of one plan; {} compiles many",
                                      o.autotune ? "--autotune" : "--compare"),
                          ppc::input_location("--dump-after"));
+  if (!o.lengths_file.empty() && (o.autotune || o.compare || o.balance))
+    throw ppc::UserError(
+        fmt::format("--lengths simulates one plan; not with {} (yet)",
+                    o.autotune ? "--autotune" : (o.compare ? "--compare" : "--balance")),
+        ppc::input_location("--lengths"));
   if (o.autotune) return run_autotune(o);
   if (!o.microbatches_text.empty())
     o.microbatches = ppc::parse_microbatch_count(o.microbatches_text);
@@ -145,6 +150,9 @@ int main(int argc, char** argv) {
                  "generate, lower, verify, simulate; a list: generate,lower)")
       ->delimiter(',')
       ->check(CLI::IsMember(kPasses));
+  app.add_option("--lengths", o.lengths_file,
+                 "Each microbatch's length in tokens, one per line in data order: the simulation "
+                 "costs each at its length (docs/cost-model.md)");
   compare->excludes(csv)->excludes(js);
   if (auto stop = parse_flags(app, argc, argv, "ppcompile")) return *stop;
   try {

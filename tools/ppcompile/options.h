@@ -38,6 +38,7 @@ struct Options {
   long long balance_budget = 0;         // --balance-budget (0 = automatic)
   size_t top = 15;                      // --top
   std::vector<std::string> dump_after;  // --dump-after: passes whose IR goes to stderr
+  std::string lengths_file;             // --lengths FILE: each microbatch's length
 };
 
 }  // namespace ppcompile

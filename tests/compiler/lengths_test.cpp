@@ -1,11 +1,14 @@
-// Microbatches of different lengths (lengths.h): the lengths file, the cost of each part at a
-// microbatch's length (linear, quadratic, fitted through measured lengths) and the simulator's use
-// of them.
+// Microbatches of different lengths (lengths.h, order_microbatches.h): the lengths file, the cost
+// of each part at a microbatch's length (linear, quadratic, fitted through measured lengths), the
+// simulator's use of them, and the order that Auto chooses for them.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
+#include <sstream>
 #include <string>
 
 #include "compiler/compile.h"
@@ -14,6 +17,8 @@
 #include "compiler/lengths.h"
 #include "compiler/lower_for_model.h"
 #include "compiler/lower_send_recv.h"
+#include "compiler/order_microbatches.h"
+#include "compiler/plan_json.h"
 #include "compiler/simulate.h"
 #include "compiler/verify.h"
 #include "tests/compiler/test_util.h"
@@ -32,6 +37,16 @@ Plan lowered(const std::string& schedule, int pp, int stages, int m, const CostM
   o.cost = &cost;
   Plan plan = compile(o);
   return lower_send_recv(plan, lowering_costs(plan, cost));
+}
+
+// Seeded long-tailed lengths (log-normal, as bench/README.md's figures use), 64 .. 8192 tokens.
+std::vector<long long> long_tailed(int m, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::lognormal_distribution<double> d(6.5, 1.0);
+  std::vector<long long> out;
+  for (int k = 0; k < m; ++k)
+    out.push_back(std::clamp(static_cast<long long>(std::llround(d(rng))), 64LL, 8192LL));
+  return out;
 }
 
 CostModel cost_file(const std::string& text) {
@@ -166,6 +181,86 @@ TEST(LengthCosts, CostFileErrors) {
       message(
           R"({"lengths": {"seq_len": 5, "measured": [{"seq_len": 6, "layers": {"t": {"f": -1}}}]}})"),
       "cost.json: lengths.measured[0]: layers.t.f: expected a non-negative number, got -1");
+}
+
+// Auto's order: never a longer step than data order, a permutation, the plan as verified as
+// before, the step it reports the simulator's; on long-tailed lengths a shorter step.
+TEST(OrderMicrobatches, ShortensTheStepOnLongTailedLengths) {
+  CostModel model = cost_file(
+      R"({"layers": {"t": {"f": 1, "b": 2}}, "lengths": {"seq_len": 1024, "attention": 0.15}})");
+  for (const char* schedule : {"1F1B", "Interleaved1F1B", "ZB-H1", "DualPipe", "Auto"}) {
+    const bool two = std::string(schedule) == "Interleaved1F1B";
+    const Plan plan = lowered(schedule, 4, two ? 8 : 4, 16, model);
+    const auto lengths = long_tailed(16, 7);
+    const Plan ordered = plan_for_lengths(plan, model, lengths);
+    std::vector<int> sorted = ordered.microbatch_order;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int> identity(16);
+    std::iota(identity.begin(), identity.end(), 0);
+    EXPECT_EQ(sorted, identity) << schedule;
+    Plan same_actions = ordered;
+    same_actions.microbatch_order.clear();
+    EXPECT_EQ(same_actions, plan) << schedule;  // only the order changed
+    EXPECT_TRUE(verify(ordered).ok()) << schedule;
+    CostModel with = model;
+    with.microbatch_lengths = lengths;
+    const double data = simulate(plan, with).makespan;
+    const double best = simulate(ordered, with).makespan;
+    const OrderResult r = order_microbatches(plan, with);
+    EXPECT_DOUBLE_EQ(r.data_order_step, data) << schedule;
+    EXPECT_DOUBLE_EQ(r.step, best) << schedule;
+    EXPECT_LT(best, data * 0.98) << schedule;
+    EXPECT_LE(r.simulations, OrderOptions{}.simulations) << schedule;
+    // Deterministic: every rank can plan its own step.
+    EXPECT_EQ(plan_for_lengths(plan, model, lengths).microbatch_order, ordered.microbatch_order);
+  }
+}
+
+// Under DualPipe the order chooses which microbatches go in each direction, and so the pairs of
+// every OVERLAP_F_B: with an overlapping cost model the pairs matter.
+TEST(OrderMicrobatches, ChoosesDualPipesPairs) {
+  CostModel model = cost_file(
+      R"({"layers": {"t": {"f": 1, "i": 1, "w": 1}}, "overlap": 0.8,
+          "lengths": {"seq_len": 1024, "attention": 0.15}})");
+  const Plan plan = lowered("DualPipe", 4, 4, 16, model);
+  // Sorted lengths: data order puts every long microbatch in one direction.
+  std::vector<long long> lengths = long_tailed(16, 3);
+  std::sort(lengths.begin(), lengths.end());
+  const Plan ordered = plan_for_lengths(plan, model, lengths);
+  CostModel with = model;
+  with.microbatch_lengths = lengths;
+  EXPECT_LT(simulate(ordered, with).makespan, simulate(plan, with).makespan);
+  // The overlapped pairs' lengths differ from data order's.
+  auto pairs = [&](const Plan& p) {
+    std::vector<std::pair<long long, long long>> out;
+    auto data = [&](int mb) {
+      return lengths[static_cast<size_t>(
+          p.microbatch_order.empty() ? mb : p.microbatch_order[static_cast<size_t>(mb)])];
+    };
+    for (const auto& r : p.compute)
+      for (const Action& a : r)
+        if (a.kind == ActionKind::OverlapFB)
+          out.emplace_back(data(a.microbatch), data(a.microbatch2));
+    return out;
+  };
+  ASSERT_FALSE(pairs(plan).empty());
+  EXPECT_NE(pairs(ordered), pairs(plan));
+}
+
+// The order travels in the JSON plan, and a plan without one is written as before.
+TEST(OrderMicrobatches, JsonRoundTrip) {
+  const Plan plan = lowered("1F1B", 2, 2, 4);
+  VerifyReport report = verify(plan);
+  std::ostringstream before;
+  emit_json(plan, report, before);
+  EXPECT_EQ(before.str().find("microbatch_order"), std::string::npos);
+  Plan ordered = plan;
+  ordered.microbatch_order = {2, 0, 3, 1};
+  std::ostringstream after;
+  emit_json(ordered, report, after);
+  EXPECT_NE(after.str().find("\"microbatch_order\": [2,0,3,1],\n"), std::string::npos);
+  EXPECT_EQ(read_plan_json(after.str(), "plan.json"), ordered);
+  EXPECT_EQ(read_plan_json(before.str(), "plan.json"), plan);
 }
 
 }  // namespace

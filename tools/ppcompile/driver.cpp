@@ -31,6 +31,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/dump.h"
 #include "compiler/lengths.h"
+#include "compiler/order_microbatches.h"
 #include "compiler/plan_json.h"
 #include "compiler/read_file.h"
 #include "compiler/verify_and_lower.h"
@@ -164,9 +165,18 @@ int compile_and_emit(const Options& o) {
     dumps.after("generate", plan, ppc::dump_plan);
   }
 
-  // --lengths: each microbatch at its length.
-  if (!o.lengths_file.empty())
+  // --lengths: each microbatch at its length; Auto (or --microbatch-order lengths) orders them.
+  if (!o.lengths_file.empty()) {
     cost.microbatch_lengths = ppc::read_lengths(o.lengths_file, plan.microbatches);
+    const std::string order = !o.microbatch_order.empty() ? o.microbatch_order
+                              : plan.schedule == "Auto"   ? "lengths"
+                                                          : "data";
+    if (order == "data" && !o.microbatch_order.empty()) plan.microbatch_order.clear();
+    if (order == "lengths") {
+      plan = ppc::verify_and_lower_or_throw(std::move(plan), cost, imported_from).plan;
+      plan.microbatch_order = ppc::order_microbatches(plan, cost).order;
+    }
+  }
 
   // lower, verify (the compute order first: lowering assumes a well-formed one), simulate, emit.
   const ppc::AfterPasses after = dumps.of_verify_and_lower();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/memory_mode.h"
 #include "compiler/plan.h"
 #include "pprt/family.h"
 #include "runtime/data/token_file.h"
@@ -120,6 +121,9 @@ struct Job {
   EvalOptions eval;
   OutputOptions out;
   std::string device = "cpu";  // "cpu" or "cuda"
+  // What each stage keeps between a forward and its backward (--recompute, --offload over the
+  // plan's "memory": launch/memory_flags.h); empty: everything.
+  ppc::MemoryPolicy memory;
   // How long a rank waits for a peer: `timeout` (--timeout) in the first step and outside the
   // steps, `step_timeout` (--step-timeout; 0: ten times the slowest step, at least 10 s) in the
   // steps after it (train/step_timeout.h).

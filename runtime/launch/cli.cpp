@@ -78,6 +78,15 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
                    "docs/gpu.md); with --export --format hf: of the tensors written")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
+  train->add_option("--recompute", o.recompute,
+                    "What layers keep between forward and backward, over the plan's \"memory\": "
+                    "[TARGET:]MODE items joined by commas, later ones overriding; TARGET all, a "
+                    "layer symbol or stageN; MODE none, selective (recompute attention's core and "
+                    "the MLP activation) or full (keep each layer's input, rerun its forward "
+                    "before the backward); e.g. 'full,stage3:none' (docs/pprun.md)");
+  train->add_option("--offload", o.offload,
+                    "Plan stages or layer kinds whose activations go to host memory between "
+                    "forward and backward (TARGETs joined by commas); not run yet: refused");
   train->add_option("--data", o.train.data_path,
                     "Train on a data file instead of the synthetic language (see --data-format)");
   std::string data_format = "auto";

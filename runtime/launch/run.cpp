@@ -18,6 +18,7 @@
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
 #include "runtime/launch/failure.h"
+#include "runtime/launch/memory_flags.h"
 #include "runtime/launch/plan_load.h"
 #include "runtime/launch/spawn.h"
 #include "runtime/model/model_facts.h"
@@ -295,6 +296,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
 
   job.device = o.device;
   check_device(job.device);
+  resolve_memory(o.recompute, o.offload, job);
   if (job.device == "cuda" && !o.reference)
     if (auto bad = check_fifo_order(job.plan))
       fail(o.plan_path,

@@ -44,6 +44,7 @@ struct RunOptions {
   std::vector<std::string> export_args;       // --export DIR OUT
   std::string export_format = "safetensors";  // --format: safetensors (one file) or hf
   std::string dtype = "fp32";                 // --dtype: training's; --export --format hf's
+  std::string recompute, offload;             // --recompute, --offload (launch/memory_flags.h)
   std::string max_shard_size = "5GB";         // --max-shard-size (--format hf)
   std::string init_from;                      // --init-from DIR (Hugging Face)
   std::string exe;                            // this program (spawning)

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "compiler/diagnostic.h"
@@ -16,6 +17,7 @@
 #include "runtime/fail.h"
 #include "runtime/model/autograd_split.h"
 #include "runtime/model/model_facts.h"
+#include "runtime/model/recompute.h"
 
 namespace pprt {
 
@@ -234,6 +236,7 @@ struct Stage::Impl {
     LayerPlace place;
     const Model::Symbol* symbol;
     Layer layer;
+    ppc::MemoryMode mode = ppc::MemoryMode::None;  // ModelContext::memory's for it
   };
   ModelContext ctx;
   int stage = -1;
@@ -241,6 +244,69 @@ struct Stage::Impl {
   bool first = false, last = false, split = true;
   std::vector<std::string> names;
   std::vector<Reported> reported;  // what the model declares it reports, for this layout
+  int64_t runs = 0;                // layers' forwards run (Stage::layer_runs)
+
+  static Tensors call(const Built& b, const Tensors& x, const Microbatch& mb) {
+    if (b.layer.forward_tensors) return b.layer.forward_tensors(x, mb);
+    return Tensors{NamedTensor{"", b.layer.forward(x.front().tensor, mb)}};
+  }
+
+  // Layer `b` on `x`: at once, or (its mode full, under autograd, with an input that requires
+  // grad) keeping only `x` and rerunning it in its backward (recompute.h). The auxiliary losses'
+  // terms it adds to `losses` are outputs of the recomputed piece too, so that their gradients
+  // flow through the rerun; what it reports is recorded by its first run only.
+  Tensors run_layer(const Built& b, const Tensors& x, const Microbatch& mb, LossReport* losses) {
+    bool full = b.mode == ppc::MemoryMode::Full && at::GradMode::is_enabled();
+    if (full)
+      full = std::any_of(x.begin(), x.end(), [](const NamedTensor& t) {
+        return t.tensor.defined() && t.tensor.requires_grad();
+      });
+    if (!full) {
+      ++runs;
+      return call(b, x, mb);
+    }
+    struct Shared {
+      bool first = true;
+      std::vector<std::string> names;  // of the layer's outputs
+    };
+    auto shared = std::make_shared<Shared>();
+    std::vector<std::string> in_names;
+    std::vector<at::Tensor> in;
+    for (const NamedTensor& t : x) {
+      in_names.push_back(t.name);
+      in.push_back(t.tensor);
+    }
+    const Built* layer = &b;
+    TensorFn f = [layer, shared, in_names, losses, tokens = mb.tokens(), shape = mb.shape(),
+                  index = mb.index(), work = mb.weight_work()](const std::vector<at::Tensor>& in) {
+      LossReport scratch;  // a rerun's reports are the first run's again
+      LossReport* report = shared->first ? losses : &scratch;
+      const size_t before = report->terms.size();
+      const Microbatch m(tokens, shape, index, work, report);
+      Tensors xs;
+      for (size_t i = 0; i < in.size(); ++i) xs.push_back(NamedTensor{in_names[i], in[i]});
+      Tensors y = call(*layer, xs, m);
+      std::vector<at::Tensor> out;
+      shared->names.clear();
+      for (NamedTensor& t : y) {
+        shared->names.push_back(t.name);
+        out.push_back(std::move(t.tensor));
+      }
+      for (size_t k = before; k < report->terms.size(); ++k) out.push_back(report->terms[k]);
+      report->terms.resize(before);  // they come back as the piece's outputs
+      shared->first = false;
+      return out;
+    };
+    const size_t terms = losses->terms.size();
+    std::vector<at::Tensor> out = recomputed(std::move(f), in, &runs);
+    PPC_INTERNAL_ASSERT(out.size() >= shared->names.size(), "a recomputed layer's outputs");
+    Tensors y;
+    for (size_t k = 0; k < shared->names.size(); ++k)
+      y.push_back(NamedTensor{shared->names[k], out[k]});
+    for (size_t k = shared->names.size(); k < out.size(); ++k) losses->terms.push_back(out[k]);
+    PPC_INTERNAL_ASSERT(losses->terms.size() >= terms, "a recomputed layer's terms");
+    return y;
+  }
 
   // What `where` (a layer, the loss) reported from entry `from` of `r` on must be declared.
   void check_reported(const LossReport& r, size_t from, const std::string& where) const {
@@ -310,7 +376,9 @@ Stage::Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
     info.dtype = ctx.dtype;
     info.params = &params;
     info.layout = layout_info(layout);
-    Impl::Built b{p, sym, Layer{}};
+    const ppc::MemoryMode mode = ctx.memory.mode_of(p.stage, ppc::own_layer(p.symbol));
+    info.selective_recompute = mode == ppc::MemoryMode::Selective;
+    Impl::Built b{p, sym, Layer{}, mode};
     b.layer.prefix = fmt::format("{}.{}.", sym->name, p.index);
     const std::string where = m.where(b);
     {
@@ -379,6 +447,9 @@ bool Stage::has_loss() const {
 bool Stage::takes_tokens() const {
   return impl_->first;
 }
+int64_t Stage::layer_runs() const {
+  return impl_->runs;
+}
 bool Stage::splits_backward() const {
   return impl_->split;
 }
@@ -421,15 +492,13 @@ Tensors Stage::forward(const Tensors& state, const at::Tensor& rows, const Micro
     const std::string where = m.where(b);
     const size_t reported = losses->values.size();
     if (b.layer.forward_tensors) {
-      x = m.located(where, "its forward failed", [&] { return b.layer.forward_tensors(x, mb); });
+      x = m.located(where, "its forward failed", [&] { return m.run_layer(b, x, mb, losses); });
     } else {
       if (x.size() != 1)
         fail(where, fmt::format("it takes one tensor (Layer::forward), but gets {}: give it "
                                 "Layer::forward_tensors",
                                 shapes_text(in)));
-      at::Tensor y = m.located(where, "its forward failed",
-                               [&] { return b.layer.forward(x.front().tensor, mb); });
-      x = Tensors{NamedTensor{"", std::move(y)}};
+      x = m.located(where, "its forward failed", [&] { return m.run_layer(b, x, mb, losses); });
     }
     if (x.empty()) fail(where, "its forward returned no tensor");
     for (const NamedTensor& t : x)

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "compiler/layout.h"
+#include "compiler/memory_mode.h"
 #include "pprt/pprt.h"
 
 namespace pprt {
@@ -115,6 +116,12 @@ struct ModelContext {
   // The dtype of the activations crossing stage boundaries (--dtype: the model's activations;
   // precision.h). The placeholder before the first layer and the loss stay fp32.
   at::ScalarType dtype = at::kFloat;
+  // What each layer keeps between its forward and its backward (issue 42, --recompute): its mode
+  // is memory.mode_of(layout stage, its kind). Full: the layer keeps its inputs and reruns its
+  // forward in its backward (recompute.h), except a layer whose inputs need no gradient (the
+  // embedding that starts the model), which has nothing to rerun from; selective: the layer is
+  // told (LayerInfo::selective_recompute) and recomputes its cheap parts itself, if it can.
+  ppc::MemoryPolicy memory = {};
 };
 
 // The layers of one layout stage (or of the whole model: the unpipelined reference).
@@ -154,6 +161,9 @@ class Stage {
   // The same for a stage whose boundaries are one tensor each (tests), its shape from `rows`.
   at::Tensor forward(const at::Tensor& state, const at::Tensor& rows, int microbatch,
                      WeightWork* work, LossReport* losses);
+  // How many times its layers' forwards ran, recomputations included (each layer's each run
+  // counts one): for tests that count recomputation.
+  int64_t layer_runs() const;
   // "stage 2 (layers 't' #3 .. 't' #5)" or "the whole model": for messages.
   std::string describe() const;
 

@@ -68,7 +68,8 @@ struct DpReport {
 struct RankReport {
   int rank = 0;
   int peak_inflight = 0;
-  std::vector<StepTiming> steps;  // the steps kept for analysis and the trace
+  int64_t peak_activation_bytes = 0;  // over the steps (StepReport::peak_activation_bytes)
+  std::vector<StepTiming> steps;      // the steps kept for analysis and the trace
   // Checkpoints saved: per save, the seconds this rank spent in it (training paused) and the
   // tensor bytes it wrote.
   std::vector<double> save_seconds;
@@ -116,13 +117,14 @@ ComputeBalance compute_balance(const std::vector<std::vector<double>>& steps);
 std::string balance_text(const ComputeBalance& b);
 
 struct TimingSummary {
-  std::vector<int> peak_inflight;       // measured, per rank
-  std::vector<int> predicted_inflight;  // ppc::peak_inflight(plan)
-  double overhead_us_per_action = 0;    // wall - compute - wait - post, per action, all ranks
-  double post_us_per_action = 0;        // posting to the transport, per communication batch action
-  double step_ms = 0;                   // median over the analysed steps of max over ranks of wall
-  double simulated_ms = 0;  // median simulated makespan from the same steps' action times
-  double ratio = 0;         // median of step / simulated
+  std::vector<int> peak_inflight;              // measured, per rank
+  std::vector<int> predicted_inflight;         // ppc::peak_inflight(plan)
+  std::vector<int64_t> peak_activation_bytes;  // measured, per rank (RankReport's)
+  double overhead_us_per_action = 0;  // wall - compute - wait - post, per action, all ranks
+  double post_us_per_action = 0;      // posting to the transport, per communication batch action
+  double step_ms = 0;                 // median over the analysed steps of max over ranks of wall
+  double simulated_ms = 0;            // median simulated makespan from the same steps' action times
+  double ratio = 0;                   // median of step / simulated
   // Median over the same steps of the slowest rank's whole step (StepTiming::step_ns): the
   // replay and what lies between replays, the optimizer and the all-reduce included.
   double whole_step_ms = 0;

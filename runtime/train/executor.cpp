@@ -16,6 +16,7 @@
 #include "runtime/model/autograd_split.h"
 #include "runtime/model/aux_loss.h"
 #include "runtime/model/model_facts.h"
+#include "runtime/train/activation_bytes.h"
 #include "runtime/train/messages.h"
 #include "runtime/train/replay_times.h"
 #include "runtime/train/replay_watch.h"
@@ -69,6 +70,8 @@ struct Executor::Impl {
   ReceivePools pools;
   ReplayTimes times;  // the actions' times (on a GPU, from events) and --profile's parts
   ReplayWatch watch;  // where the replay is (for a failure's lines), and the faults tests inject
+  AllocationMeter allocated;  // this rank's CPU bytes allocated during its steps, still alive
+  ActivationBytes held;       // what each slot keeps between its F and its B/I/W (issue 42)
 
   // Per step.
   BatchShapes shapes;       // per microbatch, from its rows
@@ -112,6 +115,10 @@ struct Executor::Impl {
     slots.resize(stages.size() * static_cast<size_t>(mbs));
   }
 
+  size_t slot_index(int stage, int mb) const {
+    return static_cast<size_t>(local[static_cast<size_t>(stage)]) * static_cast<size_t>(mbs) +
+           static_cast<size_t>(mb);
+  }
   Slot& slot(int stage, int mb) {
     return slots[static_cast<size_t>(local[static_cast<size_t>(stage)]) * static_cast<size_t>(mbs) +
                  static_cast<size_t>(mb)];
@@ -309,6 +316,7 @@ struct Executor::Impl {
     Slot& sl = slot(s, mb);
     Stage& st = stage_of(s);
     Tensors input = input_of(s, mb, true);
+    const int64_t live = allocated.live();
     ReplayTimes::Part meter(times, true);
     Tensors out = st.forward(input, rows(mb), shapes.shape(mb), mb,
                              st.splits_backward() ? &sl.work : nullptr, &sl.losses);
@@ -321,6 +329,7 @@ struct Executor::Impl {
     if (plan.prev_stage(s) >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
     meter.done(s, ActionKind::F);
+    held.add(slot_index(s, mb), allocated.live() - live);
     rep->peak_inflight = std::max(rep->peak_inflight, ++inflight);
   }
 
@@ -347,6 +356,7 @@ struct Executor::Impl {
       grad_out = unpack(std::move(sl.recv_grad), bound(plan.layout_stage(s) + 1, mb));
     }
     Stage& st = stage_of(s);
+    const int64_t live = allocated.live();
     ReplayTimes::Part meter(times, input_only);
     const std::vector<at::Tensor> outs = tensors_of(sl.output), ins = tensors_of(sl.input);
     std::vector<at::Tensor> grad_in(ins.size());
@@ -377,6 +387,10 @@ struct Executor::Impl {
     sl.input.clear();
     sl.output.clear();
     meter.done(s, input_only ? ActionKind::I : ActionKind::B);
+    if (input_only)  // what the I leaves for the W (and the input's gradient, until sent)
+      held.add(slot_index(s, mb), allocated.live() - live);
+    else
+      held.release(slot_index(s, mb));
     --inflight;
   }
 
@@ -396,6 +410,7 @@ struct Executor::Impl {
       sl.work.run();
     }
     meter.done(s, ActionKind::W);
+    held.release(slot_index(s, mb));
   }
 
   void compute(const Action& a, size_t index) {
@@ -530,6 +545,9 @@ struct Executor::Impl {
                           .count();
     r.actions = actions.size();
     inflight = 0;
+    std::optional<AllocationMeter::Scope> counting;  // the CPU's allocator only
+    if (device.is_cpu()) counting.emplace(allocated);
+    held.start(slots.size());
     for (size_t i = 0; i < actions.size();) {
       if (watch.fault_due(step, i)) watch.fault(i);
       const Action& a = actions[i];
@@ -547,6 +565,7 @@ struct Executor::Impl {
       if (opts.after_compute) opts.after_compute(i);
       ++i;
     }
+    r.peak_activation_bytes = held.peak();
     finish(r);
     return r;
   }

@@ -82,6 +82,9 @@ struct StepReport : StepTiming {
   std::vector<ReportedSums> reported;
   bool has_losses = false;  // this rank holds an L stage
   int peak_inflight = 0;
+  // The most bytes this rank's microbatches held at once between their F and their B/I/W
+  // (activation_bytes.h: what each F and I left alive on the CPU allocator; 0 on a GPU).
+  int64_t peak_activation_bytes = 0;
 };
 
 class Executor {

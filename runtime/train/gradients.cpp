@@ -24,6 +24,7 @@ ModelContext model_context(const Job& job, const Model& model, const at::Device&
   ctx.seed = job.train.seed;
   ctx.device = device;
   ctx.dtype = compute_dtype(job.train.dtype);
+  ctx.memory = job.memory;
   return ctx;
 }
 

@@ -258,6 +258,7 @@ void keep_timing(const Job& job, int step, StepReport& rep, Clock::time_point re
                  int64_t own_ns, int64_t step_ns, RankReport& report) {
   constexpr int kAnalysedSteps = 20;
   report.peak_inflight = std::max(report.peak_inflight, rep.peak_inflight);
+  report.peak_activation_bytes = std::max(report.peak_activation_bytes, rep.peak_activation_bytes);
   if (step != job.start_step && step < job.last_step() - kAnalysedSteps) return;
   StepTiming& t = report.steps.emplace_back(std::move(rep));
   t.step = step;

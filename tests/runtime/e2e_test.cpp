@@ -301,6 +301,30 @@ TEST(Faults, PlanForAnotherWorldSize) {
       "pprun: rank 0: error: environment: the plan is for 2 ranks (pp 2), but WORLD_SIZE is 3", d);
 }
 
+// Issue 42: --recompute's and --offload's bad text, a stage or layer kind the plan lacks, and
+// offloading on the CPU.
+TEST(Faults, BadRecomputeAndOffload) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);
+  auto run = [&](const std::string& flag, const std::string& value) {
+    return pprun({"--plan", plan, "--metrics", d.file("m.jsonl"), flag, value});
+  };
+  expect_user_error(run("--recompute", "fast"),
+                    "--recompute: 'fast': unknown mode \"fast\" (expected none, selective, full "
+                    "or offload)",
+                    d);
+  expect_user_error(run("--recompute", "full,stage2:none"),
+                    "--recompute: 'all:full,stage2:none': stage2 does not exist (the plan has 2 "
+                    "stages: stage0 to stage1)",
+                    d);
+  expect_user_error(run("--recompute", "m:full"),
+                    "--recompute: 'm:full': no stage holds a layer 'm'", d);
+  expect_user_error(run("--offload", "stage0"),
+                    "--offload: 'stage0:offload' offloads activations to host memory, which needs "
+                    "a GPU (--device cuda)",
+                    d);
+}
+
 TEST(Faults, PlanOfAnUnknownVersion) {
   TempDir d;
   const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);

@@ -179,6 +179,11 @@ struct LayerInfo {
   // that takes part in mixed precision (Model::mixed_precision).
   at::ScalarType dtype = at::kFloat;
   LayoutInfo layout;  // the whole layout
+  // The runtime asks the layer to drop the parts of its activations that are cheap to recompute
+  // (an attention core, an MLP's activation) and recompute them in its backward
+  // (--recompute selective; pprt::recomputed, runtime/model/recompute.h). A layer that has no such
+  // parts keeps everything.
+  bool selective_recompute = false;
 
   // A parameter used by several layers (a tied embedding, a shared submodule's weights): the one
   // tensor of global name `name` on this rank, created (float32, CPU, requiring grad) by the

@@ -17,6 +17,7 @@
 #include "runtime/launch/cli.h"
 #include "runtime/model/kernel_choice.h"
 #include "runtime/model/precision.h"
+#include "runtime/model/recompute.h"
 #include "runtime/models/llama/architecture.h"
 
 namespace pprt {
@@ -101,15 +102,34 @@ at::Tensor norm(const Common& c, const at::Tensor& x, at::Tensor* g, WeightWork*
   return rms_norm(x, g, c.cfg.norm_eps, w, c.kernels);
 }
 
+// `selective` (--recompute selective: LayerInfo::selective_recompute): attention's core (from
+// the q/k/v product to the heads' outputs) and SwiGLU keep only their inputs and run again in the
+// backward (recompute.h); they hold no parameter, so the I/W split is untouched.
 at::Tensor decoder(const Common& c, const AttentionConsts& attn, const at::Tensor& x,
-                   const Decoder& d, WeightWork* w) {
+                   const Decoder& d, WeightWork* w, bool selective = false) {
   const at::Tensor h = norm(c, x, d.attn_norm, w);
   at::Tensor qkv = fused_linear(h, {d.wq, d.wk, d.wv}, *d.qkv, w);
   if (d.bq) qkv = fused_bias(qkv, {d.bq, d.bk, d.bv}, *d.qkv_bias, w);
-  const at::Tensor x1 = residual_linear(x, attention(qkv, attn), d.wo, w, d.wo_copy.get());
+  const AttentionConsts* a = &attn;
+  const at::Tensor core =
+      selective ? recomputed(
+                      [a](const std::vector<at::Tensor>& in) -> std::vector<at::Tensor> {
+                        return {attention(in[0], *a)};
+                      },
+                      {qkv})[0]
+                : attention(qkv, attn);
+  const at::Tensor x1 = residual_linear(x, core, d.wo, w, d.wo_copy.get());
   const at::Tensor h2 = norm(c, x1, d.mlp_norm, w);
   const at::Tensor gate_up = fused_linear(h2, {d.w1, d.w3}, *d.gate_up, w);
-  return residual_linear(x1, swiglu(gate_up, c.kernels), d.w2, w, d.w2_copy.get());
+  const Kernels k = c.kernels;
+  const at::Tensor act =
+      selective ? recomputed(
+                      [k](const std::vector<at::Tensor>& in) -> std::vector<at::Tensor> {
+                        return {swiglu(in[0], k)};
+                      },
+                      {gate_up})[0]
+                : swiglu(gate_up, c.kernels);
+  return residual_linear(x1, act, d.w2, w, d.w2_copy.get());
 }
 
 // The parameters of one layer as architecture.h lists them.
@@ -218,8 +238,9 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
         size_t i = 0;
         auto d = std::make_shared<Decoder>(decoder_params(*m, i, common->cfg.qkv_bias));
         BuiltinModule* raw = m.get();
-        return make(m, [common, raw, d](const at::Tensor& x, const Microbatch& mb) {
-          return decoder(*common, attn_of(*common, *raw, x), x, *d, mb.weight_work());
+        const bool selective = info.selective_recompute;
+        return make(m, [common, raw, d, selective](const at::Tensor& x, const Microbatch& mb) {
+          return decoder(*common, attn_of(*common, *raw, x), x, *d, mb.weight_work(), selective);
         });
       },
       [](const std::vector<int64_t>& in) { return in; });
@@ -249,25 +270,29 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
         PPC_INTERNAL_ASSERT(i == m->p.size(), "every parameter of a layer is used");
         BuiltinModule* raw = m.get();
         const at::ScalarType dtype = info.dtype;
-        return make_tensors(m, [common, raw, p, dtype](const Tensors& x, const Microbatch& mb) {
-          // The embedding of the tokens k places ahead (token i+k at position i; positions past
-          // the sequence read id 0: only positions whose target is masked see them) and h^{k-1}.
-          const Common& c = *common;
-          WeightWork* w = mb.weight_work();
-          const at::Tensor& rows = mb.tokens();
-          const int64_t b = rows.size(0), k = p->depth, T = mb.seq_len();
-          const at::Tensor& prev = x.back().tensor;
-          at::Tensor ids = rows.narrow(1, k, T + 1 - k);
-          if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
-          at::Tensor e = norm(c, embed(dtype, p->embed, ids.contiguous(), w), p->enorm, w);
-          at::Tensor h =
-              linear(at::cat({e, norm(c, prev, p->hnorm, w)}, -1), p->eh_proj, w, &p->eh_proj_copy);
-          Tensors out = x;
-          out.push_back(NamedTensor{
-              "mtp." + std::to_string(k),
-              norm(c, decoder(c, attn_of(*common, *raw, prev), h, p->layer, w), p->final_norm, w)});
-          return out;
-        });
+        const bool selective = info.selective_recompute;
+        return make_tensors(
+            m, [common, raw, p, dtype, selective](const Tensors& x, const Microbatch& mb) {
+              // The embedding of the tokens k places ahead (token i+k at position i; positions past
+              // the sequence read id 0: only positions whose target is masked see them) and
+              // h^{k-1}.
+              const Common& c = *common;
+              WeightWork* w = mb.weight_work();
+              const at::Tensor& rows = mb.tokens();
+              const int64_t b = rows.size(0), k = p->depth, T = mb.seq_len();
+              const at::Tensor& prev = x.back().tensor;
+              at::Tensor ids = rows.narrow(1, k, T + 1 - k);
+              if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
+              at::Tensor e = norm(c, embed(dtype, p->embed, ids.contiguous(), w), p->enorm, w);
+              at::Tensor h = linear(at::cat({e, norm(c, prev, p->hnorm, w)}, -1), p->eh_proj, w,
+                                    &p->eh_proj_copy);
+              Tensors out = x;
+              out.push_back(NamedTensor{
+                  "mtp." + std::to_string(k),
+                  norm(c, decoder(c, attn_of(*common, *raw, prev), h, p->layer, w, selective),
+                       p->final_norm, w)});
+              return out;
+            });
       },
       [](const std::vector<TensorShape>& in, const MicrobatchShape&, const ModelSetup&) {
         std::vector<TensorShape> out = in;  // depth k = in.size()

@@ -1,0 +1,18 @@
+// pprun's --recompute and --offload (issue 42): what each stage keeps between a forward and its
+// backward, from the plan's "memory" field overridden by the flags. No LibTorch.
+#pragma once
+
+#include <string>
+
+#include "runtime/job.h"
+
+namespace pprt {
+
+// Sets job.memory: the plan's policy (Plan::memory), then --recompute's rules (`recompute`),
+// then --offload's (`offload`), later rules overriding earlier ones (ppc::combine); each checked
+// against the plan's stages and layer kinds. Needs job.plan and job.device. Bad text, a stage or
+// layer kind the plan lacks, or offloading (which pprun does not run yet: a GPU would be needed,
+// and the CPU has no device memory to offload from) is a ppc::UserError naming the flag.
+void resolve_memory(const std::string& recompute, const std::string& offload, Job& job);
+
+}  // namespace pprt

@@ -1,0 +1,92 @@
+// Recomputation through a custom autograd function (recompute.h).
+#include "runtime/model/recompute.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/custom_class.h>
+
+#include <utility>
+
+namespace pprt {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The piece to rerun, held by the autograd node until its backward.
+struct Piece : torch::CustomClassHolder {
+  TensorFn f;
+  int64_t* runs = nullptr;
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& in) const {
+    if (runs) ++*runs;
+    return f(in);
+  }
+};
+
+struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
+                               c10::intrusive_ptr<Piece> piece) {
+    // Autograd is off here: `f` makes no graph, and only the inputs are kept.
+    std::vector<at::Tensor> in(inputs.begin(), inputs.end());
+    std::vector<at::Tensor> out = piece->run(in);
+    ctx->save_for_backward(in);
+    ctx->saved_data["piece"] = c10::IValue::make_capsule(std::move(piece));
+    std::vector<at::Tensor> nondiff;
+    for (const at::Tensor& t : out)
+      if (t.defined() && !t.is_floating_point()) nondiff.push_back(t);
+    if (!nondiff.empty()) ctx->mark_non_differentiable(nondiff);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto piece =
+        c10::static_intrusive_pointer_cast<Piece>(ctx->saved_data["piece"].toCapsule());
+    const variable_list saved = ctx->get_saved_variables();
+    std::vector<at::Tensor> in;
+    in.reserve(saved.size());
+    for (size_t i = 0; i < saved.size(); ++i) {
+      at::Tensor t = saved[i].defined() ? saved[i].detach() : saved[i];
+      if (t.defined() && ctx->needs_input_grad(i)) t.requires_grad_(true);
+      in.push_back(std::move(t));
+    }
+    std::vector<at::Tensor> out;
+    {
+      at::AutoGradMode on(true);
+      out = piece->run(in);
+    }
+    std::vector<at::Tensor> roots, root_grads;
+    for (size_t k = 0; k < out.size() && k < grads.size(); ++k)
+      if (out[k].defined() && out[k].requires_grad() && grads[k].defined()) {
+        roots.push_back(out[k]);
+        root_grads.push_back(grads[k]);
+      }
+    if (!roots.empty()) torch::autograd::backward(roots, root_grads);
+    variable_list result(in.size() + 1);  // one per input, and none for the piece
+    // The rerun's inputs may live on in the weight work a W will run (the hand-written split's
+    // deferred products): their gradients must not live on with them.
+    for (size_t i = 0; i < in.size(); ++i)
+      if (in[i].defined() && in[i].requires_grad()) {
+        result[i] = in[i].grad();
+        in[i].mutable_grad().reset();
+      }
+    return result;
+  }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> recomputed(TensorFn f, const std::vector<at::Tensor>& inputs,
+                                   int64_t* runs) {
+  bool any = false;
+  for (const at::Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
+  auto piece = c10::make_intrusive<Piece>();
+  piece->f = std::move(f);
+  piece->runs = runs;
+  if (!any || !at::GradMode::is_enabled()) return piece->run(inputs);
+  return RecomputeFn::apply(at::TensorList(inputs), std::move(piece));
+}
+
+}  // namespace pprt

@@ -1,0 +1,33 @@
+// Recomputation (issue 42, docs/pprun.md "Activation memory"): a piece of a forward that keeps
+// only its inputs, and runs again, with autograd, when its backward comes.
+//
+// The backward of a recomputed piece reruns its forward once on the kept inputs and runs the
+// backward of what that gives at once, inside the autograd engine: what the piece's operations
+// save for their own backward lives only from there to the end of the piece's backward. Layers
+// that split their own backward (pprt::Layer::splits_backward) defer their weight work to the
+// microbatch's WeightWork as usual during the rerun: an I recomputes once, and its W reuses what
+// the rerun kept for it, with nothing recomputed again.
+//
+// Included only by LibTorch translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace pprt {
+
+using TensorFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+// Runs `f` on `inputs` and returns its outputs, keeping for the backward only `inputs` (the
+// tensors themselves, not the graph `f` makes): `f` runs without autograd now and once more with
+// it in the backward. `f` must give the same outputs both times (pprun's layers are
+// deterministic). Outputs depend on the inputs that require grad; with none, nothing is
+// recomputed and the outputs need no gradient (the caller should not recompute such a piece).
+// `runs`, if not null, counts each run of `f` (the first included).
+std::vector<at::Tensor> recomputed(TensorFn f, const std::vector<at::Tensor>& inputs,
+                                   int64_t* runs = nullptr);
+
+}  // namespace pprt

@@ -69,9 +69,11 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
     } else if (key == "head_dim")
       integer(c.head_size);
     else if (key == "hf_family") {
-      if (!v.is_string() || (v != "llama" && v != "mistral" && v != "qwen2"))
-        fail(input, fmt::format("{}: expected \"llama\", \"mistral\" or \"qwen2\", got {}", key,
-                                v.dump()));
+      if (!v.is_string() ||
+          (v != "llama" && v != "mistral" && v != "qwen2" && v != "mixtral" && v != "qwen2_moe"))
+        fail(input, fmt::format("{}: expected \"llama\", \"mistral\", \"qwen2\", \"mixtral\" "
+                                "or \"qwen2_moe\", got {}",
+                                key, v.dump()));
       c.hf_family = v.get<std::string>();
     } else if (key == "hf_max_positions")
       integer(c.hf_max_positions);
@@ -199,7 +201,7 @@ void check_model_config(const ModelConfig& c, const std::string& where) {
                             c.rope_scaling.high_freq_factor, c.rope_scaling.low_freq_factor));
   if (c.heads % c.kv_heads != 0)
     fail(where, fmt::format("heads {} is not a multiple of kv_heads {}", c.heads, c.kv_heads));
-  if (!c.hf_family.empty() && c.qkv_bias != (c.hf_family == "qwen2"))
+  if (!c.hf_family.empty() && c.hf_family != "qwen2_moe" && c.qkv_bias != (c.hf_family == "qwen2"))
     fail(where, fmt::format("qkv_bias is {}, but the Hugging Face family {} {} q/k/v biases",
                             c.qkv_bias, c.hf_family, c.qkv_bias ? "has no" : "has"));
   if (c.sliding_window < 0 || c.sliding_window > (1 << 24))

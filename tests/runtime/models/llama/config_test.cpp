@@ -117,7 +117,8 @@ TEST(ModelConfig, HuggingFaceFieldsRoundTrip) {
             "scaling");
   EXPECT_EQ(
       filetest::user_error([] { pprt::parse_model_config(R"({"hf_family": "gpt2"})", "m.json"); }),
-      "m.json: hf_family: expected \"llama\", \"mistral\" or \"qwen2\", got \"gpt2\"");
+      "m.json: hf_family: expected \"llama\", \"mistral\", \"qwen2\", \"mixtral\" or "
+      "\"qwen2_moe\", got \"gpt2\"");
   // Qwen2's q/k/v biases: written only when on, and the family must agree.
   pprt::ModelConfig q;
   q.qkv_bias = true;

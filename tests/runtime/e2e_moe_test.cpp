@@ -103,4 +103,37 @@ INSTANTIATE_TEST_SUITE_P(
                               kDeepSeek}),
     case_name);
 
+// Evaluating after every step leaves a run with bias balancing as it was without, bit for bit:
+// evaluation's forwards neither count in the loads that move the routing bias nor move it.
+TEST(Moe, EvaluationLeavesBiasBalancingUnchanged) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|tmL", 2, "1F1B", 4);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(kMoeConfig));
+  config.update(kDeepSeek);
+  std::ofstream(d.file("model.json")) << config.dump();
+  std::vector<uint16_t> held(40 * 16 + 1);
+  for (size_t i = 0; i < held.size(); ++i) held[i] = static_cast<uint16_t>((i * 7919 + 13) % 256);
+  std::ofstream(d.file("held.bin"), std::ios::binary)
+      .write(reinterpret_cast<const char*>(held.data()),
+             static_cast<std::streamsize>(held.size() * sizeof(uint16_t)));
+  const std::vector<std::string> common = {"--config",       d.file("model.json"),
+                                           "--global-batch", "16",
+                                           "--progress",     "none",
+                                           "--plan",         plan,
+                                           "--steps",        "4",
+                                           "--threads",      "1"};
+  const Proc plain =
+      pprun(concat(common, {"--metrics", d.file("a.jsonl"), "--dump-params", d.file("a")}));
+  ASSERT_EQ(plain.exit_code(), 0) << plain.out;
+  const Proc evaluated =
+      pprun(concat(common, {"--metrics", d.file("b.jsonl"), "--dump-params", d.file("b"),
+                            "--eval-data", d.file("held.bin"), "--eval-every", "1"}));
+  ASSERT_EQ(evaluated.exit_code(), 0) << evaluated.out;
+  EXPECT_EQ(field(d.file("a.jsonl"), "loss"), field(d.file("b.jsonl"), "loss"));
+  EXPECT_EQ(field(d.file("a.jsonl"), "load_balancing_loss"),
+            field(d.file("b.jsonl"), "load_balancing_loss"));
+  EXPECT_EQ(field(d.file("b.jsonl"), "eval_load_balancing_loss").size(), 4u);
+  expect_dumps_within(d.file("a"), d.file("b"), 0.0);
+}
+
 }  // namespace

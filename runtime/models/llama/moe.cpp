@@ -54,11 +54,14 @@ at::Tensor moe_mlp(const MoeConfig& c, const at::Tensor& h, MoeLayer& p, const M
   const at::Tensor logits = linear(x, p.router, w, p.router_copy.get()).to(at::kFloat);
   const at::Tensor scores = c.score == "sigmoid" ? logits.sigmoid() : logits.softmax(-1);
   at::Tensor choice;  // [N, k]
+  const bool training = at::GradMode::is_enabled();
   {
     at::NoGradGuard no_grad;
     at::Tensor by = scores.detach();
     if (p.bias) {
-      if (const int64_t v = p.router->_version(); v != p.step_version) {
+      // A training forward after an optimizer step (evaluation's, without autograd, leaves the
+      // bias and the loads as they are).
+      if (const int64_t v = p.router->_version(); v != p.step_version && training) {
         update_bias(c, p);
         p.loads.clear();
         p.step_version = v;
@@ -78,7 +81,9 @@ at::Tensor moe_mlp(const MoeConfig& c, const at::Tensor& h, MoeLayer& p, const M
   const at::Tensor counts = at::bincount(flat, {}, E).cpu();
   const at::Tensor tokens = at::floor_divide(order, k);
   const at::Tensor pair_weights = weights.reshape({-1}).index_select(0, order).unsqueeze(1);
-  if (p.bias && !p.loads.count(mb.index())) p.loads[mb.index()] = counts.to(at::kDouble);
+  // The step's loads: training forwards only (evaluation runs without autograd).
+  if (p.bias && training && !p.loads.count(mb.index()))
+    p.loads[mb.index()] = counts.to(at::kDouble);
 
   at::Tensor out = at::zeros_like(x);
   const int64_t* count = counts.data_ptr<int64_t>();

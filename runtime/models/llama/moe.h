@@ -35,7 +35,8 @@ struct MoeLayer {
                                shared_gate_copy = std::make_shared<FusedWeight>();
   // Bias balancing: the router weight's version when the step's loads began (the optimizer's
   // update bumps it: a new step), and the tokens each expert got per microbatch of the step (a
-  // microbatch counted once, however often its forward runs).
+  // microbatch counted once, however often its forward runs; evaluation's forwards, which run
+  // without autograd, not at all).
   int64_t step_version = -1;
   std::map<int, at::Tensor> loads;
 };

@@ -22,6 +22,13 @@ wider than transformers' initialisation so that the loss depends on every one of
     with another layer count, architectures and model_type of two families, an attention type
     pprun does not have, a mixture-of-experts field, another rope_scaling type, a missing tensor,
     a wrong shape, a truncated shard;
+  - mixtures of experts (MixtureOfExperts): MixtralForCausalLM and Qwen2MoeForCausalLM (its
+    shared expert under its sigmoid gate, norm_topk_prob both ways, dense layers from
+    mlp_only_layers and decoder_sparse_step): pprun's loss on the same tokens equals transformers'
+    within 1e-5 relative, with --reference and pipelined (1F1B, ZB-H1); 5 steps of training then
+    --export --format hf loads in transformers as the same family with no missing or unexpected
+    keys, its experts' tensors are the checkpoint's, and transformers' loss on held-out tokens
+    equals pprun's eval_loss; a model Hugging Face cannot hold (a sigmoid router) is refused;
   - a program of the library exports its own model through the same hook
     (pprt::Model::hugging_face): examples/gpt2, trained 5 steps, --export --format hf loads as
     transformers' GPT2LMHeadModel (its Conv1D weights transposed) with no missing or unexpected
@@ -74,7 +81,9 @@ def make_model(directory, family="llama", tied=False, dtype=torch.float32, seed=
     common.update(extra)
     classes = {"llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig),
                "mistral": (transformers.MistralForCausalLM, transformers.MistralConfig),
-               "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config)}
+               "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config),
+               "mixtral": (transformers.MixtralForCausalLM, transformers.MixtralConfig),
+               "qwen2_moe": (transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeConfig)}
     model_class, config_class = classes[family]
     model = model_class(config_class(**common))
     with torch.no_grad():  # biases (Qwen2's q/k/v) too
@@ -252,6 +261,139 @@ class LossEqualsTransformers(Base):
         self.assertEqual(cfg["rope_parameters"]["rope_type"], "llama3")
         self.assertEqual(cfg["head_dim"], 16)
         self.check(d, m, ["reference", PIPE2_1F1B])
+
+
+MOE_MIXTRAL = dict(num_local_experts=4, num_experts_per_tok=2)
+MOE_QWEN2 = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                 shared_expert_intermediate_size=24)
+
+
+class MixtureOfExperts(Base):
+    def check(self, model_dir, model, places):
+        want = hf_loss(model, self.ids)
+        for how in places:
+            with self.subTest(how=how):
+                self.assertClose(self.pprun_loss(model_dir, how), want, f"{model_dir} {how}")
+
+    def test_mixtral(self):
+        d = os.path.join(self.d, "mixtral")
+        m = make_model(d, family="mixtral", **MOE_MIXTRAL)
+        self.assertIn("model.layers.0.block_sparse_moe.experts.3.w2.weight",
+                      load_file(os.path.join(d, "model.safetensors")))
+        self.check(d, m, ["reference", PIPE2_1F1B, PIPE4_ZB])
+
+    def test_qwen2_moe(self):
+        d = os.path.join(self.d, "qwen2-moe")
+        m = make_model(d, family="qwen2_moe", **MOE_QWEN2)
+        self.assertIn("model.layers.1.mlp.shared_expert_gate.weight",
+                      load_file(os.path.join(d, "model.safetensors")))
+        self.check(d, m, ["reference", PIPE2_1F1B, PIPE4_ZB])
+
+    def test_qwen2_moe_dense_layers_and_normalised_weights(self):
+        # Layer 0 dense (mlp_only_layers), and layer 2 (decoder_sparse_step 2: layers 1 and 3
+        # have experts); the top-k weights normalised.
+        d = os.path.join(self.d, "qwen2-moe-dense")
+        m = make_model(d, family="qwen2_moe", mlp_only_layers=[0], decoder_sparse_step=2,
+                       norm_topk_prob=True, **MOE_QWEN2)
+        files = load_file(os.path.join(d, "model.safetensors"))
+        self.assertIn("model.layers.2.mlp.gate_proj.weight", files)
+        self.assertIn("model.layers.3.mlp.gate.weight", files)
+        self.check(d, m, ["reference", PIPE2_ZB])
+
+    def export(self, family, model_class, pairs, **extra):
+        """5 steps from a Hugging Face MoE model, then --export --format hf, loaded back."""
+        src = os.path.join(self.d, family)
+        make_model(src, family=family, **extra)
+        train = os.path.join(self.d, "train.u32")
+        np.random.default_rng(2).integers(0, 97, 400).astype("<u4").tofile(train)
+        held = os.path.join(self.d, "held.u32")
+        held_ids = np.random.default_rng(7).integers(0, 97, 8 * T + 1)
+        held_ids.astype("<u4").tofile(held)
+        ckpt = os.path.join(self.d, "ckpt")
+        metrics = os.path.join(self.d, "train.jsonl")
+        run([PPRUN, "--plan", self.plan(*PIPE2_ZB[:3], 2), "--init-from", src, "--data", train,
+             "--data-format", "uint32", "--seq-len", str(T), "--steps", "5", "--global-batch",
+             "4", "--save", ckpt, "--progress", "none", "--threads", "1", "--eval-data", held,
+             "--metrics", metrics])
+        lines = metrics_lines(metrics)
+        evals = [j["eval_loss"] for j in lines if "eval_loss" in j]
+        self.assertEqual(len(evals), 1)
+        self.assertIn("load_balancing_loss", lines[0])
+        out = os.path.join(self.d, "exported")
+        p = run([PPRUN, "--export", ckpt, out, "--format", "hf"])
+        self.assertIn(model_class.__name__, p.stdout)
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            out, dtype=torch.float32, output_loading_info=True)
+        self.assertIsInstance(model, model_class)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertFalse(info[k], f"{k}: {info[k]}")
+        with open(os.path.join(src, "config.json")) as f:
+            source_config = json.load(f)
+        with open(os.path.join(out, "config.json")) as f:
+            exported_config = json.load(f)
+        for k, v in source_config.items():
+            if k != "transformers_version":
+                self.assertEqual(exported_config.get(k, "(missing)"), v, k)
+        # The tensors are the checkpoint's (transformers holds each layer's experts as one
+        # tensor: expert e's rows of it).
+        single = os.path.join(self.d, "model.safetensors")
+        run([PPRUN, "--export", ckpt, single])
+        ours, theirs = load_file(single), model.state_dict()
+        original = load_file(os.path.join(src, "model.safetensors"))
+        for a, b, pick, file_name in pairs:
+            self.assertTrue(torch.equal(ours[a], pick(theirs[b])), a)
+            self.assertFalse(torch.equal(ours[a], original[file_name]), f"training changed no {a}")
+        windows = torch.tensor(np.stack([held_ids[i * T:i * T + T + 1] for i in range(8)]),
+                               dtype=torch.long)
+        with torch.no_grad():
+            want = model.eval()(windows, labels=windows).loss.item()
+        self.assertClose(evals[-1], want, f"{family} eval_loss")
+
+    def test_export_mixtral(self):
+        F = 48  # intermediate_size: each expert's width
+        self.export("mixtral", transformers.MixtralForCausalLM, [
+            ("layers.1.mlp.router.weight", "model.layers.1.mlp.gate.weight", lambda t: t,
+             "model.layers.1.block_sparse_moe.gate.weight"),
+            ("layers.3.mlp.experts.2.w2.weight", "model.layers.3.mlp.experts.down_proj",
+             lambda t: t[2], "model.layers.3.block_sparse_moe.experts.2.w2.weight"),
+            ("layers.0.mlp.experts.1.w3.weight", "model.layers.0.mlp.experts.gate_up_proj",
+             lambda t: t[1][F:], "model.layers.0.block_sparse_moe.experts.1.w3.weight")],
+            **MOE_MIXTRAL)
+
+    def test_export_qwen2_moe(self):
+        self.export("qwen2_moe", transformers.Qwen2MoeForCausalLM, [
+            ("layers.1.mlp.shared_gate.weight", "model.layers.1.mlp.shared_expert_gate.weight",
+             lambda t: t, "model.layers.1.mlp.shared_expert_gate.weight"),
+            ("layers.1.mlp.experts.3.w1.weight", "model.layers.1.mlp.experts.gate_up_proj",
+             lambda t: t[3][:16], "model.layers.1.mlp.experts.3.gate_proj.weight"),
+            ("layers.0.mlp.w2.weight", "model.layers.0.mlp.down_proj.weight", lambda t: t,
+             "model.layers.0.mlp.down_proj.weight")],
+            mlp_only_layers=[0], **MOE_QWEN2)
+
+    def test_refuses_what_hugging_face_cannot_hold(self):
+        src = os.path.join(self.d, "mixtral")
+        make_model(src, family="mixtral", **MOE_MIXTRAL)
+        with open(os.path.join(src, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["router_jitter_noise"] = 0.1
+        with open(os.path.join(src, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        p = run([PPRUN, "--reference", "--layout", "Ettt|tL", "--microbatches", "2", "--init-from",
+                 src, "--steps", "1", "--seq-len", str(T)], expect=2)
+        self.assertIn("router_jitter_noise", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        # A sigmoid router (DeepSeek-V3's): no Hugging Face family pprun writes has it.
+        cfgfile = os.path.join(self.d, "sigmoid.json")
+        with open(cfgfile, "w") as f:
+            json.dump({"hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 48, "vocab": 97,
+                       "seq_len": T, "experts": 4, "router_score": "sigmoid"}, f)
+        ckpt = os.path.join(self.d, "ckpt")
+        run([PPRUN, "--reference", "--layout", "Ett|tL", "--config", cfgfile, "--steps", "1",
+             "--global-batch", "2", "--microbatches", "2", "--save", ckpt, "--progress", "none"])
+        p = run([PPRUN, "--export", ckpt, os.path.join(self.d, "out"), "--format", "hf"],
+                expect=2)
+        self.assertIn("sigmoid router", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.d, "out")))
 
 
 class Export(Base):
@@ -500,7 +642,8 @@ class Refusals(Base):
         self.refuse(d, "model.safetensors: no tensor 'model.layers.0.self_attn.q_proj.bias'")
         d = copy()
         self.edit_config(d, num_local_experts=8)
-        self.refuse(d, "config.json: num_local_experts: mixtures of experts are not supported")
+        self.refuse(d, "config.json: num_local_experts: a mixture of experts' field, which "
+                       "LlamaForCausalLM does not have")
         d = copy()
         self.edit_config(d, rope_parameters={"rope_type": "yarn", "factor": 4.0,
                                              "rope_theta": 10000.0})

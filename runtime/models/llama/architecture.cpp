@@ -56,8 +56,31 @@ Boundary after(Boundary b, const std::vector<LayerSpec>& layers) {
   return b;
 }
 
-void add_decoder(std::vector<ParamSpec>& out, const ModelConfig& c, const std::string& pre,
+// A MoE layer's MLP (moe_config.h): the router, each routed expert's SwiGLU, the shared experts'
+// SwiGLU and gate. The router's bias (bias_update_rate) starts at zero and is moved by the layer
+// between steps, never by the optimizer (its gradient is zero).
+void add_moe_mlp(std::vector<ParamSpec>& out, const ModelConfig& c, const std::string& pre,
                  double std, double out_std) {
+  const MoeConfig& m = c.moe;
+  const int64_t H = c.hidden, E = m.experts, F = m.expert_width(c.ffn), S = m.shared_width(c.ffn);
+  out.push_back({pre + "router.weight", {E, H}, std, true});
+  if (m.bias_update_rate > 0) out.push_back({pre + "router.bias", {E}, 0, false, true});
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = pre + "experts." + std::to_string(e) + ".";
+    out.push_back({x + "w1.weight", {F, H}, std, true});
+    out.push_back({x + "w3.weight", {F, H}, std, true});
+    out.push_back({x + "w2.weight", {H, F}, out_std, true});
+  }
+  if (m.has_shared()) {
+    out.push_back({pre + "shared.w1.weight", {S, H}, std, true});
+    out.push_back({pre + "shared.w3.weight", {S, H}, std, true});
+    out.push_back({pre + "shared.w2.weight", {H, S}, out_std, true});
+    if (m.shared_gate) out.push_back({pre + "shared_gate.weight", {1, H}, std, true});
+  }
+}
+
+void add_decoder(std::vector<ParamSpec>& out, const ModelConfig& c, const std::string& pre,
+                 double std, double out_std, bool moe = false) {
   const int64_t H = c.hidden, hd = c.head_dim(), F = c.ffn;
   out.push_back({pre + "attn_norm.weight", {H}, 0, false});
   out.push_back({pre + "attn.wq.weight", {c.heads * hd, H}, std, true});
@@ -70,6 +93,10 @@ void add_decoder(std::vector<ParamSpec>& out, const ModelConfig& c, const std::s
   }
   out.push_back({pre + "attn.wo.weight", {H, c.heads * hd}, out_std, true});
   out.push_back({pre + "mlp_norm.weight", {H}, 0, false});
+  if (moe) {
+    add_moe_mlp(out, c, pre + "mlp.", std, out_std);
+    return;
+  }
   out.push_back({pre + "mlp.w1.weight", {F, H}, std, true});
   out.push_back({pre + "mlp.w3.weight", {F, H}, std, true});
   out.push_back({pre + "mlp.w2.weight", {H, F}, out_std, true});
@@ -86,7 +113,8 @@ void layer_params(std::vector<ParamSpec>& out, const ModelConfig& c, const Layer
       out.push_back(embed);
       break;
     case LayerKind::Decoder:
-      add_decoder(out, c, "layers." + std::to_string(l.index) + ".", std, out_std);
+      add_decoder(out, c, "layers." + std::to_string(l.index) + ".", std, out_std,
+                  c.moe.is_moe(l.index));
       break;
     case LayerKind::Mtp: {
       const std::string pre = "mtp." + std::to_string(l.index) + ".";

@@ -19,6 +19,7 @@
 #include "runtime/model/precision.h"
 #include "runtime/model/recompute.h"
 #include "runtime/models/llama/architecture.h"
+#include "runtime/models/llama/moe.h"
 
 namespace pprt {
 
@@ -86,14 +87,20 @@ struct Decoder {
   // Working copies of wo and w2 in the activations' dtype (mixed precision only).
   std::shared_ptr<FusedWeight> wo_copy = std::make_shared<FusedWeight>();
   std::shared_ptr<FusedWeight> w2_copy = std::make_shared<FusedWeight>();
+  std::shared_ptr<MoeLayer> moe;  // a MoE layer's MLP (moe.h) instead of w1, w3, w2
 };
 
 // In architecture.h's order: the biases (if any) follow wv.
-Decoder decoder_params(BuiltinModule& m, size_t& i, bool qkv_bias) {
+Decoder decoder_params(BuiltinModule& m, size_t& i, bool qkv_bias, const MoeConfig* moe = nullptr) {
   Decoder d{};
   for (at::Tensor** slot : {&d.attn_norm, &d.wq, &d.wk, &d.wv}) *slot = &m.p[i++];
   if (qkv_bias)
     for (at::Tensor** slot : {&d.bq, &d.bk, &d.bv}) *slot = &m.p[i++];
+  if (moe) {  // a MoE layer: its MLP's parameters are moe.h's
+    for (at::Tensor** slot : {&d.wo, &d.mlp_norm}) *slot = &m.p[i++];
+    d.moe = std::make_shared<MoeLayer>(moe_layer(m.p, i, *moe));
+    return d;
+  }
   for (at::Tensor** slot : {&d.wo, &d.mlp_norm, &d.w1, &d.w3, &d.w2}) *slot = &m.p[i++];
   return d;
 }
@@ -106,7 +113,8 @@ at::Tensor norm(const Common& c, const at::Tensor& x, at::Tensor* g, WeightWork*
 // the q/k/v product to the heads' outputs) and SwiGLU keep only their inputs and run again in the
 // backward (recompute.h); they hold no parameter, so the I/W split is untouched.
 at::Tensor decoder(const Common& c, const AttentionConsts& attn, const at::Tensor& x,
-                   const Decoder& d, WeightWork* w, bool selective = false) {
+                   const Decoder& d, const Microbatch& mb, bool selective = false) {
+  WeightWork* w = mb.weight_work();
   const at::Tensor h = norm(c, x, d.attn_norm, w);
   at::Tensor qkv = fused_linear(h, {d.wq, d.wk, d.wv}, *d.qkv, w);
   if (d.bq) qkv = fused_bias(qkv, {d.bq, d.bk, d.bv}, *d.qkv_bias, w);
@@ -120,6 +128,7 @@ at::Tensor decoder(const Common& c, const AttentionConsts& attn, const at::Tenso
                 : attention(qkv, attn);
   const at::Tensor x1 = residual_linear(x, core, d.wo, w, d.wo_copy.get());
   const at::Tensor h2 = norm(c, x1, d.mlp_norm, w);
+  if (d.moe) return x1 + moe_mlp(c.cfg.moe, h2, *d.moe, mb, c.kernels);
   const at::Tensor gate_up = fused_linear(h2, {d.w1, d.w3}, *d.gate_up, w);
   const Kernels k = c.kernels;
   const at::Tensor act =
@@ -236,11 +245,13 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
             info, layer_params(common->cfg, ppc::LayerKind::Decoder, info.index, info));
         m->window = common->cfg.window_of(info.index);
         size_t i = 0;
-        auto d = std::make_shared<Decoder>(decoder_params(*m, i, common->cfg.qkv_bias));
+        const MoeConfig& moe = common->cfg.moe;
+        auto d = std::make_shared<Decoder>(
+            decoder_params(*m, i, common->cfg.qkv_bias, moe.is_moe(info.index) ? &moe : nullptr));
         BuiltinModule* raw = m.get();
         const bool selective = info.selective_recompute;
         return make(m, [common, raw, d, selective](const at::Tensor& x, const Microbatch& mb) {
-          return decoder(*common, attn_of(*common, *raw, x), x, *d, mb.weight_work(), selective);
+          return decoder(*common, attn_of(*common, *raw, x), x, *d, mb, selective);
         });
       },
       [](const std::vector<int64_t>& in) { return in; });
@@ -289,7 +300,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
               Tensors out = x;
               out.push_back(NamedTensor{
                   "mtp." + std::to_string(k),
-                  norm(c, decoder(c, attn_of(*common, *raw, prev), h, p->layer, w, selective),
+                  norm(c, decoder(c, attn_of(*common, *raw, prev), h, p->layer, mb, selective),
                        p->final_norm, w)});
               return out;
             });
@@ -339,6 +350,12 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
         return std::vector<TensorShape>{TensorShape{"", {}}};
       });
   model.aux_loss("mtp", [](const LayoutInfo& layout) { return layout.count('m') > 0; });
+  // Each MoE layer's load-balancing loss (moe.h), where the layout has one.
+  model.aux_loss("load_balancing", [moe = config.moe](const LayoutInfo& layout) {
+    for (int t = 0; t < layout.count('t'); ++t)
+      if (moe.is_moe(t)) return true;
+    return false;
+  });
   return model;
 }
 

@@ -69,9 +69,11 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
     } else if (key == "head_dim")
       integer(c.head_size);
     else if (key == "hf_family") {
-      if (!v.is_string() || (v != "llama" && v != "mistral" && v != "qwen2"))
-        fail(input, fmt::format("{}: expected \"llama\", \"mistral\" or \"qwen2\", got {}", key,
-                                v.dump()));
+      if (!v.is_string() ||
+          (v != "llama" && v != "mistral" && v != "qwen2" && v != "mixtral" && v != "qwen2_moe"))
+        fail(input, fmt::format("{}: expected \"llama\", \"mistral\", \"qwen2\", \"mixtral\" "
+                                "or \"qwen2_moe\", got {}",
+                                key, v.dump()));
       c.hf_family = v.get<std::string>();
     } else if (key == "hf_max_positions")
       integer(c.hf_max_positions);
@@ -115,11 +117,13 @@ ModelConfig parse_model_config(std::string_view text, const std::string& input, 
                                   "low_freq_factor, high_freq_factor, original_max_positions)",
                                   field));
       }
+    } else if (parse_moe_field(key, v, c.moe, input)) {
     } else
       fail(input, fmt::format("{}: unknown field (expected hidden, heads, kv_heads, ffn, vocab, "
                               "seq_len, rope_theta, norm_eps, tie_embeddings, head_dim, "
                               "rope_scaling, qkv_bias, sliding_window, layer_types, hf_family, "
-                              "hf_max_positions, hf_fields)",
+                              "hf_max_positions, hf_fields, or a mixture of experts' field: "
+                              "docs/pprun.md)",
                               ppc::printable(key)));
   }
   check_model_config(c, input);
@@ -151,6 +155,7 @@ nlohmann::ordered_json model_config_json(const ModelConfig& c) {
     nlohmann::ordered_json& f = j["hf_fields"] = nlohmann::ordered_json::object();
     for (const auto& [name, value] : c.hf_fields) f[name] = nlohmann::ordered_json::parse(value);
   }
+  add_moe_json(c.moe, j);
   return j;
 }
 
@@ -165,6 +170,10 @@ ModelConfig resolve_model_config(const std::string& path, const ModelOverrides& 
   if (o.vocab) c.vocab = *o.vocab;
   if (o.seq_len) c.seq_len = *o.seq_len;
   if (o.tie_embeddings) c.tie_embeddings = true;
+  if (o.experts) c.moe.experts = *o.experts;
+  if (o.top_k) c.moe.top_k = *o.top_k;
+  if (o.shared_experts) c.moe.shared_experts = *o.shared_experts;
+  if (o.first_dense) c.moe.first_dense = *o.first_dense;
   check_model_config(c, path.empty() ? "model" : path + " and flags");
   return c;
 }
@@ -192,7 +201,7 @@ void check_model_config(const ModelConfig& c, const std::string& where) {
                             c.rope_scaling.high_freq_factor, c.rope_scaling.low_freq_factor));
   if (c.heads % c.kv_heads != 0)
     fail(where, fmt::format("heads {} is not a multiple of kv_heads {}", c.heads, c.kv_heads));
-  if (!c.hf_family.empty() && c.qkv_bias != (c.hf_family == "qwen2"))
+  if (!c.hf_family.empty() && c.hf_family != "qwen2_moe" && c.qkv_bias != (c.hf_family == "qwen2"))
     fail(where, fmt::format("qkv_bias is {}, but the Hugging Face family {} {} q/k/v biases",
                             c.qkv_bias, c.hf_family, c.qkv_bias ? "has no" : "has"));
   if (c.sliding_window < 0 || c.sliding_window > (1 << 24))
@@ -205,6 +214,7 @@ void check_model_config(const ModelConfig& c, const std::string& where) {
       fail(where, fmt::format("layer_types[{}]: '{}' is not supported (expected full_attention or "
                               "sliding_attention)",
                               k, ppc::printable(c.layer_types[k])));
+  check_moe_config(c.moe, where);
 }
 
 namespace {
@@ -223,12 +233,12 @@ std::string window_text(const ModelConfig& c) {
 }  // namespace
 
 std::string describe(const ModelConfig& c) {
-  return fmt::format("hidden {}, heads {} (kv {}{}), ffn {}, vocab {}, seq {}{}{}{}{}", c.hidden,
+  return fmt::format("hidden {}, heads {} (kv {}{}), ffn {}, vocab {}, seq {}{}{}{}{}{}", c.hidden,
                      c.heads, c.kv_heads,
                      c.head_size > 0 ? fmt::format(", head_dim {}", c.head_size) : "", c.ffn,
                      c.vocab, c.seq_len, c.tie_embeddings ? ", tied embeddings" : "",
                      c.rope_scaling.factor > 0 ? ", llama3 rope scaling" : "",
-                     c.qkv_bias ? ", q/k/v biases" : "", window_text(c));
+                     c.qkv_bias ? ", q/k/v biases" : "", window_text(c), describe_moe(c.moe));
 }
 
 void check_same_model(const ModelConfig& c, const LayoutInfo& their_layout,
@@ -246,6 +256,10 @@ void check_same_model(const ModelConfig& c, const LayoutInfo& their_layout,
   differs("ffn", model.ffn, c.ffn);
   differs("vocab", model.vocab, c.vocab);
   differs("tie_embeddings", model.tie_embeddings, c.tie_embeddings);
+  differs("experts", model.moe.experts, c.moe.experts);
+  differs("top_k", model.moe.top_k, c.moe.top_k);
+  differs("shared_experts", model.moe.shared_experts, c.moe.shared_experts);
+  differs("first_dense", model.moe.first_dense, c.moe.first_dense);
   for (auto [symbol, what] : {std::pair{'t', "decoder layers"}, std::pair{'m', "MTP depths"}})
     if (layout.count(symbol) != their_layout.count(symbol))
       fail(where, fmt::format("the checkpoint's model has {} {} ({}), this plan's {} ({})",

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pprt/setup.h"
+#include "runtime/models/llama/moe_config.h"
 
 namespace pprt {
 
@@ -52,6 +53,7 @@ struct ModelConfig {
   std::string hf_family;
   int hf_max_positions = 0;
   std::map<std::string, std::string> hf_fields;
+  MoeConfig moe;  // mixtures of experts (moe_config.h); experts 0: every layer dense
 
   int head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
   // The attention window of decoder layer `layer` (-1: an MTP depth's), 0 for full attention.
@@ -63,6 +65,7 @@ struct ModelConfig {
 struct ModelOverrides {
   std::optional<int> hidden, heads, kv_heads, ffn, vocab, seq_len;
   bool tie_embeddings = false;  // --tie-embeddings (a flag can only turn it on)
+  std::optional<int> experts, top_k, shared_experts, first_dense;  // moe_config.h
 };
 
 // Parses a JSON object holding any of "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",

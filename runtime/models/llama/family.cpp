@@ -92,6 +92,13 @@ Family llama_family() {
       .option("--ffn", OptionKind::Integer, "SwiGLU width (default 176)")
       .option("--tie-embeddings", OptionKind::Switch,
               "The output head uses the token embedding's weight (copies kept in sync)")
+      .option("--experts", OptionKind::Integer,
+              "Routed experts of each MoE decoder layer (default 0: dense; docs/pprun.md)")
+      .option("--top-k", OptionKind::Integer, "Experts each token is routed to (default 2)")
+      .option("--shared-experts", OptionKind::Integer,
+              "Shared experts of each MoE layer, which every token passes (default 0)")
+      .option("--first-dense", OptionKind::Integer,
+              "The first decoder layers keep a dense MLP (first_k_dense_replace; default 0)")
       // The defaults (or the checkpoint's model), then --config, then the flags; then checked.
       .configure([config_file](const Config* base, const OptionValues& given) {
         *config_file = given.file("--config");
@@ -103,6 +110,10 @@ Family llama_family() {
         o.vocab = given.integer("--vocab");
         o.seq_len = given.integer("--seq-len");
         o.tie_embeddings = given.on("--tie-embeddings");
+        o.experts = given.integer("--experts");
+        o.top_k = given.integer("--top-k");
+        o.shared_experts = given.integer("--shared-experts");
+        o.first_dense = given.integer("--first-dense");
         const ModelConfig start =
             base ? llama_config(*base, "the checkpoint's model") : ModelConfig{};
         return Config(model_config_json(resolve_model_config(given.file("--config"), o, start)));

@@ -27,13 +27,50 @@ struct HfFamily {
 };
 constexpr HfFamily kFamilies[] = {{"LlamaForCausalLM", "llama"},
                                   {"MistralForCausalLM", "mistral"},
-                                  {"Qwen2ForCausalLM", "qwen2"}};
+                                  {"Qwen2ForCausalLM", "qwen2"},
+                                  {"MixtralForCausalLM", "mixtral"},
+                                  {"Qwen2MoeForCausalLM", "qwen2_moe"}};
+
+bool moe_family(const std::string& f) {
+  return f == "mixtral" || f == "qwen2_moe";
+}
+
+// A MoE layer's MLP parameter (`rest`, after "layers.N.") by the family's name, or "".
+// Mixtral: block_sparse_moe.gate, block_sparse_moe.experts.E.w1/w2/w3 (pprun's own names);
+// Qwen2-MoE: mlp.gate, mlp.experts.E.gate_proj/up_proj/down_proj, mlp.shared_expert.*,
+// mlp.shared_expert_gate.
+std::string moe_rest_name(const std::string& rest, const std::string& family) {
+  static const std::pair<const char*, const char*> kProj[] = {{"w1.weight", "gate_proj.weight"},
+                                                              {"w3.weight", "up_proj.weight"},
+                                                              {"w2.weight", "down_proj.weight"}};
+  const bool mixtral = family == "mixtral";
+  if (rest == "mlp.router.weight")
+    return mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight";
+  if (rest.starts_with("mlp.experts.")) {
+    const size_t dot = rest.find('.', 12);
+    if (dot == std::string::npos) return "";
+    const std::string expert = rest.substr(0, dot + 1), w = rest.substr(dot + 1);
+    if (mixtral)
+      return w == "w1.weight" || w == "w2.weight" || w == "w3.weight"
+                 ? "block_sparse_moe." + rest.substr(4)
+                 : "";
+    for (const auto& [ours, theirs] : kProj)
+      if (w == ours) return expert + theirs;
+    return "";
+  }
+  if (mixtral) return "";
+  if (rest == "mlp.shared_gate.weight") return "mlp.shared_expert_gate.weight";
+  for (const auto& [ours, theirs] : kProj)
+    if (rest == std::string("mlp.shared.") + ours)
+      return std::string("mlp.shared_expert.") + theirs;
+  return "";
+}
 
 }  // namespace
 
 // --- names ------------------------------------------------------------------------------------
 
-std::string hf_tensor_name(const std::string& n) {
+std::string hf_tensor_name(const std::string& n, const std::string& family) {
   static const std::pair<const char*, const char*> kLayer[] = {
       {"attn_norm.weight", "input_layernorm.weight"},
       {"attn.wq.weight", "self_attn.q_proj.weight"},
@@ -57,6 +94,9 @@ std::string hf_tensor_name(const std::string& n) {
       const std::string rest = n.substr(dot + 1);
       for (const auto& [ours, theirs] : kLayer)
         if (rest == ours) return "model." + n.substr(0, dot + 1) + theirs;
+      if (moe_family(family))
+        if (const std::string theirs = moe_rest_name(rest, family); !theirs.empty())
+          return "model." + n.substr(0, dot + 1) + theirs;
     }
   }
   throw ppc::InternalError(fmt::format("parameter '{}' has no Hugging Face name", n));
@@ -236,7 +276,8 @@ void read_window(ConfigReader& r, const std::string& type, int layers, ModelConf
     return w.get<int>();
   };
   if (type == "mistral") c.sliding_window = window(4096);
-  if (type != "qwen2" || !r.boolean("use_sliding_window", false)) return;
+  if (type == "mixtral") c.sliding_window = window(0);  // MixtralConfig's default: none
+  if ((type != "qwen2" && type != "qwen2_moe") || !r.boolean("use_sliding_window", false)) return;
   c.sliding_window = window(4096);
   if (c.sliding_window == 0) return;
   if (r.has("layer_types")) {
@@ -264,10 +305,100 @@ void read_window(ConfigReader& r, const std::string& type, int layers, ModelConf
     c.layer_types.push_back(k >= from ? "sliding_attention" : "full_attention");
 }
 
+// The mixture of experts of a MixtralForCausalLM (num_local_experts experts of width
+// intermediate_size on every layer, top num_experts_per_tok, weights normalised; no router jitter)
+// or a Qwen2MoeForCausalLM (num_experts of width moe_intermediate_size, one shared expert of width
+// shared_expert_intermediate_size under its sigmoid gate, norm_topk_prob; the layers
+// mlp_only_layers names, and those whose number + 1 is not a multiple of decoder_sparse_step,
+// dense of width intermediate_size).
+void read_moe(ConfigReader& r, const std::string& type, int layers, ModelConfig& c) {
+  MoeConfig& m = c.moe;
+  if (r.has("router_aux_loss_coef")) {
+    const json& v = r.at("router_aux_loss_coef");
+    if (!v.is_number() || v.get<double>() < 0)
+      fail(r.file, fmt::format("router_aux_loss_coef: expected a number from 0, got {}", v.dump()));
+    m.aux_loss_coef = v.get<double>();
+  }
+  r.used.insert("router_aux_loss_coef");
+  r.used.insert("output_router_logits");  // what transformers returns, not the model
+  m.top_k = r.integer("num_experts_per_tok", 2);
+  if (type == "mixtral") {
+    m.experts = r.integer("num_local_experts", 8);
+    m.norm_topk = true;
+    if (r.has("router_jitter_noise")) {
+      const json& v = r.at("router_jitter_noise");
+      if (!v.is_number() || v.get<double>() != 0)
+        fail(r.file, fmt::format("router_jitter_noise: {} is not supported (pprun's router has no "
+                                 "noise)",
+                                 v.dump()));
+    }
+    r.used.insert("router_jitter_noise");
+    return;
+  }
+  m.experts = r.integer("num_experts", 60);
+  m.expert_ffn = r.integer("moe_intermediate_size", 1408);
+  m.shared_ffn = r.integer("shared_expert_intermediate_size", 5632);
+  m.shared_gate = true;
+  m.norm_topk = r.boolean("norm_topk_prob", false);
+  const int step = r.integer("decoder_sparse_step", 1);
+  std::set<int> dense;
+  r.used.insert("mlp_only_layers");
+  if (r.has("mlp_only_layers")) {
+    const json& v = r.j.at("mlp_only_layers");
+    if (!v.is_array())
+      fail(r.file,
+           fmt::format("mlp_only_layers: expected a list of layer numbers, got {}", v.dump()));
+    for (const json& x : v) {
+      if (!x.is_number_integer() || x.get<long long>() < 0 || x.get<long long>() >= layers)
+        fail(r.file, fmt::format("mlp_only_layers: expected layer numbers 0..{}, got {}",
+                                 layers - 1, x.dump()));
+      dense.insert(x.get<int>());
+    }
+  }
+  for (int k = 0; k < layers; ++k)
+    if (dense.count(k) || (k + 1) % step != 0) m.dense_layers.push_back(k);
+}
+
+// The family a model with experts is written as: the one it came from, else Qwen2-MoE's where it
+// has q/k/v biases or shared experts, else Mixtral's; refused where that family cannot hold it.
+std::string export_moe_family(const ModelConfig& c, int layers) {
+  const MoeConfig& m = c.moe;
+  const std::string family = moe_family(c.hf_family)        ? c.hf_family
+                             : c.qkv_bias || m.has_shared() ? "qwen2_moe"
+                                                            : "mixtral";
+  auto refuse = [&](const std::string& what) {
+    fail("--export",
+         fmt::format("the model has {}, which Hugging Face's {} does not have", what,
+                     family == "mixtral" ? "MixtralForCausalLM" : "Qwen2MoeForCausalLM"));
+  };
+  if (!c.hf_family.empty() && !moe_family(c.hf_family))
+    fail("--export",
+         fmt::format("the model has experts, which Hugging Face's {} does not have", c.hf_family));
+  if (m.score != "softmax") refuse("a sigmoid router (router_score)");
+  if (m.bias_update_rate > 0) refuse("a balancing bias (bias_update_rate)");
+  if (m.routed_scale != 1.0) refuse("a routed_scaling other than 1");
+  bool some_dense = false;
+  for (int k = 0; k < layers; ++k) some_dense |= !m.is_moe(k);
+  if (family == "mixtral") {
+    if (m.has_shared()) refuse("shared experts");
+    if (!m.norm_topk) refuse("top-k weights that are not normalised (norm_topk_prob false)");
+    if (some_dense) refuse("dense layers among its MoE layers (first_dense, dense_layers)");
+    if (c.qkv_bias) refuse("q/k/v biases");
+  } else {
+    if (!m.has_shared() || !m.shared_gate)
+      refuse("no gated shared expert (shared_experts, shared_gate)");
+  }
+  return family;
+}
+
 // The family a checkpoint's model is written as: the one it came from (--init-from), else Llama's,
 // Qwen2's where the q/k/v projections have biases (check_model_config keeps a Hugging Face family
 // and the biases in agreement), or Mistral's where every layer has a sliding window.
-std::string export_family(const ModelConfig& c) {
+std::string export_family(const ModelConfig& c, int layers) {
+  if (c.moe.enabled()) return export_moe_family(c, layers);
+  if (moe_family(c.hf_family))
+    fail("--export",
+         fmt::format("the model has no experts, which Hugging Face's {} needs", c.hf_family));
   bool some_full = false;
   for (const std::string& t : c.layer_types) some_full |= t == "full_attention";
   const std::string family = !c.hf_family.empty() ? c.hf_family
@@ -294,7 +425,7 @@ nlohmann::ordered_json family_defaults(const std::string& family) {
                            {"initializer_range", 0.02},
                            {"use_cache", true},
                            {"pad_token_id", nullptr}};
-  if (family == "qwen2") {
+  if (family == "qwen2" || family == "qwen2_moe") {
     d["bos_token_id"] = nullptr;
     d["eos_token_id"] = nullptr;
     d["sliding_window"] = 4096;  // Qwen2Config's, which counts only with use_sliding_window
@@ -322,7 +453,8 @@ HfConfig config_from_hf(const nlohmann::json& j, const std::string& file, int se
       if (a[0] == f.architecture) family = &f;
     if (!family)
       fail(file, fmt::format("architectures: '{}' is not supported (pprun reads "
-                             "LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM)",
+                             "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                             "MixtralForCausalLM and Qwen2MoeForCausalLM)",
                              ppc::printable(a[0].get<std::string>())));
     // transformers builds the model_type's class: the two must name one family.
     if (r.has("model_type") && r.j.at("model_type") != family->model_type)
@@ -335,7 +467,8 @@ HfConfig config_from_hf(const nlohmann::json& j, const std::string& file, int se
       if (r.j.at("model_type") == f.model_type) family = &f;
   }
   if (!family)
-    fail(file, fmt::format("model_type: {} is not supported (pprun reads llama, mistral and qwen2)",
+    fail(file, fmt::format("model_type: {} is not supported (pprun reads llama, mistral, qwen2, "
+                           "mixtral and qwen2_moe)",
                            r.has("model_type") ? r.j.at("model_type").dump() : "missing"));
   const std::string type = family->model_type;
 
@@ -364,7 +497,8 @@ HfConfig config_from_hf(const nlohmann::json& j, const std::string& file, int se
   r.used.insert("hidden_act");
   // Qwen2's q/k/v projections always have biases (its config has no field for them). Llama's
   // attention_bias would also give o_proj one, which pprun does not have.
-  c.qkv_bias = type == "qwen2";
+  c.qkv_bias = type == "qwen2" || type == "qwen2_moe";
+  if (type == "qwen2_moe") c.qkv_bias = r.boolean("qkv_bias", true);  // transformers 5 names it
   if (r.boolean("attention_bias", false))
     fail(file,
          "attention_bias: true is not supported (it gives o_proj a bias too; pprun's "
@@ -379,12 +513,15 @@ HfConfig config_from_hf(const nlohmann::json& j, const std::string& file, int se
   }
   r.used.insert("attention_dropout");
   read_window(r, type, layers, c);
+  if (moe_family(type)) read_moe(r, type, layers, c);
   for (const auto& item : j.items()) {
     const std::string& k = item.key();
     if (!kDerived.count(k) && !kBookkeeping.count(k)) c.hf_fields[k] = item.value().dump();
     if (r.used.count(k) || kHarmless.count(k)) continue;
     if (kMoe.count(k))
-      fail(file, fmt::format("{}: mixtures of experts are not supported", ppc::printable(k)));
+      fail(file, fmt::format("{}: a mixture of experts' field, which {} does not have (pprun "
+                             "reads experts from MixtralForCausalLM and Qwen2MoeForCausalLM)",
+                             ppc::printable(k), family->architecture));
     fail(file, fmt::format("{}: not supported by pprun (a field it does not know could change "
                            "the model; docs/huggingface.md lists the fields it reads)",
                            ppc::printable(k)));
@@ -408,7 +545,7 @@ HfFormat hf_format(const ModelConfig& c, const ppc::Layout& layout, const std::s
     fail("--export", fmt::format("the checkpoint's model {} has MTP layers (m), which no Hugging "
                                  "Face family pprun writes holds",
                                  layout.source));
-  const std::string family = export_family(c);
+  const std::string family = export_family(c, layout.count(ppc::LayerKind::Decoder));
   HfFormat f;
   for (const HfFamily& k : kFamilies)
     if (family == k.model_type) f.architecture = k.architecture;
@@ -444,10 +581,33 @@ HfFormat hf_format(const ModelConfig& c, const ppc::Layout& layout, const std::s
     cfg["attention_bias"] = false;
     cfg["mlp_bias"] = false;
   }
-  if (family == "mistral")
+  if (family == "mixtral") {
+    cfg["intermediate_size"] = c.moe.expert_width(c.ffn);
+    cfg["num_local_experts"] = c.moe.experts;
+    cfg["num_experts_per_tok"] = c.moe.top_k;
+    cfg["router_aux_loss_coef"] = c.moe.aux_loss_coef;
+    cfg["router_jitter_noise"] = 0.0;
+    // MixtralConfig writes null for hidden / heads (and reads it so).
+    if (c.head_size == 0) cfg["head_dim"] = nullptr;
+  }
+  if (family == "qwen2_moe") {
+    std::vector<int> dense;
+    for (int k = 0; k < f.layers; ++k)
+      if (!c.moe.is_moe(k)) dense.push_back(k);
+    cfg["num_experts"] = c.moe.experts;
+    cfg["num_experts_per_tok"] = c.moe.top_k;
+    cfg["moe_intermediate_size"] = c.moe.expert_width(c.ffn);
+    cfg["shared_expert_intermediate_size"] = c.moe.shared_width(c.ffn);
+    cfg["norm_topk_prob"] = c.moe.norm_topk;
+    cfg["decoder_sparse_step"] = 1;
+    cfg["mlp_only_layers"] = dense;
+    cfg["router_aux_loss_coef"] = c.moe.aux_loss_coef;
+    cfg["qkv_bias"] = c.qkv_bias;
+  }
+  if (family == "mistral" || family == "mixtral")
     cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
                                                  : nlohmann::ordered_json(nullptr);
-  if (family == "qwen2") {
+  if (family == "qwen2" || family == "qwen2_moe") {
     cfg["use_sliding_window"] = c.sliding_window > 0;
     std::vector<std::string> types;
     int leading_full = 0;  // max_window_layers, which transformers before layer_types reads
@@ -469,7 +629,7 @@ HfFormat hf_format(const ModelConfig& c, const ppc::Layout& layout, const std::s
     if (!cfg.contains(name)) cfg[name] = value;
   f.config = std::move(cfg);
   for (const ParamSpec& p : model_params(c, layout))
-    f.tensors.push_back(HfTensor{p.name, hf_tensor_name(p.name), p.shape, false});
+    f.tensors.push_back(HfTensor{p.name, hf_tensor_name(p.name, family), p.shape, false});
   f.leftovers.push_back(R"(model\.(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq)");
   if (c.tie_embeddings) f.leftovers.push_back(R"(lm_head\.weight)");  // tied: a copy
   return f;

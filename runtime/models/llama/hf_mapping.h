@@ -1,5 +1,6 @@
 // pprun's own model in Hugging Face's formats (docs/huggingface.md): its configuration read from a
-// LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM config.json (the sliding window
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM or
+// Qwen2MoeForCausalLM config.json (the sliding window
 // included; any field that would change the model and that pprun does not implement is refused,
 // naming it; the fields that do not change it are kept, ModelConfig::hf_fields), and the model as
 // such a directory holds it (config.json: the model's fields, then the source's kept ones, then the
@@ -22,9 +23,11 @@
 
 namespace pprt {
 
-// The Hugging Face name of a pprun parameter; throws ppc::InternalError for a name that has none
-// (MTP parameters).
-std::string hf_tensor_name(const std::string& pprun_name);
+// The Hugging Face name of a pprun parameter in `family` (a MoE layer's names are the family's:
+// "mixtral" block_sparse_moe.gate / experts.E.w1, "qwen2_moe" mlp.gate / experts.E.gate_proj /
+// shared_expert / shared_expert_gate); throws ppc::InternalError for a name that has none (MTP
+// parameters, the balancing bias).
+std::string hf_tensor_name(const std::string& pprun_name, const std::string& family = "");
 
 // A Hugging Face model's config.json as pprun's model.
 struct HfConfig {

@@ -14,6 +14,7 @@
 #include "runtime/model/stage.h"
 #include "runtime/models/llama/architecture.h"
 #include "runtime/models/llama/builtin.h"
+#include "runtime/models/llama/moe.h"
 #include "test_model.h"
 
 namespace {
@@ -661,3 +662,119 @@ TEST(Model, Bf16FollowsFp32AndEveryPathAgrees) {
 }
 
 }  // namespace
+
+// --- Mixtures of experts (runtime/models/llama/moe.h) -------------------------------------------
+
+namespace {
+
+ModelConfig moe_config() {
+  ModelConfig c = small_config();
+  c.moe.experts = 4;
+  c.moe.top_k = 2;
+  c.moe.expert_ffn = 24;
+  c.moe.shared_experts = 1;
+  c.moe.first_dense = 1;
+  c.moe.aux_loss_coef = 0.01;
+  return c;
+}
+
+// A MoE layer's MLP written out token by token: the scores, the top k, the weights, each chosen
+// expert's SwiGLU, the shared expert (under its gate).
+at::Tensor moe_by_definition(const pprt::MoeConfig& c, const at::Tensor& x,
+                             std::map<std::string, at::Tensor> p, const std::string& pre) {
+  auto swiglu = [](const at::Tensor& v, const at::Tensor& w1, const at::Tensor& w3,
+                   const at::Tensor& w2) {
+    return at::matmul(at::silu(at::matmul(v, w1.t())) * at::matmul(v, w3.t()), w2.t());
+  };
+  at::Tensor out = at::zeros_like(x);
+  for (int64_t n = 0; n < x.size(0); ++n) {
+    const at::Tensor v = x[n];
+    const at::Tensor logits = at::matmul(p[pre + "router.weight"], v);
+    const at::Tensor s = c.score == "sigmoid" ? logits.sigmoid() : logits.softmax(0);
+    at::Tensor by = s;
+    if (p.count(pre + "router.bias")) by = s + p[pre + "router.bias"];
+    const at::Tensor idx = std::get<1>(by.topk(c.top_k));
+    at::Tensor w = s.index_select(0, idx);
+    if (c.norm_topk) w = w / w.sum();
+    w = w * c.routed_scale;
+    for (int64_t j = 0; j < c.top_k; ++j) {
+      const std::string e = pre + "experts." + std::to_string(idx[j].item<int64_t>()) + ".";
+      out[n] += w[j] * swiglu(v, p[e + "w1.weight"], p[e + "w3.weight"], p[e + "w2.weight"]);
+    }
+    if (c.has_shared()) {
+      at::Tensor sh = swiglu(v, p[pre + "shared.w1.weight"], p[pre + "shared.w3.weight"],
+                             p[pre + "shared.w2.weight"]);
+      if (c.shared_gate) sh = sh * at::matmul(p[pre + "shared_gate.weight"], v).sigmoid();
+      out[n] += sh;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Model, MixtureOfExpertsFollowsItsDefinition) {
+  for (const std::string score : {"softmax", "sigmoid"}) {
+    ModelConfig c = moe_config();
+    c.moe.score = score;
+    c.moe.shared_gate = score == "softmax";  // Qwen2-MoE's gate; DeepSeek-V3's scale
+    c.moe.routed_scale = score == "sigmoid" ? 2.5 : 1.0;
+    c.moe.norm_topk = score == "sigmoid";
+    auto m = build("EttL", c);
+    auto p = by_name(m);
+    const at::Tensor x = at::randn({2, c.seq_len, c.hidden});
+    pprt::LossReport report;
+    const pprt::Microbatch mb(tokens(c, 2), m.model.shape_of(tokens(c, 2)), 0, nullptr, &report);
+    std::deque<at::Tensor> ps;
+    for (const pprt::ParamSpec& s :
+         pprt::params_of(c, {pprt::LayerSpec{ppc::LayerKind::Decoder, 1}}, 2))
+      ps.push_back(p.at(s.name));
+    size_t i = 6;  // after attn_norm, wq, wk, wv, wo and mlp_norm
+    pprt::MoeLayer layer = pprt::moe_layer(ps, i, c.moe);
+    EXPECT_EQ(i, ps.size());
+    const at::Tensor got = pprt::moe_mlp(c.moe, x, layer, mb, pprt::Kernels::Generic);
+    const at::Tensor want =
+        moe_by_definition(c.moe, x.reshape({-1, c.hidden}), p, "layers.1.mlp.").reshape(x.sizes());
+    EXPECT_LE((got - want).abs().max().item<double>(), 1e-5) << score;
+    ASSERT_EQ(report.values.size(), 1u);
+    EXPECT_EQ(report.values[0].name, "load_balancing");
+  }
+}
+
+// The router's weight gets gradients through the weights of the chosen experts and through the
+// load-balancing loss (whose coefficient changes them), and changing it changes the loss; the
+// I/W split of a MoE stage gives the full backward's gradients.
+TEST(Model, RouterGradientsReachTheRouter) {
+  auto loss_and_router_grad = [](double coef, double nudge) {
+    ModelConfig c = moe_config();
+    c.moe.aux_loss_coef = coef;
+    auto m = build("EttL", c);
+    at::Tensor router = by_name(m).at("layers.1.mlp.router.weight");
+    {
+      at::NoGradGuard no_grad;
+      router[0].add_(nudge);  // expert 0's score only (softmax ignores a shift of all)
+    }
+    pprt::LossReport parts;
+    at::Tensor loss = chain(m, tokens(c, 2), &parts);
+    for (const at::Tensor& t : parts.terms) loss = loss + t;
+    loss.backward();
+    EXPECT_TRUE(router.grad().defined());
+    return std::pair{loss.item<double>(), router.grad().clone()};
+  };
+  const auto [l0, g0] = loss_and_router_grad(0.01, 0);
+  EXPECT_GT(g0.abs().max().item<double>(), 0);
+  const auto [l1, g1] = loss_and_router_grad(1.0, 0);
+  EXPECT_GT((g1 - g0).abs().max().item<double>(), 1e-6);
+  const auto [l2, g2] = loss_and_router_grad(0.01, 0.05);
+  EXPECT_NE(l0, l2);
+
+  const ModelConfig c = moe_config();
+  auto m = build("Et|tt|tL", c);
+  const at::Tensor tk = tokens(c, 2);
+  const at::Tensor hidden = at::randn({1, 2, c.seq_len, c.hidden}) * 0.5;
+  const at::Tensor grad = at::randn({1, 2, c.seq_len, c.hidden}) * 1e-3;
+  const Grads full = backward(m, m[1], hidden, tk, grad, false);
+  expect_same(full, backward(m, m[1], hidden, tk, grad, true));
+  EXPECT_TRUE(full.params.count("layers.1.mlp.router.weight"));
+  EXPECT_TRUE(full.params.count("layers.2.mlp.experts.0.w1.weight"));
+}

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "compiler/layout.h"
 #include "file_test_util.h"
@@ -25,12 +26,14 @@ TEST(ModelConfig, ErrorsNameTheFileAndField) {
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"hiden": 64})", "m.json"); }),
             "m.json: hiden: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
             "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, qkv_bias, "
-            "sliding_window, layer_types, hf_family, hf_max_positions, hf_fields)");
+            "sliding_window, layer_types, hf_family, hf_max_positions, hf_fields, or a mixture of "
+            "experts' field: docs/pprun.md)");
   // A key with a newline (fuzz finding: the message's first line was blank).
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"\n": 33})", "m.json"); }),
             "m.json: \\x0a: unknown field (expected hidden, heads, kv_heads, ffn, vocab, seq_len, "
             "rope_theta, norm_eps, tie_embeddings, head_dim, rope_scaling, qkv_bias, "
-            "sliding_window, layer_types, hf_family, hf_max_positions, hf_fields)");
+            "sliding_window, layer_types, hf_family, hf_max_positions, hf_fields, or a mixture of "
+            "experts' field: docs/pprun.md)");
   EXPECT_EQ(filetest::user_error([] { pprt::parse_model_config(R"({"heads": -1})", "m.json"); }),
             "m.json: heads: expected a positive integer, got -1");
   EXPECT_EQ(
@@ -114,7 +117,8 @@ TEST(ModelConfig, HuggingFaceFieldsRoundTrip) {
             "scaling");
   EXPECT_EQ(
       filetest::user_error([] { pprt::parse_model_config(R"({"hf_family": "gpt2"})", "m.json"); }),
-      "m.json: hf_family: expected \"llama\", \"mistral\" or \"qwen2\", got \"gpt2\"");
+      "m.json: hf_family: expected \"llama\", \"mistral\", \"qwen2\", \"mixtral\" or "
+      "\"qwen2_moe\", got \"gpt2\"");
   // Qwen2's q/k/v biases: written only when on, and the family must agree.
   pprt::ModelConfig q;
   q.qkv_bias = true;
@@ -184,6 +188,65 @@ TEST(ModelConfig, SlidingWindowAndKeptFieldsRoundTrip) {
   EXPECT_EQ(
       filetest::user_error([] { pprt::parse_model_config(R"({"sliding_window": 0})", "m.json"); }),
       "m.json: sliding_window: expected a positive integer, got 0");
+}
+
+// Mixtures of experts (moe_config.h): the fields under pprun's names and DeepSeek's and Hugging
+// Face's, round trip through a checkpoint's model, flags over the file, the checks, the layers that
+// stay dense, and the parameters a MoE layer has instead of its dense MLP.
+TEST(ModelConfig, MixtureOfExpertsFields) {
+  const pprt::ModelConfig c = pprt::parse_model_config(
+      R"({"n_routed_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 24,
+          "n_shared_experts": 2, "first_k_dense_replace": 1, "dense_layers": [3],
+          "scoring_func": "sigmoid", "norm_topk_prob": false, "routed_scaling_factor": 2.5,
+          "aux_loss_coef": 0.01, "bias_update_rate": 0.001})",
+      "m.json");
+  EXPECT_EQ(c.moe.experts, 8);
+  EXPECT_EQ(c.moe.top_k, 3);
+  EXPECT_EQ(c.moe.expert_width(c.ffn), 24);
+  EXPECT_EQ(c.moe.shared_width(c.ffn), 48);
+  EXPECT_EQ(c.moe.score, "sigmoid");
+  EXPECT_FALSE(c.moe.norm_topk);
+  EXPECT_EQ(pprt::parse_model_config(pprt::model_config_json(c).dump(), "state"), c);
+  EXPECT_FALSE(pprt::model_config_json(pprt::ModelConfig{}).contains("experts"));
+  for (int layer : {0, 3}) EXPECT_FALSE(c.moe.is_moe(layer)) << layer;
+  for (int layer : {1, 2, 4}) EXPECT_TRUE(c.moe.is_moe(layer)) << layer;
+  EXPECT_EQ(pprt::describe(c),
+            "hidden 64, heads 4 (kv 2), ffn 176, vocab 256, seq 64, 8 experts (top 3, width 24, "
+            "shared 2, sigmoid), first 1 dense");
+
+  pprt::ModelOverrides o;
+  o.experts = 4;
+  o.top_k = 1;
+  o.shared_experts = 0;
+  o.first_dense = 2;
+  const pprt::ModelConfig f = pprt::resolve_model_config("", o, c);
+  EXPECT_EQ(f.moe.experts, 4);
+  EXPECT_EQ(f.moe.top_k, 1);
+  EXPECT_FALSE(f.moe.has_shared());
+  EXPECT_EQ(f.moe.first_dense, 2);
+
+  EXPECT_EQ(filetest::user_error(
+                [] { pprt::parse_model_config(R"({"experts": 4, "top_k": 5})", "m.json"); }),
+            "m.json: top_k is 5, but a token can choose 1..4 of the 4 experts");
+  EXPECT_EQ(filetest::user_error([] {
+              pprt::parse_model_config(R"({"experts": 4, "router_score": "relu"})", "m.json");
+            }),
+            "m.json: router_score: expected \"softmax\" or \"sigmoid\", got \"relu\"");
+  EXPECT_EQ(filetest::user_error([] {
+              pprt::parse_model_config(R"({"experts": 4, "shared_gate": true})", "m.json");
+            }),
+            "m.json: shared_gate: needs shared experts (shared_experts or shared_ffn)");
+
+  // A MoE layer's parameters: the router, each expert's SwiGLU, the shared one; no mlp.w1.
+  std::set<std::string> names;
+  for (const pprt::ParamSpec& p : pprt::model_params(c, ppc::parse_layout("EttL")))
+    names.insert(p.name);
+  for (const char* n :
+       {"layers.0.mlp.w1.weight", "layers.1.mlp.router.weight", "layers.1.mlp.router.bias",
+        "layers.1.mlp.experts.7.w2.weight", "layers.1.mlp.shared.w3.weight"})
+    EXPECT_TRUE(names.count(n)) << n;
+  EXPECT_FALSE(names.count("layers.1.mlp.w1.weight"));
+  EXPECT_FALSE(names.count("layers.1.mlp.shared_gate.weight"));
 }
 
 }  // namespace

@@ -1,0 +1,114 @@
+// The mixture-of-experts MLP (moe.h).
+#include "runtime/models/llama/moe.h"
+
+#include <ATen/ATen.h>
+
+#include "compiler/diagnostic.h"
+
+namespace pprt {
+
+MoeLayer moe_layer(std::deque<at::Tensor>& p, size_t& i, const MoeConfig& c) {
+  MoeLayer m;
+  m.router = &p[i++];
+  if (c.bias_update_rate > 0) m.bias = &p[i++];
+  for (int e = 0; e < c.experts; ++e) {
+    m.w1.push_back(&p[i++]);
+    m.w3.push_back(&p[i++]);
+    m.w2.push_back(&p[i++]);
+    m.gate_up.push_back(std::make_shared<FusedWeight>());
+    m.w2_copy.push_back(std::make_shared<FusedWeight>());
+  }
+  if (c.has_shared()) {
+    m.shared_w1 = &p[i++];
+    m.shared_w3 = &p[i++];
+    m.shared_w2 = &p[i++];
+    if (c.shared_gate) m.shared_gate = &p[i++];
+  }
+  return m;
+}
+
+namespace {
+
+// DeepSeek-V3's update of the routing bias from the loads of the step that ended (every
+// microbatch this copy of the layer ran): b_e += rate * sign(mean load - load_e).
+void update_bias(const MoeConfig& c, MoeLayer& p) {
+  if (p.loads.empty()) return;
+  at::Tensor load = at::zeros({c.experts}, at::kDouble);
+  for (const auto& [mb, l] : p.loads) load += l;
+  const at::Tensor step = (load.mean() - load).sign().to(p.bias->scalar_type());
+  at::NoGradGuard no_grad;
+  p.bias->add_(step.to(p.bias->device()), c.bias_update_rate);
+}
+
+}  // namespace
+
+at::Tensor moe_mlp(const MoeConfig& c, const at::Tensor& h, MoeLayer& p, const Microbatch& mb,
+                   Kernels kernels) {
+  WeightWork* w = mb.weight_work();
+  const int64_t hidden = h.size(-1), E = c.experts, k = c.top_k;
+  const at::Tensor x = h.reshape({-1, hidden});
+  const int64_t N = x.size(0);
+
+  // The router: scores in fp32, the top_k experts of each token by score (+ the balancing bias,
+  // which only chooses), their scores as weights.
+  const at::Tensor logits = linear(x, p.router, w, p.router_copy.get()).to(at::kFloat);
+  const at::Tensor scores = c.score == "sigmoid" ? logits.sigmoid() : logits.softmax(-1);
+  at::Tensor choice;  // [N, k]
+  const bool training = at::GradMode::is_enabled();
+  {
+    at::NoGradGuard no_grad;
+    at::Tensor by = scores.detach();
+    if (p.bias) {
+      // A training forward after an optimizer step (evaluation's, without autograd, leaves the
+      // bias and the loads as they are).
+      if (const int64_t v = p.router->_version(); v != p.step_version && training) {
+        update_bias(c, p);
+        p.loads.clear();
+        p.step_version = v;
+      }
+      by = by + p.bias->detach().to(by.scalar_type());
+    }
+    choice = std::get<1>(by.topk(k, -1));
+  }
+  at::Tensor weights = scores.gather(1, choice);
+  if (c.norm_topk) weights = weights / weights.sum(-1, true);
+  if (c.routed_scale != 1.0) weights = weights * c.routed_scale;
+  weights = weights.to(h.scalar_type());
+
+  // The (token, slot) pairs grouped by expert, tokens in increasing order within each.
+  const at::Tensor flat = choice.reshape({-1});
+  const at::Tensor order = std::get<1>(flat.sort(/*stable=*/true, 0, false));
+  const at::Tensor counts = at::bincount(flat, {}, E).cpu();
+  const at::Tensor tokens = at::floor_divide(order, k);
+  const at::Tensor pair_weights = weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+  // The step's loads: training forwards only (evaluation runs without autograd).
+  if (p.bias && training && !p.loads.count(mb.index()))
+    p.loads[mb.index()] = counts.to(at::kDouble);
+
+  at::Tensor out = at::zeros_like(x);
+  const int64_t* count = counts.data_ptr<int64_t>();
+  for (int64_t e = 0, off = 0; e < E; off += count[e], ++e) {
+    if (count[e] == 0) continue;
+    const at::Tensor tok = tokens.narrow(0, off, count[e]);
+    const at::Tensor xe = x.index_select(0, tok);
+    const at::Tensor gate_up = fused_linear(xe, {p.w1[e], p.w3[e]}, *p.gate_up[e], w);
+    const at::Tensor ye = linear(swiglu(gate_up, kernels), p.w2[e], w, p.w2_copy[e].get());
+    out = out.index_add(0, tok, ye * pair_weights.narrow(0, off, count[e]));
+  }
+  if (p.shared_w1) {
+    const at::Tensor gate_up = fused_linear(x, {p.shared_w1, p.shared_w3}, *p.shared_gate_up, w);
+    at::Tensor s = linear(swiglu(gate_up, kernels), p.shared_w2, w, p.shared_w2_copy.get());
+    if (p.shared_gate) s = s * linear(x, p.shared_gate, w, p.shared_gate_copy.get()).sigmoid();
+    out = out + s;
+  }
+
+  // The classic load-balancing loss: E * sum_e f_e P_e (f_e: the fraction of tokens routed to
+  // e, which sums to top_k; P_e: e's mean score, normalised over the experts).
+  const at::Tensor probs = c.score == "sigmoid" ? scores / scores.sum(-1, true) : scores;
+  const at::Tensor f = counts.to(probs.device()).to(at::kFloat) / static_cast<double>(N);
+  mb.add_loss("load_balancing", (f * probs.mean(0)).sum() * static_cast<double>(E),
+              c.aux_loss_coef);
+  return out.reshape(h.sizes());
+}
+
+}  // namespace pprt

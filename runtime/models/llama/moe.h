@@ -1,0 +1,54 @@
+// A decoder layer's mixture of experts (moe_config.h), over the operations of ops.h: the router,
+// the routed SwiGLU experts and the shared experts, dropless (every token reaches each of its
+// top_k experts). The routed experts' outputs are summed in expert order, each into its tokens'
+// rows, so a microbatch's result does not depend on where or when it runs (pipelined equals
+// --reference). Every weight is used through ops.h, whose backward splits itself into I and W.
+//
+// Included only by LibTorch translation units.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "pprt/pprt.h"
+#include "runtime/models/llama/moe_config.h"
+#include "runtime/models/llama/ops.h"
+
+namespace pprt {
+
+struct MoeLayer {
+  at::Tensor* router = nullptr;         // [experts, hidden]
+  at::Tensor* bias = nullptr;           // [experts] with bias_update_rate; else null
+  std::vector<at::Tensor*> w1, w3, w2;  // per routed expert
+  at::Tensor *shared_w1 = nullptr, *shared_w3 = nullptr, *shared_w2 = nullptr;
+  at::Tensor* shared_gate = nullptr;  // [1, hidden] with shared_gate
+  // Working copies (fused gate/up products; other dtypes under --dtype bf16).
+  std::vector<std::shared_ptr<FusedWeight>> gate_up, w2_copy;
+  std::shared_ptr<FusedWeight> router_copy = std::make_shared<FusedWeight>(),
+                               shared_gate_up = std::make_shared<FusedWeight>(),
+                               shared_w2_copy = std::make_shared<FusedWeight>(),
+                               shared_gate_copy = std::make_shared<FusedWeight>();
+  // Bias balancing: the router weight's version when the step's loads began (the optimizer's
+  // update bumps it: a new step), and the tokens each expert got per microbatch of the step (a
+  // microbatch counted once, however often its forward runs; evaluation's forwards, which run
+  // without autograd, not at all).
+  int64_t step_version = -1;
+  std::map<int, at::Tensor> loads;
+};
+
+// The layer's parameters from `p` at `i` on, in architecture.cpp's order (add_moe_mlp); `i` moves
+// past them.
+MoeLayer moe_layer(std::deque<at::Tensor>& p, size_t& i, const MoeConfig& c);
+
+// The MLP's output for the normalised hidden state `h` [b, T, hidden] (to be added to the
+// residual stream). Adds the auxiliary loss "load_balancing" (moe_config.h) to `mb`; with a
+// routing bias, first moves it by the loads of the step before when a step has passed.
+at::Tensor moe_mlp(const MoeConfig& c, const at::Tensor& h, MoeLayer& p, const Microbatch& mb,
+                   Kernels kernels);
+
+}  // namespace pprt

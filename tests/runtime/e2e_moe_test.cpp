@@ -1,0 +1,139 @@
+// pprun end to end on mixtures of experts (runtime/models/llama/moe.h), as real processes: a MoE
+// layout (a dense first layer, MoE layers after it, shared experts, the load-balancing loss,
+// MTP) trained pipelined under 1F1B, ZB-H2 (the I/W split through the experts' weights),
+// DualPipeV and DualPipe equals `pprun --reference` within 1e-5 (each step's loss, MTP loss and
+// load-balancing loss), every parameter within 1e-4; the same with DeepSeek-V3's sigmoid router
+// and bias balancing (the bias moves, and equally in both runs).
+#include "e2e_dumps.h"
+#include "e2e_util.h"
+#include "runtime/output/param_dump.h"
+
+namespace {
+
+using namespace pprun_e2e;
+
+const std::string kMoeConfig = std::string(PP_SOURCE_DIR) + "/examples/tiny-moe.json";
+
+struct MoeCase {
+  std::string name, layout, schedule;
+  int pp, microbatches;
+  // Fields over examples/tiny-moe.json's (DeepSeek-V3's router: sigmoid scores, bias balancing).
+  nlohmann::json config = nlohmann::json::object();
+};
+
+void PrintTo(const MoeCase& c, std::ostream* os) {
+  *os << c.layout << " " << c.schedule << " pp " << c.pp;
+}
+
+// Each step's `key` in the two metrics files within `rel` (relative); `steps` of them.
+void expect_field(const std::string& got, const std::string& want, const std::string& key,
+                  size_t steps, double rel) {
+  const auto g = field(got, key), w = field(want, key);
+  ASSERT_EQ(w.size(), steps) << key;
+  ASSERT_EQ(g.size(), w.size()) << key;
+  for (size_t i = 0; i < w.size(); ++i)
+    EXPECT_LE(std::fabs(g[i] - w[i]), rel * std::fabs(w[i])) << key << " step " << i + 1;
+}
+
+class MoeParity : public ::testing::TestWithParam<MoeCase> {};
+
+TEST_P(MoeParity, LossesAuxLossAndParameters) {
+  const MoeCase& c = GetParam();
+  const int steps = 3;
+  TempDir d;
+  const std::string plan = compile(d, c.layout, c.pp, c.schedule, c.microbatches);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(kMoeConfig));
+  config.update(c.config);
+  std::ofstream(d.file("model.json")) << config.dump();
+  const std::vector<std::string> common = {"--config",       d.file("model.json"),
+                                           "--global-batch", "16",
+                                           "--progress",     "none",
+                                           "--plan",         plan,
+                                           "--steps",        std::to_string(steps),
+                                           "--threads",      "1"};
+  const Proc pipe =
+      pprun(concat(common, {"--metrics", d.file("p.jsonl"), "--dump-params", d.file("pd")}));
+  ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
+  const Proc ref = pprun(concat(
+      common, {"--reference", "--metrics", d.file("r.jsonl"), "--dump-params", d.file("rd")}));
+  ASSERT_EQ(ref.exit_code(), 0) << ref.out;
+  EXPECT_NE(pipe.out.find("4 experts (top 2"), std::string::npos) << pipe.out;
+
+  expect_field(d.file("p.jsonl"), d.file("r.jsonl"), "loss", steps, 1e-5);
+  expect_field(d.file("p.jsonl"), d.file("r.jsonl"), "load_balancing_loss", steps, 1e-5);
+  if (c.layout.find('m') != std::string::npos)
+    expect_field(d.file("p.jsonl"), d.file("r.jsonl"), "mtp_loss", steps, 1e-5);
+  const auto dumps = expect_dumps_within(d.file("pd"), d.file("rd"), 1e-4);
+  // The MoE layers' parameters are there: the router, every expert, the shared expert; the
+  // dense first layer keeps its MLP.
+  for (const std::string name : {"layers.1.mlp.router.weight", "layers.1.mlp.experts.3.w2.weight",
+                                 "layers.1.mlp.shared.w1.weight", "layers.0.mlp.w1.weight"})
+    EXPECT_TRUE(dumps.want.count(name)) << name;
+  EXPECT_FALSE(dumps.want.count("layers.1.mlp.w1.weight"));
+  // Bias balancing moved the routing biases between the steps (from their zeros), as in
+  // --reference (b_e moves by +-rate a step, so one layer's may come back to zero).
+  if (c.config.contains("bias_update_rate")) {
+    bool moved = false;
+    for (const std::string name : {"layers.1.mlp.router.bias", "layers.2.mlp.router.bias"}) {
+      ASSERT_TRUE(dumps.got.count(name)) << name;
+      for (float b : dumps.got.at(name).data) moved |= b != 0;
+    }
+    EXPECT_TRUE(moved);
+  }
+}
+
+const nlohmann::json kDeepSeek = {
+    {"router_score", "sigmoid"}, {"routed_scaling", 2.5}, {"bias_update_rate", 0.001}};
+
+std::string case_name(const ::testing::TestParamInfo<MoeCase>& info) {
+  return info.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, MoeParity,
+    ::testing::Values(MoeCase{"OneFOneB_pp2", "Ett|tmL", "1F1B", 2, 4},
+                      MoeCase{"ZBH2_pp2", "Ettt|mL", "ZB-H2", 2, 4},
+                      MoeCase{"DualPipeV_pp2", "Et|tt|t,m|L", "DualPipeV", 2, 4},
+                      MoeCase{"DualPipe_pp2", "Ett|tmL", "DualPipe", 2, 4},
+                      // Bias balancing needs every microbatch's load on the layer's one copy:
+                      // not DualPipe's two copies (docs/pprun.md).
+                      MoeCase{"OneFOneB_sigmoid_bias", "Ett|tmL", "1F1B", 2, 4, kDeepSeek},
+                      MoeCase{"ZBH2_sigmoid_bias", "Ettt|mL", "ZB-H2", 2, 4, kDeepSeek},
+                      MoeCase{"DualPipeV_sigmoid_bias", "Et|tt|t,m|L", "DualPipeV", 2, 4,
+                              kDeepSeek}),
+    case_name);
+
+// Evaluating after every step leaves a run with bias balancing as it was without, bit for bit:
+// evaluation's forwards neither count in the loads that move the routing bias nor move it.
+TEST(Moe, EvaluationLeavesBiasBalancingUnchanged) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|tmL", 2, "1F1B", 4);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(kMoeConfig));
+  config.update(kDeepSeek);
+  std::ofstream(d.file("model.json")) << config.dump();
+  std::vector<uint16_t> held(40 * 16 + 1);
+  for (size_t i = 0; i < held.size(); ++i) held[i] = static_cast<uint16_t>((i * 7919 + 13) % 256);
+  std::ofstream(d.file("held.bin"), std::ios::binary)
+      .write(reinterpret_cast<const char*>(held.data()),
+             static_cast<std::streamsize>(held.size() * sizeof(uint16_t)));
+  const std::vector<std::string> common = {"--config",       d.file("model.json"),
+                                           "--global-batch", "16",
+                                           "--progress",     "none",
+                                           "--plan",         plan,
+                                           "--steps",        "4",
+                                           "--threads",      "1"};
+  const Proc plain =
+      pprun(concat(common, {"--metrics", d.file("a.jsonl"), "--dump-params", d.file("a")}));
+  ASSERT_EQ(plain.exit_code(), 0) << plain.out;
+  const Proc evaluated =
+      pprun(concat(common, {"--metrics", d.file("b.jsonl"), "--dump-params", d.file("b"),
+                            "--eval-data", d.file("held.bin"), "--eval-every", "1"}));
+  ASSERT_EQ(evaluated.exit_code(), 0) << evaluated.out;
+  EXPECT_EQ(field(d.file("a.jsonl"), "loss"), field(d.file("b.jsonl"), "loss"));
+  EXPECT_EQ(field(d.file("a.jsonl"), "load_balancing_loss"),
+            field(d.file("b.jsonl"), "load_balancing_loss"));
+  EXPECT_EQ(field(d.file("b.jsonl"), "eval_load_balancing_loss").size(), 4u);
+  expect_dumps_within(d.file("a"), d.file("b"), 0.0);
+}
+
+}  // namespace

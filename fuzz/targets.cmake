@@ -10,8 +10,10 @@ set(PP_FUZZ_TARGETS layout csv_import json_plan pprun_plan cost_model model_conf
 
 # Sources beyond libppc, relative to the repository root (plain C++: no LibTorch).
 set(PP_FUZZ_SOURCES_pprun_plan runtime/launch/plan_load.cpp)
-set(PP_FUZZ_SOURCES_model_config runtime/models/llama/config.cpp runtime/models/llama/architecture.cpp)
+set(PP_FUZZ_SOURCES_model_config runtime/models/llama/config.cpp runtime/models/llama/architecture.cpp
+    runtime/models/llama/moe_config.cpp)
 set(PP_FUZZ_SOURCES_checkpoint fuzz/fuzz_files.cpp runtime/checkpoint/format.cpp runtime/checkpoint/safetensors.cpp
-    runtime/models/llama/config.cpp runtime/models/llama/architecture.cpp runtime/job.cpp)
+    runtime/models/llama/config.cpp runtime/models/llama/architecture.cpp
+    runtime/models/llama/moe_config.cpp runtime/job.cpp)
 set(PP_FUZZ_SOURCES_safetensors fuzz/fuzz_files.cpp runtime/checkpoint/safetensors.cpp)
 set(PP_FUZZ_SOURCES_token_file fuzz/fuzz_files.cpp runtime/data/token_file.cpp)

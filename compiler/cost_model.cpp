@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/diagnostic.h"
+#include "compiler/lengths.h"
 #include "compiler/measured_costs.h"
 #include "compiler/memory_costs.h"
 #include "compiler/read_file.h"
@@ -291,7 +292,7 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   rd.only_keys(j, "",
                {"comment", "layers", "stage", "latency", "bandwidth", "message_bytes", "overlap",
                 "weight_grad_memory", "layout", "stages", "boundaries", "transport", "post",
-                "host_bandwidth"});
+                "lengths", "host_bandwidth"});
   CostModel m;
   m.unit = false;
   if (j.contains("layers")) {
@@ -346,6 +347,7 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   if (m.measured)
     for (const auto& stage : m.measured->stages)
       m.memory_in_bytes |= stage && (stage->activation > 0 || stage->params > 0);
+  m.length_model = parse_length_model(text, input_name);  // "lengths" (lengths.h)
   return m;
 }
 

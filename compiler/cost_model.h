@@ -38,6 +38,7 @@ struct LayerCost {
 };
 
 struct MeasuredCosts;  // measured_costs.h
+struct LengthModel;    // lengths.h
 
 // Per plan stage s: time[2s] and bytes[2s] of SEND_F(s) (to the next stage), time[2s + 1] and
 // bytes[2s + 1] of SEND_B(s) (to the previous one). See message_costs() in measured_costs.h.
@@ -101,6 +102,11 @@ struct CostModel {
   // Per-stage and per-boundary entries of a cost file (measured_costs.h), which override the
   // per-layer costs and the message costs where they apply; null when the file has none.
   std::shared_ptr<const MeasuredCosts> measured;
+  // Microbatches of different lengths (lengths.h): the cost file's per-length entries (null: the
+  // file's costs hold for every length) and each microbatch's length, in data order (empty:
+  // every microbatch costs what the entries above say).
+  std::shared_ptr<const LengthModel> length_model;
+  std::vector<long long> microbatch_lengths;
 };
 
 // "97.9 GiB" when in bytes, else the plain number ("31").

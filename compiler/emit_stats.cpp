@@ -25,6 +25,7 @@ void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& 
   os << fmt::format(
       "costs         {}\n",
       sim.unit ? "unit (per stage F=1, B=2, I=1, W=1; no communication cost)" : "cost model");
+  if (!sim.lengths.empty()) os << fmt::format("lengths       {}\n", sim.lengths);
   os << fmt::format("makespan      {:g}\n", sim.makespan);
   if (!sim.start.empty()) {
     std::string starts;

@@ -30,6 +30,9 @@ struct Plan {
   // What each stage does with its kept activations (recompute, offload); empty: keep them all.
   // The JSON plan's optional "memory" field (absent when empty, so older plans read the same).
   MemoryPolicy memory;
+  // Plan microbatch k processes the step's data microbatch microbatch_order[k] (a permutation);
+  // empty: microbatch k (docs/plan-format.md). Set for the microbatches' lengths (lengths.h).
+  std::vector<int> microbatch_order;
 
   // Per rank: the compute order (F, B, I, W, OverlapFB) and, once lowered, the full order
   // including SEND/RECV. `lowered` is empty until lower_send_recv has run.

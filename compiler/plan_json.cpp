@@ -122,6 +122,9 @@ void emit_json_plan(const Plan& plan, std::ostream& os,
   os << "  \"copies\": " << plan.copies << ",\n";
   if (!plan.memory.empty())
     os << "  \"memory\": " << ojson(format_memory_policy(plan.memory)).dump() << ",\n";
+  // Only a plan ordered for its microbatches' lengths has the field (docs/plan-format.md).
+  if (!plan.microbatch_order.empty())
+    os << "  \"microbatch_order\": " << ojson(plan.microbatch_order).dump() << ",\n";
   os << "  \"placement\": " << ojson(placement_name(plan.placement.style)).dump() << ",\n";
   os << "  \"stage_ranks\": " << ojson(plan.placement.stage_rank).dump() << ",\n";
   os << "  \"layout\": " << layout.dump() << ",\n";
@@ -183,6 +186,21 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
   const int pp = rd.integer(j, "", "pp", 1, 4096);
   plan.microbatches = rd.integer(j, "", "microbatches", 1, 1 << 20);
   plan.copies = rd.integer(j, "", "copies", 1, 2);
+  if (j.contains("microbatch_order")) {  // absent: data order
+    const json& order = rd.array(j, "", "microbatch_order");
+    std::vector<char> seen(static_cast<size_t>(plan.microbatches), 0);
+    if (order.size() != seen.size())
+      rd.fail("microbatch_order", fmt::format("has {} entries, expected one per microbatch ({})",
+                                              order.size(), plan.microbatches));
+    for (size_t k = 0; k < order.size(); ++k) {
+      const long long d = order[k].is_number_integer() ? order[k].get<long long>() : -1;
+      if (d < 0 || d >= plan.microbatches || seen[static_cast<size_t>(d)]++)
+        rd.fail(fmt::format("microbatch_order[{}]", k),
+                fmt::format("expected a permutation of 0 .. {}, got {}", plan.microbatches - 1,
+                            order[k].dump()));
+      plan.microbatch_order.push_back(static_cast<int>(d));
+    }
+  }
   const std::string placement = rd.string(j, "", "placement");
   PlacementStyle style;
   if (placement == "loop")

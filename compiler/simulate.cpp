@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "compiler/diagnostic.h"
+#include "compiler/lengths.h"
 #include "compiler/measured_costs.h"
 
 namespace ppc {
@@ -28,6 +29,17 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
     };
   } else if (const double per_message = message_time(model); per_message > 0) {
     exec_.transfer = [per_message](const Action&) { return per_message; };
+  }
+  if (!model.microbatch_lengths.empty()) {  // each microbatch at its length (lengths.h)
+    lengths_ = std::make_shared<LengthCosts>(plan, model);
+    sim_.lengths = describe_lengths(plan, model);
+    exec_.compute = [this](const Action& a, int) { return lengths_->action_cost(a, model_); };
+    if (exec_.transfer) {
+      const double latency = model.latency;
+      exec_.transfer = [this, latency, blind = std::move(exec_.transfer)](const Action& send) {
+        return lengths_->transfer(send, blind(send), latency);
+      };
+    }
   }
   // The memory timeline needs each change's time; the totals, and without a timeline the peaks
   // (which follow from each rank's order alone), need no call per action: see finish(). Under the
@@ -70,7 +82,8 @@ void SimulationRun::change_memory(int r, const Action& p, double start, double e
   // Under a memory mode (memory_costs.h) a stage keeps `activation` from F to its backward, and
   // holds its transients while an F (offloaded after it) or a B or I (recomputed or fetched back
   // before it) runs; what an I leaves for its W is a share of the whole activation.
-  const StageCost& c = costs_[static_cast<size_t>(p.stage)];
+  const StageCost& c =
+      lengths_ ? lengths_->cost(p.stage, p.microbatch) : costs_[static_cast<size_t>(p.stage)];
   const double act = c.activation, whole = act + c.transient;
   const double keep = whole * model_.weight_grad_memory;
   switch (kind_info(p.kind).memory) {
@@ -133,9 +146,17 @@ Simulation SimulationRun::finish_timed(Execution&& ex) {
   if (model_.measured) {  // per-boundary message sizes
     for (const auto& order : plan_.lowered)
       for (const Action& a : order)
-        if (is_send(a.kind)) sim.comm_bytes += messages_.bytes[MessageCosts::index(a)];
+        if (is_send(a.kind))
+          sim.comm_bytes += messages_.bytes[MessageCosts::index(a)] *
+                            (lengths_ ? lengths_->scale(a.microbatch) : 1.0);
   } else {
-    for (size_t i = 0; i < ex.sends; ++i) sim.comm_bytes += model_.message_bytes;
+    if (lengths_)
+      for (const auto& order : plan_.lowered)
+        for (const Action& a : order)
+          if (is_send(a.kind))
+            sim.comm_bytes += model_.message_bytes * lengths_->scale(a.microbatch);
+    if (!lengths_)
+      for (size_t i = 0; i < ex.sends; ++i) sim.comm_bytes += model_.message_bytes;
   }
   sim.start = exec_.begin;
   sim.param_memory.assign(static_cast<size_t>(pp), 0.0);

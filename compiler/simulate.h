@@ -3,6 +3,8 @@
 // waits for its peers' matching batches and then for the transfer.
 #pragma once
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "compiler/cost_model.h"
@@ -10,6 +12,8 @@
 #include "compiler/plan.h"
 
 namespace ppc {
+
+class LengthCosts;  // lengths.h
 
 struct MemoryPoint {
   double time;
@@ -39,6 +43,8 @@ struct Simulation {
   // Per rank: when it begins the step (rank_starts(); empty when every rank begins at 0). The
   // makespan runs from the all-reduce that ends the previous step, so it includes these.
   std::vector<double> start;
+  // When the microbatches have lengths (CostModel::microbatch_lengths): describe_lengths().
+  std::string lengths;
 };
 
 // `plan` must be lowered and verified. Throws UserError if it does not run to completion.
@@ -92,6 +98,8 @@ class SimulationRun {
   Simulation sim_;
   std::vector<double> mem_;  // per rank: activation memory now
   MessageCosts messages_;    // per-boundary message costs (measured costs only)
+  // Per microbatch, when the microbatches have lengths (lengths.h); null otherwise.
+  std::shared_ptr<const LengthCosts> lengths_;
 };
 
 }  // namespace ppc

@@ -103,13 +103,14 @@ TEST(CostModel, FileErrorsAreOneLocatedLine) {
   EXPECT_EQ(parse_error(R"({"latncy": 2})"),
             "cost.json: latncy: unknown field (known: comment, layers, stage, latency, bandwidth, "
             "message_bytes, "
-            "overlap, weight_grad_memory, layout, stages, boundaries, transport, post, "
+            "overlap, weight_grad_memory, layout, stages, boundaries, transport, post, lengths, "
             "host_bandwidth)");
   // A key with control characters (fuzz finding: the message's first line was blank).
   EXPECT_EQ(parse_error(R"({"\n\nlat\u0001": 2})"),
             "cost.json: \\x0a\\x0alat\\x01: unknown field (known: comment, layers, stage, latency, "
             "bandwidth, message_bytes, overlap, weight_grad_memory, layout, stages, boundaries, "
-            "transport, post, host_bandwidth)");
+            "transport, post, lengths, "
+            "host_bandwidth)");
   EXPECT_EQ(parse_error("[1, 2]"), "cost.json: expected a JSON object (see docs/cost-model.md)");
   EXPECT_EQ(parse_error(R"({"latency": 1e999})"),
             "cost.json: invalid JSON: [json.exception.out_of_range.406] number overflow parsing "

@@ -318,4 +318,58 @@ TEST(Cli, DumpAfterNamesAPassOfOnePlan) {
       << stuck.err;
 }
 
+// The value of a line of --emit stats ("makespan      123" -> "123").
+std::string stats_line(const std::string& stats, const std::string& key) {
+  const size_t at = stats.find("\n" + key + " ");
+  if (at == std::string::npos) return "(no " + key + ")";
+  const size_t begin = stats.find_first_not_of(' ', at + 1 + key.size());
+  return stats.substr(begin, stats.find('\n', begin) - begin);
+}
+
+// --lengths: the simulation costs each microbatch at its length; Auto orders them (the plan's
+// microbatch_order), which --from-json reads back to the same step; --microbatch-order data keeps
+// data order; a plan without lengths has no order.
+TEST(Cli, LengthsOrderAutosMicrobatches) {
+  pptest::TempDir dir;
+  const std::string lengths = dir.write(
+      "lengths.txt", "# one per microbatch\n4096\n128\n256\n3000\n\n128\n512\n2048\n64\n");
+  const std::vector<std::string> base = {"--stages",       "8", "--pp",      "4",
+                                         "--microbatches", "8", "--lengths", lengths};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return run_ppcompile(args);
+  };
+  const auto data = with({"--schedule", "Auto", "--microbatch-order", "data", "--emit", "stats"});
+  ASSERT_EQ(data.exit_code, 0) << data.err;
+  EXPECT_EQ(stats_line(data.out, "lengths"),
+            "8 microbatches of 64 .. 4096 tokens (mean 1279; costs at the mean); data order");
+  const auto ordered = with({"--schedule", "Auto", "--emit", "stats"});
+  ASSERT_EQ(ordered.exit_code, 0) << ordered.err;
+  EXPECT_EQ(stats_line(ordered.out, "lengths"),
+            "8 microbatches of 64 .. 4096 tokens (mean 1279; costs at the mean); ordered by "
+            "length");
+  EXPECT_EQ(stats_line(ordered.out, "verified"), "yes, deadlock-free");
+  EXPECT_LT(std::stod(stats_line(ordered.out, "makespan")),
+            std::stod(stats_line(data.out, "makespan")));
+  // Without lengths every microbatch costs the same: the makespan is another.
+  const auto blind = run_ppcompile({"--stages", "8", "--pp", "4", "--microbatches", "8",
+                                    "--schedule", "Auto", "--emit", "stats"});
+  EXPECT_EQ(stats_line(blind.out, "lengths"), "(no lengths)");
+
+  const std::string json = dir.file("plan.json");
+  ASSERT_EQ(with({"--schedule", "Auto", "--emit", "json", "-o", json}).exit_code, 0);
+  EXPECT_NE(pptest::slurp(json).find("\"microbatch_order\": ["), std::string::npos);
+  const auto back = run_ppcompile({"--from-json", json, "--lengths", lengths, "--emit", "stats"});
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  EXPECT_EQ(stats_line(back.out, "makespan"), stats_line(ordered.out, "makespan"));
+  EXPECT_EQ(stats_line(back.out, "lengths"), stats_line(ordered.out, "lengths"));
+
+  ASSERT_EQ(with({"--schedule", "Interleaved1F1B", "--emit", "json", "-o", json}).exit_code, 0);
+  EXPECT_EQ(pptest::slurp(json).find("microbatch_order"), std::string::npos);
+  const auto one = with({"--schedule", "Interleaved1F1B", "--emit", "stats"});
+  EXPECT_EQ(stats_line(one.out, "lengths"),
+            "8 microbatches of 64 .. 4096 tokens (mean 1279; costs at the mean); data order");
+}
+
 }  // namespace

@@ -30,6 +30,8 @@
 #include "compiler/csv.h"
 #include "compiler/diagnostic.h"
 #include "compiler/dump.h"
+#include "compiler/lengths.h"
+#include "compiler/order_microbatches.h"
 #include "compiler/plan_json.h"
 #include "compiler/read_file.h"
 #include "compiler/verify_and_lower.h"
@@ -138,7 +140,7 @@ ppc::CompileOptions compile_options(const Options& o, Parsed&& model, std::optio
 
 int compile_and_emit(const Options& o) {
   const Dumps dumps(o.dump_after);
-  const ppc::CostModel cost = cost_model(o);
+  ppc::CostModel cost = cost_model(o);  // --lengths adds the microbatches' lengths below
   Emit e{.o = o, .cost = cost, .limit = memory_limit(o)};
   const std::string imported_from = !o.from_csv.empty() ? o.from_csv : o.from_json;
 
@@ -163,6 +165,19 @@ int compile_and_emit(const Options& o) {
     dumps.after("place", plan, ppc::dump_plan);
     plan = ppc::generate(std::move(plan), co, info);
     dumps.after("generate", plan, ppc::dump_plan);
+  }
+
+  // --lengths: each microbatch at its length; Auto (or --microbatch-order lengths) orders them.
+  if (!o.lengths_file.empty()) {
+    cost.microbatch_lengths = ppc::read_lengths(o.lengths_file, plan.microbatches);
+    const std::string order = !o.microbatch_order.empty() ? o.microbatch_order
+                              : plan.schedule == "Auto"   ? "lengths"
+                                                          : "data";
+    if (order == "data" && !o.microbatch_order.empty()) plan.microbatch_order.clear();
+    if (order == "lengths") {
+      plan = ppc::verify_and_lower_or_throw(std::move(plan), cost, imported_from).plan;
+      plan.microbatch_order = ppc::order_microbatches(plan, cost).order;
+    }
   }
 
   // lower, verify (the compute order first: lowering assumes a well-formed one), simulate, emit.

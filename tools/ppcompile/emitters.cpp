@@ -110,9 +110,9 @@ const Emitter kEmitters[] = {
        if (e.limit) os << ppc::memory_check(*v.sim, *e.limit, e.cost.memory_in_bytes) << "\n";
        os << ppc::describe_memory_modes(v.plan, e.cost);
        if (e.balanced) os << ppc::describe_balance(*e.balanced);
-       // A synthesized plan: how far it is from the lower bound.
+       // A synthesized plan: how far it is from the lower bound (which knows no lengths).
        if (const auto* s = ppc::find_schedule(v.plan.schedule);
-           s && s->synthesize && s->name == v.plan.schedule)
+           s && s->synthesize && s->name == v.plan.schedule && e.cost.microbatch_lengths.empty())
          os << ppc::describe_bound(v.plan, e.cost, v.sim->makespan) << "\n";
      }},
     {"layout", SimulationNeed::None, nullptr, of_plan<ppc::emit_layout>},

@@ -35,6 +35,14 @@ int run(Options o) {
     throw ppc::UserError(fmt::format("shows the passes of one plan; {} compiles many",
                                      o.autotune ? "--autotune" : "--compare"),
                          ppc::input_location("--dump-after"));
+  if (!o.lengths_file.empty() && (o.autotune || o.compare || o.balance))
+    throw ppc::UserError(
+        fmt::format("--lengths simulates one plan; not with {} (yet)",
+                    o.autotune ? "--autotune" : (o.compare ? "--compare" : "--balance")),
+        ppc::input_location("--lengths"));
+  if (!o.microbatch_order.empty() && o.lengths_file.empty())
+    throw ppc::UserError("orders the microbatches for their lengths: give --lengths FILE",
+                         ppc::input_location("--microbatch-order"));
   if (o.autotune) return run_autotune(o);
   if (!o.microbatches_text.empty())
     o.microbatches = ppc::parse_microbatch_count(o.microbatches_text);
@@ -152,6 +160,13 @@ int main(int argc, char** argv) {
                  "generate, lower, verify, simulate; a list: generate,lower)")
       ->delimiter(',')
       ->check(CLI::IsMember(kPasses));
+  app.add_option("--lengths", o.lengths_file,
+                 "Each microbatch's length in tokens, one per line in data order: the simulation "
+                 "costs each at its length (docs/cost-model.md)");
+  app.add_option("--microbatch-order", o.microbatch_order,
+                 "With --lengths: 'lengths' orders the microbatches for them (Auto's default), "
+                 "'data' keeps data order (the others' default)")
+      ->check(CLI::IsMember({"data", "lengths"}));
   compare->excludes(csv)->excludes(js);
   if (auto stop = parse_flags(app, argc, argv, "ppcompile")) return *stop;
   try {

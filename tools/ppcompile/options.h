@@ -39,6 +39,8 @@ struct Options {
   long long balance_budget = 0;         // --balance-budget (0 = automatic)
   size_t top = 15;                      // --top
   std::vector<std::string> dump_after;  // --dump-after: passes whose IR goes to stderr
+  std::string lengths_file;             // --lengths FILE: each microbatch's length
+  std::string microbatch_order;         // --microbatch-order data|lengths (default: by schedule)
 };
 
 }  // namespace ppcompile

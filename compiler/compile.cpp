@@ -63,6 +63,8 @@ Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info) {
   plan.schedule = info.name;
   plan.microbatches = opts.microbatches;
   plan.copies = copies;
+  check_memory_policy(opts.memory, plan.layout, plan.num_stages(), opts.memory_input);
+  plan.memory = opts.memory;
   return plan;
 }
 

@@ -26,6 +26,11 @@ struct CompileOptions {
   // limit per rank (synthesize.h); the named schedules ignore them.
   const CostModel* cost = nullptr;
   std::optional<double> memory_limit;
+  // --recompute and --offload (issue 42): the plan's memory policy, checked against its stages
+  // (a UserError names `memory_input`). Empty: Auto under a memory limit chooses one
+  // (memory_choice.h); the named schedules keep everything.
+  MemoryPolicy memory;
+  std::string memory_input = "--recompute";
 };
 
 // Limits that keep a plan's tables in memory (documented in docs/ppcompile.md).

@@ -10,6 +10,7 @@
 #include "compiler/diagnostic.h"
 #include "compiler/lengths.h"
 #include "compiler/measured_costs.h"
+#include "compiler/memory_costs.h"
 #include "compiler/read_file.h"
 #include "compiler/simulate.h"
 
@@ -119,7 +120,7 @@ class JsonReader {
                  S, a.is_array() ? fmt::format("{} entries", a.size()) : a.dump().substr(0, 40)));
       for (size_t k = 0; k < S; ++k) {
         if (a[k].is_null()) continue;
-        const LayerCost c = layer(a[k], fmt::format("stages[{}]", k));
+        const LayerCost c = layer(a[k], fmt::format("stages[{}]", k), false);
         mc->stages[k] = StageCost{c.f, c.backward(), c.i, c.w, c.activation, c.params, c.optimizer};
       }
     }
@@ -148,9 +149,16 @@ class JsonReader {
     return mc;
   }
 
-  LayerCost layer(const json& v, const std::string& path) const {
+  // `modes`: the entry may give issue 42's memory-mode fields (a layer kind's or the empty
+  // stage's entry; a measured stage's takes them from the layers, memory_costs.h).
+  LayerCost layer(const json& v, const std::string& path, bool modes = true) const {
     if (!v.is_object()) fail(path, "expected an object such as {\"f\": 1, \"b\": 2}");
-    only_keys(v, path, {"f", "b", "i", "w", "activation", "params", "optimizer"});
+    if (modes)
+      only_keys(v, path,
+                {"f", "b", "i", "w", "activation", "params", "optimizer", "activation_selective",
+                 "activation_full", "recompute_selective", "recompute_full"});
+    else
+      only_keys(v, path, {"f", "b", "i", "w", "activation", "params", "optimizer"});
     if (!v.contains("f")) fail(path, "missing field 'f' (forward time)");
     RawCost raw;
     raw.f = number(v["f"], path + ".f", 0, HUGE_VAL);
@@ -164,8 +172,18 @@ class JsonReader {
     raw.activation = opt("activation").value_or(0);
     raw.params = opt("params").value_or(0);
     raw.optimizer = opt("optimizer").value_or(0);
-    return resolve(
+    LayerCost c = resolve(
         raw, [&](const char* field, const std::string& what) { fail(path + "." + field, what); });
+    c.recompute_selective = opt("recompute_selective");
+    c.recompute_full = opt("recompute_full");
+    c.activation_selective = opt("activation_selective");
+    c.activation_full = opt("activation_full");
+    for (const char* k : {"activation_selective", "activation_full"})
+      if (v.contains(k) && v[k].get<double>() > raw.activation)
+        fail(path + "." + k,
+             fmt::format("{} is more than the activation {:g} that keeping everything keeps",
+                         v[k].dump(), raw.activation));
+    return c;
   }
 
  private:
@@ -189,6 +207,12 @@ std::pair<int, int> line_column(std::string_view text, size_t pos) {
 }  // namespace
 
 std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model) {
+  std::vector<StageCost> out = stage_costs_keeping_all(plan, model);
+  if (!plan.memory.empty()) apply_memory_policy(plan, model, out);
+  return out;
+}
+
+std::vector<StageCost> stage_costs_keeping_all(const Plan& plan, const CostModel& model) {
   std::vector<StageCost> out(static_cast<size_t>(plan.num_stages()));
   if (model.unit) return out;
   if (model.measured) return measured_stage_costs(plan, model);
@@ -265,10 +289,10 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   }
   JsonReader rd(input_name);
   if (!j.is_object()) rd.fail("", "expected a JSON object (see docs/cost-model.md)");
-  rd.only_keys(
-      j, "",
-      {"comment", "layers", "stage", "latency", "bandwidth", "message_bytes", "overlap",
-       "weight_grad_memory", "layout", "stages", "boundaries", "transport", "post", "lengths"});
+  rd.only_keys(j, "",
+               {"comment", "layers", "stage", "latency", "bandwidth", "message_bytes", "overlap",
+                "weight_grad_memory", "layout", "stages", "boundaries", "transport", "post",
+                "lengths", "host_bandwidth"});
   CostModel m;
   m.unit = false;
   if (j.contains("layers")) {
@@ -299,6 +323,8 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   if (j.contains("stage")) m.memory_in_bytes |= gives_memory(j["stage"]);
   if (j.contains("latency")) m.latency = rd.number(j["latency"], "latency", 0, HUGE_VAL);
   if (j.contains("bandwidth")) m.bandwidth = rd.number(j["bandwidth"], "bandwidth", 0, HUGE_VAL);
+  if (j.contains("host_bandwidth"))
+    m.host_bandwidth = rd.number(j["host_bandwidth"], "host_bandwidth", 0, HUGE_VAL);
   if (j.contains("message_bytes"))
     m.message_bytes = rd.number(j["message_bytes"], "message_bytes", 0, HUGE_VAL);
   if (j.contains("overlap")) m.overlap = rd.number(j["overlap"], "overlap", 0, 1);

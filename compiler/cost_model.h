@@ -30,6 +30,10 @@ struct LayerCost {
   // gradient norm, clipping, the optimizer step, zeroing gradients): rank r begins a step at the
   // sum of its stages' optimizer (docs/cost-model.md, "What the simulator computes").
   double optimizer = 0;
+  // Issue 42's memory modes (docs/cost-model.md, "Recomputation and offloading"); absent: the
+  // defaults of memory_costs.h (layer_mode_cost).
+  std::optional<double> activation_selective{}, activation_full{};  // bytes each mode keeps
+  std::optional<double> recompute_selective{}, recompute_full{};    // time to rebuild the rest
   double backward() const { return b ? *b : i + w; }
 };
 
@@ -75,8 +79,11 @@ struct CostModel {
   }
   // What an empty stage (or a generic --stages stage) costs when unit == false.
   LayerCost empty_stage{};
-  double latency = 0;        // per message
-  double bandwidth = 0;      // bytes per time unit; 0 = infinite
+  double latency = 0;    // per message
+  double bandwidth = 0;  // bytes per time unit; 0 = infinite
+  // Device-to-host bandwidth of an offload (bytes per time unit, 0 = infinite); `bandwidth` when
+  // absent (memory_costs.h).
+  std::optional<double> host_bandwidth;
   double message_bytes = 0;  // size of one activation / gradient message
   // Fraction of a microbatch's activation memory kept after I until its W (0 = freed at I).
   double weight_grad_memory = 0;
@@ -109,6 +116,13 @@ struct StageCost {
   double f = 1, b = 2, i = 1, w = 1;
   double activation = 1, params = 0;
   double optimizer = 0;  // between steps (LayerCost::optimizer); 0 under unit costs
+  // Issue 42's memory modes (memory_costs.h; all 0 without a memory policy): `activation` is then
+  // what the stage keeps from F to its backward; `transient` more is live during its B or I (the
+  // recomputed or prefetched part) and `forward_transient` during its F (what is offloaded after
+  // it). `recompute` is the forward time b and i include to rebuild it, `offload` the time one
+  // way of an offload's transfer on the side stream (`exposed` of both ways not hidden, in b, i).
+  double transient = 0, forward_transient = 0;
+  double recompute = 0, offload = 0, exposed = 0;
   // A whole backward is shorter than its I and W apart (measured profiles: Auto then runs Bs where
   // a held-back W would not fill idle time).
   bool whole_backward_shorter() const { return b < (i + w) * (1 - 1e-9); }
@@ -134,7 +148,10 @@ struct StageCost {
 // when every one is 0.
 std::vector<double> rank_starts(const Plan& plan, const std::vector<StageCost>& costs);
 
+// The costs of every plan stage under the plan's memory policy (plan.memory, applied by
+// apply_memory_policy in memory_costs.h), and as they are when every stage keeps everything.
 std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model);
+std::vector<StageCost> stage_costs_keeping_all(const Plan& plan, const CostModel& model);
 
 // Duration of a compute action (an OverlapFB as a whole) given the stage costs.
 inline double action_cost(const Action& a, const std::vector<StageCost>& costs,

@@ -79,18 +79,25 @@ void SimulationRun::change_memory(int r, const Action& p, double start, double e
     }
     peak = std::max(peak, mem);
   };
-  const double act = lengths_ ? lengths_->cost(p.stage, p.microbatch).activation
-                              : costs_[static_cast<size_t>(p.stage)].activation;
-  const double keep = act * model_.weight_grad_memory;
+  // Under a memory mode (memory_costs.h) a stage keeps `activation` from F to its backward, and
+  // holds its transients while an F (offloaded after it) or a B or I (recomputed or fetched back
+  // before it) runs; what an I leaves for its W is a share of the whole activation.
+  const StageCost& c =
+      lengths_ ? lengths_->cost(p.stage, p.microbatch) : costs_[static_cast<size_t>(p.stage)];
+  const double act = c.activation, whole = act + c.transient;
+  const double keep = whole * model_.weight_grad_memory;
   switch (kind_info(p.kind).memory) {
     case Memory::Holds:
-      change(start, act);
+      change(start, act + c.forward_transient);
+      if (c.forward_transient != 0) change(end, -c.forward_transient);
       break;
     case Memory::Frees:
-      change(end, -act);
+      if (c.transient != 0) change(start, c.transient);
+      change(end, -whole);
       break;
     case Memory::FreesInput:
-      change(end, -(act - keep));
+      if (c.transient != 0) change(start, c.transient);
+      change(end, -(whole - keep));
       break;
     case Memory::FreesWeight:
       if (keep != 0) change(end, -keep);

@@ -7,6 +7,7 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/lower_bound.h"
+#include "compiler/memory_choice.h"
 #include "compiler/simulate.h"
 #include "compiler/synthesize_improve.h"
 #include "compiler/synthesize_search.h"
@@ -33,6 +34,7 @@ Plan skeleton(const SynthesisOptions& o, PlacementStyle style) {
   co.vpp = o.vpp;
   co.schedule = info.name;
   co.microbatches = o.microbatches;
+  co.memory = o.memory;
   return plan_skeleton(co, info);
 }
 
@@ -117,10 +119,16 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
     if (opts.memory_limit) {
       const std::vector<StageCost> c = stage_costs(base, opts.cost);
       for (int r = 0; r < base.pp(); ++r) {
-        double params = 0;
-        for (int s : base.placement.rank_stages[static_cast<size_t>(r)])
+        // And the largest transients of a memory mode: a backward's and a forward's (an
+        // OVERLAP_F_B runs both).
+        double params = 0, transient = 0, forward_transient = 0;
+        for (int s : base.placement.rank_stages[static_cast<size_t>(r)]) {
           params += c[static_cast<size_t>(s)].params;
-        in.activation_budget.push_back(*opts.memory_limit - params);
+          transient = std::max(transient, c[static_cast<size_t>(s)].transient);
+          forward_transient =
+              std::max(forward_transient, c[static_cast<size_t>(s)].forward_transient);
+        }
+        in.activation_budget.push_back(*opts.memory_limit - params - transient - forward_transient);
       }
     }
     // Where some stage's whole backward is shorter than its I + W (measured profiles), the split
@@ -209,7 +217,8 @@ Plan compile_auto(const CompileOptions& co) {
   o.microbatches = co.microbatches;
   if (co.cost) o.cost = *co.cost;
   o.memory_limit = co.memory_limit;
-  return synthesize(o).plan;
+  o.memory = co.memory;
+  return synthesize_choosing_memory(o).plan;
 }
 
 std::string describe_bound(const Plan& plan, const CostModel& cost, double makespan) {

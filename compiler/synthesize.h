@@ -98,6 +98,9 @@ struct SynthesisOptions {
   int microbatches = 1;
   CostModel cost;                      // unit costs by default
   std::optional<double> memory_limit;  // per rank: activations + parameters
+  // The memory modes of every candidate (issue 42); synthesize_choosing_memory (memory_choice.h)
+  // tries several.
+  MemoryPolicy memory;
   // Placements to try; empty = loop, and V when there are two stages per rank.
   std::vector<PlacementStyle> placements;
   // Also try the named one-copy schedules that run this configuration (the result is then never

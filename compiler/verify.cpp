@@ -556,6 +556,12 @@ VerifyReport report_of(const Plan& plan, const VerifyOptions& opts, bool streame
         fmt::format("plan has {} stages and {} microbatches; each must be at least 1",
                     plan.num_stages(), plan.microbatches));
   }
+  // The plan's memory modes (issue 42) name stages and layer kinds it has.
+  if (!plan.memory.empty()) try {
+      check_memory_policy(plan.memory, plan.layout, plan.num_stages(), "memory");
+    } catch (const UserError& e) {
+      rep.errors.push_back("memory: " + e.message());
+    }
   rep.peak_inflight = peak_inflight(plan);
   return rep;
 }

@@ -149,6 +149,12 @@ class ListScheduler {
 
  private:
   const StageCost& c(int s) const { return cost_[static_cast<size_t>(s)]; }
+  // What an I of stage s leaves for its W: the share weight_grad_memory of the whole activation,
+  // which under a memory mode (memory_costs.h) can exceed what the stage keeps from its F (the I
+  // then takes more than it frees).
+  double for_w(int s) const {
+    return c(s).transient == 0 ? c(s).activation * wg_ : wg_ * (c(s).activation + c(s).transient);
+  }
   int rank(int s) const { return plan_.rank_of(s); }
   RankState& st(int r) { return ranks_[static_cast<size_t>(r)]; }
 
@@ -474,7 +480,7 @@ class ListScheduler {
           release(r, mb, act);
           ++parts_done_;  // B is I and W at once
         } else {
-          release(r, mb, act * (1 - wg_));
+          release(r, mb, c(stage).transient == 0 ? act * (1 - wg_) : act - for_w(stage));
           s.w.push_back(Candidate{stage, mb, t});
         }
         freed_ = true;
@@ -490,7 +496,7 @@ class ListScheduler {
         return;
       }
       case ActionKind::W:
-        release(r, mb, act * wg_);
+        release(r, mb, for_w(stage));
         freed_ = true;
         return;
       default:

@@ -131,6 +131,8 @@ ppc::CompileOptions compile_options(const Options& o, Parsed&& model, std::optio
   co.microbatches = o.microbatches;
   co.cost = &cost;
   co.memory_limit = limit;
+  co.memory = memory_policy(o);
+  co.memory_input = o.recompute.empty() ? "--offload" : "--recompute";
   return co;
 }
 

@@ -16,6 +16,7 @@
 #include "compiler/csv.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit_text.h"
+#include "compiler/memory_costs.h"
 #include "compiler/plan_json.h"
 #include "compiler/render_dot.h"
 #include "compiler/synthesize.h"
@@ -107,6 +108,7 @@ const Emitter kEmitters[] = {
      [](Emit& e, VerifiedPlan& v, std::ostream& os) {
        ppc::emit_stats(v.plan, v.report, *v.sim, os);
        if (e.limit) os << ppc::memory_check(*v.sim, *e.limit, e.cost.memory_in_bytes) << "\n";
+       os << ppc::describe_memory_modes(v.plan, e.cost);
        if (e.balanced) os << ppc::describe_balance(*e.balanced);
        // A synthesized plan: how far it is from the lower bound (which knows no lengths).
        if (const auto* s = ppc::find_schedule(v.plan.schedule);

@@ -66,4 +66,11 @@ std::optional<double> memory_limit(const Options& o) {
   return ppc::parse_memory_size(o.memory_limit, "--memory-limit");
 }
 
+ppc::MemoryPolicy memory_policy(const Options& o) {
+  ppc::MemoryPolicy p;
+  if (!o.recompute.empty()) p = ppc::parse_memory_policy(o.recompute, "--recompute");
+  if (!o.offload.empty()) p = ppc::combine(p, ppc::parse_offload_targets(o.offload, "--offload"));
+  return p;
+}
+
 }  // namespace ppcompile

@@ -36,4 +36,7 @@ ppc::CostModel cost_model(const Options& o);
 // --memory-limit, if given.
 std::optional<double> memory_limit(const Options& o);
 
+// --recompute's rules, then --offload's (empty when neither is given).
+ppc::MemoryPolicy memory_policy(const Options& o);
+
 }  // namespace ppcompile

@@ -148,6 +148,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--memory-limit", o.memory_limit,
                  "Memory per rank (bytes, or 80GiB, 80GB...; activation units under unit costs)");
+  app.add_option("--recompute", o.recompute,
+                 "Memory modes per layer kind or stage: none, selective, full, offload "
+                 "('full', 't:selective,stage3:none'; docs/ppcompile.md); Auto chooses under "
+                 "--memory-limit when neither this nor --offload is given");
+  app.add_option("--offload", o.offload,
+                 "Stages or layer kinds whose activations go to host memory ('stage0,stage1', "
+                 "'all'); after --recompute's rules");
   app.add_option("--dump-after", o.dump_after,
                  "Debugging: write the IR after each pass named to stderr (parse, place, "
                  "generate, lower, verify, simulate; a list: generate,lower)")

@@ -26,9 +26,10 @@ struct Options {
   bool compact = false;
   bool list_schedules = false;
   bool compare = false;
-  std::string cost_file;      // --cost FILE
-  ppc::CostFlags cost_flags;  // --cost-f, --cost-b, ...
-  std::string memory_limit;   // --memory-limit BYTES
+  std::string cost_file;           // --cost FILE
+  ppc::CostFlags cost_flags;       // --cost-f, --cost-b, ...
+  std::string memory_limit;        // --memory-limit BYTES
+  std::string recompute, offload;  // --recompute SPEC, --offload TARGETS (issue 42)
   std::string engine = "timeline";
   std::string arrows = "auto";
   double width = 1800;

@@ -1,0 +1,226 @@
+// Issue 42's compiler half: what each memory mode costs (memory_costs.h), the simulator's times
+// and memory under a plan's modes, and Auto's choice of modes under a memory limit
+// (memory_choice.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "compiler/compile.h"
+#include "compiler/cost_model.h"
+#include "compiler/diagnostic.h"
+#include "compiler/lower_bound.h"
+#include "compiler/lower_for_model.h"
+#include "compiler/memory_choice.h"
+#include "compiler/memory_costs.h"
+#include "compiler/simulate.h"
+#include "compiler/verify.h"
+#include "tests/compiler/error_cases.h"
+#include "tests/compiler/test_util.h"
+
+namespace ppc {
+namespace {
+
+// f = 1, b = 2 (i = w = 1) per layer; 10 bytes of activation, messages of 2 bytes.
+CostModel small_costs() {
+  CostFlags fl;
+  fl.f = 1;
+  fl.b = 2;
+  fl.activation = 10;
+  fl.message_bytes = 2;
+  return cost_model_from_flags(fl);
+}
+
+Plan compiled(const std::string& schedule, const std::string& layout, int pp, int m,
+              const std::string& recompute, const CostModel& cost) {
+  CompileOptions co;
+  co.layout = parse_layout(layout, "layout");
+  co.has_model = true;
+  co.pp = pp;
+  co.schedule = schedule;
+  co.microbatches = m;
+  co.cost = &cost;
+  if (!recompute.empty()) co.memory = parse_memory_policy(recompute, "--recompute");
+  return compile(co);
+}
+
+Simulation simulated(const Plan& plan, const CostModel& cost) {
+  Plan lowered = lower_for_model(plan, cost);
+  EXPECT_TRUE(verify(lowered).ok());
+  return simulate(lowered, cost);
+}
+
+TEST(MemoryCosts, DefaultsDeriveFromTheLayersOtherNumbers) {
+  const CostModel cost = small_costs();
+  const LayerCost& t = cost.layer(LayerKind::Decoder);
+  const LayerModeCost none = layer_mode_cost(t, cost, MemoryMode::None);
+  EXPECT_EQ(none.kept, 10);
+  EXPECT_EQ(none.recompute, 0);
+  const LayerModeCost full = layer_mode_cost(t, cost, MemoryMode::Full);
+  EXPECT_EQ(full.kept, 2);  // the layer's input: one message
+  EXPECT_EQ(full.rebuilt, 8);
+  EXPECT_EQ(full.recompute, 1);  // its forward again
+  const LayerModeCost sel = layer_mode_cost(t, cost, MemoryMode::Selective);
+  EXPECT_EQ(sel.kept, 6);  // halfway
+  EXPECT_DOUBLE_EQ(sel.recompute, 0.1);
+  const LayerModeCost off = layer_mode_cost(t, cost, MemoryMode::Offload);
+  EXPECT_EQ(off.kept, 0);
+  EXPECT_EQ(off.offloaded, 10);
+}
+
+TEST(MemoryCosts, CostFileFieldsOverrideTheDefaultsAndOldFilesReadTheSame) {
+  const CostModel given = parse_cost_model(
+      R"({"layers": {"t": {"f": 2, "activation": 100, "activation_selective": 40,
+          "activation_full": 5, "recompute_selective": 0.5, "recompute_full": 1.5}},
+          "host_bandwidth": 50})",
+      "cost.json");
+  const LayerCost& t = given.layer(LayerKind::Decoder);
+  EXPECT_EQ(layer_mode_cost(t, given, MemoryMode::Selective).kept, 40);
+  EXPECT_EQ(layer_mode_cost(t, given, MemoryMode::Selective).recompute, 0.5);
+  EXPECT_EQ(layer_mode_cost(t, given, MemoryMode::Full).kept, 5);
+  EXPECT_EQ(layer_mode_cost(t, given, MemoryMode::Full).recompute, 1.5);
+  EXPECT_EQ(given.host_bandwidth, 50);
+  const CostModel old =
+      parse_cost_model(R"({"layers": {"t": {"f": 2, "activation": 100}}})", "cost.json");
+  EXPECT_FALSE(old.host_bandwidth.has_value());
+  EXPECT_EQ(layer_mode_cost(old.layer(LayerKind::Decoder), old, MemoryMode::Full).kept, 12.5);
+  EXPECT_EQ(pptest::message_of([] {
+              parse_cost_model(
+                  R"({"layers": {"t": {"f": 1, "activation": 4, "activation_full": 5}}})",
+                  "cost.json");
+            }),
+            "cost.json: layers.t.activation_full: 5 is more than the activation 4 that keeping "
+            "everything keeps");
+  EXPECT_EQ(pptest::message_of([] {
+              parse_cost_model(
+                  R"({"layout": "t|t", "stages": [{"f": 1, "recompute_full": 1}, null]})",
+                  "cost.json");
+            }),
+            "cost.json: stages[0].recompute_full: unknown field (known: f, b, i, w, activation, "
+            "params, optimizer)");
+}
+
+TEST(MemoryCosts, RecomputationLengthensTheBackwardAndTheInputGradientOnly) {
+  const CostModel cost = small_costs();
+  const Plan keep = compiled("ZB-H1", "Et|tL", 2, 4, "", cost);
+  const Plan full = compiled("ZB-H1", "Et|tL", 2, 4, "full,stage1:none", cost);
+  const std::vector<StageCost> a = stage_costs(keep, cost), b = stage_costs(full, cost);
+  EXPECT_EQ(b[0].f, a[0].f);
+  EXPECT_EQ(b[0].i, a[0].i + 2);  // an I recomputes both layers' forwards once
+  EXPECT_EQ(b[0].b, a[0].b + 2);
+  EXPECT_EQ(b[0].w, a[0].w);  // its W reuses what the I kept
+  EXPECT_EQ(b[0].activation, 4);
+  EXPECT_EQ(b[0].transient, 16);
+  EXPECT_EQ(b[1].i, a[1].i);  // stage 1 keeps everything
+  EXPECT_EQ(b[1].activation, 20);
+  // The lower bound counts the recomputation.
+  EXPECT_GT(makespan_lower_bound(full, cost).value, makespan_lower_bound(keep, cost).value);
+}
+
+TEST(MemoryCosts, SimulatorTimesTheRecomputeAndCountsKeptBytesAndTheTransient) {
+  const CostModel cost = small_costs();
+  // 1F1B, pp 2: rank 0 holds two microbatches before its first backward.
+  const Simulation keep = simulated(compiled("1F1B", "Et|tL", 2, 4, "", cost), cost);
+  EXPECT_EQ(keep.peak_memory[0], 40);
+  const Simulation full = simulated(compiled("1F1B", "Et|tL", 2, 4, "full", cost), cost);
+  // Two microbatches' inputs (2 x 2 layers x 2 bytes) and one microbatch rebuilt (2 x 8).
+  EXPECT_EQ(full.peak_memory[0], 24);
+  // Timed as a plan whose backward is longer by the forward: b = 2 + 1 per layer.
+  CostFlags longer;
+  longer.f = 1;
+  longer.b = 3;
+  longer.activation = 10;
+  longer.message_bytes = 2;
+  const CostModel slow = cost_model_from_flags(longer);
+  const Simulation same = simulated(compiled("1F1B", "Et|tL", 2, 4, "", slow), slow);
+  EXPECT_DOUBLE_EQ(full.makespan, same.makespan);
+  EXPECT_GT(full.makespan, keep.makespan);
+}
+
+TEST(MemoryCosts, OffloadHidesItsTransfersUnlessTheHostLinkIsSlow) {
+  CostModel cost = small_costs();
+  const Simulation keep = simulated(compiled("1F1B", "Et|tL", 2, 4, "", cost), cost);
+  cost.host_bandwidth = 1000;  // 20 bytes in 0.02 each way: hidden behind F + B = 6
+  const Plan off = compiled("1F1B", "Et|tL", 2, 4, "offload", cost);
+  const Simulation fast = simulated(off, cost);
+  EXPECT_DOUBLE_EQ(fast.makespan, keep.makespan);
+  // Nothing kept between F and B: one microbatch's activation during an F or a B.
+  EXPECT_EQ(fast.peak_memory[0], 20);
+  cost.host_bandwidth = 2;  // 10 each way, 20 both: 14 exposed in each B
+  const std::vector<StageCost> c = stage_costs(off, cost);
+  EXPECT_EQ(c[0].offload, 10);
+  EXPECT_EQ(c[0].exposed, 14);
+  EXPECT_GT(simulated(off, cost).makespan, keep.makespan + 14);
+}
+
+// DeepSeek-V3's costs at pp 4 under a limit that throttles the order that keeps everything.
+SynthesisOptions deepseek_pp4(double limit) {
+  SynthesisOptions o;
+  o.layout = parse_layout("Ettttttt|tttttttt|tttttttt|ttttttmL", "layout");
+  o.has_model = true;
+  o.pp = 4;
+  o.microbatches = 16;
+  o.cost = read_cost_model(pptest::source_path("examples/cost-deepseek-v3.json"));
+  o.cost.host_bandwidth.reset();  // recomputation only
+  o.memory_limit = limit;
+  return o;
+}
+
+TEST(MemoryChoice, AutoChoosesModesThatBeatKeepingEverythingUnderALimit) {
+  SynthesisOptions o = deepseek_pp4(0);
+  o.memory_limit.reset();
+  const SynthesisResult free = synthesize(o);
+  const double limit = 0.6 * free.peak_total;
+  o.memory_limit = limit;
+  const SynthesisResult keep = synthesize(o);  // every stage keeps everything: throttled
+  const SynthesisResult chosen = synthesize_choosing_memory(o);
+  EXPECT_FALSE(chosen.plan.memory.empty());
+  EXPECT_TRUE(chosen.fits);
+  EXPECT_LT(chosen.makespan, keep.makespan);
+  // The plan records the modes, and they are what its simulation counts.
+  const Plan lowered = lower_for_model(chosen.plan, o.cost);
+  const Simulation sim = simulate(lowered, o.cost);
+  EXPECT_DOUBLE_EQ(sim.makespan, chosen.makespan);
+  for (size_t r = 0; r < sim.peak_memory.size(); ++r)
+    EXPECT_LE(sim.peak_memory[r] + sim.param_memory[r], limit * (1 + 1e-9));
+  // Without a limit, or with --recompute given, nothing is chosen.
+  o.memory_limit.reset();
+  EXPECT_TRUE(synthesize_choosing_memory(o).plan.memory.empty());
+}
+
+TEST(MemoryChoice, ALimitNoModeMeetsSaysTheSmallestThatWorks) {
+  SynthesisOptions o = deepseek_pp4(1e9);
+  const std::string msg = pptest::message_of([&] { synthesize_choosing_memory(o); });
+  const std::string head = "--memory-limit: no memory mode fits one microbatch on rank ";
+  ASSERT_EQ(msg.substr(0, head.size()), head) << msg;
+  // The limit it names works.
+  const size_t at = msg.find("works is ") + 9;
+  const std::string smallest = msg.substr(at, msg.find(" GiB", at) - at);
+  o.memory_limit = std::stod(smallest) * 1.001 * (1 << 30) + (1 << 21);
+  EXPECT_TRUE(synthesize_choosing_memory(o).fits);
+}
+
+TEST(MemoryCosts, VerifyChecksThePlansModes) {
+  Plan plan = compiled("1F1B", "Et|tL", 2, 4, "full", small_costs());
+  EXPECT_TRUE(verify(plan).ok());
+  plan.memory = parse_memory_policy("full,stage2:none", "memory");
+  const VerifyReport rep = verify(plan);
+  ASSERT_FALSE(rep.ok());
+  EXPECT_EQ(rep.errors.front(),
+            "memory: 'all:full,stage2:none': stage2 does not exist (the plan has 2 stages: stage0 "
+            "to stage1)");
+}
+
+TEST(MemoryChoice, PpcompileRecordsForcedModesAndRejectsBadOnes) {
+  const auto ok = pptest::run_ppcompile({"--layout", "Et|tL", "--pp", "2", "--schedule", "1F1B",
+                                         "--microbatches", "4", "--recompute", "full", "--offload",
+                                         "stage1", "--emit", "json"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("\"memory\": \"all:full,stage1:offload\""), std::string::npos);
+  const auto bad = pptest::run_ppcompile({"--layout", "Et|tL", "--pp", "2", "--schedule", "1F1B",
+                                          "--microbatches", "4", "--recompute", "stage7:full"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+}
+
+}  // namespace
+}  // namespace ppc

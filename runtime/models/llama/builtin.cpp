@@ -13,6 +13,7 @@
 #include <numbers>
 
 #include "compiler/diagnostic.h"
+#include "runtime/data/documents.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/cli.h"
 #include "runtime/model/kernel_choice.h"
@@ -101,12 +102,14 @@ at::Tensor norm(const Common& c, const at::Tensor& x, at::Tensor* g, WeightWork*
   return rms_norm(x, g, c.cfg.norm_eps, w, c.kernels);
 }
 
+// `positions`: the tokens' positions in their documents (attention(); undefined: none).
 at::Tensor decoder(const Common& c, const AttentionConsts& attn, const at::Tensor& x,
-                   const Decoder& d, WeightWork* w) {
+                   const Decoder& d, WeightWork* w, const at::Tensor& positions) {
   const at::Tensor h = norm(c, x, d.attn_norm, w);
   at::Tensor qkv = fused_linear(h, {d.wq, d.wk, d.wv}, *d.qkv, w);
   if (d.bq) qkv = fused_bias(qkv, {d.bq, d.bk, d.bv}, *d.qkv_bias, w);
-  const at::Tensor x1 = residual_linear(x, attention(qkv, attn), d.wo, w, d.wo_copy.get());
+  const at::Tensor x1 =
+      residual_linear(x, attention(qkv, attn, positions), d.wo, w, d.wo_copy.get());
   const at::Tensor h2 = norm(c, x1, d.mlp_norm, w);
   const at::Tensor gate_up = fused_linear(h2, {d.w1, d.w3}, *d.gate_up, w);
   return residual_linear(x1, swiglu(gate_up, c.kernels), d.w2, w, d.w2_copy.get());
@@ -142,6 +145,20 @@ Layer make_tensors(std::shared_ptr<BuiltinModule> module,
 // their gradient back to fp32).
 at::Tensor embed(at::ScalarType dtype, at::Tensor* w, const at::Tensor& ids, WeightWork* work) {
   return embedding(w, ids, work).to(dtype);
+}
+
+// The targets k + 1 places ahead of the first `n` positions of token rows `rows`, the ignored
+// index (-100, cross_entropy's) where a target does not continue its position's document (rows
+// of documents, runtime/data/documents.h: a document's last tokens, padding); the ids alone.
+at::Tensor predicted(const at::Tensor& rows, int64_t k, int64_t n) {
+  const at::Tensor from = rows.narrow(1, 0, n), to = rows.narrow(1, 1 + k, n);
+  const at::Tensor ids = to.bitwise_and(kTokenMask);
+  if (rows.numel() == 0 || (rows[0][0].item<int64_t>() >> kDocumentShift) == 0) return ids;
+  auto position = [](const at::Tensor& t) {
+    return t.bitwise_right_shift(kDocumentShift).bitwise_and(kPositionMask) - 1;
+  };
+  return at::where(position(to) == position(from) + (k + 1), ids,
+                   at::full({}, -100, ids.options()));
 }
 
 // The attention tables of x's device and the layer's window, kept by the layer.
@@ -219,7 +236,8 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
         auto d = std::make_shared<Decoder>(decoder_params(*m, i, common->cfg.qkv_bias));
         BuiltinModule* raw = m.get();
         return make(m, [common, raw, d](const at::Tensor& x, const Microbatch& mb) {
-          return decoder(*common, attn_of(*common, *raw, x), x, *d, mb.weight_work());
+          return decoder(*common, attn_of(*common, *raw, x), x, *d, mb.weight_work(),
+                         document_positions(mb.tokens(), mb.seq_len()));
         });
       },
       [](const std::vector<int64_t>& in) { return in; });
@@ -257,15 +275,17 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
           const at::Tensor& rows = mb.tokens();
           const int64_t b = rows.size(0), k = p->depth, T = mb.seq_len();
           const at::Tensor& prev = x.back().tensor;
-          at::Tensor ids = rows.narrow(1, k, T + 1 - k);
+          at::Tensor ids = rows.narrow(1, k, T + 1 - k).bitwise_and(kTokenMask);
           if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
           at::Tensor e = norm(c, embed(dtype, p->embed, ids.contiguous(), w), p->enorm, w);
           at::Tensor h =
               linear(at::cat({e, norm(c, prev, p->hnorm, w)}, -1), p->eh_proj, w, &p->eh_proj_copy);
           Tensors out = x;
-          out.push_back(NamedTensor{
-              "mtp." + std::to_string(k),
-              norm(c, decoder(c, attn_of(*common, *raw, prev), h, p->layer, w), p->final_norm, w)});
+          out.push_back(NamedTensor{"mtp." + std::to_string(k),
+                                    norm(c,
+                                         decoder(c, attn_of(*common, *raw, prev), h, p->layer, w,
+                                                 document_positions(rows, T)),
+                                         p->final_norm, w)});
           return out;
         });
       },
@@ -297,7 +317,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
                 at::Tensor logits =
                     linear(h.narrow(1, 0, valid), head, w, head_copy.get()).to(at::kFloat);
                 return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                              rows.narrow(1, 1 + k, valid).reshape({-1}));
+                                              predicted(rows, k, valid).reshape({-1}));
               };
               at::Tensor main = ce(norm(*common, hs[0].tensor, norm_w, w), 0);
               std::vector<at::Tensor> depths;

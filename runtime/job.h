@@ -11,6 +11,7 @@
 #include "compiler/memory_mode.h"
 #include "compiler/plan.h"
 #include "pprt/family.h"
+#include "runtime/data/documents.h"
 #include "runtime/data/token_file.h"
 #include "runtime/model/model_facts.h"
 
@@ -29,6 +30,12 @@ struct TrainOptions {
   uint64_t seed = 1234;          // initialisation and data
   std::string data_path;         // empty = synthetic language
   DataFormat data_format = DataFormat::Auto;
+  // Documents (runtime/data/documents.h, docs/pprun.md "Documents"): --eod (-1: none), --pack or
+  // --pad (RowMode), --varlen's --granule (0: off; each microbatch as long as its longest
+  // sequence, in multiples of it).
+  int64_t eod = -1;
+  RowMode rows = RowMode::Windows;
+  int granule = 0;
   // --dtype: of activations and matrix products (bf16: mixed precision, with fp32 master weights,
   // gradients and AdamW state; pprt::MixedPrecision, runtime/model/precision.h, docs/gpu.md).
   Precision dtype = Precision::Fp32;

@@ -193,6 +193,7 @@ struct MegatronIndex {
   Type type = Type::U16;
   uint64_t sequences = 0, documents = 0, tokens = 0;
   uint64_t hash = 0;
+  std::vector<uint64_t> document_starts;  // the token where each document starts
 };
 
 constexpr unsigned char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
@@ -262,7 +263,10 @@ MegatronIndex read_megatron_index(const std::string& path) {
   const unsigned char* docs = pointers + 8 * S;
   const uint64_t tsize = type_size(ix.type);
   uint64_t expect = 0;  // the byte where sequence i must start: the previous ones end there
+  std::vector<uint64_t> sequence_starts;  // in tokens
+  sequence_starts.reserve(S + 1);
   for (uint64_t i = 0; i < S; ++i) {
+    sequence_starts.push_back(ix.tokens);
     const auto len = load<int32_t>(lengths + 4 * i);
     if (len < 0)
       fail(path, fmt::format("sequence_lengths[{}] (byte {}): {} is negative", i,
@@ -278,6 +282,7 @@ MegatronIndex read_megatron_index(const std::string& path) {
            fmt::format("sequence_lengths: the sequences up to {} hold more than 2^64 bytes", i));
     ix.tokens += static_cast<uint64_t>(len);
   }
+  sequence_starts.push_back(ix.tokens);
   if (D == 0) fail(path, "document count (byte 26): 0, the document indices start with a 0");
   int64_t prev = 0;
   for (uint64_t i = 0; i < D; ++i) {
@@ -291,6 +296,7 @@ MegatronIndex read_megatron_index(const std::string& path) {
     if (i + 1 == D && static_cast<uint64_t>(d) != S)
       fail(path, fmt::format("document_indices[{}] (byte {}): {}, expected the sequence count {}",
                              i, at, d, S));
+    if (i + 1 < D) ix.document_starts.push_back(sequence_starts[static_cast<size_t>(d)]);
     prev = d;
   }
   ix.hash = sample_hash(0xCBF29CE484222325ull, p, size);
@@ -364,6 +370,7 @@ std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, DataFo
       f->type_ = ix.type;
       f->sequences_ = ix.sequences;
       f->documents_ = ix.documents - 1;
+      f->document_starts_ = std::move(ix.document_starts);
       f->name_ = files.path.substr(0, files.path.size() - 4);
       break;
     case DataFormat::Auto:
@@ -436,6 +443,16 @@ void TokenFile::copy(uint64_t first, size_t n, int64_t* out) const {
     for (size_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(t[first + i]);
     return 0;
   });
+}
+
+std::vector<uint64_t> TokenFile::positions_of(int64_t id) const {
+  std::vector<uint64_t> at;
+  with_type(type_, map_, [&](const auto* t) {
+    for (uint64_t i = 0; i < tokens_; ++i)
+      if (static_cast<int64_t>(t[i]) == id) at.push_back(i);
+    return 0;
+  });
+  return at;
 }
 
 std::string TokenFile::describe() const {

@@ -72,6 +72,12 @@ class TokenFile {
   // Tokens [first, first + n) of the stream, widened to int64 (first + n <= size()).
   void copy(uint64_t first, size_t n, int64_t* out) const;
 
+  // Megatron: the token where each document starts (document_indices over the sequences), in
+  // order; empty for the other formats.
+  const std::vector<uint64_t>& document_starts() const { return document_starts_; }
+  // Where token `id` occurs in the stream, in order (one scan: --eod's documents).
+  std::vector<uint64_t> positions_of(int64_t id) const;
+
   // "bytes of FILE (N bytes)", "uint16 tokens of FILE (N tokens)", "Megatron dataset PREFIX
   // (int32 tokens, D documents, S sequences, N tokens)"
   std::string describe() const;
@@ -100,6 +106,7 @@ class TokenFile {
   size_t map_bytes_ = 0;
   uint64_t tokens_ = 0;
   uint64_t documents_ = 0, sequences_ = 0;  // Megatron
+  std::vector<uint64_t> document_starts_;   // Megatron
   std::string name_;                        // Megatron: the prefix
   DataIdentity identity_;
   std::vector<Stat> stats_;

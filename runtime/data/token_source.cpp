@@ -57,16 +57,60 @@ TokenSource TokenSource::from_file(const std::string& path, int vocab, int seq_l
   return s;
 }
 
+void TokenSource::use_documents(RowMode mode, std::optional<int64_t> eod, int row) {
+  PPC_INTERNAL_ASSERT(file_ && mode != RowMode::Windows, "documents of a data file");
+  mode_ = mode;
+  row_ = row;
+  pieces_ = document_pieces(*file_, eod, row);
+  PPC_INTERNAL_ASSERT(!pieces_.empty(), "a data file holds a sequence");
+}
+
+namespace {
+
+// --pack, --pad, --varlen, --granule, --eod: what they need (docs/pprun.md, "Documents").
+void check_document_flags(const Job& job) {
+  const TrainOptions& t = job.train;
+  const char* mode = t.rows == RowMode::Pack  ? "--pack"
+                     : t.rows == RowMode::Pad ? "--pad"
+                                              : nullptr;
+  if (t.eod != -1 && t.data_path.empty()) fail("--eod", "needs --data FILE");
+  if (t.eod != -1 && (t.eod < 0 || t.eod >= job.setup.vocab))
+    fail("--eod",
+         fmt::format("{} is not a token id of the model (vocab {})", t.eod, job.setup.vocab));
+  if (t.granule > 0 && job.setup.seq_len % t.granule != 0)
+    fail("--granule", fmt::format("{} does not divide --seq-len {}", t.granule, job.setup.seq_len));
+  if (mode && t.data_path.empty()) fail(mode, "needs --data FILE: documents come from a data file");
+  if (t.granule > 0 && t.data_path.empty())
+    fail("--varlen", "needs --data FILE: the lengths come from a data file's documents");
+}
+
+}  // namespace
+
 TokenSource open_training_data(const Job& job) {
   const TrainOptions& t = job.train;
+  check_document_flags(job);
   if (t.data_path.empty()) {
     if (t.data_format != DataFormat::Auto && !job.eval.enabled())
       fail("--data-format", fmt::format("{} needs --data FILE (or --eval-data FILE)",
                                         data_format_name(t.data_format)));
     return TokenSource::synthetic(job.setup.vocab, t.seed);
   }
-  return TokenSource::from_file(t.data_path, job.setup.vocab, job.setup.seq_len, t.seed,
-                                t.data_format);
+  TokenSource s = TokenSource::from_file(t.data_path, job.setup.vocab, job.setup.seq_len, t.seed,
+                                         t.data_format);
+  // --varlen without --pack: one document per row.
+  const RowMode mode = t.rows == RowMode::Windows && t.granule > 0 ? RowMode::Pad : t.rows;
+  if (mode != RowMode::Windows) {
+    if (s.indexed_documents() || t.eod >= 0) {
+      s.use_documents(mode, t.eod >= 0 ? std::optional<int64_t>(t.eod) : std::nullopt,
+                      job.setup.seq_len + 1);
+    } else {
+      fail(t.rows == RowMode::Pack  ? "--pack"
+           : t.rows == RowMode::Pad ? "--pad"
+                                    : "--varlen",
+           fmt::format("'{}' has no documents: give --eod ID, or a Megatron dataset", t.data_path));
+    }
+  }
+  return s;
 }
 
 TokenSource open_eval_data(const Job& job) {
@@ -104,6 +148,11 @@ void TokenSource::batch(int64_t step, int64_t first_row, int rows, int len,
       synthetic_row(key, len, row);
       continue;
     }
+    if (mode_ != RowMode::Windows) {
+      PPC_INTERNAL_ASSERT(len == row_, "rows of documents as long as the pieces allow");
+      document_row(*file_, pieces_, mix64(key) % pieces_.size(), mode_, len, row);
+      continue;
+    }
     const uint64_t span = file_->size() - static_cast<uint64_t>(len) + 1;
     file_->copy(mix64(key) % span, static_cast<size_t>(len), row);
   }
@@ -126,6 +175,10 @@ void TokenSource::sequences(int64_t first, int rows, int len, std::vector<int64_
 }
 
 std::string TokenSource::describe() const {
+  if (file_ && mode_ != RowMode::Windows)
+    return fmt::format("{}, its documents {} ({} pieces of at most {} tokens)", file_->describe(),
+                       mode_ == RowMode::Pack ? "packed" : "one per sequence", pieces_.size(),
+                       row_);
   if (file_) return file_->describe();
   return fmt::format("synthetic language (vocab {})", vocab_);
 }

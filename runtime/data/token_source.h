@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/data/documents.h"
 #include "runtime/data/token_file.h"
 
 namespace pprt {
@@ -33,6 +34,15 @@ class TokenSource {
   static TokenSource from_file(const std::string& path, int vocab, int seq_len, uint64_t seed,
                                DataFormat format = DataFormat::Auto);
   static TokenSource synthetic(int vocab, uint64_t seed);
+
+  // Rows of documents (documents.h) instead of windows: `mode` Pad or Pack, the documents
+  // Megatron's index holds or those ending at `eod`, rows of `row` tokens (seq_len + 1). A data
+  // file only. Row j of step s starts at the piece drawn from (seed, s, j).
+  void use_documents(RowMode mode, std::optional<int64_t> eod, int row);
+  RowMode rows() const { return mode_; }
+  // Whether the data file's index holds documents (Megatron's).
+  bool indexed_documents() const { return file_ && !file_->document_starts().empty(); }
+  size_t pieces() const { return pieces_.size(); }
 
   // Rows [first_row, first_row + rows) of step `step`'s global batch, `len` tokens each,
   // row-major, into `out` (resized). Global row j is drawn from (seed, step, j) alone.
@@ -66,6 +76,9 @@ class TokenSource {
   int vocab_ = 0;
   uint64_t seed_ = 0;
   std::vector<int32_t> successors_;  // synthetic: 4 per token
+  RowMode mode_ = RowMode::Windows;
+  std::vector<Piece> pieces_;  // the documents' pieces (use_documents)
+  int row_ = 0;
 };
 
 // The data a job trains on: --data with --data-format, or the synthetic language.

@@ -97,6 +97,19 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
                    "anything else text")
       ->check(CLI::IsMember({"auto", "text", "uint16", "uint32", "megatron"}))
       ->capture_default_str();
+  // Documents (issue 41; docs/pprun.md, "Documents").
+  train->add_option("--eod", o.train.eod,
+                    "End-of-document token id of a flat --data file: a document ends after each");
+  bool pack_on = false, pad_on = false, varlen_on = false;
+  auto* pack = train->add_flag("--pack", pack_on,
+                               "Pack whole documents into each sequence (attention and positions "
+                               "per document; a document longer than a sequence is split)");
+  auto* pad = train->add_flag("--pad", pad_on, "One document per sequence, padded to --seq-len");
+  pack->excludes(pad);
+  train->add_flag("--varlen", varlen_on,
+                  "Each microbatch as long as its longest sequence, in multiples of --granule");
+  auto* granule =
+      train->add_option("--granule", o.train.granule, "--varlen's length multiple (default 1)");
 
   auto* eval = app.add_option_group("validation", "Validation (docs/pprun.md: Validation)");
   eval->add_option("--eval-data", o.eval_data,
@@ -193,6 +206,16 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
 
   if (auto stop = parse_flags(app, argc, argv, program)) return *stop;
   o.train.data_format = *parse_data_format(data_format);  // checked above
+  o.train.rows = pack_on ? RowMode::Pack : pad_on ? RowMode::Pad : RowMode::Windows;
+  if (granule->count() && !varlen_on) {
+    std::cerr << program << ": error: --granule: needs --varlen\n";
+    return 2;
+  }
+  if (granule->count() && o.train.granule < 1) {
+    std::cerr << program << ": error: --granule: " << o.train.granule << " is not a length\n";
+    return 2;
+  }
+  if (varlen_on && o.train.granule == 0) o.train.granule = 1;
   o.seed_given = seed->count() > 0;
   std::error_code ec;
   o.exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();

@@ -221,9 +221,10 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
   m.lr = learning_rate(job_.train, step);
   m.grad_norm = stats.grad_norm;
   m.step_time_s = step_time_s;
-  m.tokens_per_s = step_time_s > 0 ? job_.train.global_batch *
-                                         static_cast<double>(job_.setup.seq_len) / step_time_s
-                                   : 0;
+  const double tokens = stats.targets > 0
+                            ? stats.targets
+                            : job_.train.global_batch * static_cast<double>(job_.setup.seq_len);
+  m.tokens_per_s = step_time_s > 0 ? tokens / step_time_s : 0;
   m.elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
   m.compute_s = stats.compute_s;
   if (!m.compute_s.empty()) {

@@ -35,7 +35,7 @@ struct StepMetrics {
   int step = 0;                            // 1-based
   double loss = 0, lr = 0, grad_norm = 0;  // loss: the main next-token cross-entropy
   double step_time_s = 0;         // wall time of the step on the loss rank (replay + optimizer)
-  double tokens_per_s = 0;        // global_batch * seq_len / step_time
+  double tokens_per_s = 0;        // global_batch * seq_len / step_time (or StepStats::targets)
   double elapsed_s = 0;           // since the first step began
   NamedValues reported;           // the model's auxiliary losses and metrics (Model::reported)
   std::vector<double> compute_s;  // per global rank: its time in compute actions (no waits)
@@ -80,6 +80,9 @@ struct StepStats {
   // added (over the layers, ranks and replicas that added it), nullopt where none did.
   std::vector<std::vector<std::optional<double>>> reported;
   std::vector<double> compute_s;  // per global rank (empty for the reference)
+  // Rows of documents (--pack, --pad, --varlen): the step's predicted targets (the loss rank's
+  // replica's, times the replicas), which tokens_per_s then counts; 0: every slot is a target.
+  double targets = 0;
 };
 
 // An evaluation's result (every rank's, after one all-reduce): the mean main cross-entropy over

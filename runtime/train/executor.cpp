@@ -321,10 +321,11 @@ struct Executor::Impl {
     Tensors out = st.forward(input, rows(mb), shapes.shape(mb), mb,
                              st.splits_backward() ? &sl.work : nullptr, &sl.losses);
     at::Tensor& first = out.front().tensor;
+    const double scale = inv_mbs * shapes.weight(mb);  // (rows of documents: by targets)
     if (st.has_loss())
-      first = first * inv_mbs;
+      first = first * scale;
     else  // the auxiliary losses its layers added join its backward, scaled as the loss is
-      first = attach_aux_losses(first, sl.losses.terms, inv_mbs);
+      first = attach_aux_losses(first, sl.losses.terms, scale);
     sl.losses.terms.clear();
     if (plan.prev_stage(s) >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
@@ -458,6 +459,7 @@ struct Executor::Impl {
       for (int mb = 0; mb < mbs; ++mb) {
         Slot& sl = slot(s, mb);
         if (sl.losses.main.defined()) {
+          if (shapes.weight(mb) != 1.0) sl.losses.main = sl.losses.main * shapes.weight(mb);
           add(sl.losses.main, &r.losses[static_cast<size_t>(mb)]);
           r.has_losses = true;
         }
@@ -508,7 +510,8 @@ struct Executor::Impl {
     PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "the batch divisible by microbatches");
     b = static_cast<int>(tokens.size(0) / mbs);
     this->tokens = tokens;
-    shapes.update(*ctx.model, transport ? &specs : nullptr, tokens, mbs, b);  // (messages.h)
+    shapes.update(*ctx.model, transport ? &specs : nullptr, tokens, mbs, b,
+                  opts.granule);  // (messages.h)
     sends.clear();
     sends.reserve(actions.size());
     times.begin();

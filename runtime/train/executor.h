@@ -68,6 +68,7 @@ struct ExecutorOptions {
   // Told what the replay does (the action, the host call, the device's waits) for the lines a
   // failure prints; null: nobody asks.
   Where* where = nullptr;
+  int granule = 0;         // --varlen: microbatch lengths in multiples of it (0: off; messages.h)
   double slow_factor = 1;  // fault injection for tests: each compute action takes this many
                            // times as long (it sleeps the difference): a straggler
 };

@@ -9,6 +9,7 @@
 #include "runtime/model/aux_loss.h"
 #include "runtime/model/model_facts.h"
 #include "runtime/model/precision.h"
+#include "runtime/train/messages.h"
 #include "runtime/train/peers.h"
 
 namespace pprt {
@@ -66,6 +67,7 @@ PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups&
     eo.hang = job.kill_at == Job::KillAt::Hang;
   }
   eo.where = &where;
+  eo.granule = job.train.granule;
   if (rank == job.slow_rank) eo.slow_factor = job.slow_factor;
   if (groups.replicas) {
     reducer_ = std::make_unique<GradReducer>(plan, prank, model.stages, model.store,
@@ -136,15 +138,18 @@ StepReport AccumulatedGradients::run(const at::Tensor& tokens, int, RankReport&)
   StepReport rep;  // the losses, as a rank holding every L reports them
   rep.has_losses = true;
   rep.reported = no_reports(reported_.size(), mbs);
+  // Rows of documents: each microbatch weighs as its share of the step's targets (messages.h).
+  const std::vector<double> weights = target_weights(tokens, mbs);
   for (int mb = 0; mb < mbs; ++mb) {
     const at::Tensor rows = tokens.narrow(0, static_cast<int64_t>(mb) * b, b);
     LossReport parts;
     WeightWork work;  // not deferring: a B
     const at::Tensor loss =
         model_.forward(at::Tensor(), rows, mb, model_.splits_backward() ? &work : nullptr, &parts);
-    rep.losses.push_back(parts.main.item<double>());
+    const double w = weights.empty() ? 1.0 : weights[static_cast<size_t>(mb)];
+    rep.losses.push_back(parts.main.item<double>() * w);
     add_reported(parts, mb, reported_, rep.reported);
-    torch::autograd::backward({loss * (1.0 / mbs)});
+    torch::autograd::backward({loss * (w / mbs)});
   }
   return rep;
 }

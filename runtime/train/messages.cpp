@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "compiler/diagnostic.h"
+#include "runtime/data/documents.h"
 
 namespace pprt {
 
@@ -63,8 +64,40 @@ std::vector<at::Tensor> unpack(const at::Tensor& message, const BoundarySpec& sp
   return out;
 }
 
+std::vector<double> target_weights(const at::Tensor& tokens, int mbs) {
+  if (tokens.numel() == 0 || (tokens[0][0].item<int64_t>() >> kDocumentShift) == 0) return {};
+  const at::Tensor host = tokens.cpu().contiguous();
+  const int64_t n = host.size(1), b = host.size(0) / mbs;
+  std::vector<double> w(static_cast<size_t>(mbs), 0.0);
+  double all = 0;
+  for (int mb = 0; mb < mbs; ++mb) {
+    for (int64_t r = 0; r < b; ++r)
+      w[static_cast<size_t>(mb)] +=
+          static_cast<double>(predicted_targets(host.data_ptr<int64_t>() + (mb * b + r) * n, n));
+    all += w[static_cast<size_t>(mb)];
+  }
+  for (double& x : w) x = all > 0 ? x * mbs / all : 1.0;
+  return w;
+}
+
 void BatchShapes::update(const Model& model, BoundarySpecs* specs, const at::Tensor& tokens,
-                         int mbs, int64_t b) {
+                         int mbs, int64_t b, int granule) {
+  weights_ = target_weights(tokens, mbs);
+  if (granule > 0) {  // --varlen: a shape per microbatch, its length from its rows
+    shapes_.clear();
+    bounds_.clear();
+    shaped_for_.clear();
+    const at::Tensor host = tokens.cpu().contiguous();
+    const int64_t n = host.size(1);
+    for (int mb = 0; mb < mbs; ++mb) {
+      const at::Tensor rows = tokens.narrow(0, mb * b, b);
+      MicrobatchShape shape = model.shape_of(rows);
+      shape.length = varlen_length(host.data_ptr<int64_t>() + mb * b * n, b, n, granule);
+      shapes_.push_back(shape);
+      if (specs) bounds_.push_back(&specs->of(shapes_.back(), rows.narrow(1, 0, shape.length + 1)));
+    }
+    return;
+  }
   if (!shaped_for_.empty() && tokens.sizes() == at::IntArrayRef(shaped_for_)) return;
   shapes_.clear();
   bounds_.clear();

@@ -49,19 +49,30 @@ class BatchShapes {
  public:
   // Before a step's first action: `tokens` in `mbs` microbatches of `b` rows each; `specs` null
   // where no message crosses. A model learning its boundaries from one forward runs it here.
+  // `granule` (--varlen; 0: off): each microbatch's length is its longest row's, in multiples of
+  // it (runtime/data/documents.h), and every microbatch gets its own shape.
   void update(const Model& model, BoundarySpecs* specs, const at::Tensor& tokens, int mbs,
-              int64_t b);
+              int64_t b, int granule = 0);
   const MicrobatchShape& shape(int mb) const { return shapes_[static_cast<size_t>(mb)]; }
   const std::vector<BoundarySpec>& bounds(int mb) const {
     return *bounds_[static_cast<size_t>(mb)];
   }
   bool empty() const { return shapes_.empty(); }
+  // What microbatch mb's loss weighs in the step, relative to 1 / mbs: its targets' share of the
+  // step's, times mbs (1 for rows without documents, whose microbatches predict equally many).
+  double weight(int mb) const { return weights_.empty() ? 1.0 : weights_[static_cast<size_t>(mb)]; }
 
  private:
   std::vector<MicrobatchShape> shapes_;
   std::vector<const std::vector<BoundarySpec>*> bounds_;
   std::vector<int64_t> shaped_for_;  // the batch sizes they hold for (model declares none); or {}
+  std::vector<double> weights_;      // empty: every microbatch 1
 };
+
+// The weights of BatchShapes::weight for a step's `tokens` in `mbs` microbatches: empty when the
+// rows carry no documents (every microbatch predicts as many targets), else each microbatch's
+// targets (documents.h) times mbs over the step's. Read on the host (one copy of the rows).
+std::vector<double> target_weights(const at::Tensor& tokens, int mbs);
 
 // --profile: counts the bytes allocated (positive) and freed (negative) on this thread while it is
 // installed (LibTorch's allocators report to it as to the profiler's memory tracking).

@@ -92,12 +92,21 @@ struct Place {
   const std::unordered_set<std::string>* counted_elsewhere = nullptr;  // shared parameters
 };
 
+// `targets` (if given): with rows of documents, the rows' predicted targets times the replicas
+// (data/documents.h); else 0.
 at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step, const Place& place,
-                        const at::Device& device) {
+                        const at::Device& device, double* targets = nullptr) {
   std::vector<int64_t> rows;
   const int len = job.setup.seq_len + 1;
   const int share = job.train.global_batch / place.replicas;
   data.batch(step, static_cast<int64_t>(place.replica) * share, share, len, rows);
+  if (targets) {
+    *targets = 0;
+    if (data.rows() != RowMode::Windows)
+      for (int r = 0; r < share; ++r)
+        *targets += static_cast<double>(place.replicas) *
+                    static_cast<double>(predicted_targets(rows.data() + r * len, len));
+  }
   return at::from_blob(rows.data(), {share, len}, at::kLong).clone().to(device);
 }
 
@@ -314,7 +323,8 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     const bool writing = saver.writing();  // a checkpoint is written beside this step
     zero_grads(model.store);
     data.check_unchanged();  // a data file replaced or modified mid-run stops the job
-    at::Tensor tokens = batch_tensor(data, job, step, place, model.device);
+    double targets = 0;
+    at::Tensor tokens = batch_tensor(data, job, step, place, model.device, &targets);
     const auto prepared = Clock::now();
     StepReport rep = grads.run(tokens, step, report);
     const auto replayed = Clock::now();
@@ -325,8 +335,9 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     at(fused ? "the all-reduce of the step's statistics and the optimizer"
              : "the all-reduce of the step's statistics",
        true);
-    const StepStats stats =
+    StepStats stats =
         gather_stats(model.store, rep, job, place, model.device, timeout, norm_ns, update);
+    stats.targets = targets;
     const auto reduced = Clock::now();
     if (!fused) {
       at("the optimizer", true);

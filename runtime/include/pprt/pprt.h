@@ -114,9 +114,13 @@ class Microbatch {
   //
   // The microbatch's rows [b, seq_len + 1] (int64, on the device): inputs() are its first
   // seq_len tokens, targets() the same shifted by one.
+  // Rows of documents (pprun's --pack, --pad, --varlen: runtime/data/documents.h) carry each
+  // token's position in its document in the bits above 31 of tokens(); inputs() and targets()
+  // are the ids alone.
   const at::Tensor& tokens() const { return tokens_; }
-  at::Tensor inputs() const { return tokens_.narrow(1, 0, shape_.length); }
-  at::Tensor targets() const { return tokens_.narrow(1, 1, shape_.length); }
+  at::Tensor inputs() const { return tokens_.narrow(1, 0, shape_.length).bitwise_and(kIdBits); }
+  at::Tensor targets() const { return tokens_.narrow(1, 1, shape_.length).bitwise_and(kIdBits); }
+  static constexpr int64_t kIdBits = (int64_t{1} << 32) - 1;
   int64_t size() const { return shape_.batch; }  // b, the sequences of the microbatch
   int seq_len() const { return static_cast<int>(shape_.length); }
   const MicrobatchShape& shape() const { return shape_; }

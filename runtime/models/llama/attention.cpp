@@ -13,10 +13,12 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <optional>
 #include <tuple>
 #include <vector>
 
 #include "compiler/diagnostic.h"
+#include "runtime/data/documents.h"
 #include "runtime/model/precision.h"
 #include "runtime/models/llama/aten_support.h"
 #include "runtime/models/llama/cpu_kernels.h"
@@ -82,6 +84,22 @@ std::vector<CausalBlock> causal_blocks(int64_t T) {
   return blocks;
 }
 
+// A rotary table [T, hd] read at each sequence's positions [b, T]: [b, 1, T, hd].
+at::Tensor per_sequence(const at::Tensor& table, const at::Tensor& positions) {
+  const int64_t b = positions.size(0), T = positions.size(1);
+  return table.index_select(0, positions.reshape({-1})).view({b, 1, T, table.size(-1)});
+}
+
+// Where query i may attend key j in each sequence [b, T, T]: j in i's document (positions [b, T])
+// and not after i, and with a sliding window `window` (0: none) not before i - window + 1.
+at::Tensor document_mask(const at::Tensor& positions, int64_t T, int window) {
+  const at::Tensor i = at::arange(T, positions.options()).view({1, T, 1});
+  const at::Tensor j = at::arange(T, positions.options()).view({1, 1, T});
+  at::Tensor allowed = (j <= i).logical_and(j >= i - positions.unsqueeze(2));
+  if (window > 0 && window < T) allowed = allowed.logical_and(j > i - window);
+  return allowed;
+}
+
 // Grouped-query causal attention from the fused q/k/v product's output to the heads'
 // concatenated outputs [b, T, heads * hd], rotary embedding included, with its backward written
 // out. Query head j*group + r reads key/value head j (as repeat_interleave would give): the
@@ -94,23 +112,44 @@ std::vector<CausalBlock> causal_blocks(int64_t T) {
 // CPU bf16 products round their result to bf16), and so are the softmax, its saved probabilities
 // and its backward; the products with v and the gradients' products run in bf16, as a flash
 // attention kernel does on a GPU.
+// With documents (`positions` defined): each sequence's rotary tables (gathered at its tokens'
+// positions, [b, 1, 1, T, hd] for q's view and [b, 1, T, hd] for k's) and mask ([b * kv,
+// T * group, T], rows stacked as the queries are), made per call.
 struct AttentionFn : torch::autograd::Function<AttentionFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& qkv, const AttentionConsts* c) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& qkv, const AttentionConsts* c,
+                            const std::optional<at::Tensor>& documents) {
+    const at::Tensor positions = documents.value_or(at::Tensor());
     const int64_t b = qkv.size(0), T = qkv.size(1), hd = c->head_dim, h = c->heads,
                   kv = c->kv_heads, group = h / kv;
     at::Tensor q = at::empty({b, kv, T, group, hd}, qkv.options());
     at::Tensor k = at::empty({b, kv, T, hd}, qkv.options());
-    const bool fused = c->kernels == Kernels::Auto;
-    rotate(heads_of(qkv, 0, h, hd).view({b, kv, group, T, hd}), q.permute({0, 1, 3, 2, 4}), c->cos,
-           c->sin, fused);
-    rotate(heads_of(qkv, h, kv, hd), k, c->cos, c->sin, fused);
+    const bool docs = positions.defined();
+    const bool fused = c->kernels == Kernels::Auto && !docs;
+    const at::Tensor cos = docs ? per_sequence(c->cos, positions) : c->cos,
+                     sin = docs ? per_sequence(c->sin, positions) : c->sin;
+    rotate(heads_of(qkv, 0, h, hd).view({b, kv, group, T, hd}), q.permute({0, 1, 3, 2, 4}),
+           docs ? cos.unsqueeze(1) : cos, docs ? sin.unsqueeze(1) : sin, fused);
+    rotate(heads_of(qkv, h, kv, hd), k, cos, sin, fused);
+    at::Tensor doc_mask;  // [b * kv, T * group, T]
+    if (docs)
+      doc_mask = at::zeros({b, T, T}, at::kFloat)
+                     .to(qkv.device())
+                     .masked_fill(document_mask(positions, T, c->window).logical_not(),
+                                  -std::numeric_limits<float>::infinity())
+                     .unsqueeze(2)
+                     .expand({b, T, group, T})
+                     .reshape({b, 1, T * group, T})
+                     .expand({b, kv, T * group, T})
+                     .reshape({b * kv, T * group, T});
     const at::Tensor qs = q.view({b * kv, T * group, hd}), ks = k.view({b * kv, T, hd});
     const at::Tensor vs = heads_of(qkv, h + kv, kv, hd).contiguous().view({b * kv, T, hd});
     at::Tensor out = at::empty({b, T, kv, group, hd}, qkv.options());
     std::vector<at::Tensor> saved = {qs, ks, vs};  // then each block's probabilities
     for (const CausalBlock& blk : causal_blocks(T)) {
       const int64_t n = blk.t1 - blk.t0;
-      const at::Tensor mask = c->mask.narrow(0, blk.t0 * group, n * group).narrow(1, 0, blk.t1);
+      const at::Tensor mask =
+          docs ? doc_mask.narrow(1, blk.t0 * group, n * group).narrow(2, 0, blk.t1)
+               : c->mask.narrow(0, blk.t0 * group, n * group).narrow(1, 0, blk.t1);
       const at::Tensor p =
           at::softmax(at::baddbmm(mask, widened(qs.narrow(1, blk.t0 * group, n * group)),
                                   widened(ks.narrow(1, 0, blk.t1)).transpose(1, 2), 1.0, c->scale),
@@ -124,6 +163,7 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
     }
     ctx->save_for_backward(saved);
     ctx->saved_data["consts"] = reinterpret_cast<int64_t>(c);
+    if (docs) ctx->saved_data["positions"] = positions;
     return out.view({b, T, h * hd});
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -161,12 +201,19 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
     }
     at::Tensor d = at::empty({b, T, (h + 2 * kv) * hd}, grads[0].options());
     // The rotation's transpose, with the scores' softmax scale, through the backward's tables.
-    const bool fused = c->kernels == Kernels::Auto;
+    const bool docs = ctx->saved_data.count("positions") > 0;
+    const bool fused = c->kernels == Kernels::Auto && !docs;
+    at::Tensor cos = c->cos_back, sin = c->sin_back;
+    if (docs) {
+      const at::Tensor positions = ctx->saved_data["positions"].toTensor();
+      cos = per_sequence(cos, positions);
+      sin = per_sequence(sin, positions);
+    }
     rotate(dq.permute({0, 1, 3, 2, 4}), heads_of(d, 0, h, hd).view({b, kv, group, T, hd}),
-           c->cos_back, c->sin_back, fused);
-    rotate(dk.view({b, kv, T, hd}), heads_of(d, h, kv, hd), c->cos_back, c->sin_back, fused);
+           docs ? cos.unsqueeze(1) : cos, docs ? sin.unsqueeze(1) : sin, fused);
+    rotate(dk.view({b, kv, T, hd}), heads_of(d, h, kv, hd), cos, sin, fused);
     heads_of(d, h + kv, kv, hd).copy_(dv.view({b, kv, T, hd}));
-    return {d, at::Tensor()};
+    return {d, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -174,19 +221,29 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
 // with the causal flag and grouped-query heads (query head j*group + r reads key/value head j, as
 // in AttentionFn). Autograd gives its backward. The rotated q and k keep qkv's dtype (the tables
 // are fp32); SDPA's kernels keep the softmax's statistics in fp32 for bf16 inputs.
-at::Tensor attention_sdpa(const at::Tensor& qkv, const AttentionConsts& c) {
+// With documents (`positions` defined), the tables at each sequence's positions and the
+// block-diagonal causal mask [b, 1, T, T] (the window's too).
+at::Tensor attention_sdpa(const at::Tensor& qkv, const AttentionConsts& c,
+                          const at::Tensor& positions) {
   const int64_t b = qkv.size(0), T = qkv.size(1), hd = c.head_dim, h = c.heads, kv = c.kv_heads;
   const int64_t half = hd / 2;
+  const bool docs = positions.defined();
+  const at::Tensor cos = docs ? per_sequence(c.cos, positions) : c.cos,
+                   sin = docs ? per_sequence(c.sin, positions) : c.sin;
   auto rope = [&](const at::Tensor& x) {  // [b, n, T, hd]: x * cos + [-x2, x1] * sin
     const at::Tensor turned = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-    return (x * c.cos + turned * c.sin).to(x.scalar_type());
+    return (x * cos + turned * sin).to(x.scalar_type());
   };
   const at::Tensor q = rope(heads_of(qkv, 0, h, hd)), k = rope(heads_of(qkv, h, kv, hd));
   const at::Tensor v = heads_of(qkv, h + kv, kv, hd);
-  const bool window = c.window_mask.defined();
-  const at::Tensor o = at::scaled_dot_product_attention(
-      q, k, v, window ? std::optional<at::Tensor>(c.window_mask) : std::nullopt, 0.0,
-      /*is_causal=*/!window, c.scale, /*enable_gqa=*/h != kv);
+  std::optional<at::Tensor> mask;
+  if (docs)
+    mask = document_mask(positions, T, c.window).unsqueeze(1);
+  else if (c.window_mask.defined())
+    mask = c.window_mask;
+  const at::Tensor o = at::scaled_dot_product_attention(q, k, v, mask, 0.0,
+                                                        /*is_causal=*/!mask, c.scale,
+                                                        /*enable_gqa=*/h != kv);
   return o.transpose(1, 2).reshape({b, T, h * hd});
 }
 
@@ -350,6 +407,7 @@ AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& devic
                  .repeat_interleave(cfg.heads / cfg.kv_heads, 0);
   else if (windowed)
     c.window_mask = allowed.to(device);
+  c.window = windowed ? window : 0;
   c.heads = cfg.heads;
   c.kv_heads = cfg.kv_heads;
   c.head_dim = hd;
@@ -357,15 +415,23 @@ AttentionConsts attention_consts(const ModelConfig& cfg, const at::Device& devic
   return c;
 }
 
-at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c) {
+at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c, const at::Tensor& positions) {
   const Kernels k = kernels_on(c.kernels, qkv.device());
-  if (k == Kernels::Auto) return AttentionFn::apply(qkv, &c);  // the CPU's written-out path
+  if (k == Kernels::Auto)  // the CPU's written-out path
+    return AttentionFn::apply(
+        qkv, &c, positions.defined() ? std::optional<at::Tensor>(positions) : std::nullopt);
   // The fused kernels take the causal flag and no other mask: a layer whose window is shorter
-  // than the sequence takes SDPA with the window's mask instead.
-  if (fused(k) && !c.window_mask.defined())
+  // than the sequence, or a microbatch of documents, takes SDPA with its mask instead.
+  if (fused(k) && !c.window_mask.defined() && !positions.defined())
     if (const FusedKernel f = fused_kernel(qkv, c, k); f != FusedKernel::None)
       return FusedAttentionFn::apply(qkv, &c, static_cast<int64_t>(f));
-  return attention_sdpa(qkv, c);
+  return attention_sdpa(qkv, c, positions);
+}
+
+at::Tensor document_positions(const at::Tensor& rows, int64_t T) {
+  // Rows with documents have position bits in every slot (windows have none): the first tells.
+  if (rows.numel() == 0 || (rows[0][0].item<int64_t>() >> kDocumentShift) == 0) return {};
+  return rows.narrow(1, 0, T).bitwise_right_shift(kDocumentShift).bitwise_and(kPositionMask) - 1;
 }
 
 }  // namespace pprt

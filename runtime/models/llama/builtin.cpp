@@ -13,6 +13,7 @@
 #include <numbers>
 
 #include "compiler/diagnostic.h"
+#include "runtime/data/documents.h"
 #include "runtime/data/token_source.h"
 #include "runtime/launch/cli.h"
 #include "runtime/model/kernel_choice.h"
@@ -111,9 +112,11 @@ at::Tensor norm(const Common& c, const at::Tensor& x, at::Tensor* g, WeightWork*
 
 // `selective` (--recompute selective: LayerInfo::selective_recompute): attention's core (from
 // the q/k/v product to the heads' outputs) and SwiGLU keep only their inputs and run again in the
-// backward (recompute.h); they hold no parameter, so the I/W split is untouched.
+// backward (recompute.h); they hold no parameter, so the I/W split is untouched. `positions`: the
+// tokens' positions in their documents (attention(); undefined: none).
 at::Tensor decoder(const Common& c, const AttentionConsts& attn, const at::Tensor& x,
-                   const Decoder& d, const Microbatch& mb, bool selective = false) {
+                   const Decoder& d, const Microbatch& mb, const at::Tensor& positions,
+                   bool selective = false) {
   WeightWork* w = mb.weight_work();
   const at::Tensor h = norm(c, x, d.attn_norm, w);
   at::Tensor qkv = fused_linear(h, {d.wq, d.wk, d.wv}, *d.qkv, w);
@@ -121,11 +124,11 @@ at::Tensor decoder(const Common& c, const AttentionConsts& attn, const at::Tenso
   const AttentionConsts* a = &attn;
   const at::Tensor core =
       selective ? recomputed(
-                      [a](const std::vector<at::Tensor>& in) -> std::vector<at::Tensor> {
-                        return {attention(in[0], *a)};
+                      [a, positions](const std::vector<at::Tensor>& in) -> std::vector<at::Tensor> {
+                        return {attention(in[0], *a, positions)};
                       },
                       {qkv})[0]
-                : attention(qkv, attn);
+                : attention(qkv, attn, positions);
   const at::Tensor x1 = residual_linear(x, core, d.wo, w, d.wo_copy.get());
   const at::Tensor h2 = norm(c, x1, d.mlp_norm, w);
   if (d.moe) return x1 + moe_mlp(c.cfg.moe, h2, *d.moe, mb, c.kernels);
@@ -171,6 +174,20 @@ Layer make_tensors(std::shared_ptr<BuiltinModule> module,
 // their gradient back to fp32).
 at::Tensor embed(at::ScalarType dtype, at::Tensor* w, const at::Tensor& ids, WeightWork* work) {
   return embedding(w, ids, work).to(dtype);
+}
+
+// The targets k + 1 places ahead of the first `n` positions of token rows `rows`, the ignored
+// index (-100, cross_entropy's) where a target does not continue its position's document (rows
+// of documents, runtime/data/documents.h: a document's last tokens, padding); the ids alone.
+at::Tensor predicted(const at::Tensor& rows, int64_t k, int64_t n) {
+  const at::Tensor from = rows.narrow(1, 0, n), to = rows.narrow(1, 1 + k, n);
+  const at::Tensor ids = to.bitwise_and(kTokenMask);
+  if (rows.numel() == 0 || (rows[0][0].item<int64_t>() >> kDocumentShift) == 0) return ids;
+  auto position = [](const at::Tensor& t) {
+    return t.bitwise_right_shift(kDocumentShift).bitwise_and(kPositionMask) - 1;
+  };
+  return at::where(position(to) == position(from) + (k + 1), ids,
+                   at::full({}, -100, ids.options()));
 }
 
 // The attention tables of x's device and the layer's window, kept by the layer.
@@ -251,7 +268,8 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
         BuiltinModule* raw = m.get();
         const bool selective = info.selective_recompute;
         return make(m, [common, raw, d, selective](const at::Tensor& x, const Microbatch& mb) {
-          return decoder(*common, attn_of(*common, *raw, x), x, *d, mb, selective);
+          return decoder(*common, attn_of(*common, *raw, x), x, *d, mb,
+                         document_positions(mb.tokens(), mb.seq_len()), selective);
         });
       },
       [](const std::vector<int64_t>& in) { return in; });
@@ -292,16 +310,17 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
               const at::Tensor& rows = mb.tokens();
               const int64_t b = rows.size(0), k = p->depth, T = mb.seq_len();
               const at::Tensor& prev = x.back().tensor;
-              at::Tensor ids = rows.narrow(1, k, T + 1 - k);
+              at::Tensor ids = rows.narrow(1, k, T + 1 - k).bitwise_and(kTokenMask);
               if (k > 1) ids = at::cat({ids, at::zeros({b, k - 1}, ids.options())}, 1);
               at::Tensor e = norm(c, embed(dtype, p->embed, ids.contiguous(), w), p->enorm, w);
               at::Tensor h = linear(at::cat({e, norm(c, prev, p->hnorm, w)}, -1), p->eh_proj, w,
                                     &p->eh_proj_copy);
               Tensors out = x;
-              out.push_back(NamedTensor{
-                  "mtp." + std::to_string(k),
-                  norm(c, decoder(c, attn_of(*common, *raw, prev), h, p->layer, mb, selective),
-                       p->final_norm, w)});
+              out.push_back(NamedTensor{"mtp." + std::to_string(k),
+                                        norm(c,
+                                             decoder(c, attn_of(*common, *raw, prev), h, p->layer,
+                                                     mb, document_positions(rows, T), selective),
+                                             p->final_norm, w)});
               return out;
             });
       },
@@ -333,7 +352,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
                 at::Tensor logits =
                     linear(h.narrow(1, 0, valid), head, w, head_copy.get()).to(at::kFloat);
                 return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                              rows.narrow(1, 1 + k, valid).reshape({-1}));
+                                              predicted(rows, k, valid).reshape({-1}));
               };
               at::Tensor main = ce(norm(*common, hs[0].tensor, norm_w, w), 0);
               std::vector<at::Tensor> depths;

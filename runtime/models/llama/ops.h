@@ -59,6 +59,7 @@ struct AttentionConsts {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   double scale = 1;
   Kernels kernels = Kernels::Auto;
+  int window = 0;  // the sliding window, if shorter than the sequence (else 0)
 };
 
 // The rotary tables and the causal mask of `cfg` (computed in double for exactness), on `device`;
@@ -112,6 +113,16 @@ at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, WeightWork* work);
 at::Tensor swiglu(const at::Tensor& gate_up, Kernels kernels = Kernels::Auto);
 // Attention from the fused q/k/v product's output to the heads' concatenated outputs. `c` must
 // outlive the autograd graph. (attention.cpp)
-at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c);
+// `positions` ([b, T] int64, on qkv's device; undefined: none) are the tokens' positions in their
+// documents (runtime/data/documents.h: rows of --pack, --pad, --varlen): a token then attends to
+// the tokens of its own document only (the earlier ones: those at most its position before it),
+// and its rotary angle is its position in its document. On the CPU's written-out path, per
+// sequence masks and tables; elsewhere SDPA with the block-diagonal causal mask (the fused
+// kernels take the causal flag alone).
+at::Tensor attention(const at::Tensor& qkv, const AttentionConsts& c,
+                     const at::Tensor& positions = {});
+// The positions in their documents of the inputs of token rows `rows` [b, >= T + 1] (the first T
+// columns), or an undefined tensor when the rows carry no documents. (attention.cpp)
+at::Tensor document_positions(const at::Tensor& rows, int64_t T);
 
 }  // namespace pprt

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "file_test_util.h"
+#include "runtime/data/documents.h"
 #include "runtime/data/token_source.h"
 
 namespace {
@@ -524,3 +525,71 @@ TEST(Data, CheckUnchangedNoticesAReplacedOrModifiedFile) {
 }
 
 }  // namespace
+
+namespace {
+
+// The ids and positions of a row of documents (runtime/data/documents.h), -1 for padding.
+std::vector<std::pair<int64_t, int64_t>> decoded(const std::vector<int64_t>& row) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t v : row)
+    out.emplace_back(pprt::is_padding(v) ? -1 : pprt::token_id(v),
+                     pprt::is_padding(v) ? -1 : pprt::document_position(v));
+  return out;
+}
+
+}  // namespace
+
+// Megatron's documents (document_indices over the sequences) and --eod's, cut into pieces of at
+// most a row (seq_len + 1 tokens) that overlap by one token; rows of --pad (one piece) and --pack
+// (whole pieces while they fit), the rest padding; every row starts a document.
+TEST(TokenFile, DocumentsPiecesAndRows) {
+  TempDir d;
+  const Dataset ds;  // documents 1..5, 10..12, 20..29
+  const auto f = TokenFile::open(ds.write(d, "docs"), DataFormat::Megatron, 30, 4);
+  EXPECT_EQ(f->document_starts(), (std::vector<uint64_t>{0, 5, 8}));
+  const auto pieces = pprt::document_pieces(*f, std::nullopt, 5);
+  std::vector<std::pair<uint64_t, uint32_t>> got;
+  for (const pprt::Piece& p : pieces) got.emplace_back(p.start, p.length);
+  // The 10-token document in pieces of 5 at strides of 4: 20..24, 24..28, 28..29.
+  EXPECT_EQ(got,
+            (std::vector<std::pair<uint64_t, uint32_t>>{{0, 5}, {5, 3}, {8, 5}, {12, 5}, {16, 2}}));
+  std::vector<int64_t> row(5);
+  pprt::document_row(*f, pieces, 1, pprt::RowMode::Pack, 5, row.data());
+  // 10..12, then 20..24 does not fit: padding.
+  EXPECT_EQ(decoded(row), (std::vector<std::pair<int64_t, int64_t>>{
+                              {10, 0}, {11, 1}, {12, 2}, {-1, -1}, {-1, -1}}));
+  EXPECT_EQ(pprt::filled(row.data(), 5), 3);
+  pprt::document_row(*f, pieces, 4, pprt::RowMode::Pack, 5, row.data());
+  // 28..29, then (round) 1..5 does not fit.
+  EXPECT_EQ(decoded(row), (std::vector<std::pair<int64_t, int64_t>>{
+                              {28, 0}, {29, 1}, {-1, -1}, {-1, -1}, {-1, -1}}));
+  // Rows of 6: 10..12, then 20..25 does not fit (packing stops at the first piece that does not).
+  const auto six = pprt::document_pieces(*f, std::nullopt, 6);
+  std::vector<int64_t> r6(6);
+  pprt::document_row(*f, six, 1, pprt::RowMode::Pack, 6, r6.data());
+  EXPECT_EQ(decoded(r6), (std::vector<std::pair<int64_t, int64_t>>{
+                             {10, 0}, {11, 1}, {12, 2}, {-1, -1}, {-1, -1}, {-1, -1}}));
+  pprt::document_row(*f, six, 0, pprt::RowMode::Pad, 6, r6.data());
+  EXPECT_EQ(decoded(r6), (std::vector<std::pair<int64_t, int64_t>>{
+                             {1, 0}, {2, 1}, {3, 2}, {4, 3}, {5, 4}, {-1, -1}}));
+
+  // --eod: a flat file whose documents end with token 0 (the tokens after the last 0 are one).
+  const std::vector<uint16_t> flat = {5, 6, 0, 7, 0, 8, 9, 9, 9, 9, 9, 0, 4, 4};
+  d.write("flat.bin", le_array(flat));
+  const auto g = TokenFile::open(d.file("flat.bin"), DataFormat::Uint16, 10, 4);
+  std::vector<std::pair<uint64_t, uint32_t>> eod;
+  for (const pprt::Piece& p : pprt::document_pieces(*g, 0, 5)) eod.emplace_back(p.start, p.length);
+  EXPECT_EQ(eod,
+            (std::vector<std::pair<uint64_t, uint32_t>>{{0, 3}, {3, 2}, {5, 5}, {9, 3}, {12, 2}}));
+  pprt::document_row(*g, pprt::document_pieces(*g, 0, 5), 0, pprt::RowMode::Pack, 5, row.data());
+  EXPECT_EQ(decoded(row),
+            (std::vector<std::pair<int64_t, int64_t>>{{5, 0}, {6, 1}, {0, 2}, {7, 0}, {0, 1}}));
+  // A token source of documents: every row starts a document, and rows follow (seed, step, row).
+  auto src = TokenSource::from_file(d.file("flat.bin"), 10, 4, 9, DataFormat::Uint16);
+  src.use_documents(pprt::RowMode::Pack, 0, 5);
+  std::vector<int64_t> a, b;
+  src.batch(3, 0, 8, 5, a);
+  src.batch(3, 4, 4, 5, b);
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin() + 20));
+  for (size_t r = 0; r < 8; ++r) EXPECT_EQ(pprt::document_position(a[r * 5]), 0) << r;
+}

@@ -293,6 +293,10 @@ MegatronIndex read_megatron_index(const std::string& path) {
     if (d < prev)
       fail(path, fmt::format("document_indices[{}] (byte {}): {} is less than the previous {}", i,
                              at, d, prev));
+    if (static_cast<uint64_t>(d) > S)
+      fail(path,
+           fmt::format("document_indices[{}] (byte {}): {} is more than the sequence count {}", i,
+                       at, d, S));
     if (i + 1 == D && static_cast<uint64_t>(d) != S)
       fail(path, fmt::format("document_indices[{}] (byte {}): {}, expected the sequence count {}",
                              i, at, d, S));

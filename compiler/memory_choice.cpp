@@ -53,15 +53,7 @@ SynthesisResult synthesize_choosing_memory(const SynthesisOptions& opts) {
   }
 
   // The stage costs under each mode, on Auto's loop placement.
-  CompileOptions co;
-  co.layout = opts.layout;
-  co.has_model = opts.has_model;
-  co.num_layers = opts.num_layers;
-  co.pp = opts.pp;
-  co.vpp = opts.vpp;
-  co.schedule = kAuto;
-  co.microbatches = opts.microbatches;
-  Plan base = plan_skeleton(co, *find_schedule(kAuto));
+  const Plan base = auto_skeleton(opts, PlacementStyle::Loop);
   const int S = base.num_stages(), pp = base.pp(), vpp = base.vpp();
   const bool offload = !opts.cost.unit && opts.cost.host_bandwidth.has_value();
   std::vector<std::vector<StageCost>> by_mode;  // [mode][stage]

@@ -22,8 +22,9 @@ using synthesis::kInf;
 using synthesis::Scored;
 using synthesis::Search;
 
-// The plan skeleton of Auto on `style`: what plan_skeleton checks, on that placement.
-Plan skeleton(const SynthesisOptions& o, PlacementStyle style) {
+}  // namespace
+
+Plan auto_skeleton(const SynthesisOptions& o, PlacementStyle style) {
   ScheduleInfo info = *find_schedule(kAuto);  // its row of the schedule table
   info.placement = style;
   CompileOptions co;
@@ -37,6 +38,8 @@ Plan skeleton(const SynthesisOptions& o, PlacementStyle style) {
   co.memory = o.memory;
   return plan_skeleton(co, info);
 }
+
+namespace {
 
 // The policies tried on every placement: a set that between them gave the best order found by
 // trying every combination of the options (768 of them) on a grid of configurations (uniform and
@@ -100,7 +103,7 @@ std::vector<ListPolicy> policies(const CostModel& cost, int pp, bool full_b_shor
 
 SynthesisResult synthesize(const SynthesisOptions& opts) {
   std::vector<PlacementStyle> styles = opts.placements;
-  Plan loop = skeleton(opts, PlacementStyle::Loop);
+  Plan loop = auto_skeleton(opts, PlacementStyle::Loop);
   if (styles.empty()) {
     styles.push_back(PlacementStyle::Loop);
     if (loop.vpp() == 2) styles.push_back(PlacementStyle::V);
@@ -111,7 +114,7 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
   Scored best_named;
   std::optional<UserError> no_room;
   for (PlacementStyle style : styles) {
-    Plan base = style == PlacementStyle::Loop ? loop : skeleton(opts, style);
+    Plan base = style == PlacementStyle::Loop ? loop : auto_skeleton(opts, style);
     res.lower_bound = std::min(res.lower_bound, makespan_lower_bound(base, opts.cost).value);
     ListScheduleInput in;
     in.skeleton = &base;

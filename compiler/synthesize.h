@@ -123,6 +123,10 @@ struct SynthesisResult {
 
 SynthesisResult synthesize(const SynthesisOptions& opts);
 
+// The plan skeleton of Auto on `style`: what plan_skeleton checks, on that placement (the stages
+// every synthesis, and the choice of memory modes, places its orders on).
+Plan auto_skeleton(const SynthesisOptions& o, PlacementStyle style);
+
 // The name of its row of the schedule table (schedules.cpp).
 inline constexpr const char* kAuto = "Auto";
 

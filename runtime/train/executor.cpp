@@ -119,10 +119,7 @@ struct Executor::Impl {
     return static_cast<size_t>(local[static_cast<size_t>(stage)]) * static_cast<size_t>(mbs) +
            static_cast<size_t>(mb);
   }
-  Slot& slot(int stage, int mb) {
-    return slots[static_cast<size_t>(local[static_cast<size_t>(stage)]) * static_cast<size_t>(mbs) +
-                 static_cast<size_t>(mb)];
-  }
+  Slot& slot(int stage, int mb) { return slots[slot_index(stage, mb)]; }
   Stage& stage_of(int stage) {
     return *stages[static_cast<size_t>(local[static_cast<size_t>(stage)])];
   }

@@ -23,6 +23,7 @@
 #include "compiler/layout.h"
 #include "compiler/measured_costs.h"
 #include "compiler/schedule.h"
+#include "compiler/split_list.h"
 #include "compiler/synthesize.h"
 
 namespace ppc {
@@ -64,11 +65,7 @@ int parse_microbatch_count(const std::string& text) {
 
 std::vector<int> parse_microbatch_counts(const std::string& text, int pp) {
   std::set<int> counts;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    const std::string_view item = std::string_view(text).substr(
-        start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string_view item : split_list(text)) {
     const size_t dash = item.find('-');
     if (dash == std::string_view::npos) {
       counts.insert(parse_count(text, item));
@@ -89,8 +86,6 @@ std::vector<int> parse_microbatch_counts(const std::string& text, int pp) {
     }
     if (counts.size() > kMaxCounts)
       bad_counts(text, fmt::format("more than {} microbatch counts", kMaxCounts));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return {counts.begin(), counts.end()};
 }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "compiler/split_list.h"
+
 namespace ppc {
 
 namespace {
@@ -19,15 +21,8 @@ std::string_view trim(std::string_view s) {
 }
 
 std::vector<std::string_view> items(std::string_view text) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    out.push_back(
-        trim(text.substr(start, comma == std::string_view::npos ? comma : comma - start)));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
+  std::vector<std::string_view> out = split_list(text);
+  for (std::string_view& item : out) item = trim(item);
   return out;
 }
 

@@ -36,6 +36,7 @@ Plan auto_skeleton(const SynthesisOptions& o, PlacementStyle style) {
   co.schedule = info.name;
   co.microbatches = o.microbatches;
   co.memory = o.memory;
+  co.expert_parallel = o.expert_parallel;
   return plan_skeleton(co, info);
 }
 
@@ -221,6 +222,7 @@ Plan compile_auto(const CompileOptions& co) {
   if (co.cost) o.cost = *co.cost;
   o.memory_limit = co.memory_limit;
   o.memory = co.memory;
+  o.expert_parallel = co.expert_parallel;
   return synthesize_choosing_memory(o).plan;
 }
 

@@ -1,5 +1,7 @@
 #include "compiler/all_to_all_costs.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "compiler/all_to_all.h"
@@ -43,9 +45,8 @@ void add_all_to_alls(const Plan& plan, const CostModel& model, std::vector<Stage
 }
 
 bool hides_all_to_all(const std::vector<StageCost>& costs) {
-  return std::any_of(costs.begin(), costs.end(), [](const StageCost& c) {
-    return c.all_to_all_f > 0 || c.all_to_all_b > 0;
-  });
+  return std::any_of(costs.begin(), costs.end(),
+                     [](const StageCost& c) { return c.all_to_all_f > 0 || c.all_to_all_b > 0; });
 }
 
 double hidden_all_to_all(const Action& overlap, const std::vector<StageCost>& costs,
@@ -59,6 +60,26 @@ double hidden_all_to_all(const Action& overlap, const std::vector<StageCost>& co
   const double cf = f.f - af, cb = b.time(bp.kind) - ab;
   const double compute = std::max(cf, cb) + (1.0 - model.overlap) * std::min(cf, cb);
   return af + ab - (whole - compute);
+}
+
+std::string describe_all_to_alls(const Plan& plan, const CostModel& model) {
+  const double one = all_to_all_time(plan, model);
+  if (one <= 0) return "";
+  const std::vector<StageCost> costs = stage_costs(plan, model);
+  double total = 0, hidden = 0;
+  for (const auto& order : plan.compute)
+    for (const Action& a : order) {
+      for_each_part(a, [&](const Action& p) {
+        total += std::min(costs[static_cast<size_t>(p.stage)].all_to_all(p.kind),
+                          costs[static_cast<size_t>(p.stage)].time(p.kind));
+      });
+      if (is_compound(a.kind)) hidden += hidden_all_to_all(a, costs, model);
+    }
+  return fmt::format(
+      "all-to-alls   ep {}, first {} decoder layers dense: {:g} each; {:g} per step over the "
+      "ranks, {:g} ({:.1f} %) hidden by OVERLAP_F_B\n",
+      plan.expert_parallel.ep, plan.expert_parallel.first_dense, one, total, hidden,
+      total > 0 ? 100.0 * hidden / total : 0.0);
 }
 
 }  // namespace ppc

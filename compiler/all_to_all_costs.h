@@ -5,6 +5,7 @@
 // computation.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "compiler/cost_model.h"
@@ -32,5 +33,12 @@ bool hides_all_to_all(const std::vector<StageCost>& costs);
 // stays exposed (its duration less its computations' overlapped duration).
 double hidden_all_to_all(const Action& overlap, const std::vector<StageCost>& costs,
                          const CostModel& model);
+
+// --emit stats' line under expert parallelism (empty otherwise, and under unit costs): what one
+// all-to-all takes, and the all-to-all time of the step's compute actions over every rank, with
+// what OVERLAP_F_Bs hide of it:
+//   all-to-alls   ep 2, first 1 decoder layers dense: 3.5 each; 24 per step over the ranks,
+//                 6 (25.0 %) hidden by OVERLAP_F_B
+std::string describe_all_to_alls(const Plan& plan, const CostModel& model);
 
 }  // namespace ppc

@@ -109,6 +109,11 @@ TEST(AllToAllCosts, OverlapShortensTheStepByWhatItHides) {
     EXPECT_DOUBLE_EQ(makespan(one_rank(kApart, 1), c), makespan(one_rank(kPaired, 1), c)) << t;
   }
   const CostModel c = file_costs(R"({"f": 4, "i": 4, "w": 4, "all_to_all": 1})");
+  // --emit stats' line: 12 in the forwards, 12 in the backwards, 6 of them hidden.
+  EXPECT_EQ(describe_all_to_alls(one_rank(kPaired, 2), c),
+            "all-to-alls   ep 2, first 1 decoder layers dense: 1 each; 24 per step over the ranks, "
+            "6 (25.0 %) hidden by OVERLAP_F_B\n");
+  EXPECT_EQ(describe_all_to_alls(one_rank(kPaired, 1), c), "");
   EXPECT_DOUBLE_EQ(hidden_all_to_all(one_rank(kPaired, 2).compute[0][2],
                                      stage_costs(one_rank(kPaired, 2), c), c),
                    6);

@@ -134,9 +134,8 @@ struct StageCost {
   // (recomputed forwards' included); 0 without expert parallelism.
   double all_to_all_f = 0, all_to_all_b = 0;
   double all_to_all(ActionKind k) const {
-    return k == ActionKind::F ? all_to_all_f
-           : k == ActionKind::B || k == ActionKind::I ? all_to_all_b
-                                                      : 0.0;
+    if (k == ActionKind::F) return all_to_all_f;
+    return k == ActionKind::B || k == ActionKind::I ? all_to_all_b : 0.0;
   }
   // A whole backward is shorter than its I and W apart (measured profiles: Auto then runs Bs where
   // a held-back W would not fill idle time).

@@ -192,6 +192,7 @@ Comparison compare_schedules(const CompareOptions& opts) {
     co.microbatches = opts.microbatches;
     co.cost = &config->cost;  // Auto synthesizes for these
     co.memory_limit = opts.memory_limit;
+    co.expert_parallel = opts.expert_parallel;
     Plan plan;
     try {
       plan = compile(co);

@@ -22,6 +22,7 @@ struct CompareOptions {
   int microbatches = 1;
   CostModel cost;                      // unit costs by default
   std::optional<double> memory_limit;  // bytes (or activation units under unit costs) per rank
+  ExpertParallel expert_parallel;      // --ep, --first-dense (issue 40): each plan's all-to-alls
 };
 
 struct CompareRow {

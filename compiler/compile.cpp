@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "compiler/all_to_all.h"
 #include "compiler/diagnostic.h"
 
 namespace ppc {
@@ -65,6 +66,9 @@ Plan plan_skeleton(const CompileOptions& opts, const ScheduleInfo& info) {
   plan.copies = copies;
   check_memory_policy(opts.memory, plan.layout, plan.num_stages(), opts.memory_input);
   plan.memory = opts.memory;
+  plan.expert_parallel = opts.expert_parallel;
+  if (std::string bad = check_expert_parallel(plan); !bad.empty())
+    throw UserError(bad, input_location("--ep"));
   return plan;
 }
 

@@ -31,6 +31,8 @@ struct CompileOptions {
   // (memory_choice.h); the named schedules keep everything.
   MemoryPolicy memory;
   std::string memory_input = "--recompute";
+  // --ep and --first-dense (issue 40): the plan's expert parallelism (expert_parallel.h).
+  ExpertParallel expert_parallel;
 };
 
 // Limits that keep a plan's tables in memory (documented in docs/ppcompile.md).

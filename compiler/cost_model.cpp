@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "compiler/all_to_all_costs.h"
 #include "compiler/diagnostic.h"
 #include "compiler/lengths.h"
 #include "compiler/measured_costs.h"
@@ -156,7 +157,7 @@ class JsonReader {
     if (modes)
       only_keys(v, path,
                 {"f", "b", "i", "w", "activation", "params", "optimizer", "activation_selective",
-                 "activation_full", "recompute_selective", "recompute_full"});
+                 "activation_full", "recompute_selective", "recompute_full", "all_to_all"});
     else
       only_keys(v, path, {"f", "b", "i", "w", "activation", "params", "optimizer"});
     if (!v.contains("f")) fail(path, "missing field 'f' (forward time)");
@@ -178,6 +179,7 @@ class JsonReader {
     c.recompute_full = opt("recompute_full");
     c.activation_selective = opt("activation_selective");
     c.activation_full = opt("activation_full");
+    c.all_to_all = opt("all_to_all");
     for (const char* k : {"activation_selective", "activation_full"})
       if (v.contains(k) && v[k].get<double>() > raw.activation)
         fail(path + "." + k,
@@ -206,13 +208,29 @@ std::pair<int, int> line_column(std::string_view text, size_t pos) {
 
 }  // namespace
 
+namespace {
+
+// The stages' costs from the layers (or measured), without all-to-alls or memory modes.
+std::vector<StageCost> layer_stage_costs(const Plan& plan, const CostModel& model);
+
+}  // namespace
+
 std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model) {
-  std::vector<StageCost> out = stage_costs_keeping_all(plan, model);
+  std::vector<StageCost> out = layer_stage_costs(plan, model);
   if (!plan.memory.empty()) apply_memory_policy(plan, model, out);
+  add_all_to_alls(plan, model, out, true);
   return out;
 }
 
 std::vector<StageCost> stage_costs_keeping_all(const Plan& plan, const CostModel& model) {
+  std::vector<StageCost> out = layer_stage_costs(plan, model);
+  add_all_to_alls(plan, model, out, false);
+  return out;
+}
+
+namespace {
+
+std::vector<StageCost> layer_stage_costs(const Plan& plan, const CostModel& model) {
   std::vector<StageCost> out(static_cast<size_t>(plan.num_stages()));
   if (model.unit) return out;
   if (model.measured) return measured_stage_costs(plan, model);
@@ -237,6 +255,8 @@ std::vector<StageCost> stage_costs_keeping_all(const Plan& plan, const CostModel
   }
   return out;
 }
+
+}  // namespace
 
 std::vector<double> rank_starts(const Plan& plan, const std::vector<StageCost>& costs) {
   std::vector<double> out(static_cast<size_t>(plan.pp()), 0.0);
@@ -292,7 +312,7 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   rd.only_keys(j, "",
                {"comment", "layers", "stage", "latency", "bandwidth", "message_bytes", "overlap",
                 "weight_grad_memory", "layout", "stages", "boundaries", "transport", "post",
-                "lengths", "host_bandwidth"});
+                "lengths", "host_bandwidth", "top_k"});
   CostModel m;
   m.unit = false;
   if (j.contains("layers")) {
@@ -328,6 +348,7 @@ CostModel parse_cost_model(std::string_view text, const std::string& input_name)
   if (j.contains("message_bytes"))
     m.message_bytes = rd.number(j["message_bytes"], "message_bytes", 0, HUGE_VAL);
   if (j.contains("overlap")) m.overlap = rd.number(j["overlap"], "overlap", 0, 1);
+  if (j.contains("top_k")) m.top_k = rd.number(j["top_k"], "top_k", 1, 1 << 20);
   if (j.contains("weight_grad_memory"))
     m.weight_grad_memory = rd.number(j["weight_grad_memory"], "weight_grad_memory", 0, 1);
   if (j.contains("transport")) {

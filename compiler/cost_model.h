@@ -34,6 +34,10 @@ struct LayerCost {
   // defaults of memory_costs.h (layer_mode_cost).
   std::optional<double> activation_selective{}, activation_full{};  // bytes each mode keeps
   std::optional<double> recompute_selective{}, recompute_full{};    // time to rebuild the rest
+  // Issue 40: one all-to-all (a dispatch or a combine) of one MoE layer of this kind for one
+  // microbatch at the plan's EP size (pprun --profile measures it); absent: derived
+  // (all_to_all_costs.h). Counted only under expert parallelism.
+  std::optional<double> all_to_all{};
   double backward() const { return b ? *b : i + w; }
 };
 
@@ -107,6 +111,9 @@ struct CostModel {
   // every microbatch costs what the entries above say).
   std::shared_ptr<const LengthModel> length_model;
   std::vector<long long> microbatch_lengths;
+  // Experts per token (issue 40): how many copies of a microbatch's activations a dispatch
+  // all-to-all sends, for the all-to-alls a cost file does not give (all_to_all_costs.h).
+  double top_k = 1;
 };
 
 // "97.9 GiB" when in bytes, else the plain number ("31").
@@ -123,6 +130,13 @@ struct StageCost {
   // way of an offload's transfer on the side stream (`exposed` of both ways not hidden, in b, i).
   double transient = 0, forward_transient = 0;
   double recompute = 0, offload = 0, exposed = 0;
+  // Issue 40 (all_to_all_costs.h): how much of f is its all-to-alls, and of b and of i theirs
+  // (recomputed forwards' included); 0 without expert parallelism.
+  double all_to_all_f = 0, all_to_all_b = 0;
+  double all_to_all(ActionKind k) const {
+    if (k == ActionKind::F) return all_to_all_f;
+    return k == ActionKind::B || k == ActionKind::I ? all_to_all_b : 0.0;
+  }
   // A whole backward is shorter than its I and W apart (measured profiles: Auto then runs Bs where
   // a held-back W would not fill idle time).
   bool whole_backward_shorter() const { return b < (i + w) * (1 - 1e-9); }
@@ -153,13 +167,30 @@ std::vector<double> rank_starts(const Plan& plan, const std::vector<StageCost>& 
 std::vector<StageCost> stage_costs(const Plan& plan, const CostModel& model);
 std::vector<StageCost> stage_costs_keeping_all(const Plan& plan, const CostModel& model);
 
+// Duration of an OVERLAP_F_B whose forward part takes f, a_f of it in all-to-alls, and whose
+// backward part takes b, a_b of it in all-to-alls (docs/cost-model.md, "All-to-alls and
+// overlap"): the computations overlap as `overlap` says, each part's all-to-alls run under the
+// other's computation, and the pair lasts at least each part alone and both all-to-alls one after
+// the other. Without all-to-alls: max(f, b) + (1 - overlap) * min(f, b).
+inline double overlapped_time(double f, double a_f, double b, double a_b, double overlap) {
+  a_f = std::min(a_f, f);
+  a_b = std::min(a_b, b);
+  const double cf = f - a_f, cb = b - a_b;
+  const double compute = std::max(cf, cb) + (1.0 - overlap) * std::min(cf, cb);
+  return std::max({compute, f, b, a_f + a_b});
+}
+
 // Duration of a compute action (an OverlapFB as a whole) given the stage costs.
 inline double action_cost(const Action& a, const std::vector<StageCost>& costs,
                           const CostModel& model) {
-  auto part = [&](const Action& p) { return costs[static_cast<size_t>(p.stage)].time(p.kind); };
-  if (!is_compound(a.kind)) return part(a);
-  const double f = part(a.forward_part()), b = part(a.backward_part());
-  return std::max(f, b) + (1.0 - model.overlap) * std::min(f, b);
+  auto cost = [&](const Action& p) -> const StageCost& {
+    return costs[static_cast<size_t>(p.stage)];
+  };
+  if (!is_compound(a.kind)) return cost(a).time(a.kind);
+  const Action fp = a.forward_part(), bp = a.backward_part();
+  const StageCost &f = cost(fp), &b = cost(bp);
+  return overlapped_time(f.f, f.all_to_all_f, b.time(bp.kind), b.all_to_all(bp.kind),
+                         model.overlap);
 }
 // Duration of one message: latency + message_bytes / bandwidth (0 under unit costs).
 inline double message_time(const CostModel& model) {

@@ -241,10 +241,11 @@ void LengthCosts::assign(const std::vector<int>& order) {
 }
 
 double LengthCosts::action_cost(const Action& a, const CostModel& model) const {
-  auto part = [&](const Action& p) { return cost(p.stage, p.microbatch).time(p.kind); };
-  if (!is_compound(a.kind)) return part(a);
-  const double f = part(a.forward_part()), b = part(a.backward_part());
-  return std::max(f, b) + (1.0 - model.overlap) * std::min(f, b);
+  if (!is_compound(a.kind)) return cost(a.stage, a.microbatch).time(a.kind);
+  const Action fp = a.forward_part(), bp = a.backward_part();
+  const StageCost &f = cost(fp.stage, fp.microbatch), &b = cost(bp.stage, bp.microbatch);
+  return overlapped_time(f.f, f.all_to_all_f, b.time(bp.kind), b.all_to_all(bp.kind),
+                         model.overlap);
 }
 
 std::string describe_lengths(const Plan& plan, const CostModel& model) {

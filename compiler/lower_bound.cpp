@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "compiler/all_to_all_costs.h"
 #include "compiler/measured_costs.h"
 
 namespace ppc {
@@ -38,7 +39,9 @@ LowerBound makespan_lower_bound(const Plan& plan, const CostModel& model) {
   const int S = plan.num_stages(), pp = plan.pp();
   const std::vector<StageCost> c = stage_costs(plan, model);
   const MessageCosts msg = message_costs(plan, model);
-  const double ov = model.unit ? 0.0 : model.overlap;
+  // A pair saves at most ov * min(F, B) of its computations; with all-to-alls that it may hide
+  // (issue 40), at most min(F, B) (overlapped_time() is at least each part alone).
+  const double ov = model.unit ? 0.0 : hides_all_to_all(c) ? 1.0 : model.overlap;
   auto sc = [&](int s) -> const StageCost& { return c[static_cast<size_t>(s)]; };
   auto cross = [&](int a, int b) { return plan.rank_of(a) != plan.rank_of(b); };
 

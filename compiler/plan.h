@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compiler/action.h"
+#include "compiler/expert_parallel.h"
 #include "compiler/layout.h"
 #include "compiler/memory_mode.h"
 
@@ -33,6 +34,9 @@ struct Plan {
   // Plan microbatch k processes the step's data microbatch microbatch_order[k] (a permutation);
   // empty: microbatch k (docs/plan-format.md). Set for the microbatches' lengths (lengths.h).
   std::vector<int> microbatch_order;
+  // Expert parallelism (issue 40, expert_parallel.h): the JSON plan's optional "expert_parallel"
+  // field (absent when ep is 1, so older plans read the same).
+  ExpertParallel expert_parallel;
 
   // Per rank: the compute order (F, B, I, W, OverlapFB) and, once lowered, the full order
   // including SEND/RECV. `lowered` is empty until lower_send_recv has run.

@@ -122,6 +122,10 @@ void emit_json_plan(const Plan& plan, std::ostream& os,
   os << "  \"copies\": " << plan.copies << ",\n";
   if (!plan.memory.empty())
     os << "  \"memory\": " << ojson(format_memory_policy(plan.memory)).dump() << ",\n";
+  // Only a plan with expert parallelism has the field (issue 40, docs/plan-format.md).
+  if (plan.expert_parallel.on())
+    os << "  \"expert_parallel\": {\"ep\": " << plan.expert_parallel.ep
+       << ", \"first_dense\": " << plan.expert_parallel.first_dense << "},\n";
   // Only a plan ordered for its microbatches' lengths has the field (docs/plan-format.md).
   if (!plan.microbatch_order.empty())
     os << "  \"microbatch_order\": " << ojson(plan.microbatch_order).dump() << ",\n";
@@ -259,6 +263,16 @@ Plan read_plan_json(std::string_view text, const std::string& input_name) {
     } catch (const UserError& e) {
       rd.fail("memory", e.message());
     }
+  }
+
+  if (j.contains("expert_parallel")) {  // absent in plans without expert parallelism
+    const json& e = j["expert_parallel"];
+    if (!e.is_object())
+      rd.fail("expert_parallel", "expected an object {\"ep\": N, \"first_dense\": K}");
+    plan.expert_parallel.ep = rd.integer(e, "expert_parallel", "ep", 1, 1 << 20);
+    if (e.contains("first_dense"))
+      plan.expert_parallel.first_dense =
+          rd.integer(e, "expert_parallel", "first_dense", 0, 1 << 24);
   }
 
   const json& ranks = rd.array(j, "", "ranks");

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "compiler/all_to_all_costs.h"
 #include "compiler/diagnostic.h"
 #include "compiler/lower_bound.h"
 #include "compiler/memory_choice.h"
@@ -36,6 +37,7 @@ Plan auto_skeleton(const SynthesisOptions& o, PlacementStyle style) {
   co.schedule = info.name;
   co.microbatches = o.microbatches;
   co.memory = o.memory;
+  co.expert_parallel = o.expert_parallel;
   return plan_skeleton(co, info);
 }
 
@@ -51,7 +53,8 @@ namespace {
 // (`full_b_shorter`), the split ones are also tried with Bs on the busiest ranks. Options that do
 // nothing without overlaps are dropped when the costs have none, and the duplicates this makes are
 // removed.
-std::vector<ListPolicy> policies(const CostModel& cost, int pp, bool full_b_shorter) {
+std::vector<ListPolicy> policies(const CostModel& cost, int pp, bool full_b_shorter,
+                                 bool hides_all_to_all) {
   struct Row {
     bool split, pair_b, new_last, bwd_deep, fwd_deep, w_first;
     int held_w;   // max_held_w
@@ -71,7 +74,7 @@ std::vector<ListPolicy> policies(const CostModel& cost, int pp, bool full_b_shor
       {true, true, false, false, true, true, 0, 0, 0},
       {true, false, true, false, false, true, 8, 0, 2},
   };
-  const bool overlaps = !cost.unit && cost.overlap > 0;
+  const bool overlaps = !cost.unit && (cost.overlap > 0 || hides_all_to_all);
   std::vector<ListPolicy> out;
   std::vector<std::string> seen;
   for (const bool full_b : {false, true})
@@ -136,10 +139,12 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
     }
     // Where some stage's whole backward is shorter than its I + W (measured profiles), the split
     // policies are also tried with Bs on the busiest ranks.
-    bool full_b_shorter = false;
-    if (!opts.cost.unit)
-      for (const StageCost& k : stage_costs(base, opts.cost))
-        full_b_shorter |= k.whole_backward_shorter();
+    bool full_b_shorter = false, hides = false;
+    if (!opts.cost.unit) {
+      const std::vector<StageCost> costs = stage_costs(base, opts.cost);
+      for (const StageCost& k : costs) full_b_shorter |= k.whole_backward_shorter();
+      hides = hides_all_to_all(costs);
+    }
     // The list scheduler runs under the cost model's message model. Under the eager one it also
     // runs under the rendezvous: neither gives the better orders everywhere (docs/schedules.md),
     // and every candidate is ranked under the eager model anyway.
@@ -150,7 +155,7 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
       timings.push_back(&rendezvous);
     try {
       for (const CostModel* timing : timings)
-        for (const ListPolicy& p : policies(opts.cost, base.pp(), full_b_shorter)) {
+        for (const ListPolicy& p : policies(opts.cost, base.pp(), full_b_shorter, hides)) {
           in.cost = timing;
           Plan plan = base;
           plan.compute = list_schedule(in, p).orders;
@@ -221,6 +226,7 @@ Plan compile_auto(const CompileOptions& co) {
   if (co.cost) o.cost = *co.cost;
   o.memory_limit = co.memory_limit;
   o.memory = co.memory;
+  o.expert_parallel = co.expert_parallel;
   return synthesize_choosing_memory(o).plan;
 }
 

@@ -101,6 +101,7 @@ struct SynthesisOptions {
   // The memory modes of every candidate (issue 42); synthesize_choosing_memory (memory_choice.h)
   // tries several.
   MemoryPolicy memory;
+  ExpertParallel expert_parallel;  // issue 40: the all-to-alls the costs count (expert_parallel.h)
   // Placements to try; empty = loop, and V when there are two stages per rank.
   std::vector<PlacementStyle> placements;
   // Also try the named one-copy schedules that run this configuration (the result is then never

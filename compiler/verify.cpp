@@ -8,6 +8,7 @@
 #include <thread>
 #include <tuple>
 
+#include "compiler/all_to_all.h"
 #include "compiler/deadlock_model.h"
 #include "compiler/dependencies.h"
 #include "compiler/diagnostic.h"
@@ -562,6 +563,9 @@ VerifyReport report_of(const Plan& plan, const VerifyOptions& opts, bool streame
     } catch (const UserError& e) {
       rep.errors.push_back("memory: " + e.message());
     }
+  // Expert parallelism (issue 40) where the plan has MoE layers.
+  if (std::string bad = check_expert_parallel(plan); !bad.empty())
+    rep.errors.push_back("expert_parallel: " + bad);
   rep.peak_inflight = peak_inflight(plan);
   return rep;
 }

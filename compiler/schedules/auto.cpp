@@ -30,6 +30,7 @@
 #include <limits>
 #include <queue>
 
+#include "compiler/all_to_all_costs.h"
 #include "compiler/diagnostic.h"
 #include "compiler/lower_bound.h"
 #include "compiler/measured_costs.h"
@@ -265,7 +266,7 @@ class ListScheduler {
     }
     const bool admit = r == rank(0) && can_admit();
     // 1. An overlapped pair: the one that saves the most; on a tie, by the priorities.
-    if (ov_ > 0 && pol_.overlap && bi >= 0 && (fi >= 0 || admit)) {
+    if (pairs_ && pol_.overlap && bi >= 0 && (fi >= 0 || admit)) {
       double best = 0;
       int pf = -1, pb = -1;
       std::vector<int> fs;
@@ -289,7 +290,10 @@ class ListScheduler {
           const double fd = c(fs_stage).f;
           const int bs_stage = s.bwd[static_cast<size_t>(b)].stage;
           const double xd = part_time(pair_kind(bs_stage, fd), bs_stage);
-          const double saving = ov_ * std::min(fd, xd);
+          const ActionKind xk = pair_kind(bs_stage, fd);
+          const double saving =
+              fd + xd -
+              overlapped_time(fd, c(fs_stage).all_to_all_f, xd, c(bs_stage).all_to_all(xk), ov_);
           if (saving > best * (1 + 1e-12) + 1e-15) {
             best = saving;
             pf = f;
@@ -320,7 +324,7 @@ class ListScheduler {
     }
     // A rank that is not among the busiest would rather pair a lone backward or forward: it runs
     // a W meanwhile, or waits a while for a partner that may still come.
-    if ((bi >= 0 || fi >= 0) && ov_ > 0 && pol_.overlap && pol_.partner_wait > 0 &&
+    if ((bi >= 0 || fi >= 0) && pairs_ && pol_.overlap && pol_.partner_wait > 0 &&
         !busiest_[static_cast<size_t>(r)] && partner_may_come(r, bi >= 0)) {
       if (have_w) {
         const Candidate wc = s.w[s.w_head++];
@@ -414,7 +418,7 @@ class ListScheduler {
     double d = 0;
     if (a.kind == ActionKind::OverlapFB) {
       const double f = c(a.stage).f, x = part_time(a.sub_kind, a.stage2);
-      d = std::max(f, x) + (1 - ov_) * std::min(f, x);
+      d = overlapped_time(f, c(a.stage).all_to_all_f, x, c(a.stage2).all_to_all(a.sub_kind), ov_);
     } else {
       d = part_time(a.kind, a.stage);
     }
@@ -560,6 +564,8 @@ class ListScheduler {
   const std::vector<StageCost> cost_;
   const MessageCosts msg_;
   const double ov_, wg_;
+  // Pairs save time: the computations overlap, or a part's all-to-alls hide under the other's.
+  const bool pairs_ = ov_ > 0 || hides_all_to_all(cost_);
   // The eager message model (a cost file from pprun on Gloo): a SEND never waits for its
   // receiver; the sender spends post_ per message.
   const bool eager_;

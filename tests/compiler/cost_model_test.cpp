@@ -91,7 +91,7 @@ TEST(CostModel, FileErrorsAreOneLocatedLine) {
   EXPECT_EQ(
       parse_error(R"({"layers": {"t": {"f": 1, "fwd": 2}}})"),
       "cost.json: layers.t.fwd: unknown field (known: f, b, i, w, activation, params, optimizer, "
-      "activation_selective, activation_full, recompute_selective, recompute_full)");
+      "activation_selective, activation_full, recompute_selective, recompute_full, all_to_all)");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"b": 2}}})"),
             "cost.json: layers.t: missing field 'f' (forward time)");
   EXPECT_EQ(parse_error(R"({"layers": {"t": {"f": 1, "i": 2}}})"),
@@ -104,13 +104,13 @@ TEST(CostModel, FileErrorsAreOneLocatedLine) {
             "cost.json: latncy: unknown field (known: comment, layers, stage, latency, bandwidth, "
             "message_bytes, "
             "overlap, weight_grad_memory, layout, stages, boundaries, transport, post, lengths, "
-            "host_bandwidth)");
+            "host_bandwidth, top_k)");
   // A key with control characters (fuzz finding: the message's first line was blank).
   EXPECT_EQ(parse_error(R"({"\n\nlat\u0001": 2})"),
             "cost.json: \\x0a\\x0alat\\x01: unknown field (known: comment, layers, stage, latency, "
             "bandwidth, message_bytes, overlap, weight_grad_memory, layout, stages, boundaries, "
             "transport, post, lengths, "
-            "host_bandwidth)");
+            "host_bandwidth, top_k)");
   EXPECT_EQ(parse_error("[1, 2]"), "cost.json: expected a JSON object (see docs/cost-model.md)");
   EXPECT_EQ(parse_error(R"({"latency": 1e999})"),
             "cost.json: invalid JSON: [json.exception.out_of_range.406] number overflow parsing "

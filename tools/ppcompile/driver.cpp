@@ -24,6 +24,7 @@
 #include <tuple>
 #include <utility>
 
+#include "compiler/all_to_all.h"
 #include "compiler/balance.h"
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
@@ -34,6 +35,7 @@
 #include "compiler/order_microbatches.h"
 #include "compiler/plan_json.h"
 #include "compiler/read_file.h"
+#include "compiler/verify.h"
 #include "compiler/verify_and_lower.h"
 #include "tools/ppcompile/emitters.h"
 #include "tools/ppcompile/inputs.h"
@@ -133,7 +135,37 @@ ppc::CompileOptions compile_options(const Options& o, Parsed&& model, std::optio
   co.memory_limit = limit;
   co.memory = memory_policy(o);
   co.memory_input = o.recompute.empty() ? "--offload" : "--recompute";
+  co.expert_parallel = {o.ep, o.first_dense};
   return co;
+}
+
+// --ep on an imported plan, and --replica-plans (issue 40): the all-to-alls of every EP group
+// issued in one order (all_to_all.h), one line and exit 2 where they are not.
+void check_replicas(const Options& o, ppc::Plan& plan) {
+  auto apply_ep = [&](ppc::Plan& p, const std::string& where) {
+    if (o.ep == 1 && o.first_dense == 0) return;
+    p.expert_parallel = {o.ep, o.first_dense};
+    if (std::string bad = ppc::check_expert_parallel(p); !bad.empty())
+      throw ppc::UserError(bad, ppc::input_location(where));
+  };
+  if (!o.from_json.empty() || !o.from_csv.empty()) apply_ep(plan, "--ep");
+  if (o.replica_plans.empty()) return;
+  if (!ppc::verify(plan).ok()) return;  // verify_and_lower says why, below
+  if (!plan.expert_parallel.on())
+    throw ppc::UserError("needs --ep above 1 (or a plan with expert_parallel)",
+                         ppc::input_location("--replica-plans"));
+  std::vector<ppc::Plan> others;
+  for (const std::string& f : o.replica_plans) {
+    others.push_back(ppc::read_plan_json(ppc::read_file(f), f));
+    if (!others.back().expert_parallel.on()) others.back().expert_parallel = plan.expert_parallel;
+    const ppc::VerifyReport rep = ppc::verify(others.back());
+    if (!rep.ok())
+      throw ppc::UserError("the plan is not valid: " + rep.errors.front(), ppc::input_location(f));
+  }
+  std::vector<const ppc::Plan*> replicas{&plan};
+  for (const ppc::Plan& p : others) replicas.push_back(&p);
+  const std::vector<std::string> errors = ppc::check_all_to_all_orders(replicas, 1);
+  if (!errors.empty()) throw ppc::UserError(errors.front(), ppc::input_location("--replica-plans"));
 }
 
 }  // namespace
@@ -166,6 +198,8 @@ int compile_and_emit(const Options& o) {
     plan = ppc::generate(std::move(plan), co, info);
     dumps.after("generate", plan, ppc::dump_plan);
   }
+
+  check_replicas(o, plan);
 
   // --lengths: each microbatch at its length; Auto (or --microbatch-order lengths) orders them.
   if (!o.lengths_file.empty()) {

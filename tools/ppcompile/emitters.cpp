@@ -13,6 +13,7 @@
 #include <string_view>
 #include <utility>
 
+#include "compiler/all_to_all_costs.h"
 #include "compiler/csv.h"
 #include "compiler/diagnostic.h"
 #include "compiler/emit_text.h"
@@ -109,6 +110,7 @@ const Emitter kEmitters[] = {
        ppc::emit_stats(v.plan, v.report, *v.sim, os);
        if (e.limit) os << ppc::memory_check(*v.sim, *e.limit, e.cost.memory_in_bytes) << "\n";
        os << ppc::describe_memory_modes(v.plan, e.cost);
+       os << ppc::describe_all_to_alls(v.plan, e.cost);
        if (e.balanced) os << ppc::describe_balance(*e.balanced);
        // A synthesized plan: how far it is from the lower bound (which knows no lengths).
        if (const auto* s = ppc::find_schedule(v.plan.schedule);

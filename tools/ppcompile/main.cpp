@@ -167,6 +167,18 @@ int main(int argc, char** argv) {
                  "With --lengths: 'lengths' orders the microbatches for them (Auto's default), "
                  "'data' keeps data order (the others' default)")
       ->check(CLI::IsMember({"data", "lengths"}));
+  app.add_option("--ep", o.ep,
+                 "Expert parallelism: each MoE layer's experts over N ranks of different "
+                 "data-parallel replicas; the plan's all-to-alls are verified and costed "
+                 "(docs/ppcompile.md)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--first-dense", o.first_dense,
+                 "With --ep: the first K decoder layers (t) stay dense; the rest are MoE layers")
+      ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--replica-plans", o.replica_plans,
+                 "With --ep: JSON plans that data-parallel replicas 1, 2, ... run beside this "
+                 "one; verify that every EP group issues its all-to-alls in one order")
+      ->delimiter(',');
   compare->excludes(csv)->excludes(js);
   if (auto stop = parse_flags(app, argc, argv, "ppcompile")) return *stop;
   try {

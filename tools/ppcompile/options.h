@@ -41,6 +41,9 @@ struct Options {
   std::vector<std::string> dump_after;  // --dump-after: passes whose IR goes to stderr
   std::string lengths_file;             // --lengths FILE: each microbatch's length
   std::string microbatch_order;         // --microbatch-order data|lengths (default: by schedule)
+  int ep = 1;                           // --ep: expert parallelism (issue 40)
+  int first_dense = 0;                  // --first-dense: the decoder layers before it stay dense
+  std::vector<std::string> replica_plans;  // --replica-plans: other dp replicas' JSON plans
 };
 
 }  // namespace ppcompile

@@ -24,6 +24,17 @@ namespace ppcompile {
 using ppc::SimulationNeed;
 using ppc::VerifiedPlan;
 
+namespace {
+
+// --balance and --autotune do not count expert parallelism's all-to-alls yet (issue 40).
+void refuse_ep(const Options& o, const char* search) {
+  if (o.ep > 1 || !o.replica_plans.empty())
+    throw ppc::UserError(fmt::format("{} does not count all-to-alls yet; drop --ep", search),
+                         ppc::input_location(o.ep > 1 ? "--ep" : "--replica-plans"));
+}
+
+}  // namespace
+
 int run_compare(const Options& o) {
   if (!o.schedule.empty())
     throw ppc::UserError("--compare runs every schedule; drop --schedule",
@@ -43,6 +54,7 @@ int run_compare(const Options& o) {
   co.cost = cost_model(o);
   note_uncosted(co.cost, co.layout);
   co.memory_limit = memory_limit(o);
+  co.expert_parallel = {o.ep, o.first_dense};
   const ppc::Comparison cmp = ppc::compare_schedules(co);
   if (cmp.rows.empty()) {
     const auto& first = cmp.skipped.front();
@@ -64,6 +76,7 @@ ppc::BalanceResult run_balance(const Options& o, ppc::Layout layout, const ppc::
   ppc::BalanceOptions bo;
   bo.layout = std::move(layout);
   require_sizes(o, true);
+  refuse_ep(o, "--balance");
   bo.pp = o.pp;
   if (o.vpp != -1) bo.vpp = o.vpp;
   bo.schedule = o.schedule;
@@ -83,6 +96,7 @@ ppc::BalanceResult run_balance(const Options& o, ppc::Layout layout, const ppc::
 
 int run_autotune(const Options& o) {
   require_layout(o, "--autotune", "balances");
+  refuse_ep(o, "--autotune");
   if (o.compare || o.balance)
     throw ppc::UserError(fmt::format("--autotune already compares and balances; drop {}",
                                      o.compare ? "--compare" : "--balance"),

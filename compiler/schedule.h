@@ -27,7 +27,7 @@ struct ScheduleParams {
 
 // How many stages per rank a schedule takes.
 enum class VppRule : uint8_t {
-  One,  // exactly one stage per rank (1F1B, GPipe, ZB-H1, ZB-H2)
+  One,  // exactly one stage per rank (1F1B, GPipe, ZB-H1, ZB-H2, Combined1F1B)
   Any,  // any number (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble)
   Two,  // exactly two (ZBV, DualPipeV)
 };
@@ -73,6 +73,7 @@ RankOrders generate_zb_h2(const ScheduleParams& p);
 RankOrders generate_zbv(const ScheduleParams& p);
 RankOrders generate_dualpipe_v(const ScheduleParams& p);
 RankOrders generate_dualpipe(const ScheduleParams& p);
+RankOrders generate_combined_1f1b(const ScheduleParams& p);
 void check_dualpipe(const ScheduleParams& p);
 
 }  // namespace ppc

@@ -93,6 +93,14 @@ std::vector<ScheduleInfo> make_table() {
        2,
        generate_dualpipe,
        check_dualpipe});
+  t.push_back({"Combined1F1B",
+               {"Combined1F1BOverlap", "MegatronCombined1F1B"},
+               "Megatron's combined 1F1B: 1F1B whose steady state pairs one microbatch's F with "
+               "another's B (OVERLAP_F_B)",
+               VppRule::One,
+               PlacementStyle::Loop,
+               1,
+               generate_combined_1f1b});
   t.push_back({kAuto,
                {"Synthesized", "Synthesize"},
                "synthesized for the costs and the memory limit: list scheduling over priorities "

@@ -39,6 +39,9 @@ struct TrainOptions {
   // --dtype: of activations and matrix products (bf16: mixed precision, with fp32 master weights,
   // gradients and AdamW state; pprt::MixedPrecision, runtime/model/precision.h, docs/gpu.md).
   Precision dtype = Precision::Fp32;
+  // --overlap: an OVERLAP_F_B's forward and backward concurrently (train/overlap.h), or in
+  // sequence.
+  bool overlap = true;
 
   int warmup_steps() const { return warmup >= 0 ? warmup : steps / 10; }
 };

@@ -12,7 +12,7 @@ PPC="$BUILD/tools/ppcompile/ppcompile"
 
 # The grid. Schedules are listed by name; the stages-per-rank each accepts comes from
 # `ppcompile --list-schedules` (column vpp: 1, 2 or any).
-SCHEDULES="GPipe 1F1B Interleaved1F1B LoopedBFS ZB-H1 ZB-H2 InterleavedZeroBubble ZBVZeroBubble DualPipeV DualPipe"
+SCHEDULES="GPipe 1F1B Interleaved1F1B LoopedBFS ZB-H1 ZB-H2 InterleavedZeroBubble ZBVZeroBubble DualPipeV DualPipe Combined1F1B"
 PPS="1 2 4 8"
 VPPS="1 2 4"
 MICROBATCHES="1 2 3 4 5 7 8 12 16"

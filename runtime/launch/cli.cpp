@@ -78,6 +78,13 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
                    "docs/gpu.md); with --export --format hf: of the tensors written")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
+  std::string overlap = "on";
+  train
+      ->add_option("--overlap", overlap,
+                   "on or off: an OVERLAP_F_B runs its forward and backward parts concurrently "
+                   "(on the CPU; docs/pprun.md), or one after the other")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   train->add_option("--recompute", o.recompute,
                     "What layers keep between forward and backward, over the plan's \"memory\": "
                     "[TARGET:]MODE items joined by commas, later ones overriding; TARGET all, a "
@@ -216,6 +223,7 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
     return 2;
   }
   if (varlen_on && o.train.granule == 0) o.train.granule = 1;
+  o.train.overlap = overlap == "on";
   o.seed_given = seed->count() > 0;
   std::error_code ec;
   o.exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();

@@ -16,12 +16,15 @@ namespace {
 using Counter = std::shared_ptr<std::atomic<int64_t>>;
 
 thread_local Counter current;  // the open Scope's meter on this thread, if any
+using Tally = std::shared_ptr<PartBytes::Tally>;
+thread_local Tally current_part;  // the open PartBytes on this thread, if any
 
 // A counted block: its size, its meter, and the allocator that made it.
 struct Block {
   size_t bytes = 0;
   Counter counter;
   c10::DeleterFnPtr free = nullptr;
+  Tally part;  // the PartBytes open when it was allocated, if any
 };
 
 std::mutex& blocks_mutex() {
@@ -42,7 +45,11 @@ void counted_free(void* ptr) {
     b = std::move(it->second);
     blocks().erase(it);
   }
-  b.counter->fetch_sub(static_cast<int64_t>(b.bytes), std::memory_order_relaxed);
+  const auto bytes = static_cast<int64_t>(b.bytes);
+  b.counter->fetch_sub(bytes, std::memory_order_relaxed);
+  if (b.part) b.part->alive.fetch_sub(bytes, std::memory_order_relaxed);
+  if (current_part && current_part != b.part)
+    current_part->freed_older.fetch_add(bytes, std::memory_order_relaxed);
   b.free(ptr);
 }
 
@@ -63,9 +70,11 @@ class CountingAllocator final : public c10::Allocator {
     const c10::Device device = p.device();
     {
       std::lock_guard<std::mutex> lock(blocks_mutex());
-      blocks()[data] = Block{n, c, free};
+      blocks()[data] = Block{n, c, free, current_part};
     }
     c->fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+    if (current_part)
+      current_part->alive.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
     p.release_context();
     return c10::DataPtr(data, data, &counted_free, device);
   }
@@ -98,6 +107,19 @@ AllocationMeter::Scope::Scope(AllocationMeter& meter) : previous_(std::move(curr
 
 AllocationMeter::Scope::~Scope() {
   current = std::move(previous_);
+}
+
+PartBytes::PartBytes() : tally_(std::make_shared<Tally>()), previous_(std::move(current_part)) {
+  current_part = tally_;
+}
+
+PartBytes::~PartBytes() {
+  current_part = std::move(previous_);
+}
+
+int64_t PartBytes::left() const {
+  return tally_->alive.load(std::memory_order_relaxed) -
+         tally_->freed_older.load(std::memory_order_relaxed);
 }
 
 void ActivationBytes::start(size_t slots) {

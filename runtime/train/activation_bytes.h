@@ -8,6 +8,10 @@
 // what an F leaves alive is what its microbatch keeps until its B (its graph's saved tensors and
 // its output), and an I adds what it leaves for the W (ActivationBytes).
 //
+// A PartBytes counts one compute part alone while another part runs on another thread (an
+// OVERLAP_F_B's forward and backward, overlap.h): what its own thread allocated and left alive,
+// less what its thread freed of older blocks; the global count mixes both parts.
+//
 // Device memory (a GPU's) is the device allocator's: not counted here.
 //
 // Included only by LibTorch translation units.
@@ -40,6 +44,27 @@ class AllocationMeter {
 
  private:
   std::shared_ptr<std::atomic<int64_t>> counter_;
+};
+
+// What the calling thread's work leaves alive from its construction on (the thread must hold a
+// Scope, whose blocks alone are counted): the bytes the CPU allocator gave this thread since and
+// still alive, less the bytes of older blocks this thread freed since. In one thread's program
+// order this is the Scope's meter's growth over the same stretch; another thread's allocations
+// and frees meanwhile do not count. One per thread at a time.
+class PartBytes {
+ public:
+  PartBytes();
+  ~PartBytes();
+  PartBytes(const PartBytes&) = delete;
+  PartBytes& operator=(const PartBytes&) = delete;
+  int64_t left() const;
+
+  struct Tally {
+    std::atomic<int64_t> alive{0}, freed_older{0};
+  };
+
+ private:
+  std::shared_ptr<Tally> tally_, previous_;
 };
 
 // The bytes held per (local stage, microbatch) slot and their sum over a step, with its peak.

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <atomic>
 #include <optional>
 
 #include "compiler/diagnostic.h"
@@ -18,6 +19,7 @@
 #include "runtime/model/model_facts.h"
 #include "runtime/train/activation_bytes.h"
 #include "runtime/train/messages.h"
+#include "runtime/train/overlap.h"
 #include "runtime/train/replay_times.h"
 #include "runtime/train/replay_watch.h"
 
@@ -39,6 +41,15 @@ struct Slot {
   size_t recv_act_index = 0, recv_grad_index = 0;
   WeightWork work;      // the weight gradients an I leaves for the W (layers that split their own)
   AutogradSplit split;  // the same through the autograd graph (layers that do not)
+};
+
+// What a compute part changes in the step's bookkeeping (the activation bytes its slot holds, the
+// microbatches in flight), applied in the order of the sequence once an overlapped pair is done.
+struct Held {
+  size_t slot = 0;
+  int64_t bytes = 0;     // what the part left alive (F, I)
+  bool release = false;  // B, W: the slot holds nothing
+  int inflight = 0;      // +1 (F), -1 (B, I)
 };
 
 struct PendingSend {
@@ -82,7 +93,8 @@ struct Executor::Impl {
   at::Tensor tokens;
   StepReport* rep = nullptr;
   int inflight = 0;
-  int64_t waited = 0;  // within the current compute action
+  std::atomic<int64_t> waited{0};  // within the current compute action (both parts of an overlap)
+  std::unique_ptr<PartThread> part_thread;  // an OVERLAP_F_B's forward (overlap.h), once needed
 
   Impl(const ppc::Plan& p, int r, std::vector<Stage*> st, const ModelContext& c, Transport* t,
        const at::Device& d, ExecutorOptions o)
@@ -309,10 +321,13 @@ struct Executor::Impl {
     return in;
   }
 
-  void forward(int s, int mb) {
+  // `alone`: another part runs meanwhile (an overlapped pair): its bytes counted on its own.
+  Held forward(int s, int mb, bool alone = false) {
     Slot& sl = slot(s, mb);
     Stage& st = stage_of(s);
     Tensors input = input_of(s, mb, true);
+    std::optional<PartBytes> part;
+    if (alone) part.emplace();
     const int64_t live = allocated.live();
     ReplayTimes::Part meter(times, true);
     Tensors out = st.forward(input, rows(mb), shapes.shape(mb), mb,
@@ -327,8 +342,16 @@ struct Executor::Impl {
     if (plan.prev_stage(s) >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
     meter.done(s, ActionKind::F);
-    held.add(slot_index(s, mb), allocated.live() - live);
-    rep->peak_inflight = std::max(rep->peak_inflight, ++inflight);
+    return Held{slot_index(s, mb), part ? part->left() : allocated.live() - live, false, 1};
+  }
+
+  void account(const Held& h) {
+    if (h.release)
+      held.release(h.slot);
+    else
+      held.add(h.slot, h.bytes);
+    inflight += h.inflight;
+    if (h.inflight > 0) rep->peak_inflight = std::max(rep->peak_inflight, inflight);
   }
 
   // Evaluation's F: the stage's forward without autograd (no graph, no weight work); the input
@@ -343,7 +366,7 @@ struct Executor::Impl {
     if (!st.has_loss() && plan.next_stage(s) >= 0) sl.output = std::move(out);
   }
 
-  void backward(int s, int mb, bool input_only) {
+  Held backward(int s, int mb, bool input_only, bool alone = false) {
     Slot& sl = slot(s, mb);
     const int n = plan.next_stage(s);
     std::vector<at::Tensor> grad_out;  // one per output tensor; none for the loss
@@ -354,6 +377,8 @@ struct Executor::Impl {
       grad_out = unpack(std::move(sl.recv_grad), bound(plan.layout_stage(s) + 1, mb));
     }
     Stage& st = stage_of(s);
+    std::optional<PartBytes> part;
+    if (alone) part.emplace();
     const int64_t live = allocated.live();
     ReplayTimes::Part meter(times, input_only);
     const std::vector<at::Tensor> outs = tensors_of(sl.output), ins = tensors_of(sl.input);
@@ -385,11 +410,9 @@ struct Executor::Impl {
     sl.input.clear();
     sl.output.clear();
     meter.done(s, input_only ? ActionKind::I : ActionKind::B);
-    if (input_only)  // what the I leaves for the W (and the input's gradient, until sent)
-      held.add(slot_index(s, mb), allocated.live() - live);
-    else
-      held.release(slot_index(s, mb));
-    --inflight;
+    // An I: what it leaves for the W (and the input's gradient, until sent); a B: nothing.
+    const int64_t left = part ? part->left() : allocated.live() - live;
+    return Held{slot_index(s, mb), input_only ? left : 0, !input_only, -1};
   }
 
   void weight(int s, int mb) {
@@ -408,7 +431,33 @@ struct Executor::Impl {
       sl.work.run();
     }
     meter.done(s, ActionKind::W);
-    held.release(slot_index(s, mb));
+    account(Held{slot_index(s, mb), 0, true, 0});
+  }
+
+  // An OVERLAP_F_B: its forward part on the second thread while this one runs its backward part
+  // (overlap.h), or one after the other: with --overlap off, under --profile (each part measured
+  // alone), on a device, and where the backward is the forward's own microbatch on its stage (a
+  // pair a plan may fuse by hand, whose backward needs its forward). The bookkeeping in the
+  // sequence's order either way.
+  void overlap_fb(const Action& a) {
+    const Action bp = a.backward_part();
+    const bool input_only = bp.kind == ActionKind::I;
+    const bool dependent = bp.stage == a.stage && bp.microbatch == a.microbatch;
+    if (!opts.overlap || times.profiled() || !device.is_cpu() || dependent) {
+      account(forward(a.stage, a.microbatch));
+      account(backward(bp.stage, bp.microbatch, input_only));
+      return;
+    }
+    if (!part_thread) part_thread = std::make_unique<PartThread>();
+    Held f, b;
+    part_thread->run(
+        [&] {
+          AllocationMeter::Scope counting(allocated);  // (the CPU's allocator, as run()'s)
+          f = forward(a.stage, a.microbatch, true);
+        },
+        [&] { b = backward(bp.stage, bp.microbatch, input_only, true); });
+    account(f);
+    account(b);
   }
 
   void compute(const Action& a, size_t index) {
@@ -418,28 +467,27 @@ struct Executor::Impl {
     watch.compute(index, device_waited);
     switch (a.kind) {
       case ActionKind::F:
-        forward(a.stage, a.microbatch);
+        account(forward(a.stage, a.microbatch));
         break;
       case ActionKind::B:
-        backward(a.stage, a.microbatch, false);
+        account(backward(a.stage, a.microbatch, false));
         break;
       case ActionKind::I:
-        backward(a.stage, a.microbatch, true);
+        account(backward(a.stage, a.microbatch, true));
         break;
       case ActionKind::W:
         weight(a.stage, a.microbatch);
         break;
-      case ActionKind::OverlapFB: {
-        forward(a.stage, a.microbatch);
-        const Action bp = a.backward_part();
-        backward(bp.stage, bp.microbatch, bp.kind == ActionKind::I);
+      case ActionKind::OverlapFB:
+        overlap_fb(a);
         break;
-      }
       default:
         PPC_INTERNAL_ASSERT(false, "not a compute action");
     }
-    watch.slow_down(now_ns() - t0 - waited);
-    times.computed(*rep, rep->begin_ns, index, t0, waited, begin_mark);
+    // (An overlapped pair's parts may both wait: at most its whole time.)
+    const int64_t w = std::min<int64_t>(waited, now_ns() - t0);
+    watch.slow_down(now_ns() - t0 - w);
+    times.computed(*rep, rep->begin_ns, index, t0, w, begin_mark);
   }
 
   // The losses of every local stage's microbatches into `r`, each slot emptied (checked: nothing

@@ -1,8 +1,9 @@
 // The executor: replays one rank's lowered action list of a plan for one training step.
 //
-//  - F, B, I, W run on the rank's stages; OVERLAP_F_B runs its forward part, then its backward
-//    part. I computes only the input gradient and keeps what W needs (pprt/pprt.h: WeightWork); W
-//    computes the weight gradients from it.
+//  - F, B, I, W run on the rank's stages; OVERLAP_F_B runs its forward part on a second thread
+//    while its backward part runs (overlap.h; on the CPU), or one after the other. I computes only
+//    the input gradient and keeps what W needs (pprt/pprt.h: WeightWork); W computes the weight
+//    gradients from it.
 //  - A maximal run of consecutive SEND/RECV actions is posted as one batch (Transport::post).
 //    A receive is waited for just before the compute that needs it (on a GPU, by the compute
 //    stream, not the host); sends are waited for at the end of the step. Stages on the same rank
@@ -71,6 +72,8 @@ struct ExecutorOptions {
   int granule = 0;         // --varlen: microbatch lengths in multiples of it (0: off; messages.h)
   double slow_factor = 1;  // fault injection for tests: each compute action takes this many
                            // times as long (it sleeps the difference): a straggler
+  // An OVERLAP_F_B's two parts concurrently (overlap.h; --overlap on), or one after the other.
+  bool overlap = true;
 };
 
 // A step as the executor replayed it: its timing (report.h; step and optimizer_ns are the

@@ -68,6 +68,7 @@ PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups&
   }
   eo.where = &where;
   eo.granule = job.train.granule;
+  eo.overlap = job.train.overlap;
   if (rank == job.slow_rank) eo.slow_factor = job.slow_factor;
   if (groups.replicas) {
     reducer_ = std::make_unique<GradReducer>(plan, prank, model.stages, model.store,

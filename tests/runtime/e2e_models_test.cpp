@@ -84,6 +84,7 @@ std::vector<ModelCase> mtp_cases() {
       {"ZBVZeroBubble", "Et|tt|tm|mL", "Et|t|t|t|t|t|t,m|L"},
       {"DualPipeV", "Et|tt|t,m|L", "Et|t|t|t|t|t|tm|mL"},
       {"DualPipe", "Ettt|tmL", "Ett|tt|t,m|L"},
+      {"Combined1F1B", "Ettt|tmL", "Ett|tt|m|mL"},
   };
   std::vector<ModelCase> out;
   for (const Shape& s : shapes) {

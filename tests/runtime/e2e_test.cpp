@@ -48,9 +48,9 @@ struct Case {
 // ppcompile is skipped, and EveryScheduleOfPpcompileIsCovered fails if ppcompile has one this
 // list lacks. (DualPipe runs two model copies of pp layout stages: vpp 1 here.)
 const std::vector<std::pair<std::string, int>> kSchedules = {
-    {"GPipe", 1},     {"1F1B", 1},    {"Interleaved1F1B", 2},       {"LoopedBFS", 2},
-    {"ZB-H1", 1},     {"ZB-H2", 1},   {"InterleavedZeroBubble", 2}, {"ZBVZeroBubble", 2},
-    {"DualPipeV", 2}, {"DualPipe", 1}};
+    {"GPipe", 1},     {"1F1B", 1},     {"Interleaved1F1B", 2},       {"LoopedBFS", 2},
+    {"ZB-H1", 1},     {"ZB-H2", 1},    {"InterleavedZeroBubble", 2}, {"ZBVZeroBubble", 2},
+    {"DualPipeV", 2}, {"DualPipe", 1}, {"Combined1F1B", 1}};
 
 std::vector<Case> parity_cases() {
   std::vector<Case> out;

@@ -1,0 +1,86 @@
+// The second thread of computation of an OVERLAP_F_B (overlap.h).
+#include "runtime/train/overlap.h"
+
+#include <ATen/ThreadLocalState.h>
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace pprt {
+
+struct PartThread::State {
+  std::mutex m;
+  std::condition_variable cv;
+  const std::function<void()>* job = nullptr;  // the part to run; null: none
+  std::optional<at::ThreadLocalState> tls;     // the caller's, for it
+  bool done = false, stop = false;
+  std::exception_ptr error;
+  std::thread thread;
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(m);
+    for (;;) {
+      cv.wait(lock, [&] { return stop || job != nullptr; });
+      if (job == nullptr) return;  // stopped
+      const std::function<void()>& part = *job;
+      lock.unlock();
+      std::exception_ptr e;
+      try {
+        at::ThreadLocalStateGuard guard(*tls);
+        part();
+      } catch (...) {
+        e = std::current_exception();
+      }
+      lock.lock();
+      error = e;
+      job = nullptr;
+      done = true;
+      cv.notify_all();
+    }
+  }
+};
+
+PartThread::PartThread() : state_(std::make_unique<State>()) {
+  state_->thread = std::thread([s = state_.get()] { s->loop(); });
+}
+
+PartThread::~PartThread() {
+  {
+    std::lock_guard<std::mutex> lock(state_->m);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+  state_->thread.join();
+}
+
+void PartThread::run(const std::function<void()>& side, const std::function<void()>& main) {
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.m);
+    s.tls.emplace();  // the caller's thread-local state, now
+    s.job = &side;
+    s.done = false;
+    s.error = nullptr;
+  }
+  s.cv.notify_all();
+  std::exception_ptr main_error;
+  try {
+    main();
+  } catch (...) {
+    main_error = std::current_exception();
+  }
+  std::exception_ptr side_error;
+  {
+    std::unique_lock<std::mutex> lock(s.m);
+    s.cv.wait(lock, [&] { return s.done; });
+    side_error = s.error;
+    s.tls.reset();
+  }
+  if (main_error) std::rethrow_exception(main_error);
+  if (side_error) std::rethrow_exception(side_error);
+}
+
+}  // namespace pprt

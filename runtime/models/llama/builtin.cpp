@@ -278,8 +278,8 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
         auto m = std::make_shared<BuiltinModule>(info, specs);
         m->window = common->cfg.window_of(info.index);
         size_t i = 0;
-        auto d = std::make_shared<Decoder>(decoder_params(
-            *m, i, common->cfg.qkv_bias, is_moe ? &moe : nullptr, info.experts));
+        auto d = std::make_shared<Decoder>(
+            decoder_params(*m, i, common->cfg.qkv_bias, is_moe ? &moe : nullptr, info.experts));
         BuiltinModule* raw = m.get();
         const bool selective = info.selective_recompute;
         Layer l = make(m, [common, raw, d, selective](const at::Tensor& x, const Microbatch& mb) {

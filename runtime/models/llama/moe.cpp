@@ -8,8 +8,7 @@
 
 namespace pprt {
 
-MoeLayer moe_layer(std::deque<at::Tensor>& p, size_t& i, const MoeConfig& c,
-                   const ExpertGroup& g) {
+MoeLayer moe_layer(std::deque<at::Tensor>& p, size_t& i, const MoeConfig& c, const ExpertGroup& g) {
   MoeLayer m;
   m.group = g;
   m.first = g.rank * (c.experts / g.size);

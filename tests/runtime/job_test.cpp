@@ -55,7 +55,7 @@ TEST(Topology, NamedDimensionsInMegatronsOrder) {
 
 // --ep inside --dp (Megatron-Core's expert groups): dp 4 x ep 2 is two blocks of two neighbouring
 // replicas, each holding every expert once; replicas 0 and 2 hold the same shard.
-TEST(ExpertReplicas, BlocksOfNeighboursAndTheirShards) {
+TEST(Topology, ExpertReplicasAreBlocksOfNeighbours) {
   const pprt::ExpertReplicas r0 = pprt::expert_replicas(0, 4, 2);
   EXPECT_EQ(r0.shard_group, (std::vector<int>{0, 1}));
   EXPECT_EQ(r0.same_experts, (std::vector<int>{0, 2}));

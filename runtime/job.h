@@ -122,6 +122,9 @@ class Topology {
 struct Job {
   ppc::Plan plan;  // verified and lowered; for --reference, the layout and microbatches it gives
   int dp = 1;      // data-parallel replicas of the plan's pipeline
+  // Expert parallelism (--ep): each MoE layer's routed experts sharded over this many
+  // neighbouring replicas (a divisor of dp; RankGroups::experts_forward).
+  int ep = 1;
   Topology topology() const { return Topology(plan.pp(), dp); }
   Family family;     // the model's family: pprun's own (runtime/models/llama) or a program's
   Config model;      // its configuration (Family::configured)

@@ -89,6 +89,7 @@ template <class Fn>
 void for_each_saved(const SaveContext& ctx, Fn&& fn) {
   for (NamedParam& p : ctx.store->params()) {
     if (ctx.not_owned && ctx.not_owned->count(p.name)) continue;
+    if (ctx.experts_only && !p.expert) continue;  // --ep: replica 0 writes it
     auto* st = adam_state(*ctx.opt, p.tensor);
     PPC_INTERNAL_ASSERT(st != nullptr, "a parameter has AdamW state after its first step");
     fn(p.name, p.tensor, false);
@@ -200,6 +201,7 @@ CheckpointSaver::CheckpointSaver(const SaveContext& ctx, bool async,
                            .getStreamFromGlobalPool(ctx.device, /*isHighPriority=*/false);
   for (NamedParam& p : ctx.store->params()) {
     if (ctx.not_owned && ctx.not_owned->count(p.name)) continue;
+    if (ctx.experts_only && !p.expert) continue;  // --ep: replica 0 writes it
     for (int k = 0; k < 3; ++k)
       bg_->buffers.push_back(
           at::zeros(p.tensor.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(gpu)));

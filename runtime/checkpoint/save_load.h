@@ -37,6 +37,9 @@ struct SaveContext {
   int rank = 0;                // in `world`
   bool writes = true;          // this rank writes a shard (data-parallel replica 0 only)
   int shard = 0, shards = 1;   // its pipeline rank, and the pipeline's ranks
+  // (--ep E: shard pipeline rank x E + its expert shard, of pp x E; the replicas after the first
+  // write their expert parameters alone, experts_only)
+  bool experts_only = false;
   // Parameters this rank holds but another writes (shared ones, written by their lowest rank).
   const std::unordered_set<std::string>* not_owned = nullptr;
   std::string plan_json;          // the plan, as the checkpoint records it

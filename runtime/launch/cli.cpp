@@ -189,6 +189,10 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
                    "Data-parallel replicas of the plan's pipeline: pp x N ranks in all "
                    "(docs/pprun.md: rank order)")
       ->capture_default_str();
+  exec->add_option("--ep", o.ep,
+                   "Expert parallelism: each MoE layer's routed experts sharded over N of the "
+                   "--dp replicas (docs/pprun.md: expert parallelism)")
+      ->capture_default_str();
   exec->add_option("--device", o.device, "cpu (Gloo) or cuda (NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/hf.h"
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
+#include "runtime/launch/expert_groups.h"
 #include "runtime/launch/failure.h"
 #include "runtime/launch/memory_flags.h"
 #include "runtime/launch/plan_load.h"
@@ -95,6 +96,28 @@ void parse_slow(const std::string& text, Job& job) {
          fmt::format("expected RANK:FACTOR (FACTOR from 1 to 1000), got '{}'", text));
   job.slow_rank = rank;
   job.slow_factor = factor;
+}
+
+// --ep: a divisor of --dp, of a model with routed experts it divides (the reference, one
+// process, holds every expert: its ep is 1).
+void check_expert_parallelism(Job& job, const RunOptions& o) {
+  if (o.ep < 1) fail("--ep", fmt::format("must be at least 1, got {}", o.ep));
+  if (o.ep == 1) return;
+  const int experts =
+      job.facts.routed_experts
+          ? run_hook([&] { return job.facts.routed_experts(layout_info(job.plan.layout)); })
+          : 0;
+  if (experts == 0)
+    fail("--ep", fmt::format("{}: model '{}' has no mixture-of-experts layer to shard (layout {})",
+                             o.ep, job.facts.family, job.plan.layout.source));
+  if (experts % o.ep != 0)
+    fail("--ep",
+         fmt::format("{} does not divide the {} routed experts of each MoE layer", o.ep, experts));
+  if (!o.reference && o.dp % o.ep != 0)
+    fail("--ep", fmt::format("{} does not divide --dp {}: the experts are sharded over "
+                             "data-parallel replicas",
+                             o.ep, o.dp));
+  job.ep = o.reference ? 1 : o.ep;
 }
 
 // The model of configuration `job.model`: its facts and setup, and the checks it asks for.
@@ -249,6 +272,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
                                 t.steps));
   if (o.dp < 1) fail("--dp", fmt::format("must be at least 1, got {}", o.dp));
   job.dp = o.reference ? 1 : o.dp;  // the reference trains on the same global batch alone
+  check_expert_parallelism(job, o);
   if (t.global_batch < 1 || t.global_batch % (job.dp * job.plan.microbatches) != 0)
     fail("--global-batch",
          job.dp > 1 ? fmt::format("{} is not a positive multiple of --dp {} x the plan's {} "
@@ -361,6 +385,7 @@ int run_worker(const Job& job, const LaunchEnv& env) {
   if (job.device == "cuda") prepare_gpu(env.rank, env.local_rank, env.local_world, local);
   std::unique_ptr<Store> store;
   std::unique_ptr<Transport> transport, pipeline, replicas;
+  std::unique_ptr<Transport> experts_fwd, experts_bwd, expert_reps;  // --ep
   const bool hosts_store = env.rank == 0 && !env.external_store;
   // Says why the run failed and exits 1, without running the destructors (the transport may be
   // wedged); the store's host first waits for the other ranks' reports.
@@ -407,6 +432,26 @@ int run_worker(const Job& job, const LaunchEnv& env) {
                               .get();
       replicas = transport->new_group(topo.group(env.rank, "dp"), fmt::format("replicas:{}", p));
       groups.replicas = replicas.get();
+      if (job.ep > 1) {  // then its experts' two communicators and their replicas' group
+        const ExpertReplicas er = expert_replicas(d, topo.dp(), job.ep);
+        auto ranks_of = [&](const std::vector<int>& reps) {
+          std::vector<int> out;
+          for (int r : reps) out.push_back(topo.global(p, r));
+          return out;
+        };
+        const int block = d / job.ep;
+        experts_fwd = transport->new_group(ranks_of(er.shard_group),
+                                           fmt::format("experts.forward:{}:{}", p, block));
+        experts_bwd = transport->new_group(ranks_of(er.shard_group),
+                                           fmt::format("experts.backward:{}:{}", p, block));
+        groups.experts_forward = experts_fwd.get();
+        groups.experts_backward = experts_bwd.get();
+        if (er.same_experts.size() > 1) {
+          expert_reps = transport->new_group(ranks_of(er.same_experts),
+                                             fmt::format("expert_replicas:{}:{}", p, er.shard));
+          groups.expert_replicas = expert_reps.get();
+        }
+      }
     } else if (topo.pp() == 1) {
       groups.pipeline = nullptr;
     }

@@ -35,6 +35,7 @@ struct RunOptions {
   std::string fault_slow;   // "RANK:FACTOR" (tests): that rank computes FACTOR times slower
   bool seed_given = false;  // --seed was on the command line
   int dp = 1;               // --dp: data-parallel replicas
+  int ep = 1;               // --ep: expert parallelism, inside --dp (launch/expert_groups.h)
   int stop_after = 0;       // --stop-after
   std::string save_dir;     // --save
   int save_every = 0;       // --save-every

@@ -21,6 +21,7 @@ struct Model::Impl {
   CheckFn check;
   DescribeFn describe;
   HfFormatFn hugging_face;
+  std::function<int(const LayoutInfo&)> routed_experts;  // --ep
   struct Declared {
     Reported value;
     std::function<bool(const LayoutInfo&)> present;
@@ -158,6 +159,13 @@ const DescribeFn& Model::describe() const {
 const HfFormatFn& Model::hugging_face() const {
   return impl_->hugging_face;
 }
+Model& Model::routed_experts(std::function<int(const LayoutInfo&)> fn) {
+  impl_->routed_experts = std::move(fn);
+  return *this;
+}
+const std::function<int(const LayoutInfo&)>& Model::routed_experts() const {
+  return impl_->routed_experts;
+}
 
 // --- Family -------------------------------------------------------------------------------------
 
@@ -276,6 +284,7 @@ ModelFacts model_facts(const Family& family, const Config& config) {
   f.check = m.check();
   f.describe = m.describe();
   f.hugging_face = m.hugging_face();
+  f.routed_experts = m.routed_experts();
   f.reported = [m](const LayoutInfo& layout) { return m.reported(layout); };
   return f;
 }

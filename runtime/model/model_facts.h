@@ -19,6 +19,7 @@ struct ModelFacts {
   CheckFn check;
   DescribeFn describe;
   HfFormatFn hugging_face;
+  std::function<int(const LayoutInfo&)> routed_experts;  // Model::routed_experts (may be empty)
   // The auxiliary losses and metrics it reports for a layout (Model::reported).
   std::function<std::vector<Reported>(const LayoutInfo&)> reported;
 };

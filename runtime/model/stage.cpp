@@ -378,6 +378,7 @@ Stage::Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
     info.layout = layout_info(layout);
     const ppc::MemoryMode mode = ctx.memory.mode_of(p.stage, ppc::own_layer(p.symbol));
     info.selective_recompute = mode == ppc::MemoryMode::Selective;
+    info.experts = ctx.experts;
     Impl::Built b{p, sym, Layer{}, mode};
     b.layer.prefix = fmt::format("{}.{}.", sym->name, p.index);
     const std::string where = m.where(b);
@@ -414,6 +415,8 @@ Stage::Stage(const ModelContext& ctx, const ppc::Layout& layout, int stage,
         const std::string* shared = params.name_of(t);
         hold(shared ? *shared : b.layer.prefix + item.key(), t);
       }
+    for (const std::string& name : b.layer.expert_params)
+      if (NamedParam* e = store.find(name)) e->expert = true;
     m.split = m.split && b.layer.splits_backward;
     m.layers.push_back(std::move(b));
   }

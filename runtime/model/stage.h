@@ -34,6 +34,7 @@ struct NamedParam {
   std::string name;
   at::Tensor tensor;  // a leaf that requires grad
   bool decay = true;  // AdamW weight decay applies (matrices); not to vectors (norm scales, biases)
+  bool expert = false;  // sharded over expert parallelism's ranks (Layer::expert_params)
 };
 
 // A rank's parameters, by global name, in the order the rank's layers first use them.
@@ -122,6 +123,8 @@ struct ModelContext {
   // embedding that starts the model), which has nothing to rerun from; selective: the layer is
   // told (LayerInfo::selective_recompute) and recomputes its cheap parts itself, if it can.
   ppc::MemoryPolicy memory = {};
+  // Expert parallelism (--ep): every layer's LayerInfo::experts.
+  ExpertGroup experts = {};
 };
 
 // The layers of one layout stage (or of the whole model: the unpipelined reference).

@@ -73,6 +73,7 @@ GradReducer::GradReducer(const ppc::Plan& plan, int pipeline_rank,
   // replica, which runs the same plan rank).
   std::vector<std::pair<size_t, NamedParam*>> order_of;
   for (NamedParam& p : store.params()) {
+    if (p.expert) continue;  // reduced over the replicas of its shard (expert_grads.h)
     auto it = ready.find(p.name);
     PPC_INTERNAL_ASSERT(it != ready.end(), "every parameter of the rank belongs to a stage");
     order_of.push_back({it->second, &p});
@@ -151,9 +152,12 @@ std::vector<SharedNames> shared_names(const std::vector<std::vector<std::string>
 
 std::vector<std::vector<std::string>> gather_param_names(Store& store, int pipeline_rank,
                                                          int replica, int pp,
-                                                         const std::vector<std::string>& mine) {
-  auto key = [](int r) { return fmt::format("params/{}", r); };
-  if (replica == 0) store.set(key(pipeline_rank), fmt::format("{}", fmt::join(mine, "\n")));
+                                                         const std::vector<std::string>& mine,
+                                                         int shard) {
+  auto key = [shard](int r) {
+    return shard == 0 ? fmt::format("params/{}", r) : fmt::format("params/{}/{}", shard, r);
+  };
+  if (replica == shard) store.set(key(pipeline_rank), fmt::format("{}", fmt::join(mine, "\n")));
   std::vector<std::vector<std::string>> out(static_cast<size_t>(pp));
   for (int r = 0; r < pp; ++r) {
     if (r == pipeline_rank) {

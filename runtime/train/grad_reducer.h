@@ -81,10 +81,12 @@ struct SharedNames {
 std::vector<SharedNames> shared_names(const std::vector<std::vector<std::string>>& held_by_rank);
 
 // Every pipeline rank's parameter names (`mine`: this rank's), through the rendezvous store: each
-// replica 0 publishes its own; every rank reads the pipeline's.
+// replica 0 publishes its own; every rank reads the pipeline's. Under expert parallelism the
+// names depend on the rank's expert shard (replica % ep, `shard`): replica `shard` publishes them.
 std::vector<std::vector<std::string>> gather_param_names(Store& store, int pipeline_rank,
                                                          int replica, int pp,
-                                                         const std::vector<std::string>& mine);
+                                                         const std::vector<std::string>& mine,
+                                                         int shard = 0);
 
 // The parameters a rank holds with other ranks (shared_names): after each step their gradients
 // are summed over a process group per set of ranks holding them, so that the copies stay

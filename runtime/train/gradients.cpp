@@ -54,9 +54,10 @@ PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups&
   if (groups.pipeline) {  // the parameters other pipeline ranks hold too: from their names
     std::vector<std::string> mine;
     for (const NamedParam& p : model.store.params()) mine.push_back(p.name);
-    shared_ = SharedGradSum(
-        gather_param_names(store, prank, job.topology().replica(rank), plan.pp(), mine), prank,
-        model.store, *groups.pipeline);
+    shared_ =
+        SharedGradSum(gather_param_names(store, prank, job.topology().replica(rank), plan.pp(),
+                                         mine, job.topology().replica(rank) % job.ep),
+                      prank, model.store, *groups.pipeline);
   }
   ExecutorOptions eo;
   eo.timeout = job.timeout;
@@ -75,6 +76,7 @@ PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups&
                                              *groups.replicas, job.timeout);
     eo.after_compute = [r = reducer_.get()](size_t i) { r->action_done(i); };
   }
+  if (job.ep > 1) expert_ = ExpertGradReduce(model.store, groups.expert_replicas, job.dp);
   if (!job.out.profile_path.empty())
     eo.on_part = [this](const PartSample& s) { profile_.add(step_, s); };
   exec_ = std::make_unique<Executor>(plan, prank, model.stages, model.rank.ctx, groups.pipeline,
@@ -93,6 +95,10 @@ StepReport PipelineGradients::run(const at::Tensor& tokens, int step, RankReport
     const ReduceStats r = reducer_->finish();
     // The run's first step warms up: it counts only in a run of one step.
     if (step > job_.start_step || job_.start_step + 1 == job_.last_step()) report.dp.add(r);
+  }
+  if (job_.ep > 1) {
+    where_.outside("expert parallelism's all-reduce of the experts' gradients", true);
+    expert_.finish(timeout_);
   }
   where_.outside("the all-reduce of shared parameters' gradients", true);
   shared_.sum(timeout_);

@@ -20,6 +20,7 @@
 #include "runtime/output/profile.h"
 #include "runtime/output/report.h"
 #include "runtime/train/executor.h"
+#include "runtime/train/expert_grads.h"
 #include "runtime/train/grad_reducer.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/where.h"
@@ -83,6 +84,7 @@ class PipelineGradients final : public StepGradients {
   int prank_;  // the pipeline rank
   SharedGradSum shared_;
   std::unique_ptr<GradReducer> reducer_;
+  ExpertGradReduce expert_;  // --ep
   std::unique_ptr<Executor> exec_;
   ProfileRecorder profile_;  // --profile
   int64_t step_ = 0;

@@ -90,6 +90,7 @@ struct Place {
   bool counts_norm = true;     // its gradients count in the norm (replica 0's: after data
                                // parallelism's average every replica holds the same)
   const std::unordered_set<std::string>* counted_elsewhere = nullptr;  // shared parameters
+  bool counts_expert_norm = true;  // its expert parameters' (--ep: the first ep replicas' shards)
 };
 
 // `targets` (if given): with rows of documents, the rows' predicted targets times the replicas
@@ -144,7 +145,7 @@ StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
   const int ranks = place.world ? place.world->size() : 0;
   std::vector<at::Tensor> counted;  // the gradients in the norm
   for (NamedParam& p : store.params())
-    if (place.counts_norm && p.tensor.grad().defined() &&
+    if ((p.expert ? place.counts_expert_norm : place.counts_norm) && p.tensor.grad().defined() &&
         !(place.counted_elsewhere && place.counted_elsewhere->count(p.name)))
       counted.push_back(p.tensor.grad());
   at::Tensor sq;
@@ -440,6 +441,10 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   if (reporter)
     print_lines(run_header(job, data, groups.world ? groups.world->name() : "no transport", false));
   LocalModel model(job, device_for(job, local_rank));
+  if (groups.experts_forward)  // --ep: the layers' communicators (pprt::ExpertGroup)
+    model.rank.ctx.experts =
+        ExpertGroup{groups.experts_forward, groups.experts_backward, groups.experts_forward->rank(),
+                    groups.experts_forward->size(), job.timeout};
   // Where this rank is in its plan, for the lines a failure prints (where.h).
   std::vector<int> names;
   for (int p = 0; p < plan.pp(); ++p) names.push_back(topo.global(p, replica));
@@ -459,15 +464,17 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
     model.rank.add(plan.layout, plan.layout_stage(s));
   PipelineGradients grads(job, rank, groups, model, store, *place_in_plan);
   StepLog log(job, reporter);
-  const Place place{replica, job.dp, groups.world, rank, replica == 0, &grads.counted_elsewhere()};
+  const Place place{replica,         job.dp, groups.world, rank, replica == 0,
+                    &grads.counted_elsewhere(), replica < job.ep};
   RankReport report =
       train(job, place, model, grads, data, eval_data,
             SaveContext{
                 .world = groups.world,
                 .rank = rank,
-                .writes = replica == 0,
-                .shard = prank,
-                .shards = plan.pp(),
+                .writes = replica < job.ep,
+                .shard = prank * job.ep + replica % job.ep,
+                .shards = plan.pp() * job.ep,
+                .experts_only = replica > 0,
                 .not_owned = &grads.counted_elsewhere(),
                 .plan_json = rank == 0 && !job.save_dir.empty() ? plan_json(plan, true) : "",
             },

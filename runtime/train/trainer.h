@@ -21,6 +21,13 @@ struct RankGroups {
   Transport* world = nullptr;     // every rank (null: a job of one rank)
   Transport* pipeline = nullptr;  // this replica's pipeline, ranked by pipeline rank (null: pp 1)
   Transport* replicas = nullptr;  // this pipeline rank in every replica (null: dp 1)
+  // Expert parallelism (--ep E; null: ep 1): this pipeline rank in the E neighbouring replicas
+  // that share the experts (replica / E the same), twice: one communicator per direction
+  // (pprt::ExpertGroup); and in the replicas that hold the same experts (replica % E the same:
+  // dp / E of them; null when that is this rank alone), over which experts' gradients are reduced.
+  Transport* experts_forward = nullptr;
+  Transport* experts_backward = nullptr;
+  Transport* expert_replicas = nullptr;
 };
 
 // Runs global rank `rank` of `job` over `groups`; `store` is the rendezvous store (gathering

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/job.h"
+#include "runtime/launch/expert_groups.h"
 
 namespace {
 
@@ -50,6 +51,22 @@ TEST(Topology, NamedDimensionsInMegatronsOrder) {
   EXPECT_EQ(e.coordinate(7, "dp"), 1);
   EXPECT_EQ(e.coordinate(7, "pp"), 1);
   EXPECT_EQ(e.along(7, "dp", 0), 5);
+}
+
+// --ep inside --dp (Megatron-Core's expert groups): dp 4 x ep 2 is two blocks of two neighbouring
+// replicas, each holding every expert once; replicas 0 and 2 hold the same shard.
+TEST(Topology, ExpertReplicasAreBlocksOfNeighbours) {
+  const pprt::ExpertReplicas r0 = pprt::expert_replicas(0, 4, 2);
+  EXPECT_EQ(r0.shard_group, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r0.same_experts, (std::vector<int>{0, 2}));
+  EXPECT_EQ(r0.shard, 0);
+  const pprt::ExpertReplicas r3 = pprt::expert_replicas(3, 4, 2);
+  EXPECT_EQ(r3.shard_group, (std::vector<int>{2, 3}));
+  EXPECT_EQ(r3.same_experts, (std::vector<int>{1, 3}));
+  EXPECT_EQ(r3.shard, 1);
+  const pprt::ExpertReplicas all = pprt::expert_replicas(1, 2, 2);  // ep = dp: one block
+  EXPECT_EQ(all.shard_group, (std::vector<int>{0, 1}));
+  EXPECT_EQ(all.same_experts, (std::vector<int>{1}));
 }
 
 }  // namespace

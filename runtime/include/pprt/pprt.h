@@ -26,6 +26,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include <chrono>
 #include <compare>
 #include <cstdint>
 #include <functional>
@@ -166,6 +167,24 @@ class Microbatch {
 namespace detail {
 class SharedParams;  // a rank's parameters shared between layers (the runtime's)
 }
+class Transport;  // runtime/transport/transport.h
+
+// Expert parallelism (pprun --ep N, docs/pprun.md "Expert parallelism"): the ranks among which a
+// layer's routed experts are sharded, the same pipeline rank in `size` neighbouring data-parallel
+// replicas. A layer exchanges its tokens with them by Transport::all_to_all, on one communicator
+// per direction over the same ranks: `forward` in its forwards (dispatch, combine), `backward`
+// inside its autograd backward. Each direction's all-to-alls then run on every member in the
+// order of its plan's forwards (or backwards) alone, whichever order the runtime interleaves
+// the two directions in (or runs them concurrently: an OVERLAP_F_B's two threads, one per
+// communicator). Every member runs the same actions in the same order, so the orders agree.
+struct ExpertGroup {
+  Transport* forward = nullptr;   // null when size is 1
+  Transport* backward = nullptr;  // the same ranks, a second communicator
+  int rank = 0;                   // this rank's position in the group (its experts' shard)
+  int size = 1;                   // ranks sharing the experts (1: every expert here)
+  std::chrono::milliseconds timeout{300'000};  // of each all-to-all (--timeout)
+  bool sharded() const { return size > 1; }
+};
 
 // What a layer factory is given about the layer it makes.
 struct LayerInfo {
@@ -188,6 +207,8 @@ struct LayerInfo {
   // (--recompute selective; pprt::recomputed, runtime/model/recompute.h). A layer that has no such
   // parts keeps everything.
   bool selective_recompute = false;
+  // The ranks a mixture of experts shards its routed experts over (size 1: no expert parallelism).
+  ExpertGroup experts;
 
   // A parameter used by several layers (a tied embedding, a shared submodule's weights): the one
   // tensor of global name `name` on this rank, created (float32, CPU, requiring grad) by the
@@ -220,6 +241,10 @@ struct Layer {
   std::function<Tensors(const Tensors& x, const Microbatch& mb)> forward_tensors;
   std::string prefix;            // empty: "<name>.<index>." (e.g. "h.3.")
   bool splits_backward = false;  // its backward defers weight work to mb.weight_work() itself
+  // The global names of its parameters sharded over LayerInfo::experts (a mixture of experts'
+  // routed experts, of which each rank holds its own shard): their gradients are reduced over
+  // the replicas that hold the same shard, and every shard counts in the gradient norm.
+  std::vector<std::string> expert_params;
 };
 
 // A Layer from a module holder (TORCH_MODULE) or a std::shared_ptr to a module whose forward
@@ -337,6 +362,9 @@ class Model {
   // A size of a microbatch the model's shapes depend on beyond its sequences and tokens (how many
   // documents a packed sequence holds, say): MicrobatchShape::size(name), from its token rows.
   Model& dimension(std::string name, DimensionFn fn);
+  // The routed experts of each of its mixture-of-experts layers laid out as `layout` (0: it has
+  // none): pprun's --ep shards them (LayerInfo::experts) and must divide them.
+  Model& routed_experts(std::function<int(const LayoutInfo&)> fn);
 
   // --- read by the runtime ---
   struct Symbol {
@@ -355,6 +383,7 @@ class Model {
   const CheckFn& check() const;
   const DescribeFn& describe() const;
   const HfFormatFn& hugging_face() const;
+  const std::function<int(const LayoutInfo&)>& routed_experts() const;
   // The auxiliary losses and metrics of the model laid out as `layout`, in declaration order.
   std::vector<Reported> reported(const LayoutInfo& layout) const;
   // The shape of a microbatch of these token rows [b, length + 1].

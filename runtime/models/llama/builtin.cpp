@@ -92,14 +92,15 @@ struct Decoder {
 };
 
 // In architecture.h's order: the biases (if any) follow wv.
-Decoder decoder_params(BuiltinModule& m, size_t& i, bool qkv_bias, const MoeConfig* moe = nullptr) {
+Decoder decoder_params(BuiltinModule& m, size_t& i, bool qkv_bias, const MoeConfig* moe = nullptr,
+                       const ExpertGroup& experts = {}) {
   Decoder d{};
   for (at::Tensor** slot : {&d.attn_norm, &d.wq, &d.wk, &d.wv}) *slot = &m.p[i++];
   if (qkv_bias)
     for (at::Tensor** slot : {&d.bq, &d.bk, &d.bv}) *slot = &m.p[i++];
   if (moe) {  // a MoE layer: its MLP's parameters are moe.h's
     for (at::Tensor** slot : {&d.wo, &d.mlp_norm}) *slot = &m.p[i++];
-    d.moe = std::make_shared<MoeLayer>(moe_layer(m.p, i, *moe));
+    d.moe = std::make_shared<MoeLayer>(moe_layer(m.p, i, *moe, experts));
     return d;
   }
   for (at::Tensor** slot : {&d.wo, &d.mlp_norm, &d.w1, &d.w3, &d.w2}) *slot = &m.p[i++];
@@ -258,19 +259,35 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
   model.layer(
       't', "layers",
       [common](const LayerInfo& info) {
-        auto m = std::make_shared<BuiltinModule>(
-            info, layer_params(common->cfg, ppc::LayerKind::Decoder, info.index, info));
+        const MoeConfig& moe = common->cfg.moe;
+        const bool is_moe = moe.is_moe(info.index);
+        std::vector<ParamSpec> specs =
+            layer_params(common->cfg, ppc::LayerKind::Decoder, info.index, info);
+        std::vector<std::string> experts;  // --ep: the routed experts' of this rank's shard
+        if (is_moe && info.experts.sharded()) {
+          const std::string mlp = fmt::format("layers.{}.mlp.", info.index);
+          std::erase_if(specs, [&](const ParamSpec& s) {
+            return moe_foreign_expert(s.name, mlp, moe, info.experts);
+          });
+          for (const ParamSpec& s : specs) {
+            bool routed = false;
+            moe_foreign_expert(s.name, mlp, moe, info.experts, &routed);
+            if (routed) experts.push_back(s.name);
+          }
+        }
+        auto m = std::make_shared<BuiltinModule>(info, specs);
         m->window = common->cfg.window_of(info.index);
         size_t i = 0;
-        const MoeConfig& moe = common->cfg.moe;
         auto d = std::make_shared<Decoder>(
-            decoder_params(*m, i, common->cfg.qkv_bias, moe.is_moe(info.index) ? &moe : nullptr));
+            decoder_params(*m, i, common->cfg.qkv_bias, is_moe ? &moe : nullptr, info.experts));
         BuiltinModule* raw = m.get();
         const bool selective = info.selective_recompute;
-        return make(m, [common, raw, d, selective](const at::Tensor& x, const Microbatch& mb) {
+        Layer l = make(m, [common, raw, d, selective](const at::Tensor& x, const Microbatch& mb) {
           return decoder(*common, attn_of(*common, *raw, x), x, *d, mb,
                          document_positions(mb.tokens(), mb.seq_len()), selective);
         });
+        l.expert_params = std::move(experts);
+        return l;
       },
       [](const std::vector<int64_t>& in) { return in; });
 
@@ -374,6 +391,11 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
     for (int t = 0; t < layout.count('t'); ++t)
       if (moe.is_moe(t)) return true;
     return false;
+  });
+  model.routed_experts([moe = config.moe](const LayoutInfo& layout) {  // --ep shards them
+    for (int t = 0; t < layout.count('t'); ++t)
+      if (moe.is_moe(t)) return moe.experts;
+    return 0;
   });
   return model;
 }

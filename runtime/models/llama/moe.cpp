@@ -4,14 +4,17 @@
 #include <ATen/ATen.h>
 
 #include "compiler/diagnostic.h"
+#include "runtime/models/llama/moe_dispatch.h"
 
 namespace pprt {
 
-MoeLayer moe_layer(std::deque<at::Tensor>& p, size_t& i, const MoeConfig& c) {
+MoeLayer moe_layer(std::deque<at::Tensor>& p, size_t& i, const MoeConfig& c, const ExpertGroup& g) {
   MoeLayer m;
+  m.group = g;
+  m.first = g.rank * (c.experts / g.size);
   m.router = &p[i++];
   if (c.bias_update_rate > 0) m.bias = &p[i++];
-  for (int e = 0; e < c.experts; ++e) {
+  for (int e = 0; e < c.experts / g.size; ++e) {
     m.w1.push_back(&p[i++]);
     m.w3.push_back(&p[i++]);
     m.w2.push_back(&p[i++]);
@@ -25,6 +28,17 @@ MoeLayer moe_layer(std::deque<at::Tensor>& p, size_t& i, const MoeConfig& c) {
     if (c.shared_gate) m.shared_gate = &p[i++];
   }
   return m;
+}
+
+bool moe_foreign_expert(const std::string& name, const std::string& mlp, const MoeConfig& c,
+                        const ExpertGroup& g, bool* expert) {
+  const std::string prefix = mlp + "experts.";
+  const bool routed = name.compare(0, prefix.size(), prefix) == 0;
+  if (expert) *expert = routed;
+  if (!routed || g.size <= 1) return false;
+  const int e = std::stoi(name.substr(prefix.size()));
+  const int local = c.experts / g.size;
+  return e / local != g.rank;
 }
 
 namespace {
@@ -87,7 +101,19 @@ at::Tensor moe_mlp(const MoeConfig& c, const at::Tensor& h, MoeLayer& p, const M
 
   at::Tensor out = at::zeros_like(x);
   const int64_t* count = counts.data_ptr<int64_t>();
-  for (int64_t e = 0, off = 0; e < E; off += count[e], ++e) {
+  if (p.group.sharded()) {  // --ep: the pairs go to the ranks of their experts and come back
+    const at::Tensor ys = dispatch_to_experts(
+        x.index_select(0, tokens), counts, p.group, [&](int64_t l, const at::Tensor& xe) {
+          const auto e = static_cast<size_t>(l);
+          const at::Tensor gate_up = fused_linear(xe, {p.w1[e], p.w3[e]}, *p.gate_up[e], w);
+          return linear(swiglu(gate_up, kernels), p.w2[e], w, p.w2_copy[e].get());
+        });
+    for (int64_t e = 0, off = 0; e < E; off += count[e], ++e)
+      if (count[e] > 0)
+        out = out.index_add(0, tokens.narrow(0, off, count[e]),
+                            ys.narrow(0, off, count[e]) * pair_weights.narrow(0, off, count[e]));
+  }
+  for (int64_t e = 0, off = 0; e < E && !p.group.sharded(); off += count[e], ++e) {
     if (count[e] == 0) continue;
     const at::Tensor tok = tokens.narrow(0, off, count[e]);
     const at::Tensor xe = x.index_select(0, tok);

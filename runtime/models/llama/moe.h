@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "pprt/pprt.h"
@@ -24,7 +25,10 @@ namespace pprt {
 struct MoeLayer {
   at::Tensor* router = nullptr;         // [experts, hidden]
   at::Tensor* bias = nullptr;           // [experts] with bias_update_rate; else null
-  std::vector<at::Tensor*> w1, w3, w2;  // per routed expert
+  std::vector<at::Tensor*> w1, w3, w2;  // per routed expert (under --ep, this rank's)
+  // Expert parallelism (moe_dispatch.h): this rank holds experts [first, first + w1.size()).
+  ExpertGroup group;
+  int first = 0;
   at::Tensor *shared_w1 = nullptr, *shared_w3 = nullptr, *shared_w2 = nullptr;
   at::Tensor* shared_gate = nullptr;  // [1, hidden] with shared_gate
   // Working copies (fused gate/up products; other dtypes under --dtype bf16).
@@ -42,8 +46,16 @@ struct MoeLayer {
 };
 
 // The layer's parameters from `p` at `i` on, in architecture.cpp's order (add_moe_mlp); `i` moves
-// past them.
-MoeLayer moe_layer(std::deque<at::Tensor>& p, size_t& i, const MoeConfig& c);
+// past them. Sharded over `g` (g.size > 1), `p` holds only the routed experts of rank g.rank
+// (moe_local_experts).
+MoeLayer moe_layer(std::deque<at::Tensor>& p, size_t& i, const MoeConfig& c,
+                   const ExpertGroup& g = {});
+
+// Whether the parameter named `name` of the layer whose MLP's parameters are named from `mlp`
+// ("layers.3.mlp.") is a routed expert's that rank g.rank does not hold; `expert` (if not null)
+// says whether it is a routed expert's at all.
+bool moe_foreign_expert(const std::string& name, const std::string& mlp, const MoeConfig& c,
+                        const ExpertGroup& g, bool* expert = nullptr);
 
 // The MLP's output for the normalised hidden state `h` [b, T, hidden] (to be added to the
 // residual stream). Adds the auxiliary loss "load_balancing" (moe_config.h) to `mb`; with a

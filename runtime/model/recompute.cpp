@@ -16,6 +16,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+thread_local bool tl_recomputing = false;
+
 // The piece to rerun, held by the autograd node until its backward.
 struct Piece : torch::CustomClassHolder {
   TensorFn f;
@@ -55,7 +57,15 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
     std::vector<at::Tensor> out;
     {
       at::AutoGradMode on(true);
-      out = piece->run(in);
+      const bool outer = tl_recomputing;
+      tl_recomputing = true;
+      try {
+        out = piece->run(in);
+      } catch (...) {
+        tl_recomputing = outer;
+        throw;
+      }
+      tl_recomputing = outer;
     }
     std::vector<at::Tensor> roots, root_grads;
     for (size_t k = 0; k < out.size() && k < grads.size(); ++k)
@@ -77,6 +87,10 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
 };
 
 }  // namespace
+
+bool recomputing() {
+  return tl_recomputing;
+}
 
 std::vector<at::Tensor> recomputed(TensorFn f, const std::vector<at::Tensor>& inputs,
                                    int64_t* runs) {

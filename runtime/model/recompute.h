@@ -30,4 +30,10 @@ using TensorFn = std::function<std::vector<at::Tensor>(const std::vector<at::Ten
 std::vector<at::Tensor> recomputed(TensorFn f, const std::vector<at::Tensor>& inputs,
                                    int64_t* runs = nullptr);
 
+// Whether this thread is rerunning a recomputed piece's forward inside its backward. A layer's
+// collectives there belong to the backward: expert parallelism's all-to-alls go on the backward
+// communicator (moe_dispatch.cpp), as the deadlock proof counts them (compiler/all_to_all.h), so
+// that a concurrent OVERLAP_F_B's forward thread keeps the forward communicator to itself.
+bool recomputing();
+
 }  // namespace pprt

@@ -21,6 +21,8 @@ struct MoeCase {
   nlohmann::json config = nlohmann::json::object();
   // Expert parallelism (--dp 2 --ep 2: 4 processes) in the pipelined run; bf16 in both.
   bool ep = false, bf16 = false;
+  // Flags of both runs (--recompute).
+  std::vector<std::string> flags = {};
 };
 
 void PrintTo(const MoeCase& c, std::ostream* os) {
@@ -55,6 +57,7 @@ TEST_P(MoeParity, LossesAuxLossAndParameters) {
                                            "--threads",      "1"};
   std::vector<std::string> both = common, pipelined;
   if (c.bf16) both = concat(both, {"--dtype", "bf16"});
+  both = concat(both, c.flags);
   if (c.ep) pipelined = {"--dp", "2", "--ep", "2"};
   const Proc pipe = pprun(concat(concat(both, pipelined),
                                  {"--metrics", d.file("p.jsonl"), "--dump-params", d.file("pd")}));
@@ -121,6 +124,11 @@ INSTANTIATE_TEST_SUITE_P(
 // load-balancing loss in the loss: see above).
 const nlohmann::json kNoAux = {{"aux_loss_coef", 0.0}};
 
+MoeCase with_flags(MoeCase c, std::vector<std::string> flags) {
+  c.flags = std::move(flags);
+  return c;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     ExpertParallel, MoeParity,
     ::testing::Values(
@@ -133,7 +141,13 @@ INSTANTIATE_TEST_SUITE_P(
         MoeCase{"DualPipeV_ep2_bf16", "Et|tt|t,m|L", "DualPipeV", 2, 4, kNoAux, true, true},
         MoeCase{"DualPipe_ep2_bf16", "Ett|tmL", "DualPipe", 2, 4, kNoAux, true, true},
         // bf16 without expert parallelism
-        MoeCase{"OneFOneB_bf16", "Ett|tmL", "1F1B", 2, 4, nlohmann::json::object(), false, true}),
+        MoeCase{"OneFOneB_bf16", "Ett|tmL", "1F1B", 2, 4, nlohmann::json::object(), false, true},
+        // Full recomputation reruns each MoE layer's dispatch and combine inside its backward, on
+        // the backward communicator, while DualPipeV's concurrent OVERLAP_F_B runs another
+        // microbatch's forward on the forward one.
+        with_flags(MoeCase{"DualPipeV_ep2_recompute", "Et|tt|t,m|L", "DualPipeV", 2, 4, kNoAux,
+                           true},
+                   {"--recompute", "full"})),
     case_name);
 
 // --ep 2 changes where the experts run, not what they compute: at the same --dp 2 (4 processes,

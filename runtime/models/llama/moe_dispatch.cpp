@@ -6,11 +6,18 @@
 
 #include <numeric>
 
+#include "runtime/model/recompute.h"
 #include "runtime/transport/transport.h"
 
 namespace pprt {
 
 namespace {
+
+// The communicator of the forward's exchanges: the forward's, except in a recomputation's rerun,
+// which is part of the backward (recompute.h).
+Transport& forward_transport(const ExpertGroup& g) {
+  return recomputing() ? *g.backward : *g.forward;
+}
 
 int64_t sum(const std::vector<int64_t>& v) {
   return std::accumulate(v.begin(), v.end(), int64_t{0});
@@ -37,7 +44,7 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
     ctx->saved_data["send"] = send;
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(g->backward);
     ctx->saved_data["timeout"] = static_cast<int64_t>(g->timeout.count());
-    return exchange(*g->forward, input, recv, send, g->timeout);
+    return exchange(forward_transport(*g), input, recv, send, g->timeout);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -66,7 +73,7 @@ at::Tensor dispatch_to_experts(const at::Tensor& pairs, const at::Tensor& counts
   // The split sizes first: theirs[j][l], the pairs rank j sends this rank's expert l.
   const at::Tensor mine = counts.reshape({G, L}).to(pairs.device());
   at::Tensor theirs = at::empty_like(mine);
-  g.forward->all_to_all(theirs, mine, {}, {}, g.timeout);
+  forward_transport(g).all_to_all(theirs, mine, {}, {}, g.timeout);
   theirs = theirs.cpu().contiguous();
   const int64_t* t = theirs.data_ptr<int64_t>();
   for (int64_t j = 0; j < G; ++j)

@@ -100,6 +100,14 @@ AllocationMeter::Scope::~Scope() {
   current = std::move(previous_);
 }
 
+AllocationMeter::Paused::Paused() : previous_(std::move(current)) {
+  current = nullptr;
+}
+
+AllocationMeter::Paused::~Paused() {
+  current = std::move(previous_);
+}
+
 void ActivationBytes::start(size_t slots) {
   slots_.assign(slots, 0);
   total_ = peak_ = 0;

@@ -16,6 +16,7 @@
 #include "runtime/model/autograd_split.h"
 #include "runtime/model/aux_loss.h"
 #include "runtime/model/model_facts.h"
+#include "runtime/model/offload.h"
 #include "runtime/train/activation_bytes.h"
 #include "runtime/train/messages.h"
 #include "runtime/train/replay_times.h"
@@ -72,6 +73,7 @@ struct Executor::Impl {
   ReplayWatch watch;  // where the replay is (for a failure's lines), and the faults tests inject
   AllocationMeter allocated;  // this rank's CPU bytes allocated during its steps, still alive
   ActivationBytes held;       // what each slot keeps between its F and its B/I/W (issue 42)
+  std::unique_ptr<Offloader> offloader;  // the slots' offloaded activations; null: none
 
   // Per step.
   BatchShapes shapes;       // per microbatch, from its rows
@@ -113,6 +115,8 @@ struct Executor::Impl {
                            ? batch_end[i + 1]
                            : i + 1;
     slots.resize(stages.size() * static_cast<size_t>(mbs));
+    if (ctx.memory.uses(ppc::MemoryMode::Offload))
+      offloader = std::make_unique<Offloader>(device, slots.size(), ctx.offload_host_copy);
   }
 
   size_t slot_index(int stage, int mb) const {
@@ -315,8 +319,11 @@ struct Executor::Impl {
     Tensors input = input_of(s, mb, true);
     const int64_t live = allocated.live();
     ReplayTimes::Part meter(times, true);
+    std::optional<Offloader::Target> offloading;
+    if (offloader) offloading.emplace(offloader.get(), slot_index(s, mb));
     Tensors out = st.forward(input, rows(mb), shapes.shape(mb), mb,
                              st.splits_backward() ? &sl.work : nullptr, &sl.losses);
+    offloading.reset();
     at::Tensor& first = out.front().tensor;
     const double scale = inv_mbs * shapes.weight(mb);  // (rows of documents: by targets)
     if (st.has_loss())
@@ -326,6 +333,10 @@ struct Executor::Impl {
     sl.losses.terms.clear();
     if (plan.prev_stage(s) >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
+    if (offloader) {  // to the host, which holds no activation bytes
+      const AllocationMeter::Paused host;
+      rep->offloaded_bytes += offloader->offload(slot_index(s, mb));
+    }
     meter.done(s, ActionKind::F);
     held.add(slot_index(s, mb), allocated.live() - live);
     rep->peak_inflight = std::max(rep->peak_inflight, ++inflight);
@@ -388,7 +399,7 @@ struct Executor::Impl {
     if (input_only)  // what the I leaves for the W (and the input's gradient, until sent)
       held.add(slot_index(s, mb), allocated.live() - live);
     else
-      held.release(slot_index(s, mb));
+      release(s, mb);
     --inflight;
   }
 
@@ -408,7 +419,28 @@ struct Executor::Impl {
       sl.work.run();
     }
     meter.done(s, ActionKind::W);
+    release(s, mb);
+  }
+
+  void release(int s, int mb) {
     held.release(slot_index(s, mb));
+    if (offloader) offloader->release(slot_index(s, mb));
+  }
+
+  // Offloading: the next compute action's activations start back from the host now, if it is a
+  // B or I (an OVERLAP_F_B's backward part) of an offloaded slot; what they bring back is held.
+  void prefetch_after(size_t index) {
+    if (!offloader) return;
+    offloader->poll();
+    size_t j = index + 1;
+    while (j < actions.size() && ppc::is_comm(actions[j].kind)) ++j;
+    if (j == actions.size()) return;
+    const Action next =
+        actions[j].kind == ActionKind::OverlapFB ? actions[j].backward_part() : actions[j];
+    if (next.kind != ActionKind::B && next.kind != ActionKind::I) return;
+    const int64_t live = allocated.live();
+    offloader->prefetch(slot_index(next.stage, next.microbatch));
+    held.add(slot_index(next.stage, next.microbatch), allocated.live() - live);
   }
 
   void compute(const Action& a, size_t index) {
@@ -416,6 +448,7 @@ struct Executor::Impl {
     waited = 0;
     const size_t begin_mark = times.on_device() ? times.queue().mark() : 0;
     watch.compute(index, device_waited);
+    prefetch_after(index);
     switch (a.kind) {
       case ActionKind::F:
         forward(a.stage, a.microbatch);

@@ -137,6 +137,7 @@ struct Job {
   // What each stage keeps between a forward and its backward (--recompute, --offload over the
   // plan's "memory": launch/memory_flags.h); empty: everything.
   ppc::MemoryPolicy memory;
+  bool offload_host_copy = false;  // on the CPU, offload with a host copy (tests)
   // How long a rank waits for a peer: `timeout` (--timeout) in the first step and outside the
   // steps, `step_timeout` (--step-timeout; 0: ten times the slowest step, at least 10 s) in the
   // steps after it (train/step_timeout.h).

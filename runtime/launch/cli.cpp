@@ -93,7 +93,11 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
                     "before the backward); e.g. 'full,stage3:none' (docs/pprun.md)");
   train->add_option("--offload", o.offload,
                     "Plan stages or layer kinds whose activations go to host memory between "
-                    "forward and backward (TARGETs joined by commas); not run yet: refused");
+                    "forward and backward (TARGETs joined by commas; GPUs only, see "
+                    "--offload-test-host-copy)");
+  train->add_flag("--offload-test-host-copy", o.offload_test_host_copy,
+                  "For tests: offload on the CPU with host-to-host copies (the bookkeeping of "
+                  "--offload without a GPU); on a GPU it changes nothing");
   train->add_option("--data", o.train.data_path,
                     "Train on a data file instead of the synthetic language (see --data-format)");
   std::string data_format = "auto";

@@ -8,7 +8,8 @@
 
 namespace pprt {
 
-void resolve_memory(const std::string& recompute, const std::string& offload, Job& job) {
+void resolve_memory(const std::string& recompute, const std::string& offload, bool host_copy,
+                    Job& job) {
   const ppc::Plan& plan = job.plan;
   const int stages = static_cast<int>(plan.layout.stages.size());
   ppc::check_memory_policy(plan.memory, plan.layout, stages, "the plan's \"memory\"");
@@ -26,17 +27,12 @@ void resolve_memory(const std::string& recompute, const std::string& offload, Jo
     policy = ppc::combine(policy, r);
     offloads = "--offload";
   }
-  if (policy.uses(ppc::MemoryMode::Offload)) {
-    const std::string& where = offloads;
-    if (job.device != "cuda")
-      fail(where, fmt::format("'{}' offloads activations to host memory, which needs a GPU "
-                              "(--device cuda); on the CPU use --recompute full or selective",
-                              ppc::format_memory_policy(policy)));
-    fail(where, fmt::format("'{}': offloading is not implemented in pprun yet (issue 42, "
-                            "section 2); use --recompute full or selective",
-                            ppc::format_memory_policy(policy)));
-  }
+  if (policy.uses(ppc::MemoryMode::Offload) && job.device != "cuda" && !host_copy)
+    fail(offloads, fmt::format("'{}' offloads activations to host memory, which needs a GPU "
+                               "(--device cuda); on the CPU use --recompute full or selective",
+                               ppc::format_memory_policy(policy)));
   job.memory = std::move(policy);
+  job.offload_host_copy = host_copy && job.device != "cuda";
 }
 
 }  // namespace pprt

@@ -11,8 +11,10 @@ namespace pprt {
 // Sets job.memory: the plan's policy (Plan::memory), then --recompute's rules (`recompute`),
 // then --offload's (`offload`), later rules overriding earlier ones (ppc::combine); each checked
 // against the plan's stages and layer kinds. Needs job.plan and job.device. Bad text, a stage or
-// layer kind the plan lacks, or offloading (which pprun does not run yet: a GPU would be needed,
-// and the CPU has no device memory to offload from) is a ppc::UserError naming the flag.
-void resolve_memory(const std::string& recompute, const std::string& offload, Job& job);
+// layer kind the plan lacks, or offloading on the CPU (which has no device memory to offload
+// from) without `host_copy` (--offload-test-host-copy: a host-to-host copy, for tests) is a
+// ppc::UserError naming the flag. Sets job.offload_host_copy.
+void resolve_memory(const std::string& recompute, const std::string& offload, bool host_copy,
+                    Job& job);
 
 }  // namespace pprt

@@ -320,7 +320,7 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
 
   job.device = o.device;
   check_device(job.device);
-  resolve_memory(o.recompute, o.offload, job);
+  resolve_memory(o.recompute, o.offload, o.offload_test_host_copy, job);
   if (job.device == "cuda" && !o.reference)
     if (auto bad = check_fifo_order(job.plan))
       fail(o.plan_path,

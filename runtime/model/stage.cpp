@@ -17,6 +17,7 @@
 #include "runtime/fail.h"
 #include "runtime/model/autograd_split.h"
 #include "runtime/model/model_facts.h"
+#include "runtime/model/offload.h"
 #include "runtime/model/recompute.h"
 
 namespace pprt {
@@ -263,6 +264,7 @@ struct Stage::Impl {
       });
     if (!full) {
       ++runs;
+      const OffloadPacking packing(b.mode == ppc::MemoryMode::Offload);  // (offload.h)
       return call(b, x, mb);
     }
     struct Shared {

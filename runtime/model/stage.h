@@ -122,9 +122,13 @@ struct ModelContext {
   // forward in its backward (recompute.h), except a layer whose inputs need no gradient (the
   // embedding that starts the model), which has nothing to rerun from; selective: the layer is
   // told (LayerInfo::selective_recompute) and recomputes its cheap parts itself, if it can.
+  // Offload: what the layer saves for its backward goes to host memory between a pipelined F
+  // and its B or I (offload.h, the executor's Offloader).
   ppc::MemoryPolicy memory = {};
   // Expert parallelism (--ep): every layer's LayerInfo::experts.
   ExpertGroup experts = {};
+  // Offloading on the CPU: a host-to-host copy, for tests (pprun --offload-test-host-copy).
+  bool offload_host_copy = false;
 };
 
 // The layers of one layout stage (or of the whole model: the unpipelined reference).

@@ -122,6 +122,14 @@ int64_t PartBytes::left() const {
          tally_->freed_older.load(std::memory_order_relaxed);
 }
 
+AllocationMeter::Paused::Paused() : previous_(std::move(current)) {
+  current = nullptr;
+}
+
+AllocationMeter::Paused::~Paused() {
+  current = std::move(previous_);
+}
+
 void ActivationBytes::start(size_t slots) {
   slots_.assign(slots, 0);
   total_ = peak_ = 0;

@@ -42,6 +42,18 @@ class AllocationMeter {
     std::shared_ptr<std::atomic<int64_t>> previous_;
   };
 
+  // While alive, the calling thread's allocations are not counted (an offload's host copies).
+  class Paused {
+   public:
+    Paused();
+    ~Paused();
+    Paused(const Paused&) = delete;
+    Paused& operator=(const Paused&) = delete;
+
+   private:
+    std::shared_ptr<std::atomic<int64_t>> previous_;
+  };
+
  private:
   std::shared_ptr<std::atomic<int64_t>> counter_;
 };

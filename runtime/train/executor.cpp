@@ -17,6 +17,7 @@
 #include "runtime/model/autograd_split.h"
 #include "runtime/model/aux_loss.h"
 #include "runtime/model/model_facts.h"
+#include "runtime/model/offload.h"
 #include "runtime/train/activation_bytes.h"
 #include "runtime/train/messages.h"
 #include "runtime/train/overlap.h"
@@ -83,6 +84,7 @@ struct Executor::Impl {
   ReplayWatch watch;  // where the replay is (for a failure's lines), and the faults tests inject
   AllocationMeter allocated;  // this rank's CPU bytes allocated during its steps, still alive
   ActivationBytes held;       // what each slot keeps between its F and its B/I/W (issue 42)
+  std::unique_ptr<Offloader> offloader;  // the slots' offloaded activations; null: none
 
   // Per step.
   BatchShapes shapes;       // per microbatch, from its rows
@@ -125,6 +127,8 @@ struct Executor::Impl {
                            ? batch_end[i + 1]
                            : i + 1;
     slots.resize(stages.size() * static_cast<size_t>(mbs));
+    if (ctx.memory.uses(ppc::MemoryMode::Offload))
+      offloader = std::make_unique<Offloader>(device, slots.size(), ctx.offload_host_copy);
   }
 
   size_t slot_index(int stage, int mb) const {
@@ -330,8 +334,11 @@ struct Executor::Impl {
     if (alone) part.emplace();
     const int64_t live = allocated.live();
     ReplayTimes::Part meter(times, true);
+    std::optional<Offloader::Target> offloading;
+    if (offloader) offloading.emplace(offloader.get(), slot_index(s, mb));
     Tensors out = st.forward(input, rows(mb), shapes.shape(mb), mb,
                              st.splits_backward() ? &sl.work : nullptr, &sl.losses);
+    offloading.reset();
     at::Tensor& first = out.front().tensor;
     const double scale = inv_mbs * shapes.weight(mb);  // (rows of documents: by targets)
     if (st.has_loss())
@@ -341,13 +348,17 @@ struct Executor::Impl {
     sl.losses.terms.clear();
     if (plan.prev_stage(s) >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
+    if (offloader) {  // to the host, which holds no activation bytes
+      const AllocationMeter::Paused host;
+      rep->offloaded_bytes += offloader->offload(slot_index(s, mb));
+    }
     meter.done(s, ActionKind::F);
     return Held{slot_index(s, mb), part ? part->left() : allocated.live() - live, false, 1};
   }
 
   void account(const Held& h) {
     if (h.release)
-      held.release(h.slot);
+      release(h.slot);
     else
       held.add(h.slot, h.bytes);
     inflight += h.inflight;
@@ -436,14 +447,14 @@ struct Executor::Impl {
 
   // An OVERLAP_F_B: its forward part on the second thread while this one runs its backward part
   // (overlap.h), or one after the other: with --overlap off, under --profile (each part measured
-  // alone), on a device, and where the backward is the forward's own microbatch on its stage (a
-  // pair a plan may fuse by hand, whose backward needs its forward). The bookkeeping in the
-  // sequence's order either way.
+  // alone), on a device, while offloading (one offload or prefetch at a time), and where the
+  // backward is the forward's own microbatch on its stage (a pair a plan may fuse by hand, whose
+  // backward needs its forward). The bookkeeping in the sequence's order either way.
   void overlap_fb(const Action& a) {
     const Action bp = a.backward_part();
     const bool input_only = bp.kind == ActionKind::I;
     const bool dependent = bp.stage == a.stage && bp.microbatch == a.microbatch;
-    if (!opts.overlap || times.profiled() || !device.is_cpu() || dependent) {
+    if (!opts.overlap || times.profiled() || !device.is_cpu() || dependent || offloader) {
       account(forward(a.stage, a.microbatch));
       account(backward(bp.stage, bp.microbatch, input_only));
       return;
@@ -460,11 +471,33 @@ struct Executor::Impl {
     account(b);
   }
 
+  void release(size_t slot) {
+    held.release(slot);
+    if (offloader) offloader->release(slot);
+  }
+
+  // Offloading: the next compute action's activations start back from the host now, if it is a
+  // B or I (an OVERLAP_F_B's backward part) of an offloaded slot; what they bring back is held.
+  void prefetch_after(size_t index) {
+    if (!offloader) return;
+    offloader->poll();
+    size_t j = index + 1;
+    while (j < actions.size() && ppc::is_comm(actions[j].kind)) ++j;
+    if (j == actions.size()) return;
+    const Action next =
+        actions[j].kind == ActionKind::OverlapFB ? actions[j].backward_part() : actions[j];
+    if (next.kind != ActionKind::B && next.kind != ActionKind::I) return;
+    const int64_t live = allocated.live();
+    offloader->prefetch(slot_index(next.stage, next.microbatch));
+    held.add(slot_index(next.stage, next.microbatch), allocated.live() - live);
+  }
+
   void compute(const Action& a, size_t index) {
     const int64_t t0 = now_ns();
     waited = 0;
     const size_t begin_mark = times.on_device() ? times.queue().mark() : 0;
     watch.compute(index, device_waited);
+    prefetch_after(index);
     switch (a.kind) {
       case ActionKind::F:
         account(forward(a.stage, a.microbatch));

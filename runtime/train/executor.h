@@ -89,6 +89,8 @@ struct StepReport : StepTiming {
   // The most bytes this rank's microbatches held at once between their F and their B/I/W
   // (activation_bytes.h: what each F and I left alive on the CPU allocator; 0 on a GPU).
   int64_t peak_activation_bytes = 0;
+  // Bytes this step's Fs offloaded to host memory (--offload, offload.h).
+  int64_t offloaded_bytes = 0;
 };
 
 class Executor {

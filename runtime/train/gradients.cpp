@@ -26,6 +26,7 @@ ModelContext model_context(const Job& job, const Model& model, const at::Device&
   ctx.device = device;
   ctx.dtype = compute_dtype(job.train.dtype);
   ctx.memory = job.memory;
+  ctx.offload_host_copy = job.offload_host_copy;
   return ctx;
 }
 

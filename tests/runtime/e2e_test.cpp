@@ -325,6 +325,23 @@ TEST(Faults, BadRecomputeAndOffload) {
                     d);
 }
 
+// Issue 42: --offload on the CPU with the tests' host copy runs, the plan's stages offloaded, and
+// gives the losses of keeping everything, bit for bit.
+TEST(Training, OffloadWithTheTestHostCopyGivesTheSameLosses) {
+  TempDir d;
+  const std::string plan = compile(d, "Ett|ttL", 2, "ZB-H1", 4);
+  const auto common =
+      std::vector<std::string>{"--plan", plan, "--steps", "3", "--progress", "none"};
+  const Proc kept = pprun(concat(common, {"--metrics", d.file("k.jsonl")}));
+  ASSERT_EQ(kept.exit_code(), 0) << kept.out;
+  const Proc off = pprun(concat(common, {"--offload", "stage0,stage1", "--offload-test-host-copy",
+                                         "--metrics", d.file("o.jsonl")}));
+  ASSERT_EQ(off.exit_code(), 0) << off.out;
+  const auto got = losses(d.file("o.jsonl")), want = losses(d.file("k.jsonl"));
+  ASSERT_EQ(want.size(), 3u);
+  EXPECT_EQ(got, want);
+}
+
 TEST(Faults, PlanOfAnUnknownVersion) {
   TempDir d;
   const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);

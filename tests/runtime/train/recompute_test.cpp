@@ -15,6 +15,7 @@
 #include "compiler/layout.h"
 #include "compiler/memory_mode.h"
 #include "rank_threads.h"
+#include "runtime/model/offload.h"
 #include "runtime/model/recompute.h"
 #include "runtime/model/stage.h"
 #include "runtime/models/llama/builtin.h"
@@ -32,6 +33,7 @@ struct Measured {
   std::vector<double> losses;
   std::vector<int64_t> runs;        // per rank: its stages' layer forwards
   std::vector<int64_t> peak_bytes;  // per rank: StepReport::peak_activation_bytes
+  std::vector<int64_t> offloaded;   // per rank: StepReport::offloaded_bytes
 };
 
 Measured run(const ppc::Plan& plan, const std::string& recompute, at::ScalarType dtype = at::kFloat,
@@ -43,12 +45,14 @@ Measured run(const ppc::Plan& plan, const std::string& recompute, at::ScalarType
   res.losses.assign(static_cast<size_t>(plan.microbatches), 0.0);
   res.runs.assign(static_cast<size_t>(plan.pp()), 0);
   res.peak_bytes.assign(static_cast<size_t>(plan.pp()), 0);
+  res.offloaded.assign(static_cast<size_t>(plan.pp()), 0);
   std::mutex m;
   pprt_test::run_ranks(plan.pp(), [&](int rank, pprt::Transport& t, pprt::Store&) {
     pprt::ModelContext ctx{&builtin, {c.vocab, c.seq_len}, 0.1, 11, at::Device(at::kCPU)};
     ctx.dtype = dtype;
     ctx.generic_split = generic_split;
     ctx.memory = ppc::parse_memory_policy(recompute, "--recompute");
+    ctx.offload_host_copy = true;  // offloading on the CPU: the tests' host-to-host copy
     pprt::RankModel model(ctx);
     for (int s : plan.placement.rank_stages[static_cast<size_t>(rank)])
       model.add(plan.layout, plan.layout_stage(s));
@@ -60,6 +64,7 @@ Measured run(const ppc::Plan& plan, const std::string& recompute, at::ScalarType
     for (size_t mb = 0; mb < rep.losses.size(); ++mb) res.losses[mb] += rep.losses[mb];
     for (pprt::Stage* st : model.stages) res.runs[static_cast<size_t>(rank)] += st->layer_runs();
     res.peak_bytes[static_cast<size_t>(rank)] = rep.peak_activation_bytes;
+    res.offloaded[static_cast<size_t>(rank)] = rep.offloaded_bytes;
     for (auto& p : model.store.params())
       res.grads[std::to_string(rank) + "/" + p.name] = p.tensor.grad().clone();
   });
@@ -203,6 +208,75 @@ TEST(Recompute, AllocationMeterCountsLiveBytes) {
   EXPECT_EQ(meter.live(), 4000);
   kept.reset();
   EXPECT_EQ(meter.live(), 0);
+}
+
+// --- Offloading (offload.h) ---------------------------------------------------------------------
+// On the CPU with the tests' host-to-host copy: what offloaded layers save goes to the host after
+// each F and comes back before its B or I; losses and gradients bit-identical to keeping
+// everything, bytes offloaded on every rank, and the measured peak activation bytes lower on the
+// rank that holds the most. (Not under a zero-bubble schedule with the I/W split, whose peak is
+// what its Is keep for their Ws, as with recomputation: there offloading must not raise it.)
+
+int64_t most(const std::vector<int64_t>& v) {
+  return *std::max_element(v.begin(), v.end());
+}
+
+void expect_same_with_offloading(const ppc::Plan& plan, bool peak_falls,
+                                 at::ScalarType dtype = at::kFloat, bool generic_split = false) {
+  pprt::install_offload_engine();  // before this process's first backward, as pprun does
+  const Measured none = run(plan, "none", dtype, generic_split);
+  const Measured off = run(plan, "offload", dtype, generic_split);
+  expect_identical(off, none, plan.schedule + " offload");
+  for (int64_t b : none.offloaded) EXPECT_EQ(b, 0);
+  for (int64_t b : off.offloaded) EXPECT_GT(b, 0) << plan.schedule;
+  EXPECT_EQ(off.runs, none.runs);  // nothing recomputed
+  if (peak_falls)
+    EXPECT_LT(most(off.peak_bytes), most(none.peak_bytes)) << plan.schedule;
+  else
+    EXPECT_LE(most(off.peak_bytes), most(none.peak_bytes)) << plan.schedule;
+  std::printf(
+      "%s: peak activation bytes, most of a rank: none %lld, offload %lld; offloaded "
+      "%lld\n",
+      plan.schedule.c_str(), static_cast<long long>(most(none.peak_bytes)),
+      static_cast<long long>(most(off.peak_bytes)), static_cast<long long>(most(off.offloaded)));
+}
+
+TEST(Offload, OneFOneB) {
+  expect_same_with_offloading(compile("Ettt|tttL", 2, "1F1B", 4), true);
+}
+
+// The I/W split: an I brings back what it needs and its W reuses it.
+TEST(Offload, ZeroBubbleH2) {
+  expect_same_with_offloading(compile("Ettt|tttL", 2, "ZB-H2", 4), false);
+}
+
+TEST(Offload, GenericSplit) {
+  expect_same_with_offloading(compile("Ettt|tmL", 2, "ZB-H2", 4), false, at::kFloat, true);
+}
+
+TEST(Offload, DualPipeVWithMultiTokenPrediction) {
+  expect_same_with_offloading(compile("Et|tt|tm|mL", 2, "DualPipeV", 4), true);
+}
+
+TEST(Offload, Bf16) {
+  expect_same_with_offloading(compile("Et|tt|tm|mL", 2, "ZBVZeroBubble", 4), false, at::kBFloat16);
+}
+
+// Per layer kind and per stage, mixed with recomputation: only what the rules name is offloaded.
+TEST(Offload, PerKindAndPerStage) {
+  pprt::install_offload_engine();
+  const ppc::Plan plan = compile("Ettt|tmL", 2, "1F1B", 2);
+  const Measured none = run(plan, "none");
+  const Measured m_only = run(plan, "m:offload");
+  const Measured mixed = run(plan, "stage0:full,stage1:offload");
+  expect_identical(m_only, none, "m:offload");
+  expect_identical(mixed, none, "stage0:full,stage1:offload");
+  EXPECT_EQ(m_only.offloaded[0], 0);
+  EXPECT_GT(m_only.offloaded[1], 0);
+  EXPECT_EQ(mixed.offloaded[0], 0);
+  EXPECT_GT(mixed.offloaded[1], m_only.offloaded[1]);
+  EXPECT_EQ(mixed.runs[1], none.runs[1]);
+  EXPECT_GT(mixed.runs[0], none.runs[0]);
 }
 
 }  // namespace

@@ -86,6 +86,9 @@ struct StepReport : StepTiming {
   // The most bytes this rank's microbatches held at once between their F and their B/I/W
   // (activation_bytes.h: what each F and I left alive on the CPU allocator; 0 on a GPU).
   int64_t peak_activation_bytes = 0;
+  // The step's Plan::microbatch_order (gradients.h: the losses and reported values above are in
+  // data order); empty: data order.
+  std::vector<int> microbatch_order;
 };
 
 class Executor {

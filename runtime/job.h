@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,10 @@
 #include "runtime/data/documents.h"
 #include "runtime/data/token_file.h"
 #include "runtime/model/model_facts.h"
+
+namespace ppc {
+struct CostModel;  // compiler/cost_model.h
+}
 
 namespace pprt {
 
@@ -138,6 +143,9 @@ struct Job {
   // plan's "memory": launch/memory_flags.h); empty: everything.
   ppc::MemoryPolicy memory;
   bool offload_host_copy = false;  // on the CPU, offload with a host copy (tests)
+  // --replan-lengths (train/replan.h): each step's microbatch order planned for its lengths under
+  // this cost model; null: the plan's microbatch_order every step.
+  std::shared_ptr<const ppc::CostModel> replan_costs;
   // How long a rank waits for a peer: `timeout` (--timeout) in the first step and outside the
   // steps, `step_timeout` (--step-timeout; 0: ten times the slowest step, at least 10 s) in the
   // steps after it (train/step_timeout.h).

@@ -37,17 +37,39 @@ std::vector<Piece> document_pieces(const TokenFile& file, std::optional<int64_t>
   return pieces_of(starts, file.size(), row);
 }
 
+std::vector<uint64_t> row_pieces(const std::vector<Piece>& pieces, uint64_t first, RowMode mode,
+                                 int row) {
+  PPC_INTERNAL_ASSERT(!pieces.empty() && mode != RowMode::Windows, "a row of documents");
+  const uint64_t n = pieces.size();
+  std::vector<uint64_t> out{first % n};
+  if (mode == RowMode::Pad) return out;
+  // Best fit over the window: the longest piece that still fits, while one does.
+  const uint64_t window = std::min<uint64_t>(kPackWindow, n - 1);
+  std::vector<bool> taken(window + 1, false);
+  int64_t left = row - static_cast<int64_t>(pieces[out[0]].length);
+  while (left > 0) {
+    uint64_t best = 0;
+    for (uint64_t k = 1; k <= window; ++k) {
+      const auto len = static_cast<int64_t>(pieces[(first + k) % n].length);
+      if (!taken[k] && len <= left && (best == 0 || len > pieces[(first + best) % n].length))
+        best = k;
+    }
+    if (best == 0) break;
+    taken[best] = true;
+    out.push_back((first + best) % n);
+    left -= pieces[out.back()].length;
+  }
+  return out;
+}
+
 void document_row(const TokenFile& file, const std::vector<Piece>& pieces, uint64_t first,
                   RowMode mode, int row, int64_t* out) {
-  PPC_INTERNAL_ASSERT(!pieces.empty() && mode != RowMode::Windows, "a row of documents");
   int at = 0;
-  for (uint64_t p = first % pieces.size();; p = (p + 1) % pieces.size()) {
+  for (uint64_t p : row_pieces(pieces, first, mode, row)) {
     const Piece& piece = pieces[p];
-    if (at > 0 && (mode == RowMode::Pad || at + static_cast<int>(piece.length) > row)) break;
     file.copy(piece.start, piece.length, out + at);
     for (uint32_t i = 0; i < piece.length; ++i) out[at + i] = document_token(out[at + i], i);
     at += static_cast<int>(piece.length);
-    if (at == row) break;
   }
   std::fill(out + at, out + row, padding_token());
 }

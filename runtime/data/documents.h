@@ -17,8 +17,10 @@
 // in its document, and a target is predicted only if it continues the document (targets that
 // start a document, and padding, are not). Microbatch::inputs() and targets() give the ids alone.
 //
-// RowMode::Pack fills a row with whole pieces, one after another from a piece drawn from (seed,
-// step, row), while the next fits, and pads the rest; RowMode::Pad puts one piece per row and
+// RowMode::Pack fills a row with whole pieces: the piece drawn from (seed, step, row), then, best
+// fit over the window of the kPackWindow pieces after it (in the corpus's order, wrapping
+// around), the longest that still fits, while one does; the rest is padding. RowMode::Pad puts one
+// piece per row and
 // pads the rest (every sequence padded to seq_len: the baseline --pack and --varlen are measured
 // against). No LibTorch.
 #pragma once
@@ -68,8 +70,15 @@ std::vector<Piece> document_pieces(const TokenFile& file, std::optional<int64_t>
 // The same from the documents' first tokens (sorted, in a stream of `tokens` tokens).
 std::vector<Piece> pieces_of(const std::vector<uint64_t>& starts, uint64_t tokens, int row);
 
-// One row of `row` tokens from pieces[first] (and, with Pack, the pieces after it while they fit),
-// encoded as above; the rest padding.
+// --pack's window: the pieces after the drawn one that a row may take.
+constexpr uint64_t kPackWindow = 64;
+
+// The pieces of a row of `row` tokens from pieces[first % size]: that piece alone (Pad), or with
+// the pieces best fit adds (Pack), in the order they are taken.
+std::vector<uint64_t> row_pieces(const std::vector<Piece>& pieces, uint64_t first, RowMode mode,
+                                 int row);
+// One row of `row` tokens of row_pieces(pieces, first, mode, row), encoded as above; the rest
+// padding.
 void document_row(const TokenFile& file, const std::vector<Piece>& pieces, uint64_t first,
                   RowMode mode, int row, int64_t* out);
 

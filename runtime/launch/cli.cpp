@@ -121,6 +121,10 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
                   "Each microbatch as long as its longest sequence, in multiples of --granule");
   auto* granule =
       train->add_option("--granule", o.train.granule, "--varlen's length multiple (default 1)");
+  auto* replan = train->add_flag("--replan-lengths", o.replan_lengths,
+                                 "Order each step's microbatches for their --varlen lengths");
+  train->add_option("--replan-costs", o.replan_costs, "--replan-lengths's cost file")
+      ->needs(replan);
 
   auto* eval = app.add_option_group("validation", "Validation (docs/pprun.md: Validation)");
   eval->add_option("--eval-data", o.eval_data,

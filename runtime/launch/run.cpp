@@ -23,6 +23,7 @@
 #include "runtime/launch/plan_load.h"
 #include "runtime/launch/spawn.h"
 #include "runtime/model/model_facts.h"
+#include "runtime/train/replan.h"
 #include "runtime/train/trainer.h"
 #include "runtime/transport/transport.h"
 
@@ -321,6 +322,14 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
   job.device = o.device;
   check_device(job.device);
   resolve_memory(o.recompute, o.offload, o.offload_test_host_copy, job);
+  if (o.replan_lengths) {  // after the data's flags and the plan
+    if (o.reference)
+      fail("--replan-lengths", "orders a pipeline's microbatches, and --reference runs none");
+    if (job.train.granule == 0)
+      fail("--replan-lengths", "needs --varlen: the microbatches' lengths are --varlen's");
+    job.replan_costs =
+        std::make_shared<const ppc::CostModel>(replan_cost_model(job, o.replan_costs));
+  }
   if (job.device == "cuda" && !o.reference)
     if (auto bad = check_fifo_order(job.plan))
       fail(o.plan_path,

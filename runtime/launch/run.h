@@ -47,6 +47,8 @@ struct RunOptions {
   std::string dtype = "fp32";                 // --dtype: training's; --export --format hf's
   std::string recompute, offload;             // --recompute, --offload (launch/memory_flags.h)
   bool offload_test_host_copy = false;        // --offload-test-host-copy
+  bool replan_lengths = false;                // --replan-lengths
+  std::string replan_costs;                   // --replan-costs FILE
   std::string max_shard_size = "5GB";         // --max-shard-size (--format hf)
   std::string init_from;                      // --init-from DIR (Hugging Face)
   std::string exe;                            // this program (spawning)

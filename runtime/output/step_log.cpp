@@ -26,6 +26,7 @@ std::string metrics_json(const StepMetrics& m) {
   j["step_time_s"] = m.step_time_s;
   j["tokens_per_s"] = m.tokens_per_s;
   j["elapsed_s"] = m.elapsed_s;
+  if (!m.microbatch_order.empty()) j["microbatch_order"] = m.microbatch_order;
   if (!m.compute_s.empty()) {
     j["compute_s"] = m.compute_s;
     if (m.straggler >= 0)
@@ -227,6 +228,8 @@ void StepLog::step(int step, const StepStats& stats, double step_time_s,
   m.tokens_per_s = step_time_s > 0 ? tokens / step_time_s : 0;
   m.elapsed_s = std::chrono::duration<double>(Clock::now() - start_).count();
   m.compute_s = stats.compute_s;
+  for (size_t k = 0; k < stats.microbatch_order.size(); ++k)
+    if (stats.microbatch_order[k] != static_cast<int>(k)) m.microbatch_order = stats.microbatch_order;
   if (!m.compute_s.empty()) {
     const ComputeBalance b = compute_balance(std::vector<std::vector<double>>{m.compute_s});
     if (b.straggler()) {

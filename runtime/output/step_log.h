@@ -44,6 +44,7 @@ struct StepMetrics {
   // After an evaluation (--eval-data): the loss and the reported values on the held-out data.
   std::optional<double> eval_loss;
   NamedValues eval_reported;
+  std::vector<int> microbatch_order;  // StepStats's, when not data order
 };
 
 std::string metrics_json(const StepMetrics& m);
@@ -83,6 +84,7 @@ struct StepStats {
   // Rows of documents (--pack, --pad, --varlen): the step's predicted targets (the loss rank's
   // replica's, times the replicas), which tokens_per_s then counts; 0: every slot is a target.
   double targets = 0;
+  std::vector<int> microbatch_order;  // the plan's (data microbatch per plan microbatch); or empty
 };
 
 // An evaluation's result (every rank's, after one all-reduce): the mean main cross-entropy over

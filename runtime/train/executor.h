@@ -91,6 +91,9 @@ struct StepReport : StepTiming {
   int64_t peak_activation_bytes = 0;
   // Bytes this step's Fs offloaded to host memory (--offload, offload.h).
   int64_t offloaded_bytes = 0;
+  // The step's Plan::microbatch_order (gradients.h: the losses and reported values above are in
+  // data order); empty: data order.
+  std::vector<int> microbatch_order;
 };
 
 class Executor {

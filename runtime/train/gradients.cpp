@@ -11,6 +11,7 @@
 #include "runtime/model/precision.h"
 #include "runtime/train/messages.h"
 #include "runtime/train/peers.h"
+#include "runtime/train/plan_order.h"
 
 namespace pprt {
 
@@ -90,7 +91,11 @@ PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups&
 
 StepReport PipelineGradients::run(const at::Tensor& tokens, int step, RankReport& report) {
   step_ = step;
-  StepReport rep = exec_->run_step(tokens, step);
+  // Plan microbatch k runs data microbatch order[k] (plan_order.h).
+  std::vector<int> order = planner_ ? planner_->order(step) : job_.plan.microbatch_order;
+  StepReport rep = exec_->run_step(rows_in_plan_order(tokens, order), step);
+  report_in_data_order(rep, order);
+  rep.microbatch_order = std::move(order);
   if (reducer_) {
     where_.outside("data parallelism's all-reduce of the gradients", true);
     const ReduceStats r = reducer_->finish();
@@ -104,6 +109,10 @@ StepReport PipelineGradients::run(const at::Tensor& tokens, int step, RankReport
   where_.outside("the all-reduce of shared parameters' gradients", true);
   shared_.sum(timeout_);
   return rep;
+}
+
+void PipelineGradients::replan_lengths(const TokenSource& data, int replica) {
+  planner_ = std::make_unique<LengthPlanner>(job_, data, replica);
 }
 
 void PipelineGradients::set_timeout(std::chrono::milliseconds timeout) {

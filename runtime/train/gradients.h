@@ -22,6 +22,7 @@
 #include "runtime/train/executor.h"
 #include "runtime/train/expert_grads.h"
 #include "runtime/train/grad_reducer.h"
+#include "runtime/train/replan.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/where.h"
 
@@ -71,6 +72,11 @@ class PipelineGradients final : public StepGradients {
   const std::unordered_set<std::string>& counted_elsewhere() const {
     return shared_.counted_elsewhere();
   }
+  // --replan-lengths: each step's microbatch order planned for replica `replica`'s rows of `data`
+  // (replan.h) instead of the plan's.
+  void replan_lengths(const TokenSource& data, int replica);
+  const ReplanTimes* replan_times() const { return planner_ ? &planner_->times() : nullptr; }
+
   // --profile: the rank's per-stage medians, each with its stage's parameter elements.
   std::vector<StageMedians> profile(LocalModel& model) const;
   // --profile: the elements of the message crossing each boundary for the last step's
@@ -87,6 +93,7 @@ class PipelineGradients final : public StepGradients {
   ExpertGradReduce expert_;  // --ep
   std::unique_ptr<Executor> exec_;
   ProfileRecorder profile_;  // --profile
+  std::unique_ptr<LengthPlanner> planner_;  // --replan-lengths
   int64_t step_ = 0;
 };
 

@@ -339,6 +339,7 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     StepStats stats =
         gather_stats(model.store, rep, job, place, model.device, timeout, norm_ns, update);
     stats.targets = targets;
+    stats.microbatch_order = rep.microbatch_order;
     const auto reduced = Clock::now();
     if (!fused) {
       at("the optimizer", true);
@@ -463,6 +464,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   for (int s : plan.placement.rank_stages[static_cast<size_t>(prank)])
     model.rank.add(plan.layout, plan.layout_stage(s));
   PipelineGradients grads(job, rank, groups, model, store, *place_in_plan);
+  if (job.replan_costs) grads.replan_lengths(data, replica);
   StepLog log(job, reporter);
   const Place place{replica,         job.dp, groups.world, rank, replica == 0,
                     &grads.counted_elsewhere(), replica < job.ep};
@@ -494,6 +496,11 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
         summarise(plan, all, job.dp, ppc::message_model_of_transport(transport));
     summary.balance = log.balance();
     print_lines(summary_text(summary));
+    if (const ReplanTimes* t = grads.replan_times()) {
+      std::vector<double> step_s;
+      for (const StepTiming& s : report.steps) step_s.push_back(static_cast<double>(s.step_ns) / 1e9);
+      print_lines(replan_summary(*t, step_s));
+    }
     if (!job.out.trace_path.empty())
       ppc::write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
     const int64_t rows = job.train.global_batch / job.dp / plan.microbatches;

@@ -4,6 +4,7 @@
 // anything runs with one line and exit code 2.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -97,6 +98,71 @@ TEST(Documents, PackedVarlenEqualsTheReferenceUnderZBH2) {
   expect_reference({"ZB-H2", "Ett|ttL", 2, {"--pack", "--varlen", "--granule", "8"}});
 }
 
+// The microbatch orders of a --metrics file's steps (data order: empty).
+std::vector<std::vector<int>> orders(const std::string& metrics) {
+  std::vector<std::vector<int>> out;
+  for (const nlohmann::json& j : metrics_lines(metrics))
+    out.push_back(j.contains("microbatch_order") ? j.at("microbatch_order").get<std::vector<int>>()
+                                                 : std::vector<int>{});
+  return out;
+}
+
+// The plan's microbatch_order (ppcompile --lengths orders a 1F1B plan's microbatches for lengths
+// that differ), and --replan-lengths's order planned per step for --varlen's lengths under ZB-H2
+// and DualPipe (which also pairs the microbatches of its two directions): the data's
+// microbatches run in that order, and the losses and parameters are the reference's on the same
+// rows, whose loss is the mean over the step's targets however the microbatches are ordered.
+TEST(Documents, MicrobatchOrderOfThePlanAndReplannedEqualsTheReference) {
+  TempDir d;
+  const std::string data = write_documents(d, 400);
+  std::ofstream(d.file("lengths.txt")) << "16\n2\n16\n4\n";
+  const std::string plan =
+      compile(d, "Ett|ttL", 2, "1F1B", 4, "plan.json",
+              {"--lengths", d.file("lengths.txt"), "--microbatch-order", "lengths"});
+  const nlohmann::json planned = nlohmann::json::parse(std::ifstream(plan));
+  ASSERT_TRUE(planned.contains("microbatch_order")) << planned.dump();
+  const auto plan_order = planned.at("microbatch_order").get<std::vector<int>>();
+  ASSERT_NE(plan_order, (std::vector<int>{0, 1, 2, 3}));
+  const auto common =
+      concat(kModel, {"--steps", "5", "--data", data, "--eod", "0", "--varlen", "--granule", "4"});
+  const Proc ref =
+      pprun(concat(common, {"--reference", "--layout", "Ett|ttL", "--microbatches", "1",
+                            "--metrics", d.file("r.jsonl"), "--dump-params", d.file("rdump")}));
+  ASSERT_EQ(ref.exit_code(), 0) << ref.out;
+  const auto want = losses(d.file("r.jsonl"));
+  ASSERT_EQ(want.size(), 5u);
+
+  const Proc ordered = pprun(concat(
+      common, {"--plan", plan, "--metrics", d.file("o.jsonl"), "--dump-params", d.file("odump")}));
+  ASSERT_EQ(ordered.exit_code(), 0) << ordered.out;
+  for (const auto& o : orders(d.file("o.jsonl"))) EXPECT_EQ(o, plan_order);
+  expect_losses_of(losses(d.file("o.jsonl")), want);
+  expect_dumps_within(d.file("odump"), d.file("rdump"), 1e-4);
+
+  for (const auto& [schedule, layout] :
+       {std::pair<std::string, std::string>{"ZB-H2", "Ett|ttL"}, {"DualPipe", "Ett|ttL"}}) {
+    SCOPED_TRACE(schedule);
+    const std::string p = compile(d, layout, 2, schedule, 4, schedule + ".json");
+    const std::string m = d.file(schedule + ".jsonl"), dump = d.file(schedule + "-dump");
+    const Proc replanned = pprun(
+        concat(common, {"--plan", p, "--replan-lengths", "--metrics", m, "--dump-params", dump}));
+    ASSERT_EQ(replanned.exit_code(), 0) << replanned.out;
+    EXPECT_NE(replanned.out.find("microbatch order replanned for the lengths of 5 steps"),
+              std::string::npos)
+        << replanned.out;
+    int reordered = 0;
+    for (std::vector<int> o : orders(m)) {
+      reordered += !o.empty();
+      if (o.empty()) continue;
+      std::sort(o.begin(), o.end());
+      EXPECT_EQ(o, (std::vector<int>{0, 1, 2, 3}));
+    }
+    EXPECT_GT(reordered, 0) << replanned.out;  // the documents' lengths differ
+    expect_losses_of(losses(m), want);
+    expect_dumps_within(dump, d.file("rdump"), 1e-4);
+  }
+}
+
 void expect_user_error(const Proc& p, const std::string& message, const TempDir& d) {
   EXPECT_EQ(p.exit_code(), 2) << p.out;
   EXPECT_NE(p.out.find(message), std::string::npos) << p.out;
@@ -124,6 +190,21 @@ TEST(Documents, BadFlagsStopBeforeAnythingRuns) {
       "pprun: error: --granule: 5 does not divide --seq-len 16", d);
   expect_user_error(pprun(concat(run, {"--data", data, "--eod", "0", "--granule", "4"})),
                     "pprun: error: --granule: needs --varlen", d);
+  expect_user_error(pprun(concat(run, {"--data", data, "--eod", "0", "--replan-lengths"})),
+                    "pprun: error: --replan-lengths: needs --varlen: the microbatches' lengths "
+                    "are --varlen's",
+                    d);
+  expect_user_error(
+      pprun(concat(kModel, {"--reference", "--layout", "Ett|ttL", "--microbatches", "1",
+                            "--metrics", d.file("m.jsonl"), "--data", data, "--eod", "0",
+                            "--varlen", "--replan-lengths"})),
+      "pprun: error: --replan-lengths: orders a pipeline's microbatches, and --reference runs none",
+      d);
+  std::ofstream(d.file("bad-cost.json")) << "{\"layers\": {\"t\": {\"f\": -1}}}";
+  expect_user_error(
+      pprun(concat(run, {"--data", data, "--eod", "0", "--varlen", "--replan-lengths",
+                         "--replan-costs", d.file("bad-cost.json")})),
+      "pprun: error: --replan-costs: " + d.file("bad-cost.json") + ": layers.t.f: ", d);
 }
 
 }  // namespace

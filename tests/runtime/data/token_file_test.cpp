@@ -541,7 +541,8 @@ std::vector<std::pair<int64_t, int64_t>> decoded(const std::vector<int64_t>& row
 
 // Megatron's documents (document_indices over the sequences) and --eod's, cut into pieces of at
 // most a row (seq_len + 1 tokens) that overlap by one token; rows of --pad (one piece) and --pack
-// (whole pieces while they fit), the rest padding; every row starts a document.
+// (the drawn piece, then best fit: the longest of the pieces after it that still fits, while one
+// does), the rest padding; every row starts a document.
 TEST(TokenFile, DocumentsPiecesAndRows) {
   TempDir d;
   const Dataset ds;  // documents 1..5, 10..12, 20..29
@@ -555,15 +556,15 @@ TEST(TokenFile, DocumentsPiecesAndRows) {
             (std::vector<std::pair<uint64_t, uint32_t>>{{0, 5}, {5, 3}, {8, 5}, {12, 5}, {16, 2}}));
   std::vector<int64_t> row(5);
   pprt::document_row(*f, pieces, 1, pprt::RowMode::Pack, 5, row.data());
-  // 10..12, then 20..24 does not fit: padding.
+  // 10..12, then neither 20..24 nor 24..28 fits, but 28..29 does: best fit takes it.
   EXPECT_EQ(decoded(row), (std::vector<std::pair<int64_t, int64_t>>{
-                              {10, 0}, {11, 1}, {12, 2}, {-1, -1}, {-1, -1}}));
-  EXPECT_EQ(pprt::filled(row.data(), 5), 3);
+                              {10, 0}, {11, 1}, {12, 2}, {28, 0}, {29, 1}}));
+  EXPECT_EQ(pprt::filled(row.data(), 5), 5);
   pprt::document_row(*f, pieces, 4, pprt::RowMode::Pack, 5, row.data());
-  // 28..29, then (round) 1..5 does not fit.
+  // 28..29, then (round) 1..5 does not fit, 10..12 does.
   EXPECT_EQ(decoded(row), (std::vector<std::pair<int64_t, int64_t>>{
-                              {28, 0}, {29, 1}, {-1, -1}, {-1, -1}, {-1, -1}}));
-  // Rows of 6: 10..12, then 20..25 does not fit (packing stops at the first piece that does not).
+                              {28, 0}, {29, 1}, {10, 0}, {11, 1}, {12, 2}}));
+  // Rows of 6: 10..12, then no piece of 3 tokens or fewer is left: padding.
   const auto six = pprt::document_pieces(*f, std::nullopt, 6);
   std::vector<int64_t> r6(6);
   pprt::document_row(*f, six, 1, pprt::RowMode::Pack, 6, r6.data());

@@ -61,7 +61,7 @@ TEST(StepLog, MetricsFileAppendsEachLineAndKeepsWhatAResumeKeeps) {
 }
 
 TEST(StepLog, MetricsLineAndProgressLines) {
-  pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5, {}, {}, -1, 0, {}, {}};
+  pprt::StepMetrics m{3, 2.5, 1e-3, 0.75, 0.5, 2048, 1.5, {}, {}, -1, 0, {}, {}, {}};
   EXPECT_EQ(
       pprt::metrics_json(m),
       R"({"step":3,"loss":2.5,"lr":0.001,"grad_norm":0.75,"step_time_s":0.5,"tokens_per_s":2048.0,"elapsed_s":1.5})");
@@ -70,7 +70,7 @@ TEST(StepLog, MetricsLineAndProgressLines) {
   std::FILE* f = open_memstream(&buf, &len);
   pprt::Progress p(pprt::ProgressMode::Lines, 4, 2, f);
   for (int s = 1; s <= 4; ++s)
-    p.update(pprt::StepMetrics{s, 5.0 - s, 1e-3, 1, 0.5, 2048, 0.5 * s, {}, {}, -1, 0, {}, {}});
+    p.update(pprt::StepMetrics{s, 5.0 - s, 1e-3, 1, 0.5, 2048, 0.5 * s, {}, {}, -1, 0, {}, {}, {}});
   p.finish();
   std::fclose(f);
   const std::string out(buf, len);

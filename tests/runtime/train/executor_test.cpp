@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -18,6 +19,8 @@
 #include "runtime/model/stage.h"
 #include "runtime/models/llama/builtin.h"
 #include "runtime/train/executor.h"
+#include "runtime/train/plan_order.h"
+#include "runtime/train/replan.h"
 #include "test_model.h"
 #include "test_plans.h"
 
@@ -262,6 +265,41 @@ TEST(Executor, RunsAPlanWithoutTransportOnOneRank) {
   EXPECT_EQ(rep.actions, plan.order()[0].size());
   EXPECT_GT(rep.compute_ns, 0);
   EXPECT_LE(rep.compute_ns + rep.wait_ns + rep.post_ns, rep.wall_ns);
+}
+
+// The plan's microbatch order (plan_order.h): the rows of data microbatch order[k] go to plan
+// microbatch k, and each data microbatch's loss comes back in its own place, the loss the
+// reference computes for it; a replanned plan is the loaded one with only its order changed.
+TEST(Executor, FollowsThePlansMicrobatchOrder) {
+  ppc::Plan plan = compile("Ett|ttL", 1, "Interleaved1F1B", 4);
+  const std::vector<int> order{2, 0, 3, 1};
+  const ModelConfig c = small_config();
+  const at::Tensor tk = tokens(c);
+  const at::Tensor in_plan = pprt::rows_in_plan_order(tk, order);
+  for (int k = 0; k < 4; ++k)
+    EXPECT_TRUE(at::equal(in_plan.narrow(0, 2 * k, 2), tk.narrow(0, 2 * order[k], 2)));
+  EXPECT_TRUE(pprt::rows_in_plan_order(tk, {0, 1, 2, 3}).is_same(tk));
+
+  const pprt::Model builtin = pprt::builtin_model(c);
+  RankModel model(builtin, plan, 0, c);
+  pprt::Executor exec(plan, 0, model.stages, model.ctx, nullptr, at::Device(at::kCPU), {});
+  pprt::StepReport rep = exec.run_step(in_plan, 0);
+  pprt::report_in_data_order(rep, order);
+  const Result ref = run_reference(plan.layout, 4, c);
+  ASSERT_EQ(rep.losses.size(), 4u);
+  for (size_t mb = 0; mb < 4; ++mb)
+    EXPECT_NEAR(rep.losses[mb], ref.losses[mb], 1e-6 * ref.losses[mb]) << "data microbatch " << mb;
+  // The losses differ between microbatches, so a wrong mapping would show.
+  EXPECT_GT(std::fabs(ref.losses[0] - ref.losses[2]), 1e-6);
+
+  ppc::Plan ordered = plan;
+  ordered.microbatch_order = order;
+  pprt::check_replanned(plan, ordered);
+  ordered.microbatch_order = {0, 0, 1, 2};
+  EXPECT_THROW(pprt::check_replanned(plan, ordered), ppc::InternalError);
+  ordered.microbatch_order = order;
+  ordered.lowered[0].pop_back();
+  EXPECT_THROW(pprt::check_replanned(plan, ordered), ppc::InternalError);
 }
 
 }  // namespace

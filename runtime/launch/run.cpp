@@ -327,6 +327,11 @@ Job make_job(const RunOptions& o, const std::optional<LaunchEnv>& env) {
       fail("--replan-lengths", "orders a pipeline's microbatches, and --reference runs none");
     if (job.train.granule == 0)
       fail("--replan-lengths", "needs --varlen: the microbatches' lengths are --varlen's");
+    if (o.ep > 1)  // an expert group's all-to-alls need one order on every replica of it
+      fail("--replan-lengths",
+           fmt::format("each replica orders its own microbatches, and --ep {}'s all-to-alls need "
+                       "one order across an expert group",
+                       o.ep));
     job.replan_costs =
         std::make_shared<const ppc::CostModel>(replan_cost_model(job, o.replan_costs));
   }

@@ -200,6 +200,13 @@ TEST(Documents, BadFlagsStopBeforeAnythingRuns) {
                             "--varlen", "--replan-lengths"})),
       "pprun: error: --replan-lengths: orders a pipeline's microbatches, and --reference runs none",
       d);
+  expect_user_error(
+      pprun(concat(run,
+                   {"--config", std::string(PP_SOURCE_DIR) + "/examples/tiny-moe.json", "--dp", "2",
+                    "--ep", "2", "--data", data, "--eod", "0", "--varlen", "--replan-lengths"})),
+      "pprun: error: --replan-lengths: each replica orders its own microbatches, and --ep 2's "
+      "all-to-alls need one order across an expert group",
+      d);
   std::ofstream(d.file("bad-cost.json")) << "{\"layers\": {\"t\": {\"f\": -1}}}";
   expect_user_error(
       pprun(concat(run, {"--data", data, "--eod", "0", "--varlen", "--replan-lengths",

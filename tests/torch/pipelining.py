@@ -39,6 +39,7 @@ PPCOMPILE_SCHEDULES = {
     "ZBVZeroBubble": ([2], "v"),
     "DualPipeV": ([2], "v"),
     "DualPipe": ([1], "v"),  # two model copies on V placement (docs/schedules.md)
+    "Combined1F1B": ([1], "loop"),  # 1F1B's steady state as OVERLAP_F_B pairs
     "Auto": ([1, 2], None),  # synthesized: the plan says which placement it chose (plan_placement)
 }
 

@@ -20,7 +20,8 @@ int64_t now_ns() {
       .count();
 }
 
-// The gradients of `params` end to end in one flat tensor (zeros for a parameter without one).
+}  // namespace
+
 at::Tensor flat_grads(const std::vector<at::Tensor*>& params) {
   std::vector<at::Tensor> parts;
   parts.reserve(params.size());
@@ -30,7 +31,6 @@ at::Tensor flat_grads(const std::vector<at::Tensor*>& params) {
   return at::cat(parts);
 }
 
-// Sets the gradients of `params` from `flat` (as flat_grads laid them out).
 void set_grads(const std::vector<at::Tensor*>& params, const at::Tensor& flat) {
   at::NoGradGuard no_grad;
   int64_t at = 0;
@@ -43,8 +43,6 @@ void set_grads(const std::vector<at::Tensor*>& params, const at::Tensor& flat) {
       p->mutable_grad() = part.clone();
   }
 }
-
-}  // namespace
 
 GradReducer::GradReducer(const ppc::Plan& plan, int pipeline_rank,
                          const std::vector<Stage*>& stages, ParamStore& store, Transport& group,

@@ -31,6 +31,11 @@
 
 namespace pprt {
 
+// The gradients of `params` end to end in one flat tensor (zeros for a parameter without one).
+at::Tensor flat_grads(const std::vector<at::Tensor*>& params);
+// Sets the gradients of `params` from `flat` (as flat_grads laid them out).
+void set_grads(const std::vector<at::Tensor*>& params, const at::Tensor& flat);
+
 class GradReducer {
  public:
   // `pipeline_rank`'s parameters in `store`, held by `stages` (its stages, in the order of the

@@ -54,7 +54,7 @@ namespace {
 // nothing without overlaps are dropped when the costs have none, and the duplicates this makes are
 // removed.
 std::vector<ListPolicy> policies(const CostModel& cost, int pp, bool full_b_shorter,
-                                 bool hides_all_to_all) {
+                                 bool hides_all_to_all, bool w_cannot_wait) {
   struct Row {
     bool split, pair_b, new_last, bwd_deep, fwd_deep, w_first;
     int held_w;   // max_held_w
@@ -99,6 +99,15 @@ std::vector<ListPolicy> policies(const CostModel& cost, int pp, bool full_b_shor
         seen.push_back(d);
         out.push_back(p);
       }
+  // Where what an I keeps for its W cannot wait (memory modes under a limit), each split policy
+  // again with every W right after its I.
+  if (w_cannot_wait)
+    for (size_t k = 0, n = out.size(); k < n; ++k)
+      if (out[k].split_backward && !out[k].busiest_full_b) {
+        ListPolicy p = out[k];
+        p.w_at_once = true;
+        out.push_back(p);
+      }
   return out;
 }
 
@@ -139,10 +148,16 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
     }
     // Where some stage's whole backward is shorter than its I + W (measured profiles), the split
     // policies are also tried with Bs on the busiest ranks.
-    bool full_b_shorter = false, hides = false;
+    bool full_b_shorter = false, hides = false, w_cannot_wait = false;
     if (!opts.cost.unit) {
       const std::vector<StageCost> costs = stage_costs(base, opts.cost);
-      for (const StageCost& k : costs) full_b_shorter |= k.whole_backward_shorter();
+      for (const StageCost& k : costs) {
+        full_b_shorter |= k.whole_backward_shorter();
+        // Under a memory limit, a memory mode whose I leaves its W more than the stage keeps
+        // from its F: the split policies are also tried with each W right after its I.
+        w_cannot_wait |= opts.memory_limit && k.transient > 0 &&
+                         opts.cost.weight_grad_memory * (k.activation + k.transient) > k.activation;
+      }
       hides = hides_all_to_all(costs);
     }
     // The list scheduler runs under the cost model's message model. Under the eager one it also
@@ -155,7 +170,8 @@ SynthesisResult synthesize(const SynthesisOptions& opts) {
       timings.push_back(&rendezvous);
     try {
       for (const CostModel* timing : timings)
-        for (const ListPolicy& p : policies(opts.cost, base.pp(), full_b_shorter, hides)) {
+        for (const ListPolicy& p :
+             policies(opts.cost, base.pp(), full_b_shorter, hides, w_cannot_wait)) {
           in.cost = timing;
           Plan plan = base;
           plan.compute = list_schedule(in, p).orders;

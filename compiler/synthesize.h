@@ -70,6 +70,12 @@ struct ListPolicy {
   bool busiest_full_b = false;
   // Most microbatches in the pipeline at once (entered, last backward not done); 0 = no cap.
   int max_in_flight = 0;
+  // With I/W split: every W runs as soon as its I ends, before anything else. The rank's work and
+  // memory are then those of a B (nothing is held back), but the input gradient leaves after the
+  // I: under a memory limit where what an I keeps for its W cannot wait (recomputation keeps less
+  // than weight_grad_memory of the activation), the gradients still pass each rank an I's time
+  // after they arrive instead of a B's.
+  bool w_at_once = false;
   std::string describe() const;
 };
 

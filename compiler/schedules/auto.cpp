@@ -265,6 +265,11 @@ class ListScheduler {
       if (bi < 0 || bwd_key(x) < bwd_key(s.bwd[static_cast<size_t>(bi)])) bi = k;
     }
     const bool admit = r == rank(0) && can_admit();
+    if (pol_.w_at_once && s.w_head < s.w.size()) {  // the W of the I that just ended
+      const Candidate wc = s.w[s.w_head++];
+      start(r, t, Action::compute(ActionKind::W, wc.stage, wc.mb));
+      return true;
+    }
     // 1. An overlapped pair: the one that saves the most; on a tie, by the priorities.
     if (pairs_ && pol_.overlap && bi >= 0 && (fi >= 0 || admit)) {
       double best = 0;
@@ -607,6 +612,7 @@ std::string ListPolicy::describe() const {
   if (lookahead) s += ", waits for a deeper input";
   if (split_backward && busiest_full_b) s += ", B on the busiest ranks where shorter";
   if (max_in_flight > 0) s += fmt::format(", at most {} in flight", max_in_flight);
+  if (split_backward && w_at_once) s += ", each W right after its I";
   return s;
 }
 

@@ -16,8 +16,10 @@ PPC=${1:-build/tools/ppcompile/ppcompile}
 COST=examples/cost-deepseek-v3.json
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-grep -v '"host_bandwidth"' "$COST" | sed 's/"weight_grad_memory": 0.5,/"weight_grad_memory": 0.5/' \
-  > "$TMP/recompute-only.json"
+# The cost file without host_bandwidth (parsed, not edited as text: the field's place in the file
+# does not matter).
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.pop("host_bandwidth"); json.dump(c, sys.stdout)' \
+  "$COST" > "$TMP/recompute-only.json"
 LAYOUT="Ettt|$(printf 'tttt|%.0s' $(seq 14))ttmL"
 ARGS=(--layout "$LAYOUT" --pp 16 --microbatches 64)
 

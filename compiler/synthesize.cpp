@@ -41,6 +41,22 @@ Plan auto_skeleton(const SynthesisOptions& o, PlacementStyle style) {
   return plan_skeleton(co, info);
 }
 
+std::string ListPolicy::describe() const {
+  std::string s = split_backward ? "I/W split" : "full B";
+  if (overlap) s += pair_full_backward ? ", overlap (B in pairs)" : ", overlap";
+  if (overlap && pair_new_last) s += ", new microbatches pair last";
+  s += backward_deepest_first ? ", backward deepest first" : ", backward oldest first";
+  s += forward_deepest_first ? ", forward deepest first" : ", forward oldest first";
+  s += w_before_new_forward ? ", W before a new microbatch" : ", new microbatch before W";
+  if (max_held_w > 0) s += fmt::format(", at most {} Ws held back", max_held_w);
+  if (partner_wait > 0) s += fmt::format(", waits {:g}x for a partner", partner_wait);
+  if (lookahead) s += ", waits for a deeper input";
+  if (split_backward && busiest_full_b) s += ", B on the busiest ranks where shorter";
+  if (max_in_flight > 0) s += fmt::format(", at most {} in flight", max_in_flight);
+  if (split_backward && w_at_once) s += ", each W right after its I";
+  return s;
+}
+
 namespace {
 
 // The policies tried on every placement: a set that between them gave the best order found by

@@ -26,21 +26,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <queue>
 
 #include "compiler/all_to_all_costs.h"
 #include "compiler/diagnostic.h"
 #include "compiler/lower_bound.h"
 #include "compiler/measured_costs.h"
+#include "compiler/schedules/bankers_memory.h"
 #include "compiler/synthesize.h"
 
 namespace ppc {
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Candidate {
   int stage, mb;
@@ -96,9 +93,8 @@ class ListScheduler {
         eager_(!in.cost->unit && in.cost->messages == MessageModel::Eager),
         post_(eager_ ? in.cost->post : 0.0),
         ranks_(static_cast<size_t>(pp_)),
-        budget_(in.activation_budget) {
+        mem_(activation_needs(), in.activation_budget, m_) {
     PPC_INTERNAL_ASSERT(plan_.copies == 1, "list_schedule runs one model copy");
-    if (budget_.empty()) budget_.assign(static_cast<size_t>(pp_), kInf);
     // The busiest ranks (by their lower bound) hold their Ws back; the others may not hold more
     // than max_held_w.
     const LowerBound lb = makespan_lower_bound(plan_, *in.cost);
@@ -106,22 +102,14 @@ class ListScheduler {
     for (int r = 0; r < pp_; ++r)
       busiest_[static_cast<size_t>(r)] =
           lb.ranks[static_cast<size_t>(r)].bound >= (1 - pol_.busiest_margin) * lb.value;
-    need_.assign(static_cast<size_t>(pp_), 0.0);
-    for (int s = 0; s < S_; ++s) need_[static_cast<size_t>(rank(s))] += c(s).activation;
-    for (double n : need_) need_total_ += n;
-    for (double b : budget_) limited_ |= std::isfinite(b);
-    used_.assign(static_cast<size_t>(pp_), 0.0);
-    held_.assign(static_cast<size_t>(m_) * static_cast<size_t>(pp_), 0.0);
-    rem_.assign(held_.size(), 0.0);
-    outstanding_.assign(static_cast<size_t>(m_), 0.0);
     for (int r = 0; r < pp_; ++r)
-      if (need_[static_cast<size_t>(r)] > budget_[static_cast<size_t>(r)] * (1 + 1e-12))
+      if (mem_.need(r) > mem_.budget(r) * (1 + 1e-12))
         throw UserError(
             fmt::format(
                 "no order fits: one microbatch needs {} of activation memory on rank {}, "
                 "which has {} left after its parameters",
-                format_memory(need_[static_cast<size_t>(r)], !in.cost->unit), r,
-                format_memory(std::max(0.0, budget_[static_cast<size_t>(r)]), !in.cost->unit)),
+                format_memory(mem_.need(r), !in.cost->unit), r,
+                format_memory(std::max(0.0, mem_.budget(r)), !in.cost->unit)),
             input_location("--memory-limit"));
   }
 
@@ -171,56 +159,22 @@ class ListScheduler {
 
   // --- what is ready -----------------------------------------------------------------------
 
-  // --- memory: the banker's algorithm, microbatches in the order they entered --------------
-  //
-  // Each microbatch in the pipeline holds some activation memory on each rank and will still
-  // take some (rem: the forwards it has yet to run there). The state is safe if the microbatches
-  // can finish oldest first: on every rank, the memory free now plus what the older ones hold
-  // (freed when they finish) covers what each one still takes. A forward runs only if the state
-  // after it is safe, so the oldest microbatch can always run its next forward: the run never
-  // waits for memory that cannot come.
-  size_t at(int mb, int r) const {
-    return static_cast<size_t>(mb) * static_cast<size_t>(pp_) + static_cast<size_t>(r);
-  }
-  double tolerance(int r) const { return 1e-12 * std::abs(budget_[static_cast<size_t>(r)]); }
-
-  // May microbatch `mb` (in the pipeline, or the next to enter) take `a` more on rank r?
-  bool can_allocate(int r, int mb, double a) const {
-    if (!limited_) return true;
-    const double free = budget_[static_cast<size_t>(r)] - used_[static_cast<size_t>(r)] - a;
-    if (free < -tolerance(r)) return false;
-    double older = 0;  // held on r by the microbatches older than j
-    for (int j = oldest_; j < mb && j < next_mb_; ++j) {
-      if (outstanding_[static_cast<size_t>(j)] <= 0) continue;
-      if (free + older < rem_[at(j, r)] - tolerance(r)) return false;
-      older += held_[at(j, r)];
-    }
-    return true;
+  // Per rank: one microbatch's activations (what the banker's algorithm counts on).
+  std::vector<double> activation_needs() const {
+    std::vector<double> need(static_cast<size_t>(pp_), 0.0);
+    for (int s = 0; s < S_; ++s) need[static_cast<size_t>(rank(s))] += c(s).activation;
+    return need;
   }
 
-  void allocate(int r, int mb, double a) {
-    held_[at(mb, r)] += a;
-    rem_[at(mb, r)] -= a;
-    used_[static_cast<size_t>(r)] += a;
-  }
-
-  void release(int r, int mb, double d) {
-    held_[at(mb, r)] -= d;
-    used_[static_cast<size_t>(r)] -= d;
-    double& left = outstanding_[static_cast<size_t>(mb)];
-    left -= d;
-    if (left <= 1e-9 * need_total_) left = 0;
-    while (oldest_ < next_mb_ && outstanding_[static_cast<size_t>(oldest_)] <= 0) ++oldest_;
-  }
-
+  // --- memory: the banker's algorithm (bankers_memory.h) ------------------------------------
   bool can_admit() const {
     if (next_mb_ >= m_) return false;
     if (pol_.max_in_flight > 0 && in_flight_ >= pol_.max_in_flight) return false;
-    return can_allocate(rank(0), next_mb_, c(0).activation);
+    return mem_.can_allocate(rank(0), next_mb_, c(0).activation, next_mb_);
   }
 
   bool can_forward(int r, const Candidate& k) const {
-    return can_allocate(r, k.mb, c(k.stage).activation);
+    return mem_.can_allocate(r, k.mb, c(k.stage).activation, next_mb_);
   }
 
   // Lower is better.
@@ -412,8 +366,7 @@ class ListScheduler {
   // The next microbatch enters: it will take its activations on every rank.
   Candidate admit_next() {
     const int mb = next_mb_++;
-    for (int r = 0; r < pp_; ++r) rem_[at(mb, r)] = need_[static_cast<size_t>(r)];
-    outstanding_[static_cast<size_t>(mb)] = need_total_;
+    mem_.admit(mb);
     ++in_flight_;
     return Candidate{0, mb, 0};
   }
@@ -428,7 +381,7 @@ class ListScheduler {
       d = part_time(a.kind, a.stage);
     }
     if (a.kind == ActionKind::F || a.kind == ActionKind::OverlapFB) {
-      allocate(r, a.microbatch, c(a.stage).activation);
+      mem_.allocate(r, a.microbatch, c(a.stage).activation);
       ++s.forwards_started;
     }
     if (a.kind != ActionKind::F && a.kind != ActionKind::W) {
@@ -486,10 +439,11 @@ class ListScheduler {
       case ActionKind::B:
       case ActionKind::I: {
         if (p.kind == ActionKind::B) {
-          release(r, mb, act);
+          mem_.release(r, mb, act, next_mb_);
           ++parts_done_;  // B is I and W at once
         } else {
-          release(r, mb, c(stage).transient == 0 ? act * (1 - wg_) : act - for_w(stage));
+          mem_.release(r, mb, c(stage).transient == 0 ? act * (1 - wg_) : act - for_w(stage),
+                       next_mb_);
           s.w.push_back(Candidate{stage, mb, t});
         }
         freed_ = true;
@@ -505,7 +459,7 @@ class ListScheduler {
         return;
       }
       case ActionKind::W:
-        release(r, mb, for_w(stage));
+        mem_.release(r, mb, for_w(stage), next_mb_);
         freed_ = true;
         return;
       default:
@@ -576,15 +530,8 @@ class ListScheduler {
   const bool eager_;
   const double post_;
   std::vector<RankState> ranks_;
-  std::vector<double> budget_, need_;  // per rank: the budget; one microbatch's activations
-  double need_total_ = 0;
-  bool limited_ = false;
-  std::vector<double> used_;         // per rank: activation memory held
-  std::vector<double> held_, rem_;   // per microbatch and rank: held, still to take
-  std::vector<double> outstanding_;  // per microbatch: held or still to take, all ranks
-  int oldest_ = 0;
-  bool any_backward_ = false;  // some backward has started                          // the oldest
-                               // microbatch holding or taking memory
+  BankersMemory mem_;
+  bool any_backward_ = false;  // some backward has started
   std::vector<bool> busiest_;
   // Per rank: SENDs to it (and their sender) waiting for its boundary.
   std::vector<std::vector<std::pair<Transfer, int>>> waiting_ =
@@ -599,22 +546,6 @@ class ListScheduler {
 };
 
 }  // namespace
-
-std::string ListPolicy::describe() const {
-  std::string s = split_backward ? "I/W split" : "full B";
-  if (overlap) s += pair_full_backward ? ", overlap (B in pairs)" : ", overlap";
-  if (overlap && pair_new_last) s += ", new microbatches pair last";
-  s += backward_deepest_first ? ", backward deepest first" : ", backward oldest first";
-  s += forward_deepest_first ? ", forward deepest first" : ", forward oldest first";
-  s += w_before_new_forward ? ", W before a new microbatch" : ", new microbatch before W";
-  if (max_held_w > 0) s += fmt::format(", at most {} Ws held back", max_held_w);
-  if (partner_wait > 0) s += fmt::format(", waits {:g}x for a partner", partner_wait);
-  if (lookahead) s += ", waits for a deeper input";
-  if (split_backward && busiest_full_b) s += ", B on the busiest ranks where shorter";
-  if (max_in_flight > 0) s += fmt::format(", at most {} in flight", max_in_flight);
-  if (split_backward && w_at_once) s += ", each W right after its I";
-  return s;
-}
 
 ListSchedule list_schedule(const ListScheduleInput& in, const ListPolicy& policy) {
   return ListScheduler(in, policy).run();

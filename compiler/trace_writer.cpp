@@ -132,6 +132,24 @@ void write_trace(const Plan& plan, const std::vector<TraceRank>& ranks, const Tr
                    "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":1,\"args\":{{"
                    "\"name\":\"comm\"}}}}",
                    r);
+    for (size_t t = 0; t < part.threads.size(); ++t) {
+      sep();
+      fmt::format_to(out,
+                     "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{"
+                     "\"name\":{}}}}}",
+                     r, t + 2, nlohmann::json(part.threads[t].name).dump());
+    }
+    for (size_t t = 0; t < part.threads.size(); ++t)
+      for (const TraceExtraSlice& e : part.threads[t].slices) {
+        std::string args = e.args;
+        if (info.step > 0) args += fmt::format("{}\"step\":{}", args.empty() ? "" : ",", info.step);
+        sep();
+        fmt::format_to(out,
+                       "{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{},"
+                       "\"dur\":{},\"args\":{{{}}}}}",
+                       nlohmann::json(e.name).dump(), nlohmann::json(e.cat).dump(), r, t + 2,
+                       Us(e.ts).view(), Us(e.dur).view(), args);
+      }
     if (part.slices.empty()) continue;
     PPC_INTERNAL_ASSERT(part.slices.size() == acts.size(), "a slice per action of the rank");
     for (size_t i = 0; i < acts.size(); ++i) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <ostream>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "compiler/action.h"
@@ -35,11 +36,27 @@ struct TraceCounter {
   double value = 0;
 };
 
-// One rank's part: a slice per action of its lowered order (none: the rank is only named) and the
-// points of its activation memory counter.
+// A slice on one of a rank's further threads: its name, category, time (microseconds) and the
+// members of its args object (JSON text without the braces, "" for none).
+struct TraceExtraSlice {
+  std::string name, cat;
+  double ts = 0, dur = 0;
+  std::string args;
+};
+
+// A further thread of a rank (tid 2, 3, ... in order: pprun's all-to-alls, docs/trace-format.md),
+// named, with its slices (which the caller nests properly).
+struct TraceThread {
+  std::string name;
+  std::vector<TraceExtraSlice> slices;
+};
+
+// One rank's part: a slice per action of its lowered order (none: the rank is only named), the
+// points of its activation memory counter and any further threads.
 struct TraceRank {
   std::vector<TraceSlice> slices;
   std::vector<TraceCounter> memory;
+  std::vector<TraceThread> threads;
 };
 
 struct TraceInfo {

@@ -8,6 +8,7 @@
 
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
+#include "runtime/output/all_to_all_stats.h"
 
 namespace pprt {
 
@@ -252,7 +253,7 @@ std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
                          const std::vector<int64_t>& boundary_elements,
                          const std::vector<StageMedians>& medians,
                          const std::vector<RankReport>& ranks, int activation_bytes,
-                         const std::string& transport) {
+                         const std::string& transport, int64_t seq_len) {
   const int S = plan.stages_per_copy();
   PPC_INTERNAL_ASSERT(static_cast<int>(boundary_elements.size()) >= S - 1,
                       "a message size per boundary");
@@ -337,6 +338,12 @@ std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
   // sends are posted and forgotten).
   if (transport == "gloo" || transport == "nccl") out["transport"] = transport;
   if (eager) out["post"] = rounded(post);
+  // Expert parallelism: one all-to-all as measured, and the experts per token it carried.
+  const AllToAllProfile a2a = profile_all_to_all(ranks, microbatch_rows * seq_len);
+  if (a2a.ms > 0) {
+    out["layers"] = {{"t", {{"f", 0}, {"all_to_all", rounded(a2a.ms)}}}};
+    if (a2a.top_k >= 1) out["top_k"] = rounded(a2a.top_k);
+  }
   return out.dump(1) + "\n";
 }
 

@@ -90,10 +90,14 @@ std::vector<std::optional<double>> optimizer_ms(const ppc::Plan& plan,
 // sequences) of `activation_bytes` each (4: fp32; 2: --dtype bf16); `transport` ("gloo" or
 // "nccl": the transport that ran the plan) becomes the file's "transport", which selects the
 // simulator's message model.
+// Under expert parallelism (the ranks' reports hold all-to-alls) it also gives
+// layers.t.all_to_all, one dispatch or combine measured (all_to_all_stats.h: profile_all_to_all;
+// "f" 0: the stages hold the times), and top_k, measured over microbatches of
+// `microbatch_rows` x `seq_len` tokens.
 std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
                          const std::vector<int64_t>& boundary_elements,
                          const std::vector<StageMedians>& medians,
                          const std::vector<RankReport>& ranks, int activation_bytes = 4,
-                         const std::string& transport = "");
+                         const std::string& transport = "", int64_t seq_len = 0);
 
 }  // namespace pprt

@@ -24,9 +24,25 @@ void to_json(json& j, const ActionSpan& a) {
 void from_json(const json& j, ActionSpan& a) {
   a = ActionSpan{j.at(0).get<int64_t>(), j.at(1).get<int64_t>(), j.at(2).get<int64_t>()};
 }
+void to_json(json& j, const AllToAllSpan& a) {
+  j = json::array({a.start, a.end, a.sent_bytes, a.received_bytes, a.sent_rows,
+                   (a.backward ? 1 : 0) + (a.counts ? 2 : 0)});
+}
+void from_json(const json& j, AllToAllSpan& a) {
+  const int flags = j.at(5).get<int>();
+  a = AllToAllSpan{j.at(0).get<int64_t>(), j.at(1).get<int64_t>(), j.at(2).get<int64_t>(),
+                   j.at(3).get<int64_t>(), j.at(4).get<int64_t>(), (flags & 1) != 0,
+                   (flags & 2) != 0};
+}
+void to_json(json& j, const OverlapSpan& o) {
+  j = json::array({o.begin, o.forward_end, o.backward_end});
+}
+void from_json(const json& j, OverlapSpan& o) {
+  o = OverlapSpan{j.at(0).get<int64_t>(), j.at(1).get<int64_t>(), j.at(2).get<int64_t>()};
+}
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepTiming, step, begin_unix_us, wall_ns, compute_ns, wait_ns,
                                    post_ns, optimizer_ns, own_ns, step_ns, actions, sent_bytes,
-                                   sends, spans)
+                                   sends, spans, all_to_all, overlaps)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DpReport, steps, bytes, buckets, span_ns, exposed_ns)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankReport, rank, peak_inflight, peak_activation_bytes, steps,
                                    save_seconds, save_bytes, save_write_seconds, save_wait_seconds,

@@ -22,6 +22,24 @@ struct ActionSpan {
   int64_t end = 0;    // compute: done; comm: its Work waited for
 };
 
+// One all-to-all of expert parallelism (--ep: the token exchange of a mixture of experts, on the
+// layers' forward or backward communicator; train/timed_transport.h records them), in
+// nanoseconds since the step began.
+struct AllToAllSpan {
+  int64_t start = 0, end = 0;
+  int64_t sent_bytes = 0, received_bytes = 0;  // to and from the other ranks of the group
+  int64_t sent_rows = 0;                       // rows sent (to every rank, this one included)
+  bool backward = false;  // on the backward communicator (a backward's, or a recomputed forward)
+  bool counts = false;    // the split sizes exchanged before a dispatch (equal splits)
+};
+
+// An OVERLAP_F_B whose two parts ran concurrently (overlap.h), in nanoseconds since the step
+// began: both start at `begin`; the forward part (second thread) ends at `forward_end`, the
+// backward part (the replay's thread) at `backward_end`.
+struct OverlapSpan {
+  int64_t begin = 0, forward_end = 0, backward_end = 0;
+};
+
 struct StepTiming {
   int step = 0;               // 0-based
   int64_t begin_unix_us = 0;  // wall clock at the start of the step (aligns ranks in the trace)
@@ -40,6 +58,8 @@ struct StepTiming {
   int64_t sent_bytes = 0;  // the tensors this rank sent to other ranks (activations, gradients)
   int sends = 0;           // in that many messages
   std::vector<ActionSpan> spans;  // per lowered action (empty if not kept)
+  std::vector<AllToAllSpan> all_to_all;  // --ep: the step's all-to-alls, in the order they began
+  std::vector<OverlapSpan> overlaps;     // the OVERLAP_F_Bs that ran their parts concurrently
 };
 
 // One step's data-parallel gradient reduction on one rank (grad_reducer.h).

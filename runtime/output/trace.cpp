@@ -4,9 +4,46 @@
 #include <cstdint>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "compiler/trace_writer.h"
 
 namespace pprt {
+
+namespace {
+
+// --ep: the rank's all-to-alls on two threads of their own (docs/trace-format.md), tid 2 for the
+// forward communicator's, tid 3 for the backward one's, each inside its part's slice where an
+// OVERLAP_F_B ran its two parts concurrently. `us`: a step time (ns) in the trace's microseconds.
+template <class Us>
+void add_all_to_alls(const StepTiming& t, const Us& us, ppc::TraceRank& part) {
+  if (t.all_to_all.empty()) return;
+  part.threads = {{"all-to-all (forward)", {}}, {"all-to-all (backward)", {}}};
+  auto slice = [&](int thread, std::string name, const char* cat, int64_t from, int64_t to,
+                   std::string args) {
+    part.threads[static_cast<size_t>(thread)].slices.push_back(
+        {std::move(name), cat, us(from), static_cast<double>(to - from) / 1e3, std::move(args)});
+  };
+  for (const OverlapSpan& o : t.overlaps) {
+    slice(0, "forward part", "overlap_part", o.begin, o.forward_end, "");
+    slice(1, "backward part", "overlap_part", o.begin, o.backward_end, "");
+  }
+  for (const AllToAllSpan& a : t.all_to_all)
+    slice(a.backward ? 1 : 0, a.counts ? "all-to-all counts" : "all-to-all", "all_to_all",
+          a.start, a.end,
+          fmt::format("\"direction\":\"{}\",\"sent_bytes\":{},\"received_bytes\":{},"
+                      "\"rows\":{}",
+                      a.backward ? "backward" : "forward", a.sent_bytes, a.received_bytes,
+                      a.sent_rows));
+  // Each thread's slices by start, the enclosing part first (viewers nest them in that order).
+  for (ppc::TraceThread& th : part.threads)
+    std::stable_sort(th.slices.begin(), th.slices.end(),
+                     [](const ppc::TraceExtraSlice& x, const ppc::TraceExtraSlice& y) {
+                       return x.ts < y.ts || (x.ts == y.ts && x.dur > y.dur);
+                     });
+}
+
+}  // namespace
 
 std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& ranks) {
   // The step traced: the last one kept with its spans.
@@ -58,6 +95,7 @@ std::string chrome_trace(const ppc::Plan& plan, const std::vector<RankReport>& r
     }
     ppc::nest_comm_slices(acts, start, end, ppc::CommNesting::BeforeNextBatch, us(t->wall_ns),
                           part.slices);
+    add_all_to_alls(*t, us, part);
   }
   ppc::TraceInfo info;
   info.generator = "pprun";

@@ -461,12 +461,14 @@ struct Executor::Impl {
     }
     if (!part_thread) part_thread = std::make_unique<PartThread>();
     Held f, b;
-    part_thread->run(
+    const PartThread::Times t = part_thread->run(
         [&] {
           AllocationMeter::Scope counting(allocated);  // (the CPU's allocator, as run()'s)
           f = forward(a.stage, a.microbatch, true);
         },
         [&] { b = backward(bp.stage, bp.microbatch, input_only, true); });
+    rep->overlaps.push_back(
+        {t.begin - rep->begin_ns, t.side_end - rep->begin_ns, t.main_end - rep->begin_ns});
     account(f);
     account(b);
   }

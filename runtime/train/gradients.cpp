@@ -12,6 +12,7 @@
 #include "runtime/train/messages.h"
 #include "runtime/train/peers.h"
 #include "runtime/train/plan_order.h"
+#include "runtime/train/timed_transport.h"
 
 namespace pprt {
 
@@ -50,7 +51,10 @@ LocalModel::LocalModel(const Job& job, const at::Device& d)
 
 PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups& groups,
                                      LocalModel& model, Store& store, Where& where)
-    : job_(job), where_(where), prank_(job.topology().pipeline_rank(rank)) {
+    : job_(job),
+      where_(where),
+      prank_(job.topology().pipeline_rank(rank)),
+      all_to_all_log_(groups.all_to_all_log) {
   const ppc::Plan& plan = job.plan;
   const int prank = prank_;
   if (groups.pipeline) {  // the parameters other pipeline ranks hold too: from their names
@@ -94,6 +98,7 @@ StepReport PipelineGradients::run(const at::Tensor& tokens, int step, RankReport
   // Plan microbatch k runs data microbatch order[k] (plan_order.h).
   std::vector<int> order = planner_ ? planner_->order(step) : job_.plan.microbatch_order;
   StepReport rep = exec_->run_step(rows_in_plan_order(tokens, order), step);
+  if (all_to_all_log_) all_to_all_log_->take(rep.begin_ns, rep.all_to_all);
   report_in_data_order(rep, order);
   rep.microbatch_order = std::move(order);
   if (reducer_) {

@@ -95,6 +95,7 @@ class PipelineGradients final : public StepGradients {
   ProfileRecorder profile_;  // --profile
   std::unique_ptr<LengthPlanner> planner_;  // --replan-lengths
   int64_t step_ = 0;
+  AllToAllLog* all_to_all_log_;  // --ep: the step's all-to-alls (timed_transport.h)
 };
 
 class AccumulatedGradients final : public StepGradients {

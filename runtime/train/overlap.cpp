@@ -9,6 +9,8 @@
 #include <optional>
 #include <thread>
 
+#include "runtime/train/replay_times.h"  // now_ns
+
 namespace pprt {
 
 struct PartThread::State {
@@ -17,6 +19,7 @@ struct PartThread::State {
   const std::function<void()>* job = nullptr;  // the part to run; null: none
   std::optional<at::ThreadLocalState> tls;     // the caller's, for it
   bool done = false, stop = false;
+  int64_t ended = 0;  // when the last part ended (now_ns)
   std::exception_ptr error;
   std::thread thread;
 
@@ -34,7 +37,9 @@ struct PartThread::State {
       } catch (...) {
         e = std::current_exception();
       }
+      const int64_t t = now_ns();
       lock.lock();
+      ended = t;
       error = e;
       job = nullptr;
       done = true;
@@ -56,8 +61,11 @@ PartThread::~PartThread() {
   state_->thread.join();
 }
 
-void PartThread::run(const std::function<void()>& side, const std::function<void()>& main) {
+PartThread::Times PartThread::run(const std::function<void()>& side,
+                                  const std::function<void()>& main) {
   State& s = *state_;
+  Times times;
+  times.begin = now_ns();
   {
     std::lock_guard<std::mutex> lock(s.m);
     s.tls.emplace();  // the caller's thread-local state, now
@@ -72,15 +80,18 @@ void PartThread::run(const std::function<void()>& side, const std::function<void
   } catch (...) {
     main_error = std::current_exception();
   }
+  times.main_end = now_ns();
   std::exception_ptr side_error;
   {
     std::unique_lock<std::mutex> lock(s.m);
     s.cv.wait(lock, [&] { return s.done; });
     side_error = s.error;
+    times.side_end = s.ended;
     s.tls.reset();
   }
   if (main_error) std::rethrow_exception(main_error);
   if (side_error) std::rethrow_exception(side_error);
+  return times;
 }
 
 }  // namespace pprt

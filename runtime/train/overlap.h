@@ -18,6 +18,7 @@
 // Included only by LibTorch translation units.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -30,10 +31,16 @@ class PartThread {
   PartThread(const PartThread&) = delete;
   PartThread& operator=(const PartThread&) = delete;
 
+  // When a run began and when each of its parts ended, on the steady clock (replay_times.h:
+  // now_ns), for the trace and the all-to-all figures (report.h: OverlapSpan).
+  struct Times {
+    int64_t begin = 0, side_end = 0, main_end = 0;
+  };
+
   // Runs `side` on the second thread, with the caller's thread-local state, while `main` runs on
   // the calling thread; returns once both are done. An exception of either is rethrown after
   // both ended (main's first).
-  void run(const std::function<void()>& side, const std::function<void()>& main);
+  Times run(const std::function<void()>& side, const std::function<void()>& main);
 
  private:
   struct State;

@@ -27,6 +27,7 @@
 #include "runtime/model/model_facts.h"
 #include "runtime/model/precision.h"
 #include "runtime/model/stage.h"
+#include "runtime/output/all_to_all_stats.h"
 #include "runtime/output/param_dump.h"
 #include "runtime/output/profile.h"
 #include "runtime/output/report.h"
@@ -37,6 +38,7 @@
 #include "runtime/train/grad_reducer.h"
 #include "runtime/train/gradients.h"
 #include "runtime/train/step_timeout.h"
+#include "runtime/train/timed_transport.h"
 #include "runtime/train/where.h"
 
 namespace pprt {
@@ -431,8 +433,9 @@ void dump_params(const Job& job, int rank, const ParamStore& store) {
   f.commit();
 }
 
-void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups& groups,
+void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups& given,
                      Store& store, FailureWatch& watch, const RankHosts& where) {
+  RankGroups groups = given;
   const ppc::Plan& plan = job.plan;
   const Topology topo = job.topology();
   const int prank = topo.pipeline_rank(rank), replica = topo.replica(rank);
@@ -442,10 +445,15 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   if (reporter)
     print_lines(run_header(job, data, groups.world ? groups.world->name() : "no transport", false));
   LocalModel model(job, device_for(job, local_rank));
-  if (groups.experts_forward)  // --ep: the layers' communicators (pprt::ExpertGroup)
+  // --ep: the layers' communicators (pprt::ExpertGroup), timed (timed_transport.h).
+  std::optional<TimedExperts> timed;
+  if (groups.experts_forward) {
+    timed.emplace(groups.experts_forward, groups.experts_backward);
+    groups.all_to_all_log = &timed->log();
     model.rank.ctx.experts =
-        ExpertGroup{groups.experts_forward, groups.experts_backward, groups.experts_forward->rank(),
+        ExpertGroup{timed->forward(), timed->backward(), groups.experts_forward->rank(),
                     groups.experts_forward->size(), job.timeout};
+  }
   // Where this rank is in its plan, for the lines a failure prints (where.h).
   std::vector<int> names;
   for (int p = 0; p < plan.pp(); ++p) names.push_back(topo.global(p, replica));
@@ -496,6 +504,7 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
         summarise(plan, all, job.dp, ppc::message_model_of_transport(transport));
     summary.balance = log.balance();
     print_lines(summary_text(summary));
+    print_lines(all_to_all_text(summarise_all_to_all(all)));  // --ep (all_to_all_stats.h)
     if (const ReplanTimes* t = grads.replan_times()) {
       std::vector<double> step_s;
       for (const StepTiming& s : report.steps) step_s.push_back(static_cast<double>(s.step_ns) / 1e9);
@@ -508,7 +517,8 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
       ppc::write_file_atomically(
           job.out.profile_path,
           profile_json(plan, rows, grads.boundary_elements(), gather_profiles(store, topo), all,
-                       job.train.dtype == Precision::Bf16 ? 2 : 4, transport),
+                       job.train.dtype == Precision::Bf16 ? 2 : 4, transport,
+                       job.setup.seq_len),
           "--profile");
   }
   watch.stop();  // after the barrier the store's host may be gone

@@ -16,6 +16,8 @@
 
 namespace pprt {
 
+class AllToAllLog;  // timed_transport.h
+
 // The process groups of a rank (job.h: Topology).
 struct RankGroups {
   Transport* world = nullptr;     // every rank (null: a job of one rank)
@@ -28,6 +30,8 @@ struct RankGroups {
   Transport* experts_forward = nullptr;
   Transport* experts_backward = nullptr;
   Transport* expert_replicas = nullptr;
+  // Where the experts' communicators record their all-to-alls (timed_transport.h; null: none).
+  AllToAllLog* all_to_all_log = nullptr;
 };
 
 // Runs global rank `rank` of `job` over `groups`; `store` is the rendezvous store (gathering

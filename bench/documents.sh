@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Real tokens per second of pprun on documents (issue 41; docs/pprun.md, "Documents"): --pad (one
 # document per sequence, padded to --seq-len: the baseline), --varlen (each microbatch as long as
-# its longest document, in multiples of --granule) and --pack (whole documents packed into each
-# sequence), side by side in one run, alternated, on a log-normal corpus (bench/make_documents.py).
+# its longest document, in multiples of --granule; the step's rows grouped by length into the
+# microbatches, the default), --varlen --no-length-buckets (the rows in data order) and --pack
+# (whole documents packed into each sequence), side by side in one run, alternated, on a
+# log-normal corpus (bench/make_documents.py).
 # tokens/s counts predicted targets only (the metrics' tokens_per_s with documents), the first two
 # steps (warm-up) left out; the median over the rounds.
 #
@@ -25,9 +27,11 @@ seq=256
 model=(--hidden 128 --heads 4 --kv-heads 2 --ffn 256 --seq-len $seq --global-batch 16
        --steps 8 --progress none --data "$work/docs.bin" --eod 0 --plan "$work/plan.json")
 
-declare -A runs=([pad]="--pad" [varlen]="--varlen --granule 32" [pack]="--pack")
+modes=(pad varlen varlen-data-order pack)
+declare -A runs=([pad]="--pad" [varlen]="--varlen --granule 32"
+                 [varlen-data-order]="--varlen --granule 32 --no-length-buckets" [pack]="--pack")
 for r in $(seq 1 "$rounds"); do
-  for mode in pad varlen pack; do
+  for mode in "${modes[@]}"; do
     # shellcheck disable=SC2086
     "$pprun" "${model[@]}" ${runs[$mode]} --metrics "$work/$mode.$r.jsonl" >/dev/null
   done
@@ -37,7 +41,8 @@ done
 import json, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
 rate = {}
-for mode in ("pad", "varlen", "pack"):
+modes = ("pad", "varlen", "varlen-data-order", "pack")
+for mode in modes:
     per_round = []
     for r in range(1, rounds + 1):
         lines = [json.loads(l) for l in open(f"{work}/{mode}.{r}.jsonl")]
@@ -47,6 +52,8 @@ for mode in ("pad", "varlen", "pack"):
     rate[mode] = statistics.median(per_round)
 print("| mode | real tokens/s (median of %d rounds) | vs --pad |" % rounds)
 print("| --- | --- | --- |")
-for mode in ("pad", "varlen", "pack"):
-    print(f"| --{mode} | {rate[mode]:.0f} | {rate[mode] / rate['pad']:.2f}x |")
+names = {"pad": "--pad", "varlen": "--varlen (length buckets)",
+         "varlen-data-order": "--varlen --no-length-buckets", "pack": "--pack"}
+for mode in modes:
+    print(f"| {names[mode]} | {rate[mode]:.0f} | {rate[mode] / rate['pad']:.2f}x |")
 PY

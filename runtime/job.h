@@ -41,6 +41,9 @@ struct TrainOptions {
   int64_t eod = -1;
   RowMode rows = RowMode::Windows;
   int granule = 0;
+  // --varlen's length buckets (--no-length-buckets: off): each replica's rows of a step in the
+  // order of their lengths before they are cut into microbatches (TokenSource::bucket_by_length).
+  bool length_buckets = true;
   // --dtype: of activations and matrix products (bf16: mixed precision, with fp32 master weights,
   // gradients and AdamW state; pprt::MixedPrecision, runtime/model/precision.h, docs/gpu.md).
   Precision dtype = Precision::Fp32;

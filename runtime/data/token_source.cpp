@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "compiler/diagnostic.h"
 #include "runtime/fail.h"
 #include "runtime/job.h"
@@ -103,6 +106,7 @@ TokenSource open_training_data(const Job& job) {
     if (s.indexed_documents() || t.eod >= 0) {
       s.use_documents(mode, t.eod >= 0 ? std::optional<int64_t>(t.eod) : std::nullopt,
                       job.setup.seq_len + 1);
+      s.bucket_by_length(t.granule > 0 && t.length_buckets);
     } else {
       fail(t.rows == RowMode::Pack  ? "--pack"
            : t.rows == RowMode::Pad ? "--pad"
@@ -134,6 +138,24 @@ void TokenSource::synthetic_row(uint64_t key, int len, int64_t* out) const {
   for (int i = fresh; i < len; ++i) out[i] = out[i - fresh];
 }
 
+namespace {
+
+// `rows` rows of `len` tokens in `out`, stably sorted by their filled tokens (shortest first).
+void sort_by_length(std::vector<int64_t>& out, int rows, int len) {
+  std::vector<std::pair<int64_t, int>> order;  // (filled, row)
+  order.reserve(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r)
+    order.emplace_back(filled(out.data() + static_cast<ptrdiff_t>(r) * len, len), r);
+  std::sort(order.begin(), order.end());
+  std::vector<int64_t> sorted(out.size());
+  for (int r = 0; r < rows; ++r)
+    std::copy_n(out.data() + static_cast<ptrdiff_t>(order[static_cast<size_t>(r)].second) * len,
+                len, sorted.data() + static_cast<ptrdiff_t>(r) * len);
+  out.swap(sorted);
+}
+
+}  // namespace
+
 void TokenSource::batch(int64_t step, int64_t first_row, int rows, int len,
                         std::vector<int64_t>& out) const {
   PPC_INTERNAL_ASSERT(first_row >= 0 && rows >= 0 && len >= 0, "negative batch slice");
@@ -156,6 +178,7 @@ void TokenSource::batch(int64_t step, int64_t first_row, int rows, int len,
     const uint64_t span = file_->size() - static_cast<uint64_t>(len) + 1;
     file_->copy(mix64(key) % span, static_cast<size_t>(len), row);
   }
+  if (buckets_) sort_by_length(out, rows, len);
 }
 
 int64_t TokenSource::sequence_count(int len) const {
@@ -176,9 +199,9 @@ void TokenSource::sequences(int64_t first, int rows, int len, std::vector<int64_
 
 std::string TokenSource::describe() const {
   if (file_ && mode_ != RowMode::Windows)
-    return fmt::format("{}, its documents {} ({} pieces of at most {} tokens)", file_->describe(),
-                       mode_ == RowMode::Pack ? "packed" : "one per sequence", pieces_.size(),
-                       row_);
+    return fmt::format("{}, its documents {} ({} pieces of at most {} tokens){}", file_->describe(),
+                       mode_ == RowMode::Pack ? "packed" : "one per sequence", pieces_.size(), row_,
+                       buckets_ ? ", the rows grouped by length into microbatches" : "");
   if (file_) return file_->describe();
   return fmt::format("synthetic language (vocab {})", vocab_);
 }

@@ -40,12 +40,20 @@ class TokenSource {
   // file only. Row j of step s starts at the piece drawn from (seed, s, j).
   void use_documents(RowMode mode, std::optional<int64_t> eod, int row);
   RowMode rows() const { return mode_; }
+  // --varlen's length buckets (on unless --no-length-buckets): batch() puts the rows it draws in
+  // the order of their filled tokens (shortest first; ties in row order), so that the microbatches
+  // cut from them in order hold rows of similar length and --varlen's microbatch lengths (each its
+  // longest row's) pad little. The rows drawn stay those of (seed, step, row): a step's set of rows
+  // is unchanged, only which of its microbatches a row lands in. Rows of documents only.
+  void bucket_by_length(bool on) { buckets_ = on && mode_ != RowMode::Windows; }
+  bool buckets() const { return buckets_; }
   // Whether the data file's index holds documents (Megatron's).
   bool indexed_documents() const { return file_ && !file_->document_starts().empty(); }
   size_t pieces() const { return pieces_.size(); }
 
   // Rows [first_row, first_row + rows) of step `step`'s global batch, `len` tokens each,
-  // row-major, into `out` (resized). Global row j is drawn from (seed, step, j) alone.
+  // row-major, into `out` (resized). Global row j is drawn from (seed, step, j) alone (with length
+  // buckets, the slice's rows are then put in the order of their lengths).
   void batch(int64_t step, int64_t first_row, int rows, int len, std::vector<int64_t>& out) const;
   // The first `rows` rows.
   void batch(int64_t step, int rows, int len, std::vector<int64_t>& out) const {
@@ -79,6 +87,7 @@ class TokenSource {
   RowMode mode_ = RowMode::Windows;
   std::vector<Piece> pieces_;  // the documents' pieces (use_documents)
   int row_ = 0;
+  bool buckets_ = false;
 };
 
 // The data a job trains on: --data with --data-format, or the synthetic language.

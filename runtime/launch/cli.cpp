@@ -121,6 +121,10 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
                   "Each microbatch as long as its longest sequence, in multiples of --granule");
   auto* granule =
       train->add_option("--granule", o.train.granule, "--varlen's length multiple (default 1)");
+  bool no_buckets = false;
+  auto* unbucketed = train->add_flag(
+      "--no-length-buckets", no_buckets,
+      "--varlen: cut the step's rows into microbatches in data order, not grouped by length");
   auto* replan = train->add_flag("--replan-lengths", o.replan_lengths,
                                  "Order each step's microbatches for their --varlen lengths");
   train->add_option("--replan-costs", o.replan_costs, "--replan-lengths's cost file")
@@ -234,6 +238,11 @@ std::optional<int> parse_command_line(int argc, char** argv, const char* program
     std::cerr << program << ": error: --granule: " << o.train.granule << " is not a length\n";
     return 2;
   }
+  if (unbucketed->count() && !varlen_on) {
+    std::cerr << program << ": error: --no-length-buckets: needs --varlen\n";
+    return 2;
+  }
+  o.train.length_buckets = !no_buckets;
   if (varlen_on && o.train.granule == 0) o.train.granule = 1;
   o.train.overlap = overlap == "on";
   o.seed_given = seed->count() > 0;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -43,7 +45,17 @@ void ProfileRecorder::add(int64_t step, const PartSample& s) {
   by_step_[step][Key{s.stage, s.kind}].push_back(s);
 }
 
-std::vector<StageMedians> ProfileRecorder::medians() const {
+std::map<int64_t, int64_t> ProfileRecorder::lengths() const {
+  auto first = by_step_.begin();
+  if (by_step_.size() > 1) ++first;
+  std::map<int64_t, int64_t> out;
+  for (auto it = first; it != by_step_.end(); ++it)
+    for (const auto& [key, samples] : it->second)
+      for (const PartSample& s : samples) ++out[s.length];
+  return out;
+}
+
+std::vector<StageMedians> ProfileRecorder::medians(std::optional<int64_t> length) const {
   // Every step but the first, when there are several. Per step the mean of a (stage, kind)'s
   // parts (the fill and drain of a pipeline run faster than its steady state: a step's mean keeps
   // its total), then the median over the steps.
@@ -56,11 +68,13 @@ std::vector<StageMedians> ProfileRecorder::medians() const {
       double ns = 0, bytes = 0;
       std::vector<double> freed;
       for (const PartSample& s : samples) {
+        if (length && s.length != *length) continue;
         ns += static_cast<double>(s.ns);
         bytes += static_cast<double>(std::max<int64_t>(s.bytes, 0));
         freed.push_back(static_cast<double>(std::max<int64_t>(-s.bytes, 0)));
       }
-      const auto n = static_cast<double>(samples.size());
+      if (freed.empty()) continue;  // (none of that length)
+      const auto n = static_cast<double>(freed.size());
       times[key].push_back(ns / n / 1e6);
       if (key.second == ActionKind::F) activation[key.first].push_back(bytes / n);
       // What a W frees: the median of the step's (its first W on a stage also allocates the
@@ -96,7 +110,9 @@ std::vector<StageMedians> ProfileRecorder::medians() const {
   return list;
 }
 
-void publish_profile(Store& store, int rank, const std::vector<StageMedians>& medians) {
+namespace {
+
+json medians_json(const std::vector<StageMedians>& medians) {
   json j = json::array();
   for (const StageMedians& m : medians)
     j.push_back({{"stage", m.stage},
@@ -107,16 +123,49 @@ void publish_profile(Store& store, int rank, const std::vector<StageMedians>& me
                  {"activation", opt(m.activation)},
                  {"held", opt(m.held)},
                  {"params", m.params}});
-  store.set(fmt::format("profile/{}", rank), j.dump());
+  return j;
+}
+
+void medians_from(const json& j, std::vector<StageMedians>& out) {
+  for (const json& e : j)
+    out.push_back(StageMedians{e.at("stage").get<int>(), opt_from(e, "f"), opt_from(e, "b"),
+                               opt_from(e, "i"), opt_from(e, "w"), opt_from(e, "activation"),
+                               opt_from(e, "held"), e.at("params").get<int64_t>()});
+}
+
+}  // namespace
+
+void publish_profile(Store& store, int rank, const std::vector<StageMedians>& medians) {
+  store.set(fmt::format("profile/{}", rank), medians_json(medians).dump());
 }
 
 std::vector<StageMedians> gather_profiles(Store& store, const Topology& topology) {
   std::vector<StageMedians> out;
   for (int r = 0; r < topology.pp(); ++r)
-    for (const json& e : json::parse(store.get(fmt::format("profile/{}", topology.global(r, 0)))))
-      out.push_back(StageMedians{e.at("stage").get<int>(), opt_from(e, "f"), opt_from(e, "b"),
-                                 opt_from(e, "i"), opt_from(e, "w"), opt_from(e, "activation"),
-                                 opt_from(e, "held"), e.at("params").get<int64_t>()});
+    medians_from(json::parse(store.get(fmt::format("profile/{}", topology.global(r, 0)))), out);
+  return out;
+}
+
+void publish_length_profiles(Store& store, int rank, const ProfileRecorder& recorder) {
+  json j = json::array();
+  const std::map<int64_t, int64_t> lengths = recorder.lengths();
+  if (lengths.size() > 1)
+    for (const auto& [length, parts] : lengths)
+      j.push_back({{"length", length},
+                   {"parts", parts},
+                   {"stages", medians_json(recorder.medians(length))}});
+  store.set(fmt::format("profile-lengths/{}", rank), j.dump());
+}
+
+LengthProfiles gather_length_profiles(Store& store, const Topology& topology) {
+  LengthProfiles out;
+  for (int r = 0; r < topology.pp(); ++r)
+    for (const json& e :
+         json::parse(store.get(fmt::format("profile-lengths/{}", topology.global(r, 0))))) {
+      LengthMedians& m = out.per_length[e.at("length").get<int64_t>()];
+      m.parts += e.at("parts").get<int64_t>();
+      medians_from(e.at("stages"), m.stages);
+    }
   return out;
 }
 
@@ -253,28 +302,11 @@ std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
                          const std::vector<int64_t>& boundary_elements,
                          const std::vector<StageMedians>& medians,
                          const std::vector<RankReport>& ranks, int activation_bytes,
-                         const std::string& transport, int64_t seq_len) {
+                         const std::string& transport, int64_t seq_len,
+                         const LengthProfiles& by_length) {
   const int S = plan.stages_per_copy();
   PPC_INTERNAL_ASSERT(static_cast<int>(boundary_elements.size()) >= S - 1,
                       "a message size per boundary");
-  // DualPipe: both copies of a layout stage pooled (their mean).
-  struct Sum {
-    double v = 0;
-    int n = 0;
-    void add(const std::optional<double>& x) {
-      if (x) v += *x, ++n;
-    }
-    json get() const { return n ? rounded(v / n) : json(nullptr); }
-  };
-  std::vector<std::array<Sum, 5>> sums(static_cast<size_t>(S));
-  for (const StageMedians& m : medians) {
-    auto& s = sums[static_cast<size_t>(plan.layout_stage(m.stage))];
-    s[0].add(m.f);
-    s[1].add(m.b);
-    s[2].add(m.i);
-    s[3].add(m.w);
-    s[4].add(m.activation);
-  }
   // The fraction of a microbatch's activation kept from its I until its W, over the stages that
   // ran both.
   double held = 0, act = 0;
@@ -285,22 +317,56 @@ std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
   for (const StageMedians& m : medians)
     numel[static_cast<size_t>(plan.layout_stage(m.stage))] = m.params;
   const std::vector<std::optional<double>> optimizer = optimizer_ms(plan, numel, ranks);
-  json stages = json::array();
-  for (int k = 0; k < S; ++k) {
-    const auto& s = sums[static_cast<size_t>(k)];
-    if (s[0].n == 0) {
-      stages.push_back(nullptr);
-      continue;
+  // The "stages" entries of `of` (per rank and plan stage).
+  auto stage_entries = [&](const std::vector<StageMedians>& of) {
+    // DualPipe: both copies of a layout stage pooled (their mean).
+    struct Sum {
+      double v = 0;
+      int n = 0;
+      void add(const std::optional<double>& x) {
+        if (x) v += *x, ++n;
+      }
+      json get() const { return n ? rounded(v / n) : json(nullptr); }
+    };
+    std::vector<std::array<Sum, 5>> sums(static_cast<size_t>(S));
+    for (const StageMedians& m : of) {
+      auto& s = sums[static_cast<size_t>(plan.layout_stage(m.stage))];
+      s[0].add(m.f);
+      s[1].add(m.b);
+      s[2].add(m.i);
+      s[3].add(m.w);
+      s[4].add(m.activation);
     }
-    json e = {{"f", s[0].get()}};
-    if (s[1].n) e["b"] = s[1].get();
-    if (s[2].n && s[3].n) e["i"] = s[2].get(), e["w"] = s[3].get();
-    if (s[4].n) e["activation"] = rounded(std::round(s[4].v / s[4].n));
-    e["params"] = numel[static_cast<size_t>(k)] * 4;  // float32
-    if (k < static_cast<int>(optimizer.size()) && optimizer[static_cast<size_t>(k)])
-      e["optimizer"] = rounded(*optimizer[static_cast<size_t>(k)]);
-    stages.push_back(e);
-  }
+    json stages = json::array();
+    for (int k = 0; k < S; ++k) {
+      const auto& s = sums[static_cast<size_t>(k)];
+      if (s[0].n == 0) {
+        stages.push_back(nullptr);
+        continue;
+      }
+      json e = {{"f", s[0].get()}};
+      if (s[1].n) e["b"] = s[1].get();
+      if (s[2].n && s[3].n) e["i"] = s[2].get(), e["w"] = s[3].get();
+      if (s[4].n) e["activation"] = rounded(std::round(s[4].v / s[4].n));
+      e["params"] = numel[static_cast<size_t>(k)] * 4;  // float32
+      if (k < static_cast<int>(optimizer.size()) && optimizer[static_cast<size_t>(k)])
+        e["optimizer"] = rounded(*optimizer[static_cast<size_t>(k)]);
+      stages.push_back(e);
+    }
+    return stages;
+  };
+  // Microbatches of several lengths: the file's own entries at the length most parts ran at.
+  std::optional<int64_t> own_length;
+  if (by_length.per_length.size() > 1)
+    for (const auto& [length, m] : by_length.per_length)
+      if (!own_length || m.parts >= by_length.per_length.at(*own_length).parts) own_length = length;
+  const json stages =
+      stage_entries(own_length ? by_length.per_length.at(*own_length).stages : medians);
+  // A message's elements grow with the length.
+  const double message_scale =
+      own_length && by_length.boundary_length > 0
+          ? static_cast<double>(*own_length) / static_cast<double>(by_length.boundary_length)
+          : 1.0;
   std::vector<std::optional<double>> times = transfer_times(plan, ranks);
   // A message costs its ranks its posting too (the runtime's, per operation). Under the eager
   // model (Gloo) the file says so ("post", charged to the posting rank); the rendezvous model has
@@ -315,7 +381,10 @@ std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
     if (t) measured.push_back(*t);
   json boundaries = json::array();
   for (int k = 0; k + 1 < S; ++k) {
-    json e = {{"message_bytes", boundary_elements[static_cast<size_t>(k)] * activation_bytes}};
+    json e = {{"message_bytes",
+               std::llround(static_cast<double>(boundary_elements[static_cast<size_t>(k)]) *
+                            message_scale) *
+                   activation_bytes}};
     const auto& t = k < static_cast<int>(times.size()) ? times[static_cast<size_t>(k)]
                                                        : std::optional<double>{};
     if (t)
@@ -334,6 +403,13 @@ std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
       {"stages", stages},
       {"boundaries", boundaries}};
   if (act > 0) out["weight_grad_memory"] = rounded(std::clamp(held / act, 0.0, 1.0));
+  if (own_length) {
+    json measured = json::array();
+    for (const auto& [length, m] : by_length.per_length)
+      if (length != *own_length)
+        measured.push_back({{"seq_len", length}, {"stages", stage_entries(m.stages)}});
+    out["lengths"] = {{"seq_len", *own_length}, {"measured", measured}};
+  }
   // How the transport that ran the plan moves messages (the simulator's message model: Gloo's
   // sends are posted and forgotten).
   if (transport == "gloo" || transport == "nccl") out["transport"] = transport;

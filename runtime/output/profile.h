@@ -36,6 +36,7 @@ struct PartSample {
   ppc::ActionKind kind = ppc::ActionKind::F;
   int64_t ns = 0;
   int64_t bytes = 0;
+  int64_t length = 0;  // its microbatch's sequence length (MicrobatchShape::length; 0: not known)
 };
 
 // A stage's medians on one rank: times in milliseconds (nullopt: that kind never ran there).
@@ -52,7 +53,11 @@ struct StageMedians {
 class ProfileRecorder {
  public:
   void add(int64_t step, const PartSample& s);
-  std::vector<StageMedians> medians() const;
+  // Of every part, or of the parts of microbatches of `length` alone (per step the mean over
+  // those, the median over the steps that ran one).
+  std::vector<StageMedians> medians(std::optional<int64_t> length = std::nullopt) const;
+  // The microbatch lengths the analysed steps ran, each with its count of parts.
+  std::map<int64_t, int64_t> lengths() const;
 
  private:
   using Key = std::pair<int, ppc::ActionKind>;
@@ -62,6 +67,20 @@ class ProfileRecorder {
 // The store's form of a rank's medians (published by every rank, gathered by the loss rank).
 void publish_profile(Store& store, int rank, const std::vector<StageMedians>& medians);
 std::vector<StageMedians> gather_profiles(Store& store, const Topology& topology);
+
+// Microbatches of several lengths (--varlen): the medians per length, gathered over the ranks.
+struct LengthMedians {
+  int64_t parts = 0;  // the parts measured at that length (every rank's)
+  std::vector<StageMedians> stages;
+};
+struct LengthProfiles {
+  std::map<int64_t, LengthMedians> per_length;
+  int64_t boundary_length = 0;  // the length profile_json's boundary_elements hold for (0: T0's)
+};
+// A rank's medians per length (recorder.lengths(); none when it ran one length), published and
+// gathered as publish_profile's.
+void publish_length_profiles(Store& store, int rank, const ProfileRecorder& recorder);
+LengthProfiles gather_length_profiles(Store& store, const Topology& topology);
 
 // Per boundary between plan stages k and k + 1 on different ranks: the median over the analysed
 // steps of a message's transfer time in ms (its RECV seen complete less the later of its SEND's
@@ -94,10 +113,16 @@ std::vector<std::optional<double>> optimizer_ms(const ppc::Plan& plan,
 // layers.t.all_to_all, one dispatch or combine measured (all_to_all_stats.h: profile_all_to_all;
 // "f" 0: the stages hold the times), and top_k, measured over microbatches of
 // `microbatch_rows` x `seq_len` tokens.
+// `by_length` with two lengths or more (--varlen's microbatches): the file's own entries are those
+// measured at the length most parts ran at (ties: the longer), its `lengths.seq_len`, and each
+// other length is an entry of `lengths.measured` (docs/cost-model.md, "Microbatches of different
+// lengths"), with its stages' F, B, I, W and activation measured at that length; the message bytes
+// scaled from `by_length.boundary_length` to that of the file's own entries.
 std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
                          const std::vector<int64_t>& boundary_elements,
                          const std::vector<StageMedians>& medians,
                          const std::vector<RankReport>& ranks, int activation_bytes = 4,
-                         const std::string& transport = "", int64_t seq_len = 0);
+                         const std::string& transport = "", int64_t seq_len = 0,
+                         const LengthProfiles& by_length = {});
 
 }  // namespace pprt

@@ -87,8 +87,9 @@ struct Executor::Impl {
   std::unique_ptr<Offloader> offloader;  // the slots' offloaded activations; null: none
 
   // Per step.
-  BatchShapes shapes;       // per microbatch, from its rows
-  std::vector<Slot> slots;  // [local stage][microbatch]
+  BatchShapes shapes;        // per microbatch, from its rows
+  double targets_share = 0;  // run_step's: what the microbatches' losses weigh against
+  std::vector<Slot> slots;   // [local stage][microbatch]
   std::vector<PendingSend> sends;
   // Receives their consumers wait for on the device (a GPU): the host waits for them at the end.
   DeviceWaited device_waited;
@@ -352,7 +353,7 @@ struct Executor::Impl {
       const AllocationMeter::Paused host;
       rep->offloaded_bytes += offloader->offload(slot_index(s, mb));
     }
-    meter.done(s, ActionKind::F);
+    meter.done(s, ActionKind::F, shapes.shape(mb).length);
     return Held{slot_index(s, mb), part ? part->left() : allocated.live() - live, false, 1};
   }
 
@@ -420,7 +421,7 @@ struct Executor::Impl {
                                                    : at::zeros_like(ins[k]));
     sl.input.clear();
     sl.output.clear();
-    meter.done(s, input_only ? ActionKind::I : ActionKind::B);
+    meter.done(s, input_only ? ActionKind::I : ActionKind::B, shapes.shape(mb).length);
     // An I: what it leaves for the W (and the input's gradient, until sent); a B: nothing.
     const int64_t left = part ? part->left() : allocated.live() - live;
     return Held{slot_index(s, mb), input_only ? left : 0, !input_only, -1};
@@ -441,7 +442,7 @@ struct Executor::Impl {
       at::NoGradGuard no_grad;
       sl.work.run();
     }
-    meter.done(s, ActionKind::W);
+    meter.done(s, ActionKind::W, shapes.shape(mb).length);
     account(Held{slot_index(s, mb), 0, true, 0});
   }
 
@@ -590,8 +591,8 @@ struct Executor::Impl {
     PPC_INTERNAL_ASSERT(tokens.size(0) % mbs == 0, "the batch divisible by microbatches");
     b = static_cast<int>(tokens.size(0) / mbs);
     this->tokens = tokens;
-    shapes.update(*ctx.model, transport ? &specs : nullptr, tokens, mbs, b,
-                  opts.granule);  // (messages.h)
+    shapes.update(*ctx.model, transport ? &specs : nullptr, tokens, mbs, b, opts.granule,
+                  targets_share);  // (messages.h)
     sends.clear();
     sends.reserve(actions.size());
     times.begin();
@@ -662,7 +663,8 @@ Executor::Executor(const ppc::Plan& plan, int rank, std::vector<Stage*> stages,
 
 Executor::~Executor() = default;
 
-StepReport Executor::run_step(const at::Tensor& tokens, int64_t step) {
+StepReport Executor::run_step(const at::Tensor& tokens, int64_t step, double targets_share) {
+  impl_->targets_share = targets_share;
   return impl_->run(tokens, step);
 }
 
@@ -671,6 +673,7 @@ void Executor::set_timeout(std::chrono::milliseconds timeout) {
 }
 
 StepReport Executor::run_forward(const at::Tensor& tokens) {
+  impl_->targets_share = 0;  // (each batch's own)
   return impl_->run_forward(tokens);
 }
 
@@ -681,6 +684,10 @@ std::vector<const void*> Executor::receive_buffers() const {
 const std::vector<BoundarySpec>& Executor::boundaries() {
   PPC_INTERNAL_ASSERT(!impl_->shapes.empty(), "the boundaries of a step that ran");
   return impl_->specs.of(impl_->shapes.shape(0), impl_->rows(0));
+}
+
+int64_t Executor::boundaries_length() const {
+  return impl_->shapes.shape(0).length;
 }
 
 }  // namespace pprt

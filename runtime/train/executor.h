@@ -106,7 +106,9 @@ class Executor {
 
   // tokens: [global_batch, seq_len + 1] int64 on the device; microbatch mb is rows
   // [mb * b, (mb + 1) * b). Throws CommFailure on a communication failure.
-  StepReport run_step(const at::Tensor& tokens, int64_t step);
+  // `targets_share` (rows of documents): the step's predicted targets over every replica divided
+  // by the replicas, which the microbatches' losses weigh against (0: this batch's own targets).
+  StepReport run_step(const at::Tensor& tokens, int64_t step, double targets_share = 0);
   // The limit of each wait from now on (ExecutorOptions::timeout at first).
   void set_timeout(std::chrono::milliseconds timeout);
 
@@ -124,6 +126,7 @@ class Executor {
   // What crosses the layout's boundaries for the last step's first microbatch (as model/stage.h's
   // declared_boundaries, or learned from one forward).
   const std::vector<BoundarySpec>& boundaries();
+  int64_t boundaries_length() const;  // the length of the microbatch boundaries() holds for
 
  private:
   struct Impl;

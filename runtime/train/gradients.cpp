@@ -93,11 +93,14 @@ PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups&
   }
 }
 
-StepReport PipelineGradients::run(const at::Tensor& tokens, int step, RankReport& report) {
+StepReport PipelineGradients::run(const at::Tensor& tokens, int step, RankReport& report,
+                                  double targets) {
   step_ = step;
   // Plan microbatch k runs data microbatch order[k] (plan_order.h).
   std::vector<int> order = planner_ ? planner_->order(step) : job_.plan.microbatch_order;
-  StepReport rep = exec_->run_step(rows_in_plan_order(tokens, order), step);
+  // Each microbatch weighs against the step's targets per replica: after data parallelism's
+  // average over the replicas, the mean over the step's targets (messages.h: target_weights).
+  StepReport rep = exec_->run_step(rows_in_plan_order(tokens, order), step, targets / job_.dp);
   if (all_to_all_log_) all_to_all_log_->take(rep.begin_ns, rep.all_to_all);
   report_in_data_order(rep, order);
   rep.microbatch_order = std::move(order);
@@ -154,7 +157,7 @@ std::vector<int64_t> PipelineGradients::boundary_elements() {
 AccumulatedGradients::AccumulatedGradients(const Job& job, Stage& model)
     : job_(job), model_(model), reported_(job.facts.reported(layout_info(job.plan.layout))) {}
 
-StepReport AccumulatedGradients::run(const at::Tensor& tokens, int, RankReport&) {
+StepReport AccumulatedGradients::run(const at::Tensor& tokens, int, RankReport&, double) {
   const int mbs = job_.plan.microbatches;
   const int b = job_.train.global_batch / mbs;
   StepReport rep;  // the losses, as a rank holding every L reports them

@@ -47,8 +47,12 @@ class StepGradients {
   virtual ~StepGradients() = default;
   // Leaves the gradients of the step's mean loss in the parameters' .grad (the same in every copy
   // of a shared parameter, the mean over data-parallel replicas) and returns what the step
-  // measured, its microbatches' losses among it.
-  virtual StepReport run(const at::Tensor& tokens, int step, RankReport& report) = 0;
+  // measured, its microbatches' losses among it. `targets`: with rows of documents, the step's
+  // predicted targets over every data-parallel replica (0: rows without documents), which each
+  // microbatch's loss is weighed against: the step's loss is the mean over the step's targets,
+  // however unequally the replicas' rows predict.
+  virtual StepReport run(const at::Tensor& tokens, int step, RankReport& report,
+                         double targets) = 0;
   // Evaluation: the same microbatches forward only (no gradient, no optimizer state, no data
   // position touched); returns their losses as run() does.
   virtual StepReport evaluate(const at::Tensor& tokens) = 0;
@@ -64,7 +68,7 @@ class PipelineGradients final : public StepGradients {
   PipelineGradients(const Job& job, int rank, const RankGroups& groups, LocalModel& model,
                     Store& store, Where& where);
 
-  StepReport run(const at::Tensor& tokens, int step, RankReport& report) override;
+  StepReport run(const at::Tensor& tokens, int step, RankReport& report, double targets) override;
   StepReport evaluate(const at::Tensor& tokens) override;
   void set_timeout(std::chrono::milliseconds timeout) override;
 
@@ -82,6 +86,10 @@ class PipelineGradients final : public StepGradients {
   // --profile: the elements of the message crossing each boundary for the last step's
   // microbatches.
   std::vector<int64_t> boundary_elements();
+  // --profile: its parts per microbatch length (medians per length), and the length of the
+  // microbatch boundary_elements() holds for.
+  const ProfileRecorder& recorded() const { return profile_; }
+  int64_t boundary_length() const { return exec_->boundaries_length(); }
 
  private:
   const Job& job_;
@@ -92,7 +100,7 @@ class PipelineGradients final : public StepGradients {
   std::unique_ptr<GradReducer> reducer_;
   ExpertGradReduce expert_;  // --ep
   std::unique_ptr<Executor> exec_;
-  ProfileRecorder profile_;  // --profile
+  ProfileRecorder profile_;                 // --profile
   std::unique_ptr<LengthPlanner> planner_;  // --replan-lengths
   int64_t step_ = 0;
   AllToAllLog* all_to_all_log_;  // --ep: the step's all-to-alls (timed_transport.h)
@@ -101,7 +109,8 @@ class PipelineGradients final : public StepGradients {
 class AccumulatedGradients final : public StepGradients {
  public:
   AccumulatedGradients(const Job& job, Stage& model);
-  StepReport run(const at::Tensor& tokens, int step, RankReport& report) override;
+  // (The whole batch: its own targets are the step's.)
+  StepReport run(const at::Tensor& tokens, int step, RankReport& report, double) override;
   StepReport evaluate(const at::Tensor& tokens) override;
 
  private:

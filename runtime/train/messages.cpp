@@ -64,7 +64,7 @@ std::vector<at::Tensor> unpack(const at::Tensor& message, const BoundarySpec& sp
   return out;
 }
 
-std::vector<double> target_weights(const at::Tensor& tokens, int mbs) {
+std::vector<double> target_weights(const at::Tensor& tokens, int mbs, double targets_share) {
   if (tokens.numel() == 0 || (tokens[0][0].item<int64_t>() >> kDocumentShift) == 0) return {};
   const at::Tensor host = tokens.cpu().contiguous();
   const int64_t n = host.size(1), b = host.size(0) / mbs;
@@ -76,13 +76,14 @@ std::vector<double> target_weights(const at::Tensor& tokens, int mbs) {
           static_cast<double>(predicted_targets(host.data_ptr<int64_t>() + (mb * b + r) * n, n));
     all += w[static_cast<size_t>(mb)];
   }
+  if (targets_share > 0) all = targets_share;
   for (double& x : w) x = all > 0 ? x * mbs / all : 1.0;
   return w;
 }
 
 void BatchShapes::update(const Model& model, BoundarySpecs* specs, const at::Tensor& tokens,
-                         int mbs, int64_t b, int granule) {
-  weights_ = target_weights(tokens, mbs);
+                         int mbs, int64_t b, int granule, double targets_share) {
+  weights_ = target_weights(tokens, mbs, targets_share);
   if (granule > 0) {  // --varlen: a shape per microbatch, its length from its rows
     shapes_.clear();
     bounds_.clear();

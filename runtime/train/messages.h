@@ -51,8 +51,9 @@ class BatchShapes {
   // where no message crosses. A model learning its boundaries from one forward runs it here.
   // `granule` (--varlen; 0: off): each microbatch's length is its longest row's, in multiples of
   // it (runtime/data/documents.h), and every microbatch gets its own shape.
+  // `targets_share`: what the weights are relative to (target_weights).
   void update(const Model& model, BoundarySpecs* specs, const at::Tensor& tokens, int mbs,
-              int64_t b, int granule = 0);
+              int64_t b, int granule = 0, double targets_share = 0);
   const MicrobatchShape& shape(int mb) const { return shapes_[static_cast<size_t>(mb)]; }
   const std::vector<BoundarySpec>& bounds(int mb) const {
     return *bounds_[static_cast<size_t>(mb)];
@@ -71,8 +72,10 @@ class BatchShapes {
 
 // The weights of BatchShapes::weight for a step's `tokens` in `mbs` microbatches: empty when the
 // rows carry no documents (every microbatch predicts as many targets), else each microbatch's
-// targets (documents.h) times mbs over the step's. Read on the host (one copy of the rows).
-std::vector<double> target_weights(const at::Tensor& tokens, int mbs);
+// targets (documents.h) times mbs over `targets_share` (data parallelism: the step's targets over
+// every replica divided by the replicas, so that the replicas' average weighs each target alike)
+// or, where it is 0, over the targets of `tokens`. Read on the host (one copy of the rows).
+std::vector<double> target_weights(const at::Tensor& tokens, int mbs, double targets_share = 0);
 
 // --profile: counts the bytes allocated (positive) and freed (negative) on this thread while it is
 // installed (LibTorch's allocators report to it as to the profiler's memory tracking).

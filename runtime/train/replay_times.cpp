@@ -73,11 +73,11 @@ ReplayTimes::Part::Part(ReplayTimes& times, bool memory) : times_(times) {
   t0_ = now_ns();
 }
 
-void ReplayTimes::Part::done(int stage, ppc::ActionKind kind) {
+void ReplayTimes::Part::done(int stage, ppc::ActionKind kind, int64_t length) {
   if (!times_.on_part_) return;
   const int64_t t1 = now_ns();
   guard_.reset();
-  const PartSample sample{stage, kind, t1 - t0_, times_.allocated_->net};
+  const PartSample sample{stage, kind, t1 - t0_, times_.allocated_->net, length};
   if (times_.queue_.on())  // its time is known after the step
     times_.parts_.push_back(TimedPart{sample, mark_, times_.queue_.mark()});
   else

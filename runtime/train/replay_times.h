@@ -54,7 +54,8 @@ class ReplayTimes {
   class Part {
    public:
     Part(ReplayTimes& times, bool memory);
-    void done(int stage, ppc::ActionKind kind);
+    // `length`: its microbatch's (MicrobatchShape::length).
+    void done(int stage, ppc::ActionKind kind, int64_t length);
 
    private:
     ReplayTimes& times_;

@@ -95,8 +95,9 @@ struct Place {
   bool counts_expert_norm = true;  // its expert parameters' (--ep: the first ep replicas' shards)
 };
 
-// `targets` (if given): with rows of documents, the rows' predicted targets times the replicas
-// (data/documents.h); else 0.
+// `targets` (if given): with rows of documents, the predicted targets (data/documents.h) of the
+// step's global batch, every replica's rows (each rank draws the other replicas' rows itself, as
+// they depend on (seed, step, row) alone: no message); else 0.
 at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step, const Place& place,
                         const at::Device& device, double* targets = nullptr) {
   std::vector<int64_t> rows;
@@ -105,10 +106,16 @@ at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step, const
   data.batch(step, static_cast<int64_t>(place.replica) * share, share, len, rows);
   if (targets) {
     *targets = 0;
-    if (data.rows() != RowMode::Windows)
-      for (int r = 0; r < share; ++r)
-        *targets += static_cast<double>(place.replicas) *
-                    static_cast<double>(predicted_targets(rows.data() + r * len, len));
+    if (data.rows() != RowMode::Windows) {
+      std::vector<int64_t> others;
+      for (int q = 0; q < place.replicas; ++q) {
+        if (q != place.replica)
+          data.batch(step, static_cast<int64_t>(q) * share, share, len, others);
+        const std::vector<int64_t>& of = q == place.replica ? rows : others;
+        for (int r = 0; r < share; ++r)
+          *targets += static_cast<double>(predicted_targets(of.data() + r * len, len));
+      }
+    }
   }
   return at::from_blob(rows.data(), {share, len}, at::kLong).clone().to(device);
 }
@@ -329,7 +336,7 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
     double targets = 0;
     at::Tensor tokens = batch_tensor(data, job, step, place, model.device, &targets);
     const auto prepared = Clock::now();
-    StepReport rep = grads.run(tokens, step, report);
+    StepReport rep = grads.run(tokens, step, report, targets);
     const auto replayed = Clock::now();
     int64_t norm_ns = 0;  // the rank's own part of gather_stats, before its all-reduce
     std::optional<FusedUpdate> update;
@@ -474,17 +481,16 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   PipelineGradients grads(job, rank, groups, model, store, *place_in_plan);
   if (job.replan_costs) grads.replan_lengths(data, replica);
   StepLog log(job, reporter);
-  const Place place{replica,         job.dp, groups.world, rank, replica == 0,
-                    &grads.counted_elsewhere(), replica < job.ep};
+  const Place place{
+      replica,         job.dp, groups.world, rank, replica == 0, &grads.counted_elsewhere(),
+      replica < job.ep};
   RankReport report =
       train(job, place, model, grads, data, eval_data,
             SaveContext{
                 .world = groups.world,
                 .rank = rank,
-                .writes = replica < job.ep,
-                .shard = prank * job.ep + replica % job.ep,
-                .shards = plan.pp() * job.ep,
-                .experts_only = replica > 0,
+                .writes = replica<job.ep, .shard = prank * job.ep + replica % job.ep,
+                                  .shards = plan.pp() * job.ep, .experts_only = replica> 0,
                 .not_owned = &grads.counted_elsewhere(),
                 .plan_json = rank == 0 && !job.save_dir.empty() ? plan_json(plan, true) : "",
             },
@@ -493,7 +499,10 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
   report.rank = prank;
   dump_params(job, rank, model.store);
   publish_report(store, rank, report);
-  if (!job.out.profile_path.empty()) publish_profile(store, rank, grads.profile(model));
+  if (!job.out.profile_path.empty()) {
+    publish_profile(store, rank, grads.profile(model));
+    publish_length_profiles(store, rank, grads.recorded());
+  }
   if (reporter && job.eval.only) {
     log.finish();  // no step to report on
   } else if (reporter) {
@@ -507,19 +516,23 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
     print_lines(all_to_all_text(summarise_all_to_all(all)));  // --ep (all_to_all_stats.h)
     if (const ReplanTimes* t = grads.replan_times()) {
       std::vector<double> step_s;
-      for (const StepTiming& s : report.steps) step_s.push_back(static_cast<double>(s.step_ns) / 1e9);
+      for (const StepTiming& s : report.steps)
+        step_s.push_back(static_cast<double>(s.step_ns) / 1e9);
       print_lines(replan_summary(*t, step_s));
     }
     if (!job.out.trace_path.empty())
       ppc::write_file_atomically(job.out.trace_path, chrome_trace(plan, all), "--trace");
     const int64_t rows = job.train.global_batch / job.dp / plan.microbatches;
-    if (!job.out.profile_path.empty())
+    if (!job.out.profile_path.empty()) {
+      LengthProfiles by_length = gather_length_profiles(store, topo);  // (--varlen)
+      by_length.boundary_length = grads.boundary_length();
       ppc::write_file_atomically(
           job.out.profile_path,
           profile_json(plan, rows, grads.boundary_elements(), gather_profiles(store, topo), all,
                        job.train.dtype == Precision::Bf16 ? 2 : 4, transport,
-                       job.setup.seq_len),
+                       job.setup.seq_len, by_length),
           "--profile");
+    }
   }
   watch.stop();  // after the barrier the store's host may be gone
   if (groups.world && groups.world->size() > 1) groups.world->barrier(job.timeout);

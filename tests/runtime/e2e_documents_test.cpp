@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "e2e_dumps.h"
 #include "e2e_util.h"
@@ -123,8 +124,10 @@ TEST(Documents, MicrobatchOrderOfThePlanAndReplannedEqualsTheReference) {
   ASSERT_TRUE(planned.contains("microbatch_order")) << planned.dump();
   const auto plan_order = planned.at("microbatch_order").get<std::vector<int>>();
   ASSERT_NE(plan_order, (std::vector<int>{0, 1, 2, 3}));
-  const auto common =
-      concat(kModel, {"--steps", "5", "--data", data, "--eod", "0", "--varlen", "--granule", "4"});
+  // In data order (--no-length-buckets): the rows grouped by length are often in an order the
+  // planner keeps (shortest first), and this test is about orders that differ from the data's.
+  const auto common = concat(kModel, {"--steps", "5", "--data", data, "--eod", "0", "--varlen",
+                                      "--granule", "4", "--no-length-buckets"});
   const Proc ref =
       pprun(concat(common, {"--reference", "--layout", "Ett|ttL", "--microbatches", "1",
                             "--metrics", d.file("r.jsonl"), "--dump-params", d.file("rdump")}));
@@ -163,6 +166,77 @@ TEST(Documents, MicrobatchOrderOfThePlanAndReplannedEqualsTheReference) {
   }
 }
 
+// --varlen's length buckets (the default) and the data order (--no-length-buckets) cut the same
+// step's rows into other microbatches: the same losses and parameters, the reference's.
+TEST(Documents, VarlenWithAndWithoutLengthBucketsEqualsTheReference) {
+  expect_reference({"1F1B", "Ett|ttL", 2, {"--varlen", "--granule", "4", "--no-length-buckets"}});
+}
+
+// Data parallelism over rows of documents: each replica's rows predict their own count of targets
+// (400 documents of a long tail: the two replicas' counts differ), and the step's loss is the mean
+// over the step's targets, every replica's: each microbatch weighs against the global count (which
+// every rank computes from the rows it can draw itself), so --dp 2 gives the reference's losses
+// (1e-5) and parameters (1e-4) on the same global batch.
+TEST(Documents, DataParallelReplicasOfUnequalTargetsEqualTheReference) {
+  TempDir d;
+  const std::string data = write_documents(d, 400);
+  const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 2);
+  for (const auto& flags : {std::vector<std::string>{"--varlen", "--granule", "4"},
+                            std::vector<std::string>{"--pack"}}) {
+    SCOPED_TRACE(flags.front());
+    const auto common =
+        concat(concat(kModel, {"--steps", "3", "--data", data, "--eod", "0"}), flags);
+    const std::string m = d.file(flags.front() + ".jsonl"), dump = d.file(flags.front() + "-d");
+    const Proc pipe =
+        pprun(concat(common, {"--plan", plan, "--dp", "2", "--metrics", m, "--dump-params", dump}));
+    ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
+    EXPECT_NE(pipe.out.find("x 2 data-parallel replicas = 4 ranks"), std::string::npos) << pipe.out;
+    const std::string rm = d.file(flags.front() + "-r.jsonl"),
+                      rdump = d.file(flags.front() + "-rd");
+    const Proc ref = pprun(concat(common, {"--reference", "--layout", "Ett|ttL", "--microbatches",
+                                           "1", "--metrics", rm, "--dump-params", rdump}));
+    ASSERT_EQ(ref.exit_code(), 0) << ref.out;
+    const auto want = losses(rm);
+    ASSERT_EQ(want.size(), 3u);
+    expect_losses_of(losses(m), want);
+    expect_dumps_within(dump, rdump, 1e-4);
+  }
+}
+
+// pprun --profile under --varlen: the microbatches' parts grouped by their lengths, the file's own
+// entries at the length most ran at and one `lengths.measured` entry per other length, which
+// ppcompile --cost reads and interpolates for the lengths of --lengths.
+TEST(Documents, MeasuredCostsPerLengthUnderVarlen) {
+  TempDir d;
+  const std::string data = write_documents(d, 400);
+  const std::string plan = compile(d, "Ett|ttL", 2, "1F1B", 4);
+  const Proc p =
+      pprun(concat(kModel, {"--steps", "4", "--data", data, "--eod", "0", "--varlen", "--granule",
+                            "4", "--plan", plan, "--profile", d.file("p.json")}));
+  ASSERT_EQ(p.exit_code(), 0) << p.out;
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(d.file("p.json")));
+  ASSERT_TRUE(j.contains("lengths")) << j.dump();
+  const auto& l = j.at("lengths");
+  const int own = l.at("seq_len").get<int>();
+  std::set<int> seen = {own};
+  ASSERT_GE(l.at("measured").size(), 1u) << j.dump();
+  for (const nlohmann::json& e : l.at("measured")) {
+    const int n = e.at("seq_len").get<int>();
+    EXPECT_TRUE(seen.insert(n).second) << n;
+    EXPECT_EQ(n % 4, 0) << n;
+    ASSERT_EQ(e.at("stages").size(), 2u) << e.dump();
+    for (const nlohmann::json& s : e.at("stages"))
+      EXPECT_GT(s.at("f").get<double>(), 0) << e.dump();
+  }
+  for (const int n : seen) EXPECT_TRUE(n >= 4 && n <= 16) << n;
+  std::ofstream(d.file("lengths.txt")) << "4\n16\n8\n12\n";
+  const Proc stats = ppcompile({"--layout", "Ett|ttL", "--pp", "2", "--schedule", "1F1B",
+                                "--microbatches", "4", "--cost", d.file("p.json"), "--lengths",
+                                d.file("lengths.txt"), "--emit", "stats"});
+  EXPECT_EQ(stats.exit_code(), 0) << stats.out;
+  EXPECT_NE(stats.out.find("makespan"), std::string::npos) << stats.out;
+}
+
 void expect_user_error(const Proc& p, const std::string& message, const TempDir& d) {
   EXPECT_EQ(p.exit_code(), 2) << p.out;
   EXPECT_NE(p.out.find(message), std::string::npos) << p.out;
@@ -190,6 +264,8 @@ TEST(Documents, BadFlagsStopBeforeAnythingRuns) {
       "pprun: error: --granule: 5 does not divide --seq-len 16", d);
   expect_user_error(pprun(concat(run, {"--data", data, "--eod", "0", "--granule", "4"})),
                     "pprun: error: --granule: needs --varlen", d);
+  expect_user_error(pprun(concat(run, {"--data", data, "--eod", "0", "--no-length-buckets"})),
+                    "pprun: error: --no-length-buckets: needs --varlen", d);
   expect_user_error(pprun(concat(run, {"--data", data, "--eod", "0", "--replan-lengths"})),
                     "pprun: error: --replan-lengths: needs --varlen: the microbatches' lengths "
                     "are --varlen's",

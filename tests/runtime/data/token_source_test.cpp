@@ -1,9 +1,12 @@
 // The training data (runtime/data/token_source.h): the synthetic language, byte-level files,
-// their errors.
+// their errors, --varlen's length buckets.
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "file_test_util.h"
 #include "runtime/data/token_source.h"
@@ -56,6 +59,54 @@ TEST(Data, FileErrors) {
             "--data: data file '" + small + "' has 3 bytes; one sequence needs seq_len + 1 = 9");
   EXPECT_EQ(filetest::user_error([&] { pprt::TokenSource::from_file(small, 100, 2, 1); }),
             "--data: byte-level data needs vocab >= 256, the model has 100");
+}
+
+// --varlen's length buckets: a slice's rows are the same rows (of (seed, step, row)), put in the
+// order of their filled tokens, shortest first, so that microbatches cut from them in order pad
+// less (the sum of --varlen's microbatch lengths is at most what the data order gives, here less).
+TEST(Data, LengthBucketsOrderASlicesRowsByLength) {
+  filetest::TempDir d;
+  // Documents of 1 to 14 tokens, each ended by token 0.
+  std::vector<uint16_t> ids;
+  for (int k = 0; k < 60; ++k) {
+    for (int i = 0; i < 1 + (k * 7) % 14; ++i)
+      ids.push_back(static_cast<uint16_t>(1 + (k + i) % 9));
+    ids.push_back(0);
+  }
+  const std::string path = d.write("docs.bin", filetest::le_array(ids));
+  auto src = pprt::TokenSource::from_file(path, 16, 16, 3, pprt::DataFormat::Uint16);
+  src.use_documents(pprt::RowMode::Pad, 0, 17);
+  constexpr int kRows = 16, kLen = 17, kMicrobatches = 4;
+  std::vector<int64_t> plain, bucketed;
+  src.batch(2, 8, kRows, kLen, plain);
+  EXPECT_FALSE(src.buckets());
+  src.bucket_by_length(true);
+  ASSERT_TRUE(src.buckets());
+  src.batch(2, 8, kRows, kLen, bucketed);
+  auto rows_of = [](const std::vector<int64_t>& v) {
+    std::vector<std::vector<int64_t>> out;
+    for (int r = 0; r < kRows; ++r)
+      out.emplace_back(v.begin() + r * kLen, v.begin() + (r + 1) * kLen);
+    return out;
+  };
+  auto a = rows_of(plain), b = rows_of(bucketed);
+  ASSERT_NE(a, b);  // the data order is not sorted already
+  for (int r = 1; r < kRows; ++r)
+    EXPECT_LE(pprt::filled(b[r - 1].data(), kLen), pprt::filled(b[r].data(), kLen)) << r;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, b);  // the same rows
+  auto padded = [](const std::vector<int64_t>& v) {
+    int64_t sum = 0;
+    for (int mb = 0; mb < kMicrobatches; ++mb)
+      sum += pprt::varlen_length(v.data() + mb * 4 * kLen, 4, kLen, 1);
+    return sum;
+  };
+  EXPECT_LT(padded(bucketed), padded(plain));
+  // Windows have no lengths: no buckets.
+  auto windows = pprt::TokenSource::from_file(path, 16, 16, 3, pprt::DataFormat::Uint16);
+  windows.bucket_by_length(true);
+  EXPECT_FALSE(windows.buckets());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/function.h>
 
 #include <string>
+#include <vector>
 
 #include "runtime/models/llama/ops.h"
 #include "test_model.h"
@@ -32,10 +33,11 @@ struct Attention {
 };
 
 Attention attention(const pprt::ModelConfig& c, Kernels k, at::ScalarType dtype,
-                    const at::Tensor& qkv0, const at::Tensor& gout, int window = 0) {
+                    const at::Tensor& qkv0, const at::Tensor& gout, int window = 0,
+                    const at::Tensor& positions = {}) {
   const pprt::AttentionConsts consts = pprt::attention_consts(c, at::Device(at::kCPU), k, window);
   at::Tensor qkv = qkv0.to(dtype).detach().requires_grad_(true);
-  const at::Tensor out = pprt::attention(qkv, consts);
+  const at::Tensor out = pprt::attention(qkv, consts, positions);
   Attention r;
   r.node = out.grad_fn() ? out.grad_fn()->name() : "";
   out.backward(gout.to(dtype));
@@ -78,6 +80,43 @@ TEST(FusedOps, FlashAttentionGivesWhatTheOtherPathsGive) {
       const Attention f32 = attention(c, Kernels::Auto, at::kFloat, qkv, gout);
       EXPECT_LE(relative_gap(fused.out, f32.out), tol);
       EXPECT_LE(relative_gap(fused.grad, f32.grad), tol);
+    }
+  }
+}
+
+// Documents (--pack's rows: positions restarting at each document) take, on every device but the
+// CPU's written-out path, SDPA with the block-diagonal causal mask through autograd (the flash
+// kernels take the causal flag alone): GPUs run it by default (Fused), and on the CPU Fused and
+// Generic (PPRUN_KERNELS) run it too. Its values and gradients are those of the written-out path
+// (Kernels::Auto, pprun's own CPU attention with per-sequence masks and rotary tables) within
+// 1e-5, with and without a sliding window; and the documents mask something (another result than
+// the sequence without them).
+TEST(FusedOps, DocumentsTakeSdpaWithTheirMaskAndGiveTheWrittenOutPath) {
+  pprt::ModelConfig c = rttest::small_config();
+  c.hidden = 64;  // head_dim 16: one the flash kernels take, were there no documents
+  c.seq_len = 40;
+  at::manual_seed(5);
+  const int64_t hd = c.head_dim(), width = (c.heads + 2 * c.kv_heads) * hd;
+  const at::Tensor qkv = at::randn({2, c.seq_len, width});
+  const at::Tensor gout = at::randn({2, c.seq_len, c.heads * hd}) * 0.1;
+  // Row 0: documents of 7, 20 and 13 tokens; row 1: 40 tokens, one document (as without them).
+  std::vector<int64_t> pos;
+  for (const int n : {7, 20, 13})
+    for (int i = 0; i < n; ++i) pos.push_back(i);
+  for (int i = 0; i < 40; ++i) pos.push_back(i);
+  const at::Tensor positions = at::tensor(pos, at::kLong).view({2, 40});
+  for (const int window : {0, 6}) {
+    const Attention written = attention(c, Kernels::Auto, at::kFloat, qkv, gout, window, positions);
+    EXPECT_NE(written.node.find("AttentionFn"), std::string::npos) << written.node;
+    for (const Kernels k : {Kernels::Fused, Kernels::Generic}) {
+      const Attention sdpa = attention(c, k, at::kFloat, qkv, gout, window, positions);
+      EXPECT_EQ(sdpa.node.find("AttentionFn"), std::string::npos) << sdpa.node;  // autograd's
+      EXPECT_LE(relative_gap(sdpa.out, written.out), 1e-5) << "window " << window;
+      EXPECT_LE(relative_gap(sdpa.grad, written.grad), 1e-5) << "window " << window;
+      // Row 1 is one document: what it gets without documents.
+      const Attention plain = attention(c, k, at::kFloat, qkv, gout, window);
+      EXPECT_LE(relative_gap(sdpa.out[1], plain.out[1]), 1e-5) << "window " << window;
+      EXPECT_GT(relative_gap(sdpa.out[0], plain.out[0]), 1e-3) << "window " << window;
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "compiler/diagnostic.h"
+#include "runtime/model/recompute.h"
 #include "runtime/models/llama/moe_dispatch.h"
 
 namespace pprt {
@@ -75,7 +76,9 @@ at::Tensor moe_mlp(const MoeConfig& c, const at::Tensor& h, MoeLayer& p, const M
   const at::Tensor logits = linear(x, p.router, w, p.router_copy.get()).to(at::kFloat);
   const at::Tensor scores = c.score == "sigmoid" ? logits.sigmoid() : logits.softmax(-1);
   at::Tensor choice;  // [N, k]
-  const bool training = at::GradMode::is_enabled();
+  // A training forward: under autograd, or a fully recomputed layer's first run (without it;
+  // its rerun in the backward then finds the microbatch counted and the bias moved already).
+  const bool training = at::GradMode::is_enabled() || recompute_first_run();
   {
     at::NoGradGuard no_grad;
     at::Tensor by = scores.detach();

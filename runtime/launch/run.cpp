@@ -100,9 +100,15 @@ void parse_slow(const std::string& text, Job& job) {
 }
 
 // --ep: a divisor of --dp, of a model with routed experts it divides (the reference, one
-// process, holds every expert: its ep is 1).
+// process, holds every expert: its ep is 1), and the plan's expert_parallel where ppcompile --ep
+// wrote one (the plan's all-to-alls were proved, and its costs taken, at that size).
 void check_expert_parallelism(Job& job, const RunOptions& o) {
   if (o.ep < 1) fail("--ep", fmt::format("must be at least 1, got {}", o.ep));
+  if (const int planned = job.plan.expert_parallel.ep;
+      planned > 1 && o.ep != planned && !o.reference)
+    fail("--ep", fmt::format("{} differs from the plan's expert_parallel ep {} (ppcompile --ep "
+                             "{}): run with --ep {} or compile the plan with --ep {}",
+                             o.ep, planned, planned, planned, o.ep));
   if (o.ep == 1) return;
   const int experts =
       job.facts.routed_experts

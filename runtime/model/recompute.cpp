@@ -17,6 +17,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 thread_local bool tl_recomputing = false;
+thread_local bool tl_first_run = false;
 
 // The piece to rerun, held by the autograd node until its backward.
 struct Piece : torch::CustomClassHolder {
@@ -33,7 +34,16 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
                                c10::intrusive_ptr<Piece> piece) {
     // Autograd is off here: `f` makes no graph, and only the inputs are kept.
     std::vector<at::Tensor> in(inputs.begin(), inputs.end());
-    std::vector<at::Tensor> out = piece->run(in);
+    struct FirstRun {  // recompute_first_run() while it runs
+      bool outer = tl_first_run;
+      FirstRun() { tl_first_run = true; }
+      ~FirstRun() { tl_first_run = outer; }
+    };
+    std::vector<at::Tensor> out;
+    {
+      const FirstRun first;
+      out = piece->run(in);
+    }
     ctx->save_for_backward(in);
     ctx->saved_data["piece"] = c10::IValue::make_capsule(std::move(piece));
     std::vector<at::Tensor> nondiff;
@@ -90,6 +100,10 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
 
 bool recomputing() {
   return tl_recomputing;
+}
+
+bool recompute_first_run() {
+  return tl_first_run;
 }
 
 std::vector<at::Tensor> recomputed(TensorFn f, const std::vector<at::Tensor>& inputs,

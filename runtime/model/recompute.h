@@ -36,4 +36,9 @@ std::vector<at::Tensor> recomputed(TensorFn f, const std::vector<at::Tensor>& in
 // that a concurrent OVERLAP_F_B's forward thread keeps the forward communicator to itself.
 bool recomputing();
 
+// Whether this thread runs a recomputed piece's first run: its forward without autograd, which
+// the backward reruns with it. A layer that keeps per-step state of training (a mixture of
+// experts' expert loads and balancing bias) takes it for a training forward, autograd off or not.
+bool recompute_first_run();
+
 }  // namespace pprt

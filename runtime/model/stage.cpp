@@ -461,6 +461,14 @@ bool Stage::splits_backward() const {
 const std::vector<std::string>& Stage::param_names() const {
   return impl_->names;
 }
+std::vector<std::pair<std::string, at::Tensor>> Stage::step_sums() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const Impl::Built& b : impl_->layers)
+    for (size_t i = 0; i < b.layer.step_sums.size(); ++i)
+      out.emplace_back(fmt::format("{}{}.{}", b.place.symbol, b.place.index, i),
+                       b.layer.step_sums[i]);
+  return out;
+}
 
 std::string Stage::describe() const {
   const Impl& m = *impl_;

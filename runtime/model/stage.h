@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "compiler/layout.h"
@@ -153,6 +154,10 @@ class Stage {
   bool splits_backward() const;
   // The global names of the parameters its layers hold, each once, in order of first use.
   const std::vector<std::string>& param_names() const;
+  // Its layers' step sums (Layer::step_sums), each named by its layer and position ("t3.0": the
+  // first of the 't' layer of global index 3), in layer order: the same names on every rank that
+  // holds the layer.
+  std::vector<std::pair<std::string, at::Tensor>> step_sums() const;
 
   // One microbatch. `state`: the tensors crossing into the stage (empty or ignored when it takes
   // the token ids); `rows`: the microbatch's token rows [b, length + 1] (int64) and `shape` its

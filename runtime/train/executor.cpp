@@ -98,6 +98,7 @@ struct Executor::Impl {
   int inflight = 0;
   std::atomic<int64_t> waited{0};  // within the current compute action (both parts of an overlap)
   std::unique_ptr<PartThread> part_thread;  // an OVERLAP_F_B's forward (overlap.h), once needed
+  std::unique_ptr<SideStream> side_stream;  // its stream on a GPU (overlap.h), once needed
 
   Impl(const ppc::Plan& p, int r, std::vector<Stage*> st, const ModelContext& c, Transport* t,
        const at::Device& d, ExecutorOptions o)
@@ -327,10 +328,11 @@ struct Executor::Impl {
   }
 
   // `alone`: another part runs meanwhile (an overlapped pair): its bytes counted on its own.
-  Held forward(int s, int mb, bool alone = false) {
+  // `given`: its input, taken already (input_of).
+  Held forward(int s, int mb, bool alone = false, Tensors* given = nullptr) {
     Slot& sl = slot(s, mb);
     Stage& st = stage_of(s);
-    Tensors input = input_of(s, mb, true);
+    Tensors input = given ? std::move(*given) : input_of(s, mb, true);
     std::optional<PartBytes> part;
     if (alone) part.emplace();
     const int64_t live = allocated.live();
@@ -447,27 +449,35 @@ struct Executor::Impl {
   }
 
   // An OVERLAP_F_B: its forward part on the second thread while this one runs its backward part
-  // (overlap.h), or one after the other: with --overlap off, under --profile (each part measured
-  // alone), on a device, while offloading (one offload or prefetch at a time), and where the
-  // backward is the forward's own microbatch on its stage (a pair a plan may fuse by hand, whose
-  // backward needs its forward). The bookkeeping in the sequence's order either way.
+  // (overlap.h; on a GPU on a stream of its own, its input taken before on the compute stream),
+  // or one after the other: with --overlap off, under --profile (each part measured alone), on a
+  // device without the replay's stream, while offloading (one offload or prefetch at a time), and
+  // where the backward is the forward's own microbatch on its stage (a pair a plan may fuse by
+  // hand, whose backward needs its forward). The bookkeeping in the sequence's order either way.
   void overlap_fb(const Action& a) {
     const Action bp = a.backward_part();
     const bool input_only = bp.kind == ActionKind::I;
     const bool dependent = bp.stage == a.stage && bp.microbatch == a.microbatch;
-    if (!opts.overlap || times.profiled() || !device.is_cpu() || dependent || offloader) {
+    if (!opts.overlap || times.profiled() || (!device.is_cpu() && !times.on_device()) ||
+        dependent || offloader) {
       account(forward(a.stage, a.microbatch));
       account(backward(bp.stage, bp.microbatch, input_only));
       return;
     }
     if (!part_thread) part_thread = std::make_unique<PartThread>();
+    if (!device.is_cpu() && !side_stream) side_stream = std::make_unique<SideStream>(device);
+    std::optional<Tensors> given;  // a GPU's: kept (`kept`) until after the join
+    if (side_stream) given = input_of(a.stage, a.microbatch, true);
+    const Tensors kept = given ? *given : Tensors{};
+    if (side_stream) side_stream->fence_in();
     Held f, b;
     const PartThread::Times t = part_thread->run(
         [&] {
           AllocationMeter::Scope counting(allocated);  // (the CPU's allocator, as run()'s)
-          f = forward(a.stage, a.microbatch, true);
+          f = forward(a.stage, a.microbatch, true, given ? &*given : nullptr);
         },
-        [&] { b = backward(bp.stage, bp.microbatch, input_only, true); });
+        [&] { b = backward(bp.stage, bp.microbatch, input_only, true); }, side_stream.get());
+    if (side_stream) side_stream->fence_out(tensors_of(slot(a.stage, a.microbatch).output));
     rep->overlaps.push_back(
         {t.begin - rep->begin_ns, t.side_end - rep->begin_ns, t.main_end - rep->begin_ns});
     account(f);

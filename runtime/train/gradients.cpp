@@ -83,6 +83,7 @@ PipelineGradients::PipelineGradients(const Job& job, int rank, const RankGroups&
     eo.after_compute = [r = reducer_.get()](size_t i) { r->action_done(i); };
   }
   if (job.ep > 1) expert_ = ExpertGradReduce(model.store, groups.expert_replicas, job.dp);
+  step_sums_ = StepSums(plan, model.stages, groups.replicas, groups.pipeline, model.device);
   if (!job.out.profile_path.empty())
     eo.on_part = [this](const PartSample& s) { profile_.add(step_, s); };
   exec_ = std::make_unique<Executor>(plan, prank, model.stages, model.rank.ctx, groups.pipeline,
@@ -116,6 +117,10 @@ StepReport PipelineGradients::run(const at::Tensor& tokens, int step, RankReport
   }
   where_.outside("the all-reduce of shared parameters' gradients", true);
   shared_.sum(timeout_);
+  if (!step_sums_.empty()) {
+    where_.outside("the all-reduce of the layers' step sums (a MoE layer's expert loads)", true);
+    step_sums_.sum(timeout_);
+  }
   return rep;
 }
 

@@ -23,6 +23,7 @@
 #include "runtime/train/expert_grads.h"
 #include "runtime/train/grad_reducer.h"
 #include "runtime/train/replan.h"
+#include "runtime/train/step_sums.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/where.h"
 
@@ -99,6 +100,7 @@ class PipelineGradients final : public StepGradients {
   SharedGradSum shared_;
   std::unique_ptr<GradReducer> reducer_;
   ExpertGradReduce expert_;  // --ep
+  StepSums step_sums_;       // the layers' (Layer::step_sums)
   std::unique_ptr<Executor> exec_;
   ProfileRecorder profile_;                 // --profile
   std::unique_ptr<LengthPlanner> planner_;  // --replan-lengths

@@ -2,6 +2,7 @@
 #include "runtime/train/overlap.h"
 
 #include <ATen/ThreadLocalState.h>
+#include <c10/core/StreamGuard.h>
 
 #include <condition_variable>
 #include <exception>
@@ -62,14 +63,18 @@ PartThread::~PartThread() {
 }
 
 PartThread::Times PartThread::run(const std::function<void()>& side,
-                                  const std::function<void()>& main) {
+                                  const std::function<void()>& main, const SideStream* stream) {
   State& s = *state_;
+  const std::function<void()> on_stream = [&side, stream] {
+    const c10::StreamGuard current(stream->stream());  // the second thread's, for the part
+    side();
+  };
   Times times;
   times.begin = now_ns();
   {
     std::lock_guard<std::mutex> lock(s.m);
     s.tls.emplace();  // the caller's thread-local state, now
-    s.job = &side;
+    s.job = stream && stream->on() ? &on_stream : &side;
     s.done = false;
     s.error = nullptr;
   }
@@ -92,6 +97,30 @@ PartThread::Times PartThread::run(const std::function<void()>& side,
   if (main_error) std::rethrow_exception(main_error);
   if (side_error) std::rethrow_exception(side_error);
   return times;
+}
+
+SideStream::SideStream(const c10::Device& device) {
+  if (!device.is_cuda()) return;
+  impl_.emplace(device.type());
+  device_ = device.has_index() ? device : impl_->getDevice();
+  side_ = impl_->getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
+  in_.emplace(device_.type());
+  out_.emplace(device_.type());
+}
+
+void SideStream::fence_in() {
+  if (!on()) return;
+  in_->record(impl_->getStream(device_));
+  in_->block(*side_);
+}
+
+void SideStream::fence_out(const std::vector<at::Tensor>& outputs) {
+  if (!on()) return;
+  const c10::Stream current = impl_->getStream(device_);
+  out_->record(*side_);
+  out_->block(current);
+  for (const at::Tensor& t : outputs)
+    if (t.defined() && t.device().is_cuda()) t.record_stream(current);
 }
 
 }  // namespace pprt

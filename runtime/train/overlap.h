@@ -12,17 +12,60 @@
 // the backward's: the model's EP seam), so that each communicator sees one thread, in the plan's
 // order.
 //
-// On the CPU only: on a device the executor runs the two parts in sequence on its compute stream
-// (docs/pprun.md, "--overlap").
+// On a GPU (SideStream) the forward part runs on a stream of its own, so that its kernels and
+// the backward part's, queued from the two threads, run side by side on the device. UNRUN ON A
+// GPU so far (compiled against LibTorch's device-generic stream interface, which the CPU build
+// has too; the CPU has no streams and never makes one).
 //
 // Included only by LibTorch translation units.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <vector>
 
 namespace pprt {
+
+// The forward part's stream of an overlapped pair on a device with streams (CUDA), from
+// LibTorch's pool, made once per rank. Fenced with the calling thread's current stream (the
+// replay's compute stream) at both ends of each pair: it waits for everything queued before the
+// pair (the forward's inputs, received and unpacked on the compute stream before the pair), and
+// at the join the compute stream waits for it. Memory:
+//  - What the compute stream allocated and the forward part reads (its inputs) is kept alive by
+//    the caller until after the join, so the caching allocator cannot hand it to the concurrent
+//    backward part while the side kernels may still read it; after the join the compute stream
+//    is behind every side kernel of the pair.
+//  - What the forward part allocates (on this stream) and the compute stream reads later (its
+//    outputs: sent, or read by the next local stage) is marked used on the compute stream
+//    (record_stream), so that its memory goes back to this stream's pool only when the compute
+//    stream's uses are done. Its saved activations are read by its backward, whose autograd runs
+//    each node on its forward's stream (LibTorch's stream semantics of backward).
+class SideStream {
+ public:
+  // None (on() false) on a device without streams (the CPU).
+  explicit SideStream(const c10::Device& device);
+  bool on() const { return side_.has_value(); }
+  c10::Stream stream() const { return *side_; }
+  // Before a pair, on the calling thread: the side stream waits for its current stream.
+  void fence_in();
+  // After the join, on the calling thread: its current stream waits for the side stream, and
+  // `outputs` (the forward part's) are marked used on it.
+  void fence_out(const std::vector<at::Tensor>& outputs);
+
+ private:
+  std::optional<c10::impl::VirtualGuardImpl> impl_;
+  c10::Device device_{c10::kCPU};
+  std::optional<c10::Stream> side_;
+  std::optional<c10::Event> in_, out_;
+};
 
 class PartThread {
  public:
@@ -37,10 +80,11 @@ class PartThread {
     int64_t begin = 0, side_end = 0, main_end = 0;
   };
 
-  // Runs `side` on the second thread, with the caller's thread-local state, while `main` runs on
-  // the calling thread; returns once both are done. An exception of either is rethrown after
-  // both ended (main's first).
-  Times run(const std::function<void()>& side, const std::function<void()>& main);
+  // Runs `side` on the second thread, with the caller's thread-local state (and `stream`, when
+  // given, current there), while `main` runs on the calling thread; returns once both are done.
+  // An exception of either is rethrown after both ended (main's first).
+  Times run(const std::function<void()>& side, const std::function<void()>& main,
+            const SideStream* stream = nullptr);
 
  private:
   struct State;

@@ -245,6 +245,14 @@ struct Layer {
   // routed experts, of which each rank holds its own shard): their gradients are reduced over
   // the replicas that hold the same shard, and every shard counts in the gradient norm.
   std::vector<std::string> expert_params;
+  // Counts the layer keeps over each step's training forwards for its own use in the next step
+  // (a mixture of experts' tokens per expert, which move its balancing bias): after the step's
+  // backwards, before the optimizer, the runtime sums each tensor in place over every copy of
+  // the layer in the job (the data-parallel replicas, and the pipeline ranks that hold the same
+  // layout stage: DualPipe's two copies), so every copy reads the counts of the whole step's
+  // batch, as one process that holds it (--reference) counts them. Float64, on the CPU; the
+  // layer resets them when it has used them.
+  std::vector<at::Tensor> step_sums;
 };
 
 // A Layer from a module holder (TORCH_MODULE) or a std::shared_ptr to a module whose forward

@@ -287,6 +287,7 @@ Model builtin_model(const ModelConfig& config, Kernels kernels) {
                          document_positions(mb.tokens(), mb.seq_len()), selective);
         });
         l.expert_params = std::move(experts);
+        if (d->moe && d->moe->loads) l.step_sums = {d->moe->loads->tokens};  // bias balancing
         return l;
       },
       [](const std::vector<int64_t>& in) { return in; });

@@ -1,7 +1,8 @@
 // pprun's own model in Hugging Face's formats (docs/huggingface.md): LlamaForCausalLM,
 // MistralForCausalLM and Qwen2ForCausalLM, read (--init-from) and written (--export --format hf)
 // through the runtime's Hugging Face hooks (pprt::Family::from_hugging_face,
-// pprt::Model::hugging_face; runtime/checkpoint/hf.h does the files). No LibTorch.
+// pprt::Model::hugging_face; runtime/checkpoint/hf.h does the files); the experts of
+// MixtralForCausalLM and Qwen2MoeForCausalLM in hf_moe.cpp. No LibTorch.
 #include "runtime/models/llama/hf_mapping.h"
 
 #include <fmt/format.h>
@@ -13,6 +14,8 @@
 #include "compiler/diagnostic.h"
 #include "runtime/fail.h"
 #include "runtime/models/llama/architecture.h"
+#include "runtime/models/llama/hf_config_reader.h"
+#include "runtime/models/llama/hf_moe.h"
 
 namespace pprt {
 
@@ -30,41 +33,6 @@ constexpr HfFamily kFamilies[] = {{"LlamaForCausalLM", "llama"},
                                   {"Qwen2ForCausalLM", "qwen2"},
                                   {"MixtralForCausalLM", "mixtral"},
                                   {"Qwen2MoeForCausalLM", "qwen2_moe"}};
-
-bool moe_family(const std::string& f) {
-  return f == "mixtral" || f == "qwen2_moe";
-}
-
-// A MoE layer's MLP parameter (`rest`, after "layers.N.") by the family's name, or "".
-// Mixtral: block_sparse_moe.gate, block_sparse_moe.experts.E.w1/w2/w3 (pprun's own names);
-// Qwen2-MoE: mlp.gate, mlp.experts.E.gate_proj/up_proj/down_proj, mlp.shared_expert.*,
-// mlp.shared_expert_gate.
-std::string moe_rest_name(const std::string& rest, const std::string& family) {
-  static const std::pair<const char*, const char*> kProj[] = {{"w1.weight", "gate_proj.weight"},
-                                                              {"w3.weight", "up_proj.weight"},
-                                                              {"w2.weight", "down_proj.weight"}};
-  const bool mixtral = family == "mixtral";
-  if (rest == "mlp.router.weight")
-    return mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight";
-  if (rest.starts_with("mlp.experts.")) {
-    const size_t dot = rest.find('.', 12);
-    if (dot == std::string::npos) return "";
-    const std::string expert = rest.substr(0, dot + 1), w = rest.substr(dot + 1);
-    if (mixtral)
-      return w == "w1.weight" || w == "w2.weight" || w == "w3.weight"
-                 ? "block_sparse_moe." + rest.substr(4)
-                 : "";
-    for (const auto& [ours, theirs] : kProj)
-      if (w == ours) return expert + theirs;
-    return "";
-  }
-  if (mixtral) return "";
-  if (rest == "mlp.shared_gate.weight") return "mlp.shared_expert_gate.weight";
-  for (const auto& [ours, theirs] : kProj)
-    if (rest == std::string("mlp.shared.") + ours)
-      return std::string("mlp.shared_expert.") + theirs;
-  return "";
-}
 
 }  // namespace
 
@@ -163,50 +131,8 @@ const std::set<std::string> kDerived = {"architectures",
 const std::set<std::string> kBookkeeping = {"transformers_version", "_name_or_path", "name_or_path",
                                             "_attn_implementation_autoset"};
 
-// Fields of mixtures of experts (named in the refusal).
-const std::set<std::string> kMoe = {
-    "num_local_experts",     "num_experts",         "num_experts_per_tok",
-    "moe_intermediate_size", "n_routed_experts",    "n_shared_experts",
-    "router_aux_loss_coef",  "decoder_sparse_step", "shared_expert_intermediate_size",
-    "mlp_only_layers"};
-
-struct ConfigReader {
-  const std::string& file;
-  const json& j;
-  std::set<std::string> used;
-
-  bool has(const std::string& k) const { return j.contains(k) && !j.at(k).is_null(); }
-  const json& at(const std::string& k) {
-    used.insert(k);
-    return j.at(k);
-  }
-  int integer(const std::string& k, std::optional<int> dflt = std::nullopt) {
-    used.insert(k);
-    if (!has(k)) {
-      if (dflt) return *dflt;
-      fail(file, fmt::format("{}: missing (a positive integer)", k));
-    }
-    const json& v = j.at(k);
-    if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 24))
-      fail(file, fmt::format("{}: expected a positive integer, got {}", k, v.dump()));
-    return v.get<int>();
-  }
-  double number(const json& v, const std::string& name) {
-    if (!v.is_number() || !(v.get<double>() > 0))
-      fail(file, fmt::format("{}: expected a positive number, got {}", name, v.dump()));
-    return v.get<double>();
-  }
-  bool boolean(const std::string& k, bool dflt) {
-    used.insert(k);
-    if (!has(k)) return dflt;
-    if (!j.at(k).is_boolean())
-      fail(file, fmt::format("{}: expected true or false, got {}", k, j.at(k).dump()));
-    return j.at(k).get<bool>();
-  }
-};
-
 // rope_parameters (transformers 5) or rope_scaling with rope_theta (4.x).
-void read_rope(ConfigReader& r, ModelConfig& c) {
+void read_rope(HfConfigReader& r, ModelConfig& c) {
   const std::string key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   r.used.insert("rope_parameters");
   r.used.insert("rope_scaling");
@@ -263,7 +189,7 @@ void read_rope(ConfigReader& r, ModelConfig& c) {
 // use_sliding_window, on the layers layer_types names sliding_attention (without layer_types: the
 // layers from max_window_layers on, 28 by default); LlamaForCausalLM has none (the fields, if
 // there, change nothing and are kept as they are).
-void read_window(ConfigReader& r, const std::string& type, int layers, ModelConfig& c) {
+void read_window(HfConfigReader& r, const std::string& type, int layers, ModelConfig& c) {
   for (const char* k : {"sliding_window", "use_sliding_window", "max_window_layers", "layer_types"})
     r.used.insert(k);
   auto window = [&](int dflt) {
@@ -303,92 +229,6 @@ void read_window(ConfigReader& r, const std::string& type, int layers, ModelConf
   }
   for (int k = 0; k < layers; ++k)
     c.layer_types.push_back(k >= from ? "sliding_attention" : "full_attention");
-}
-
-// The mixture of experts of a MixtralForCausalLM (num_local_experts experts of width
-// intermediate_size on every layer, top num_experts_per_tok, weights normalised; no router jitter)
-// or a Qwen2MoeForCausalLM (num_experts of width moe_intermediate_size, one shared expert of width
-// shared_expert_intermediate_size under its sigmoid gate, norm_topk_prob; the layers
-// mlp_only_layers names, and those whose number + 1 is not a multiple of decoder_sparse_step,
-// dense of width intermediate_size).
-void read_moe(ConfigReader& r, const std::string& type, int layers, ModelConfig& c) {
-  MoeConfig& m = c.moe;
-  if (r.has("router_aux_loss_coef")) {
-    const json& v = r.at("router_aux_loss_coef");
-    if (!v.is_number() || v.get<double>() < 0)
-      fail(r.file, fmt::format("router_aux_loss_coef: expected a number from 0, got {}", v.dump()));
-    m.aux_loss_coef = v.get<double>();
-  }
-  r.used.insert("router_aux_loss_coef");
-  r.used.insert("output_router_logits");  // what transformers returns, not the model
-  m.top_k = r.integer("num_experts_per_tok", 2);
-  if (type == "mixtral") {
-    m.experts = r.integer("num_local_experts", 8);
-    m.norm_topk = true;
-    if (r.has("router_jitter_noise")) {
-      const json& v = r.at("router_jitter_noise");
-      if (!v.is_number() || v.get<double>() != 0)
-        fail(r.file, fmt::format("router_jitter_noise: {} is not supported (pprun's router has no "
-                                 "noise)",
-                                 v.dump()));
-    }
-    r.used.insert("router_jitter_noise");
-    return;
-  }
-  m.experts = r.integer("num_experts", 60);
-  m.expert_ffn = r.integer("moe_intermediate_size", 1408);
-  m.shared_ffn = r.integer("shared_expert_intermediate_size", 5632);
-  m.shared_gate = true;
-  m.norm_topk = r.boolean("norm_topk_prob", false);
-  const int step = r.integer("decoder_sparse_step", 1);
-  std::set<int> dense;
-  r.used.insert("mlp_only_layers");
-  if (r.has("mlp_only_layers")) {
-    const json& v = r.j.at("mlp_only_layers");
-    if (!v.is_array())
-      fail(r.file,
-           fmt::format("mlp_only_layers: expected a list of layer numbers, got {}", v.dump()));
-    for (const json& x : v) {
-      if (!x.is_number_integer() || x.get<long long>() < 0 || x.get<long long>() >= layers)
-        fail(r.file, fmt::format("mlp_only_layers: expected layer numbers 0..{}, got {}",
-                                 layers - 1, x.dump()));
-      dense.insert(x.get<int>());
-    }
-  }
-  for (int k = 0; k < layers; ++k)
-    if (dense.count(k) || (k + 1) % step != 0) m.dense_layers.push_back(k);
-}
-
-// The family a model with experts is written as: the one it came from, else Qwen2-MoE's where it
-// has q/k/v biases or shared experts, else Mixtral's; refused where that family cannot hold it.
-std::string export_moe_family(const ModelConfig& c, int layers) {
-  const MoeConfig& m = c.moe;
-  const std::string family = moe_family(c.hf_family)        ? c.hf_family
-                             : c.qkv_bias || m.has_shared() ? "qwen2_moe"
-                                                            : "mixtral";
-  auto refuse = [&](const std::string& what) {
-    fail("--export",
-         fmt::format("the model has {}, which Hugging Face's {} does not have", what,
-                     family == "mixtral" ? "MixtralForCausalLM" : "Qwen2MoeForCausalLM"));
-  };
-  if (!c.hf_family.empty() && !moe_family(c.hf_family))
-    fail("--export",
-         fmt::format("the model has experts, which Hugging Face's {} does not have", c.hf_family));
-  if (m.score != "softmax") refuse("a sigmoid router (router_score)");
-  if (m.bias_update_rate > 0) refuse("a balancing bias (bias_update_rate)");
-  if (m.routed_scale != 1.0) refuse("a routed_scaling other than 1");
-  bool some_dense = false;
-  for (int k = 0; k < layers; ++k) some_dense |= !m.is_moe(k);
-  if (family == "mixtral") {
-    if (m.has_shared()) refuse("shared experts");
-    if (!m.norm_topk) refuse("top-k weights that are not normalised (norm_topk_prob false)");
-    if (some_dense) refuse("dense layers among its MoE layers (first_dense, dense_layers)");
-    if (c.qkv_bias) refuse("q/k/v biases");
-  } else {
-    if (!m.has_shared() || !m.shared_gate)
-      refuse("no gated shared expert (shared_experts, shared_gate)");
-  }
-  return family;
 }
 
 // The family a checkpoint's model is written as: the one it came from (--init-from), else Llama's,
@@ -441,7 +281,7 @@ nlohmann::ordered_json family_defaults(const std::string& family) {
 }  // namespace
 
 HfConfig config_from_hf(const nlohmann::json& j, const std::string& file, int seq_len) {
-  ConfigReader r{file, j, {}};
+  HfConfigReader r{file, j, {}};
   const HfFamily* family = nullptr;
   if (r.has("architectures")) {
     const json& a = r.at("architectures");
@@ -518,7 +358,7 @@ HfConfig config_from_hf(const nlohmann::json& j, const std::string& file, int se
     const std::string& k = item.key();
     if (!kDerived.count(k) && !kBookkeeping.count(k)) c.hf_fields[k] = item.value().dump();
     if (r.used.count(k) || kHarmless.count(k)) continue;
-    if (kMoe.count(k))
+    if (moe_config_fields().count(k))
       fail(file, fmt::format("{}: a mixture of experts' field, which {} does not have (pprun "
                              "reads experts from MixtralForCausalLM and Qwen2MoeForCausalLM)",
                              ppc::printable(k), family->architecture));
@@ -581,29 +421,7 @@ HfFormat hf_format(const ModelConfig& c, const ppc::Layout& layout, const std::s
     cfg["attention_bias"] = false;
     cfg["mlp_bias"] = false;
   }
-  if (family == "mixtral") {
-    cfg["intermediate_size"] = c.moe.expert_width(c.ffn);
-    cfg["num_local_experts"] = c.moe.experts;
-    cfg["num_experts_per_tok"] = c.moe.top_k;
-    cfg["router_aux_loss_coef"] = c.moe.aux_loss_coef;
-    cfg["router_jitter_noise"] = 0.0;
-    // MixtralConfig writes null for hidden / heads (and reads it so).
-    if (c.head_size == 0) cfg["head_dim"] = nullptr;
-  }
-  if (family == "qwen2_moe") {
-    std::vector<int> dense;
-    for (int k = 0; k < f.layers; ++k)
-      if (!c.moe.is_moe(k)) dense.push_back(k);
-    cfg["num_experts"] = c.moe.experts;
-    cfg["num_experts_per_tok"] = c.moe.top_k;
-    cfg["moe_intermediate_size"] = c.moe.expert_width(c.ffn);
-    cfg["shared_expert_intermediate_size"] = c.moe.shared_width(c.ffn);
-    cfg["norm_topk_prob"] = c.moe.norm_topk;
-    cfg["decoder_sparse_step"] = 1;
-    cfg["mlp_only_layers"] = dense;
-    cfg["router_aux_loss_coef"] = c.moe.aux_loss_coef;
-    cfg["qkv_bias"] = c.qkv_bias;
-  }
+  write_moe_config(c, family, f.layers, cfg);
   if (family == "mistral" || family == "mixtral")
     cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
                                                  : nlohmann::ordered_json(nullptr);

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "compiler/diagnostic.h"
+#include "runtime/model/recompute.h"
 #include "runtime/models/llama/moe_dispatch.h"
 
 namespace pprt {
@@ -13,7 +14,11 @@ MoeLayer moe_layer(std::deque<at::Tensor>& p, size_t& i, const MoeConfig& c, con
   m.group = g;
   m.first = g.rank * (c.experts / g.size);
   m.router = &p[i++];
-  if (c.bias_update_rate > 0) m.bias = &p[i++];
+  if (c.bias_update_rate > 0) {
+    m.bias = &p[i++];
+    m.loads = std::make_shared<BiasLoads>();
+    m.loads->tokens = at::zeros({c.experts}, at::kDouble);
+  }
   for (int e = 0; e < c.experts / g.size; ++e) {
     m.w1.push_back(&p[i++]);
     m.w3.push_back(&p[i++]);
@@ -44,14 +49,17 @@ bool moe_foreign_expert(const std::string& name, const std::string& mlp, const M
 namespace {
 
 // DeepSeek-V3's update of the routing bias from the loads of the step that ended (every
-// microbatch this copy of the layer ran): b_e += rate * sign(mean load - load_e).
+// microbatch of the step's batch: the runtime summed them over the layer's copies),
+// b_e += rate * sign(mean load - load_e); then the next step's loads start from zero. Under
+// loads.mutex.
 void update_bias(const MoeConfig& c, MoeLayer& p) {
-  if (p.loads.empty()) return;
-  at::Tensor load = at::zeros({c.experts}, at::kDouble);
-  for (const auto& [mb, l] : p.loads) load += l;
-  const at::Tensor step = (load.mean() - load).sign().to(p.bias->scalar_type());
+  BiasLoads& l = *p.loads;
   at::NoGradGuard no_grad;
+  // (No load yet, before the first step: sign(0), no move.)
+  const at::Tensor step = (l.tokens.mean() - l.tokens).sign().to(p.bias->scalar_type());
   p.bias->add_(step.to(p.bias->device()), c.bias_update_rate);
+  l.tokens.zero_();
+  l.counted.clear();
 }
 
 }  // namespace
@@ -68,17 +76,19 @@ at::Tensor moe_mlp(const MoeConfig& c, const at::Tensor& h, MoeLayer& p, const M
   const at::Tensor logits = linear(x, p.router, w, p.router_copy.get()).to(at::kFloat);
   const at::Tensor scores = c.score == "sigmoid" ? logits.sigmoid() : logits.softmax(-1);
   at::Tensor choice;  // [N, k]
-  const bool training = at::GradMode::is_enabled();
+  // A training forward: under autograd, or a fully recomputed layer's first run (without it;
+  // its rerun in the backward then finds the microbatch counted and the bias moved already).
+  const bool training = at::GradMode::is_enabled() || recompute_first_run();
   {
     at::NoGradGuard no_grad;
     at::Tensor by = scores.detach();
     if (p.bias) {
       // A training forward after an optimizer step (evaluation's, without autograd, leaves the
       // bias and the loads as they are).
-      if (const int64_t v = p.router->_version(); v != p.step_version && training) {
+      const std::lock_guard<std::mutex> lock(p.loads->mutex);
+      if (const int64_t v = p.router->_version(); v != p.loads->step_version && training) {
         update_bias(c, p);
-        p.loads.clear();
-        p.step_version = v;
+        p.loads->step_version = v;
       }
       by = by + p.bias->detach().to(by.scalar_type());
     }
@@ -95,9 +105,12 @@ at::Tensor moe_mlp(const MoeConfig& c, const at::Tensor& h, MoeLayer& p, const M
   const at::Tensor counts = at::bincount(flat, {}, E).cpu();
   const at::Tensor tokens = at::floor_divide(order, k);
   const at::Tensor pair_weights = weights.reshape({-1}).index_select(0, order).unsqueeze(1);
-  // The step's loads: training forwards only (evaluation runs without autograd).
-  if (p.bias && training && !p.loads.count(mb.index()))
-    p.loads[mb.index()] = counts.to(at::kDouble);
+  // The step's loads: training forwards only (evaluation runs without autograd), a microbatch's
+  // rerun (a recomputation) not again.
+  if (p.bias && training) {
+    const std::lock_guard<std::mutex> lock(p.loads->mutex);
+    if (p.loads->counted.insert(mb.index()).second) p.loads->tokens += counts.to(at::kDouble);
+  }
 
   at::Tensor out = at::zeros_like(x);
   const int64_t* count = counts.data_ptr<int64_t>();

@@ -11,8 +11,9 @@
 
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,19 @@
 #include "runtime/models/llama/ops.h"
 
 namespace pprt {
+
+// DeepSeek-V3's bias balancing: the tokens each expert got in the step's training forwards (a
+// microbatch counted once, however often its forward runs: a recomputation does not count;
+// evaluation's forwards, which run without autograd, not at all). After the step the runtime sums
+// `tokens` over every copy of the layer (Layer::step_sums), and the layer's first training forward
+// of the next step moves the bias by it. The forward and the backward thread (a concurrent
+// OVERLAP_F_B, a recomputation inside a backward) both count: under `mutex`.
+struct BiasLoads {
+  std::mutex mutex;
+  int64_t step_version = -1;  // the router weight's version when the step began (AdamW bumps it)
+  std::set<int> counted;      // the microbatches counted in `tokens`
+  at::Tensor tokens;          // [experts] float64, on the CPU
+};
 
 struct MoeLayer {
   at::Tensor* router = nullptr;         // [experts, hidden]
@@ -37,12 +51,8 @@ struct MoeLayer {
                                shared_gate_up = std::make_shared<FusedWeight>(),
                                shared_w2_copy = std::make_shared<FusedWeight>(),
                                shared_gate_copy = std::make_shared<FusedWeight>();
-  // Bias balancing: the router weight's version when the step's loads began (the optimizer's
-  // update bumps it: a new step), and the tokens each expert got per microbatch of the step (a
-  // microbatch counted once, however often its forward runs; evaluation's forwards, which run
-  // without autograd, not at all).
-  int64_t step_version = -1;
-  std::map<int, at::Tensor> loads;
+  // Bias balancing (with a bias): the step's loads, the runtime's step sum (Layer::step_sums).
+  std::shared_ptr<BiasLoads> loads;
 };
 
 // The layer's parameters from `p` at `i` on, in architecture.cpp's order (add_moe_mlp); `i` moves

@@ -16,6 +16,7 @@
 #include "runtime/fail.h"
 #include "runtime/model/autograd_split.h"
 #include "runtime/model/aux_loss.h"
+#include "runtime/model/layer_probe.h"
 #include "runtime/model/model_facts.h"
 #include "runtime/train/activation_bytes.h"
 #include "runtime/train/messages.h"
@@ -85,6 +86,9 @@ struct Executor::Impl {
   AllocationMeter allocated;  // this rank's CPU bytes allocated during its steps, still alive
   ActivationBytes held;       // what each slot keeps between its F and its B/I/W (issue 42)
   SlotOffload offload;        // the slots' offloaded activations (--offload)
+  // --profile on the CPU: what each layer of a forward took and kept, and the reruns of
+  // recomputed ones (model/layer_probe.h).
+  std::unique_ptr<LayerProbe> probe;
 
   // Per step.
   BatchShapes shapes;       // per microbatch, from its rows
@@ -130,6 +134,8 @@ struct Executor::Impl {
                            ? batch_end[i + 1]
                            : i + 1;
     slots.resize(stages.size() * static_cast<size_t>(mbs));
+    if (times.profiled() && device.is_cpu())
+      probe = std::make_unique<LayerProbe>([this] { return allocated.live(); });
   }
 
   size_t slot_index(int stage, int mb) const {
@@ -337,6 +343,7 @@ struct Executor::Impl {
     ReplayTimes::Part meter(times, true);
     std::optional<Offloader::Target> offloading;
     offload.aim(offloading, slot_index(s, mb));
+    const LayerProbe::Active probing(probe.get());
     Tensors out = st.forward(input, rows(mb), shapes.shape(mb), mb,
                              st.splits_backward() ? &sl.work : nullptr, &sl.losses);
     offloading.reset();
@@ -350,9 +357,11 @@ struct Executor::Impl {
     if (plan.prev_stage(s) >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
     rep->offloaded_bytes += offload.offload(slot_index(s, mb));
-    meter.done(s, ActionKind::F);
+    meter.done(s, ActionKind::F, taken());
     return Held{slot_index(s, mb), part ? part->left() : allocated.live() - live, false, 1};
   }
+
+  std::vector<LayerSample> taken() { return probe ? probe->take() : std::vector<LayerSample>{}; }
 
   void account(const Held& h) {
     if (h.release)
@@ -418,7 +427,7 @@ struct Executor::Impl {
                                                    : at::zeros_like(ins[k]));
     sl.input.clear();
     sl.output.clear();
-    meter.done(s, input_only ? ActionKind::I : ActionKind::B);
+    meter.done(s, input_only ? ActionKind::I : ActionKind::B, taken());
     // An I: what it leaves for the W (and the input's gradient, until sent); a B: nothing.
     const int64_t left = part ? part->left() : allocated.live() - live;
     return Held{slot_index(s, mb), input_only ? left : 0, !input_only, -1};

@@ -54,7 +54,8 @@ class ReplayTimes {
   class Part {
    public:
     Part(ReplayTimes& times, bool memory);
-    void done(int stage, ppc::ActionKind kind);
+    // `layers`: what the part's layers told the probe (model/layer_probe.h), if any.
+    void done(int stage, ppc::ActionKind kind, std::vector<LayerSample> layers = {});
 
    private:
     ReplayTimes& times_;

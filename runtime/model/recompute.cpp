@@ -7,7 +7,10 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/custom_class.h>
 
+#include <chrono>
 #include <utility>
+
+#include "runtime/model/layer_probe.h"
 
 namespace pprt {
 
@@ -23,6 +26,8 @@ thread_local bool tl_first_run = false;
 struct Piece : torch::CustomClassHolder {
   TensorFn f;
   int64_t* runs = nullptr;
+  LayerProbe* probe = nullptr;  // --profile: told each rerun's time (layer_probe.h), as `layer`
+  LayerSample layer;
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& in) const {
     if (runs) ++*runs;
     return f(in);
@@ -70,7 +75,16 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
       const bool outer = tl_recomputing;
       tl_recomputing = true;
       try {
+        const auto t0 = std::chrono::steady_clock::now();
         out = piece->run(in);
+        if (piece->probe) {
+          LayerSample s = piece->layer;
+          s.rerun = true;
+          s.ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count();
+          piece->probe->add(s);
+        }
       } catch (...) {
         tl_recomputing = outer;
         throw;
@@ -113,6 +127,8 @@ std::vector<at::Tensor> recomputed(TensorFn f, const std::vector<at::Tensor>& in
   auto piece = c10::make_intrusive<Piece>();
   piece->f = std::move(f);
   piece->runs = runs;
+  piece->probe = LayerProbe::current();
+  if (piece->probe) piece->layer = LayerProbe::current_layer();
   if (!any || !at::GradMode::is_enabled()) return piece->run(inputs);
   return RecomputeFn::apply(at::TensorList(inputs), std::move(piece));
 }

@@ -10,12 +10,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 
 #include "compiler/diagnostic.h"
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
 #include "runtime/model/autograd_split.h"
+#include "runtime/model/layer_probe.h"
 #include "runtime/model/model_facts.h"
 #include "runtime/model/offload.h"
 #include "runtime/model/recompute.h"
@@ -252,11 +254,34 @@ struct Stage::Impl {
     return Tensors{NamedTensor{"", b.layer.forward(x.front().tensor, mb)}};
   }
 
+  // Layer `b` on `x` (run_mode), and under --profile with a probe current (layer_probe.h) its
+  // time, what it leaves allocated and its mode, as which what it recomputes reports too (a
+  // layer told to recompute fully whose inputs need no gradient keeps everything: none).
+  Tensors run_layer(const Built& b, const Tensors& x, const Microbatch& mb, LossReport* losses) {
+    LayerProbe* probe = LayerProbe::current();
+    if (!probe || !at::GradMode::is_enabled()) return run_mode(b, x, mb, losses);
+    const bool rerunnable = std::any_of(x.begin(), x.end(), [](const NamedTensor& t) {
+      return t.tensor.defined() && t.tensor.requires_grad();
+    });
+    const ppc::MemoryMode mode =
+        b.mode == ppc::MemoryMode::Full && !rerunnable ? ppc::MemoryMode::None : b.mode;
+    const LayerProbe::Layer layer(b.place.symbol, mode, b.place.position);
+    const int64_t live = probe->live();
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensors y = run_mode(b, x, mb, losses);
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    probe->add(
+        LayerSample{b.place.symbol, mode, false, b.place.position, ns, probe->live() - live});
+    return y;
+  }
+
   // Layer `b` on `x`: at once, or (its mode full, under autograd, with an input that requires
   // grad) keeping only `x` and rerunning it in its backward (recompute.h). The auxiliary losses'
   // terms it adds to `losses` are outputs of the recomputed piece too, so that their gradients
   // flow through the rerun; what it reports is recorded by its first run only.
-  Tensors run_layer(const Built& b, const Tensors& x, const Microbatch& mb, LossReport* losses) {
+  Tensors run_mode(const Built& b, const Tensors& x, const Microbatch& mb, LossReport* losses) {
     bool full = b.mode == ppc::MemoryMode::Full && at::GradMode::is_enabled();
     if (full)
       full = std::any_of(x.begin(), x.end(), [](const NamedTensor& t) {

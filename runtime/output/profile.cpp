@@ -6,6 +6,8 @@
 #include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "compiler/diagnostic.h"
@@ -39,6 +41,101 @@ json rounded(double v) {
   return json::parse(fmt::format("{:.6g}", v));
 }
 
+json layers_json(const std::vector<LayerMedians>& layers) {
+  json j = json::array();
+  for (const LayerMedians& l : layers)
+    j.push_back({{"symbol", std::string(1, l.symbol)},
+                 {"mode", ppc::memory_mode_name(l.mode)},
+                 {"count", l.count},
+                 {"f", l.f},
+                 {"bytes", l.bytes},
+                 {"recompute", l.recompute}});
+  return j;
+}
+std::vector<LayerMedians> layers_from(const json& j) {
+  std::vector<LayerMedians> out;
+  for (const json& e : j)
+    out.push_back(LayerMedians{e.at("symbol").get<std::string>().at(0),
+                               *ppc::parse_memory_mode(e.at("mode").get<std::string>()),
+                               e.at("count").get<int>(), e.at("f").get<double>(),
+                               e.at("bytes").get<double>(), e.at("recompute").get<double>()});
+  return out;
+}
+
+// Issue 42's memory modes, per layer symbol and mode: one layer's forward time, the bytes it keeps
+// until its backward and its recomputation's time, the means over the stages' layers.
+struct ModeMeans {
+  double f = 0, bytes = 0, recompute = 0;
+  int n = 0;
+};
+struct LayerModes {
+  std::map<std::pair<char, ppc::MemoryMode>, ModeMeans> means;
+  bool any = false;  // some layer ran under a mode other than none
+  const ModeMeans* find(char symbol, ppc::MemoryMode mode) const {
+    auto it = means.find({symbol, mode});
+    return it == means.end() ? nullptr : &it->second;
+  }
+};
+
+LayerModes layer_modes(const std::vector<StageMedians>& medians) {
+  LayerModes out;
+  for (const StageMedians& m : medians)
+    for (const LayerMedians& l : m.layers) {
+      ModeMeans& e = out.means[{l.symbol, l.mode}];
+      e.f += l.f * l.count;
+      e.bytes += l.bytes * l.count;
+      e.recompute += l.recompute * l.count;
+      e.n += l.count;
+      out.any |= l.mode != ppc::MemoryMode::None;
+    }
+  for (auto& [key, e] : out.means)
+    if (e.n > 0) e.f /= e.n, e.bytes /= e.n, e.recompute /= e.n;
+  return out;
+}
+
+// The stages as if they had kept everything: a recomputing layer's forward (which builds no
+// graph) and what it kept replaced by a layer of its symbol that kept everything, where the run
+// had one (the B's and I's recomputation is left out already: ProfileRecorder).
+std::vector<StageMedians> keeping_everything(std::vector<StageMedians> medians,
+                                             const LayerModes& modes) {
+  for (StageMedians& m : medians)
+    for (const LayerMedians& l : m.layers) {
+      if (l.mode != ppc::MemoryMode::Selective && l.mode != ppc::MemoryMode::Full) continue;
+      const ModeMeans* none = modes.find(l.symbol, ppc::MemoryMode::None);
+      if (!none) continue;
+      if (m.activation) *m.activation += l.count * (none->bytes - l.bytes);
+      if (m.f) *m.f = std::max(0.0, *m.f + l.count * (none->f - l.f));
+    }
+  return medians;
+}
+
+// The file's `layers` (docs/cost-model.md): per symbol that kept everything somewhere, its
+// forward time and activation, and per recomputation mode it ran, the bytes kept (at most the
+// activation) and the recomputation's time. Nothing when no layer ran under a mode.
+json layers_entries(const LayerModes& modes) {
+  json out = json::object();
+  if (!modes.any) return out;
+  for (const auto& [key, e] : modes.means) {
+    const auto [symbol, mode] = key;
+    if (mode != ppc::MemoryMode::None) continue;
+    json entry = {{"f", rounded(e.f)}, {"activation", rounded(std::round(e.bytes))}};
+    const std::pair<ppc::MemoryMode, const char*> kModes[] = {
+        {ppc::MemoryMode::Selective, "selective"}, {ppc::MemoryMode::Full, "full"}};
+    for (const auto& [m, name] : kModes)
+      if (const ModeMeans* r = modes.find(symbol, m)) {
+        entry[fmt::format("activation_{}", name)] =
+            rounded(std::round(std::clamp(r->bytes, 0.0, e.bytes)));
+        entry[fmt::format("recompute_{}", name)] = rounded(std::max(r->recompute, 0.0));
+      }
+    out[std::string(1, symbol)] = entry;
+  }
+  // A symbol that ran under recomputation only: its forward time (what it keeps is unknown).
+  for (const auto& [key, e] : modes.means)
+    if (!out.contains(std::string(1, key.first)))
+      out[std::string(1, key.first)] = {{"f", rounded(e.f)}};
+  return out;
+}
+
 }  // namespace
 
 void ProfileRecorder::add(int64_t step, const PartSample& s) {
@@ -63,13 +160,49 @@ std::vector<StageMedians> ProfileRecorder::medians(std::optional<int64_t> length
   if (by_step_.size() > 1) ++first;
   std::map<Key, std::vector<double>> times;
   std::map<int, std::vector<double>> activation, held;
-  for (auto it = first; it != by_step_.end(); ++it)
+  // Per (stage, symbol, mode): per step, one layer's forward ms, bytes and rerun ms, and the
+  // layers' positions.
+  using LayerKey = std::tuple<int, char, ppc::MemoryMode>;
+  struct LayerSteps {
+    std::vector<double> f, bytes, recompute;
+    std::set<int> positions;
+  };
+  std::map<LayerKey, LayerSteps> layers;
+  for (auto it = first; it != by_step_.end(); ++it) {
+    struct Sum {
+      double ns = 0, bytes = 0, rerun_ns = 0;
+      int n = 0;
+    };
+    std::map<LayerKey, Sum> step_layers;
+    for (const auto& [key, samples] : it->second)
+      for (const PartSample& s : samples)
+        for (const LayerSample& l : s.layers) {
+          const LayerKey k{key.first, l.symbol, l.mode};
+          Sum& sum = step_layers[k];
+          if (l.rerun) {
+            sum.rerun_ns += static_cast<double>(l.ns);
+            continue;
+          }
+          sum.ns += static_cast<double>(l.ns);
+          sum.bytes += static_cast<double>(l.bytes);
+          ++sum.n;
+          layers[k].positions.insert(l.position);
+        }
+    for (const auto& [k, sum] : step_layers) {
+      if (sum.n == 0) continue;
+      LayerSteps& ls = layers[k];
+      ls.f.push_back(sum.ns / sum.n / 1e6);
+      ls.bytes.push_back(sum.bytes / sum.n);
+      ls.recompute.push_back(sum.rerun_ns / sum.n / 1e6);
+    }
     for (const auto& [key, samples] : it->second) {
       double ns = 0, bytes = 0;
       std::vector<double> freed;
       for (const PartSample& s : samples) {
         if (length && s.length != *length) continue;
-        ns += static_cast<double>(s.ns);
+        // A B's or I's recomputation left out: the file holds what keeping everything costs
+        // (the compiler adds what the plan's modes cost, memory_costs.h).
+        ns += static_cast<double>(s.ns - s.recompute_ns);
         bytes += static_cast<double>(std::max<int64_t>(s.bytes, 0));
         freed.push_back(static_cast<double>(std::max<int64_t>(-s.bytes, 0)));
       }
@@ -81,6 +214,7 @@ std::vector<StageMedians> ProfileRecorder::medians(std::optional<int64_t> length
       // parameters' gradients, which stay).
       if (key.second == ActionKind::W) held[key.first].push_back(median(freed));
     }
+  }
   std::map<int, StageMedians> out;
   for (const auto& [key, v] : times) {
     StageMedians& m = out[key.first];
@@ -105,6 +239,12 @@ std::vector<StageMedians> ProfileRecorder::medians(std::optional<int64_t> length
   }
   for (const auto& [stage, v] : activation) out[stage].activation = median(v);
   for (const auto& [stage, v] : held) out[stage].held = median(v);
+  for (const auto& [k, ls] : layers) {
+    if (ls.f.empty()) continue;
+    const auto& [stage, symbol, mode] = k;
+    out[stage].layers.push_back(LayerMedians{symbol, mode, static_cast<int>(ls.positions.size()),
+                                             median(ls.f), median(ls.bytes), median(ls.recompute)});
+  }
   std::vector<StageMedians> list;
   for (auto& [stage, m] : out) list.push_back(m);
   return list;
@@ -122,7 +262,8 @@ json medians_json(const std::vector<StageMedians>& medians) {
                  {"w", opt(m.w)},
                  {"activation", opt(m.activation)},
                  {"held", opt(m.held)},
-                 {"params", m.params}});
+                 {"params", m.params},
+                 {"layers", layers_json(m.layers)}});
   return j;
 }
 
@@ -130,7 +271,8 @@ void medians_from(const json& j, std::vector<StageMedians>& out) {
   for (const json& e : j)
     out.push_back(StageMedians{e.at("stage").get<int>(), opt_from(e, "f"), opt_from(e, "b"),
                                opt_from(e, "i"), opt_from(e, "w"), opt_from(e, "activation"),
-                               opt_from(e, "held"), e.at("params").get<int64_t>()});
+                               opt_from(e, "held"), e.at("params").get<int64_t>(),
+                               layers_from(e.at("layers"))});
 }
 
 }  // namespace
@@ -300,11 +442,13 @@ std::vector<std::optional<double>> optimizer_ms(const ppc::Plan& plan,
 
 std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
                          const std::vector<int64_t>& boundary_elements,
-                         const std::vector<StageMedians>& medians,
+                         const std::vector<StageMedians>& measured_medians,
                          const std::vector<RankReport>& ranks, int activation_bytes,
                          const std::string& transport, int64_t seq_len,
                          const LengthProfiles& by_length) {
   const int S = plan.stages_per_copy();
+  const LayerModes modes = layer_modes(measured_medians);
+  const std::vector<StageMedians> medians = keeping_everything(measured_medians, modes);
   PPC_INTERNAL_ASSERT(static_cast<int>(boundary_elements.size()) >= S - 1,
                       "a message size per boundary");
   // The fraction of a microbatch's activation kept from its I until its W, over the stages that
@@ -410,6 +554,7 @@ std::string profile_json(const ppc::Plan& plan, int64_t microbatch_rows,
         measured.push_back({{"seq_len", length}, {"stages", stage_entries(m.stages)}});
     out["lengths"] = {{"seq_len", *own_length}, {"measured", measured}};
   }
+  if (const json layers = layers_entries(modes); !layers.empty()) out["layers"] = layers;
   // How the transport that ran the plan moves messages (the simulator's message model: Gloo's
   // sends are posted and forgotten).
   if (transport == "gloo" || transport == "nccl") out["transport"] = transport;

@@ -4,7 +4,10 @@
 // activation bytes one in-flight microbatch holds there, the parameter bytes and the time its ranks
 // spend on it between steps (optimizer_ms below); per boundary the
 // bytes of one message and its transfer time; for a run with I and W, the fraction of the
-// activation a microbatch still holds from its I until its W (weight_grad_memory).
+// activation a microbatch still holds from its I until its W (weight_grad_memory). For a run with
+// memory modes (issue 42), on the CPU, per layer kind what one layer's forward takes and keeps
+// under each mode it ran and what its recomputation takes (the cost model's `layers.x.activation`,
+// `activation_selective`, `recompute_full`, ...), its stages converted to keeping everything.
 //
 // Each rank records every compute part it runs (the executor's hook: an OVERLAP_F_B gives its
 // forward and its backward part separately), reduces them to per-stage medians and publishes them
@@ -20,8 +23,10 @@
 #include <vector>
 
 #include "compiler/action.h"
+#include "compiler/memory_mode.h"
 #include "compiler/plan.h"
 #include "runtime/job.h"
+#include "runtime/model/layer_probe.h"
 #include "runtime/output/report.h"
 #include "runtime/transport/transport.h"
 
@@ -37,6 +42,21 @@ struct PartSample {
   int64_t ns = 0;
   int64_t bytes = 0;
   int64_t length = 0;  // its microbatch's sequence length (MicrobatchShape::length; 0: not known)
+  // On the CPU (model/layer_probe.h): an F's layers, each with its mode, time and bytes left
+  // allocated; a B's or I's reruns of recomputed pieces, whose summed time is `recompute_ns`.
+  std::vector<LayerSample> layers;
+  int64_t recompute_ns = 0;
+};
+
+// A stage's layers of one symbol under one memory mode, on one rank (per step the mean over the
+// layers' forwards, then the median over the steps, as for the stages).
+struct LayerMedians {
+  char symbol = 't';
+  ppc::MemoryMode mode = ppc::MemoryMode::None;
+  int count = 0;         // such layers in the stage
+  double f = 0;          // ms, one layer's forward
+  double bytes = 0;      // what one layer's forward leaves allocated until its backward
+  double recompute = 0;  // ms, one layer's reruns in its backward (0: none)
 };
 
 // A stage's medians on one rank: times in milliseconds (nullopt: that kind never ran there).
@@ -46,6 +66,7 @@ struct StageMedians {
   std::optional<double> activation;  // bytes
   std::optional<double> held;        // bytes a microbatch holds from its I until its W
   int64_t params = 0;                // parameter elements (the rank's stage's own count)
+  std::vector<LayerMedians> layers;  // on the CPU: its layers by symbol and mode
 };
 
 // Collects a rank's samples step by step; the first step of a run of several warms up (its

@@ -44,10 +44,10 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepTiming, step, begin_unix_us, wall_ns, com
                                    post_ns, optimizer_ns, own_ns, step_ns, actions, sent_bytes,
                                    sends, spans, all_to_all, overlaps)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DpReport, steps, bytes, buckets, span_ns, exposed_ns)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankReport, rank, peak_inflight, peak_activation_bytes, steps,
-                                   save_seconds, save_bytes, save_write_seconds, save_wait_seconds,
-                                   write_steps, other_steps, write_steps_s, other_steps_s,
-                                   load_seconds, load_bytes, dp)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankReport, rank, peak_inflight, peak_activation_bytes,
+                                   offloaded_bytes, steps, save_seconds, save_bytes,
+                                   save_write_seconds, save_wait_seconds, write_steps, other_steps,
+                                   write_steps_s, other_steps_s, load_seconds, load_bytes, dp)
 
 std::string to_json(const RankReport& r) {
   return json(r).dump();
@@ -145,6 +145,9 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
   s.peak_activation_bytes.assign(static_cast<size_t>(plan.pp()), 0);
   for (const RankReport& r : ranks)
     s.peak_activation_bytes[static_cast<size_t>(r.rank)] = r.peak_activation_bytes;
+  s.offloaded_bytes.assign(static_cast<size_t>(plan.pp()), 0);
+  for (const RankReport& r : ranks)
+    s.offloaded_bytes[static_cast<size_t>(r.rank)] = r.offloaded_bytes;
   if (ranks.empty() || ranks.front().steps.empty()) return s;
   for (const RankReport& r : ranks) {
     s.sent_bytes += r.steps.back().sent_bytes;
@@ -229,6 +232,10 @@ std::string summary_text(const TimingSummary& s) {
                   [](int64_t b) { return b > 0; }))
     out += fmt::format("peak activation bytes per rank: {} (held between forward and backward)\n",
                        fmt::join(s.peak_activation_bytes, " "));
+  if (std::any_of(s.offloaded_bytes.begin(), s.offloaded_bytes.end(),
+                  [](int64_t b) { return b > 0; }))
+    out += fmt::format("offloaded bytes per step per rank: {} (to host memory after forwards)\n",
+                       fmt::join(s.offloaded_bytes, " "));
   if (s.analysed_steps > 0)
     out += fmt::format(
         "timing over {} steps: runtime overhead {:.2f} us/action (posting to the transport {:.1f} "

@@ -89,6 +89,7 @@ struct RankReport {
   int rank = 0;
   int peak_inflight = 0;
   int64_t peak_activation_bytes = 0;  // over the steps (StepReport::peak_activation_bytes)
+  int64_t offloaded_bytes = 0;        // --offload: the most one step offloaded
   std::vector<StepTiming> steps;      // the steps kept for analysis and the trace
   // Checkpoints saved: per save, the seconds this rank spent in it (training paused) and the
   // tensor bytes it wrote.
@@ -140,6 +141,7 @@ struct TimingSummary {
   std::vector<int> peak_inflight;              // measured, per rank
   std::vector<int> predicted_inflight;         // ppc::peak_inflight(plan)
   std::vector<int64_t> peak_activation_bytes;  // measured, per rank (RankReport's)
+  std::vector<int64_t> offloaded_bytes;        // per step, per rank (RankReport's; --offload)
   double overhead_us_per_action = 0;  // wall - compute - wait - post, per action, all ranks
   double post_us_per_action = 0;      // posting to the transport, per communication batch action
   double step_ms = 0;                 // median over the analysed steps of max over ranks of wall

@@ -16,13 +16,14 @@
 #include "runtime/fail.h"
 #include "runtime/model/autograd_split.h"
 #include "runtime/model/aux_loss.h"
+#include "runtime/model/layer_probe.h"
 #include "runtime/model/model_facts.h"
-#include "runtime/model/offload.h"
 #include "runtime/train/activation_bytes.h"
 #include "runtime/train/messages.h"
 #include "runtime/train/overlap.h"
 #include "runtime/train/replay_times.h"
 #include "runtime/train/replay_watch.h"
+#include "runtime/train/slot_offload.h"
 
 namespace pprt {
 
@@ -84,7 +85,10 @@ struct Executor::Impl {
   ReplayWatch watch;  // where the replay is (for a failure's lines), and the faults tests inject
   AllocationMeter allocated;  // this rank's CPU bytes allocated during its steps, still alive
   ActivationBytes held;       // what each slot keeps between its F and its B/I/W (issue 42)
-  std::unique_ptr<Offloader> offloader;  // the slots' offloaded activations; null: none
+  SlotOffload offload;        // the slots' offloaded activations (--offload)
+  // --profile on the CPU: what each layer of a forward took and kept, and the reruns of
+  // recomputed ones (model/layer_probe.h).
+  std::unique_ptr<LayerProbe> probe;
 
   // Per step.
   BatchShapes shapes;        // per microbatch, from its rows
@@ -116,7 +120,10 @@ struct Executor::Impl {
         inv_mbs(1.0 / p.microbatches),
         pools(stages.size() * 2, d),
         times(d, o.on_part),
-        watch(opts, actions, batch_end) {
+        watch(opts, actions, batch_end),
+        offload(c.memory.uses(ppc::MemoryMode::Offload), d,
+                stages.size() * static_cast<size_t>(p.microbatches), c.offload_host_copy, actions,
+                [this](int stage, int mb) { return slot_index(stage, mb); }) {
     local.assign(static_cast<size_t>(plan.num_stages()), -1);
     const auto& held = plan.placement.rank_stages[static_cast<size_t>(rank)];
     PPC_INTERNAL_ASSERT(held.size() == stages.size(), "one Stage per stage the rank holds");
@@ -129,8 +136,8 @@ struct Executor::Impl {
                            ? batch_end[i + 1]
                            : i + 1;
     slots.resize(stages.size() * static_cast<size_t>(mbs));
-    if (ctx.memory.uses(ppc::MemoryMode::Offload))
-      offloader = std::make_unique<Offloader>(device, slots.size(), ctx.offload_host_copy);
+    if (times.profiled() && device.is_cpu())
+      probe = std::make_unique<LayerProbe>([this] { return allocated.live(); });
   }
 
   size_t slot_index(int stage, int mb) const {
@@ -338,7 +345,8 @@ struct Executor::Impl {
     const int64_t live = allocated.live();
     ReplayTimes::Part meter(times, true);
     std::optional<Offloader::Target> offloading;
-    if (offloader) offloading.emplace(offloader.get(), slot_index(s, mb));
+    offload.aim(offloading, slot_index(s, mb));
+    const LayerProbe::Active probing(probe.get());
     Tensors out = st.forward(input, rows(mb), shapes.shape(mb), mb,
                              st.splits_backward() ? &sl.work : nullptr, &sl.losses);
     offloading.reset();
@@ -351,13 +359,12 @@ struct Executor::Impl {
     sl.losses.terms.clear();
     if (plan.prev_stage(s) >= 0) sl.input = std::move(input);
     sl.output = std::move(out);
-    if (offloader) {  // to the host, which holds no activation bytes
-      const AllocationMeter::Paused host;
-      rep->offloaded_bytes += offloader->offload(slot_index(s, mb));
-    }
-    meter.done(s, ActionKind::F, shapes.shape(mb).length);
+    rep->offloaded_bytes += offload.offload(slot_index(s, mb));
+    meter.done(s, ActionKind::F, shapes.shape(mb).length, taken());
     return Held{slot_index(s, mb), part ? part->left() : allocated.live() - live, false, 1};
   }
+
+  std::vector<LayerSample> taken() { return probe ? probe->take() : std::vector<LayerSample>{}; }
 
   void account(const Held& h) {
     if (h.release)
@@ -423,7 +430,7 @@ struct Executor::Impl {
                                                    : at::zeros_like(ins[k]));
     sl.input.clear();
     sl.output.clear();
-    meter.done(s, input_only ? ActionKind::I : ActionKind::B, shapes.shape(mb).length);
+    meter.done(s, input_only ? ActionKind::I : ActionKind::B, shapes.shape(mb).length, taken());
     // An I: what it leaves for the W (and the input's gradient, until sent); a B: nothing.
     const int64_t left = part ? part->left() : allocated.live() - live;
     return Held{slot_index(s, mb), input_only ? left : 0, !input_only, -1};
@@ -459,7 +466,7 @@ struct Executor::Impl {
     const bool input_only = bp.kind == ActionKind::I;
     const bool dependent = bp.stage == a.stage && bp.microbatch == a.microbatch;
     if (!opts.overlap || times.profiled() || (!device.is_cpu() && !times.on_device()) ||
-        dependent || offloader) {
+        dependent || offload.on()) {
       account(forward(a.stage, a.microbatch));
       account(backward(bp.stage, bp.microbatch, input_only));
       return;
@@ -486,23 +493,7 @@ struct Executor::Impl {
 
   void release(size_t slot) {
     held.release(slot);
-    if (offloader) offloader->release(slot);
-  }
-
-  // Offloading: the next compute action's activations start back from the host now, if it is a
-  // B or I (an OVERLAP_F_B's backward part) of an offloaded slot; what they bring back is held.
-  void prefetch_after(size_t index) {
-    if (!offloader) return;
-    offloader->poll();
-    size_t j = index + 1;
-    while (j < actions.size() && ppc::is_comm(actions[j].kind)) ++j;
-    if (j == actions.size()) return;
-    const Action next =
-        actions[j].kind == ActionKind::OverlapFB ? actions[j].backward_part() : actions[j];
-    if (next.kind != ActionKind::B && next.kind != ActionKind::I) return;
-    const int64_t live = allocated.live();
-    offloader->prefetch(slot_index(next.stage, next.microbatch));
-    held.add(slot_index(next.stage, next.microbatch), allocated.live() - live);
+    offload.release(slot);
   }
 
   void compute(const Action& a, size_t index) {
@@ -510,7 +501,7 @@ struct Executor::Impl {
     waited = 0;
     const size_t begin_mark = times.on_device() ? times.queue().mark() : 0;
     watch.compute(index, device_waited);
-    prefetch_after(index);
+    offload.prefetch_after(index, allocated, held);  // (slot_offload.h)
     switch (a.kind) {
       case ActionKind::F:
         account(forward(a.stage, a.microbatch));

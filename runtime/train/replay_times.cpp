@@ -73,11 +73,14 @@ ReplayTimes::Part::Part(ReplayTimes& times, bool memory) : times_(times) {
   t0_ = now_ns();
 }
 
-void ReplayTimes::Part::done(int stage, ppc::ActionKind kind, int64_t length) {
+void ReplayTimes::Part::done(int stage, ppc::ActionKind kind, int64_t length,
+                              std::vector<LayerSample> layers) {
   if (!times_.on_part_) return;
   const int64_t t1 = now_ns();
   guard_.reset();
-  const PartSample sample{stage, kind, t1 - t0_, times_.allocated_->net, length};
+  PartSample sample{stage, kind, t1 - t0_, times_.allocated_->net, length, std::move(layers), 0};
+  for (const LayerSample& l : sample.layers)
+    if (l.rerun) sample.recompute_ns += l.ns;
   if (times_.queue_.on())  // its time is known after the step
     times_.parts_.push_back(TimedPart{sample, mark_, times_.queue_.mark()});
   else

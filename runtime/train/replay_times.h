@@ -54,8 +54,9 @@ class ReplayTimes {
   class Part {
    public:
     Part(ReplayTimes& times, bool memory);
-    // `length`: its microbatch's (MicrobatchShape::length).
-    void done(int stage, ppc::ActionKind kind, int64_t length);
+    // `length`: its microbatch's (MicrobatchShape::length); `layers`: what the part's layers told
+    // the probe (model/layer_probe.h), if any.
+    void done(int stage, ppc::ActionKind kind, int64_t length, std::vector<LayerSample> layers = {});
 
    private:
     ReplayTimes& times_;

@@ -278,6 +278,7 @@ void keep_timing(const Job& job, int step, StepReport& rep, Clock::time_point re
   constexpr int kAnalysedSteps = 20;
   report.peak_inflight = std::max(report.peak_inflight, rep.peak_inflight);
   report.peak_activation_bytes = std::max(report.peak_activation_bytes, rep.peak_activation_bytes);
+  report.offloaded_bytes = std::max(report.offloaded_bytes, rep.offloaded_bytes);
   if (step != job.start_step && step < job.last_step() - kAnalysedSteps) return;
   StepTiming& t = report.steps.emplace_back(std::move(rep));
   t.step = step;

@@ -160,3 +160,59 @@ TEST(ProfileErrors, NeedsAPlan) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace pprun_e2e;
+
+// Issue 42: a profile of a run whose stages keep everything, recompute selectively and recompute
+// fully holds, per layer kind, what each mode keeps and what its recomputation takes
+// (docs/cost-model.md: `layers.t.activation_selective`, ...), and its stages what keeping
+// everything costs (stages 1 and 2 hold the same layers, one recomputing selectively, the other
+// fully: the same bytes once converted). ppcompile reads it and simulates the modes from it.
+TEST(ProfileMemory, ARecomputeRunGivesEachModesCostsPerLayerKind) {
+  TempDir d;
+  const std::string plan = d.file("plan.json"), prof = d.file("profile.json");
+  const std::vector<std::string> shape = {"--layout", "Ett|tt|tt|tL",   "--pp",
+                                          "2",        "--microbatches", "4"};
+  const Proc p =
+      ppcompile(concat(shape, {"--schedule", "Interleaved1F1B", "--emit", "json", "-o", plan}));
+  ASSERT_EQ(p.exit_code(), 0) << p.out;
+  const Proc run = pprun(concat(kProfiledModel, {"--plan", plan, "--steps", "3", "--profile", prof,
+                                                 "--recompute", "stage1:selective,stage2:full"}));
+  ASSERT_EQ(run.exit_code(), 0) << run.out;
+  std::ifstream in(prof);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_TRUE(j.contains("layers")) << j.dump(1);
+  const auto& t = j.at("layers").at("t");
+  const double act = t.at("activation").get<double>(), sel = t.at("activation_selective"),
+               full = t.at("activation_full");
+  EXPECT_GT(t.at("f").get<double>(), 0) << t.dump();
+  EXPECT_LT(sel, act) << t.dump();
+  EXPECT_LT(full, sel) << t.dump();
+  // Full recomputation keeps a layer's input, which the layer before it left: a layer's own
+  // share is its output, one hidden state of the microbatch ([4, 128, 256] floats: 16 sequences
+  // in 4 microbatches), a small part of what keeping everything keeps.
+  EXPECT_GE(full, 4 * 128 * 256 * 4) << t.dump();
+  EXPECT_LT(full, 0.1 * act) << t.dump();
+  EXPECT_GT(t.at("recompute_selective").get<double>(), 0) << t.dump();
+  EXPECT_GT(t.at("recompute_full").get<double>(), 0) << t.dump();
+  // The stages' activation is what keeping everything keeps: stage 1's (selective) and stage 2's
+  // (full), converted with the mean of the decoder layers that kept everything (on stages 0 and
+  // 3, whose layers keep a little more or less by their place: 2.3 % apart when written).
+  const double a1 = j.at("stages")[1].at("activation"), a2 = j.at("stages")[2].at("activation");
+  EXPECT_NEAR(a1, a2, 0.05 * a2) << j.dump(1);
+
+  const Proc keep = ppcompile(
+      concat(shape, {"--schedule", "Interleaved1F1B", "--cost", prof, "--emit", "stats"}));
+  ASSERT_EQ(keep.exit_code(), 0) << keep.out;
+  const Proc rec = ppcompile(concat(shape, {"--schedule", "Interleaved1F1B", "--cost", prof,
+                                            "--recompute", "full", "--emit", "stats"}));
+  ASSERT_EQ(rec.exit_code(), 0) << rec.out;
+  EXPECT_NE(rec.out.find("memory modes  all:full"), std::string::npos) << rec.out;
+  const double m0 = number(keep.out, std::regex(R"(makespan\s+([0-9.]+))")),
+               m1 = number(rec.out, std::regex(R"(makespan\s+([0-9.]+))"));
+  EXPECT_GT(m1, m0) << keep.out << rec.out;  // the recomputation's time
+}
+
+}  // namespace

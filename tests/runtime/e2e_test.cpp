@@ -325,8 +325,8 @@ TEST(Faults, BadRecomputeAndOffload) {
                     d);
 }
 
-// Issue 42: --offload on the CPU with the tests' host copy runs, the plan's stages offloaded, and
-// gives the losses of keeping everything, bit for bit.
+// Issue 42: --offload on the CPU with the tests' host copy runs, the plan's stages offloaded (the
+// summary's bytes offloaded per rank), and gives the losses of keeping everything, bit for bit.
 TEST(Training, OffloadWithTheTestHostCopyGivesTheSameLosses) {
   TempDir d;
   const std::string plan = compile(d, "Ett|ttL", 2, "ZB-H1", 4);
@@ -337,6 +337,14 @@ TEST(Training, OffloadWithTheTestHostCopyGivesTheSameLosses) {
   const Proc off = pprun(concat(common, {"--offload", "stage0,stage1", "--offload-test-host-copy",
                                          "--metrics", d.file("o.jsonl")}));
   ASSERT_EQ(off.exit_code(), 0) << off.out;
+  // The summary says how much each rank's step offloaded; keeping everything, nothing.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      off.out, m, std::regex(R"(offloaded bytes per step per rank: ([0-9]+) ([0-9]+) )")))
+      << off.out;
+  EXPECT_GT(std::stoll(m[1].str()), 0) << off.out;
+  EXPECT_GT(std::stoll(m[2].str()), 0) << off.out;
+  EXPECT_EQ(kept.out.find("offloaded bytes"), std::string::npos) << kept.out;
   const auto got = losses(d.file("o.jsonl")), want = losses(d.file("k.jsonl"));
   ASSERT_EQ(want.size(), 3u);
   EXPECT_EQ(got, want);

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Issue 42, section 4, measured on the CPU: under a memory limit that 1F1B keeping everything
+# exceeds, Auto's plan with the memory modes it chooses against 1F1B with full recomputation, both
+# run by pprun side by side (alternating round by round, with 1F1B keeping everything as the
+# reference), each against what ppcompile predicts for it from a profile of the model.
+#
+#   bench/memory_measured.sh [BUILD_DIR] [ROUNDS]      (default: build, 2)
+#
+# 1. The profile: pprun --profile of an Interleaved1F1B run of the model on 4 stages, stage 1
+#    recomputing selectively and stage 2 fully (the profile's `layers` then hold what each mode
+#    keeps and costs for the decoder layers, and its stages what keeping everything costs).
+# 2. The plans, pp 2, 2 stages (Etttt|ttttL), 8 microbatches: 1F1B keeping everything; its
+#    measured peak activation bytes (the worst rank's) set the limit: that rank's parameters
+#    (the profile's, as ppcompile counts them) plus 0.6x its activation peak; Auto under that
+#    limit (ppcompile --schedule Auto --memory-limit LIMIT --cost PROFILE: it records the modes it
+#    chose in the plan, which pprun follows); 1F1B with --recompute full.
+# 3. Each plan run by pprun, ROUNDS rounds: the whole step (the slowest rank, median over the
+#    steps after the first, the optimizer included: what the simulation's makespan covers) and
+#    each rank's peak activation bytes; ppcompile --from-json PLAN --cost PROFILE: the makespan and
+#    each rank's peak activation.
+# 4. ZB-H2 against 1F1B keeping everything, recomputing fully and offloading (below).
+set -euo pipefail
+BUILD=${1:-build}
+ROUNDS=${2:-2}
+PPC=$BUILD/tools/ppcompile/ppcompile
+PPRUN=$BUILD/tools/pprun/pprun
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+MODEL=(--hidden 256 --heads 8 --kv-heads 4 --ffn 704 --seq-len 128 --global-batch 16 --threads 1
+       --progress none)
+SHAPE=(--layout 'Etttt|ttttL' --pp 2 --microbatches 8)
+
+"$PPC" --layout 'Ett|tt|tt|ttL' --pp 2 --microbatches 8 --schedule Interleaved1F1B --emit json \
+  -o "$TMP/profiled.json"
+"$PPRUN" --plan "$TMP/profiled.json" "${MODEL[@]}" --steps 6 --profile "$TMP/profile.json" \
+  --recompute stage1:selective,stage2:full > /dev/null
+echo "== profile (layers.t):"
+python3 -c 'import json,sys; print(" ", json.load(open(sys.argv[1]))["layers"]["t"])' \
+  "$TMP/profile.json"
+
+"$PPC" "${SHAPE[@]}" --schedule 1F1B --emit json -o "$TMP/none.json"
+"$PPC" "${SHAPE[@]}" --schedule 1F1B --recompute full --emit json -o "$TMP/full.json"
+
+run() { # plan -> "whole_step_ms peak_bytes_rank0 peak_bytes_rank1"
+  local out
+  out=$("$PPRUN" --plan "$1" "${MODEL[@]}" --steps 6 2>&1)
+  echo "$(grep -oP 'whole step \K[0-9.]+' <<<"$out") $(grep -oP 'peak activation bytes per rank: \K[0-9 ]+' <<<"$out")"
+}
+predict() { # plan -> "makespan peak_rank0 peak_rank1"
+  local s
+  s=$("$PPC" --from-json "$1" --cost "$TMP/profile.json" --emit stats)
+  echo "$(sed -n 's/^makespan *//p' <<<"$s" | awk '{print $1}') $(awk '/^rank  busy/ {on = 1; next} on && NF >= 5 {printf "%s ", $5} on && NF < 5 {on = 0}' <<<"$s")"
+}
+
+read -r _ b0 b1 <<<"$(run "$TMP/none.json")"
+worst=$(( b0 > b1 ? 0 : 1 ))
+peak=$(( b0 > b1 ? b0 : b1 ))
+# The worst rank's parameters as ppcompile counts them (a limit of 1 byte prints them).
+params=$("$PPC" --from-json "$TMP/none.json" --cost "$TMP/profile.json" --memory-limit 1 \
+  --emit stats 2>/dev/null | sed -n 's/.*parameters \([0-9.]*\) \(.*\))$/\1 \2/p' |
+  awk '{m = $2 == "GiB" ? 1073741824 : $2 == "MiB" ? 1048576 : $2 == "KiB" ? 1024 : 1; printf "%.0f", $1 * m}')
+LIMIT=$(awk -v p="$params" -v a="$peak" 'BEGIN {printf "%.0f", p + 0.6 * a}')
+echo "== 1F1B keeping everything: measured peak activation bytes $b0 / $b1 (rank $worst);"
+echo "   limit = parameters $params + 0.6 x $peak = $LIMIT bytes"
+"$PPC" "${SHAPE[@]}" --schedule Auto --cost "$TMP/profile.json" --memory-limit "$LIMIT" \
+  --emit json -o "$TMP/auto.json"
+"$PPC" --from-json "$TMP/auto.json" --cost "$TMP/profile.json" --memory-limit "$LIMIT" \
+  --emit stats | grep -E '^(memory|  stage)' | sed 's/^/   Auto: /'
+"$PPC" --from-json "$TMP/full.json" --cost "$TMP/profile.json" --memory-limit "$LIMIT" \
+  --emit stats | grep -E '^memory limit' | sed 's/^/   1F1B full: /'
+
+declare -A steps bytes0 bytes1
+for round in $(seq "$ROUNDS"); do
+  for p in auto full none; do
+    read -r ms r0 r1 <<<"$(run "$TMP/$p.json")"
+    echo "round $round  $p: whole step $ms ms, peak activation bytes $r0 / $r1"
+    steps[$p]+="$ms "
+    bytes0[$p]=$r0
+    bytes1[$p]=$r1
+  done
+done
+median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+printf '\n%-30s %12s %12s %7s  %-23s %-23s %s\n' plan "step (ms)" "predicted" ratio \
+  "peak bytes r0 / r1" "predicted r0 / r1" ratios
+for p in auto full none; do
+  read -r pm p0 p1 <<<"$(predict "$TMP/$p.json")"
+  ms=$(median <<<"${steps[$p]}")
+  name=$([ "$p" = auto ] && echo "Auto, its modes" || ([ "$p" = full ] && echo "1F1B, --recompute full" || echo "1F1B, keeping everything"))
+  printf '%-30s %12s %12s %7s  %-23s %-23s %s\n' "$name" "$ms" "$pm" \
+    "$(awk -v a="$pm" -v b="$ms" 'BEGIN {printf "%.3f", a / b}')" "${bytes0[$p]} / ${bytes1[$p]}" \
+    "$(printf '%.0f / %.0f' "$p0" "$p1")" \
+    "$(awk -v a="$p0" -v b="${bytes0[$p]}" -v c="$p1" -v d="${bytes1[$p]}" 'BEGIN {printf "%.3f / %.3f", a / b, c / d}')"
+done
+
+# 4. ZB-H2 (issue 42, section 5): its peak comes from what each I keeps for its W, which neither
+#    recomputation (the I reruns the forward and keeps the W's inputs as without it) nor
+#    offloading (only what a forward saves goes to the host) removes. Peak activation bytes per
+#    rank, keeping everything, recomputing fully, offloading every stage (the CPU's test copy).
+"$PPC" "${SHAPE[@]}" --schedule ZB-H2 --emit json -o "$TMP/zbh2.json"
+"$PPC" "${SHAPE[@]}" --schedule 1F1B --emit json -o "$TMP/1f1b.json"
+echo
+for plan in 1f1b zbh2; do
+  for mode in "" "--recompute full" "--offload all --offload-test-host-copy"; do
+    # shellcheck disable=SC2086
+    out=$("$PPRUN" --plan "$TMP/$plan.json" "${MODEL[@]}" --steps 2 $mode 2>&1)
+    printf '%-5s %-40s peak activation bytes per rank: %s\n' "$plan" "${mode:-keeping everything}" \
+      "$(grep -oP 'peak activation bytes per rank: \K[0-9 ]+' <<<"$out")"
+  done
+done

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
+#include <utility>
 
 namespace pprt {
 
@@ -11,6 +13,18 @@ namespace {
 
 int64_t common(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
   return std::max<int64_t>(0, std::min(a1, b1) - std::max(a0, b0));
+}
+
+// The length of the union of `pieces` (sorted here).
+int64_t union_length(std::vector<std::pair<int64_t, int64_t>> pieces) {
+  std::sort(pieces.begin(), pieces.end());
+  int64_t length = 0, reached = INT64_MIN;
+  for (const auto& [b, e] : pieces) {
+    if (e <= reached) continue;
+    length += e - std::max(b, reached);
+    reached = e;
+  }
+  return length;
 }
 
 double median(std::vector<double> v) {
@@ -30,6 +44,7 @@ void for_analysed(const RankReport& r, F&& f) {
 
 AllToAllStep all_to_all_step(const StepTiming& t) {
   AllToAllStep out;
+  std::vector<std::pair<int64_t, int64_t>> pieces;  // the exposed parts, for the union
   for (const AllToAllSpan& a : t.all_to_all) {
     ++out.count;
     out.total_ns += a.end - a.start;
@@ -39,16 +54,24 @@ AllToAllStep all_to_all_step(const StepTiming& t) {
       if (a.start >= c.begin && a.start <= std::max(c.forward_end, c.backward_end)) o = &c;
     if (o == nullptr) {
       out.exposed_ns += a.end - a.start;
+      pieces.emplace_back(a.start, a.end);
       continue;
     }
     // The other part: the backward one for a forward all-to-all, and the other way round.
     const int64_t other_end = a.backward ? o->forward_end : o->backward_end;
+    const int64_t in0 = std::max(a.start, o->begin), in1 = std::min(a.end, other_end);
+    if (a.start < std::min(a.end, o->begin)) pieces.emplace_back(a.start, std::min(a.end, o->begin));
+    if (std::max(a.start, other_end) < a.end) pieces.emplace_back(std::max(a.start, other_end), a.end);
     int64_t covered = common(a.start, a.end, o->begin, other_end);
     for (const AllToAllSpan& b : t.all_to_all)  // the other part's own all-to-alls
-      if (b.backward != a.backward && b.start >= o->begin && b.start <= other_end)
-        covered -= common(std::max(a.start, o->begin), std::min(a.end, other_end), b.start, b.end);
+      if (b.backward != a.backward && b.start >= o->begin && b.start <= other_end) {
+        const int64_t both = common(in0, in1, b.start, b.end);
+        covered -= both;
+        if (both > 0) pieces.emplace_back(std::max(in0, b.start), std::min(in1, b.end));
+      }
     out.exposed_ns += (a.end - a.start) - std::max<int64_t>(0, covered);
   }
+  out.exposed_wall_ns = union_length(std::move(pieces));
   return out;
 }
 
@@ -56,7 +79,7 @@ AllToAllSummary summarise_all_to_all(const std::vector<RankReport>& ranks) {
   AllToAllSummary s;
   size_t steps = 0;
   for (const RankReport& r : ranks) steps = std::max(steps, r.steps.size());
-  std::vector<double> count, total, exposed, sent;
+  std::vector<double> count, total, exposed, wall, sent;
   for (size_t k = steps > 1 ? 1 : 0; k < steps; ++k) {
     AllToAllStep sum;
     int n = 0;
@@ -67,6 +90,7 @@ AllToAllSummary summarise_all_to_all(const std::vector<RankReport>& ranks) {
       sum.count += one.count;
       sum.total_ns += one.total_ns;
       sum.exposed_ns += one.exposed_ns;
+      sum.exposed_wall_ns += one.exposed_wall_ns;
       sum.sent_bytes += one.sent_bytes;
       ++n;
     }
@@ -74,12 +98,14 @@ AllToAllSummary summarise_all_to_all(const std::vector<RankReport>& ranks) {
     count.push_back(static_cast<double>(sum.count) / n);
     total.push_back(static_cast<double>(sum.total_ns) / n / 1e6);
     exposed.push_back(static_cast<double>(sum.exposed_ns) / n / 1e6);
+    wall.push_back(static_cast<double>(sum.exposed_wall_ns) / n / 1e6);
     sent.push_back(static_cast<double>(sum.sent_bytes) / n / 1e6);
   }
   s.steps = static_cast<int>(total.size());
   s.count = median(count);
   s.total_ms = median(total);
   s.exposed_ms = median(exposed);
+  s.exposed_wall_ms = median(wall);
   s.sent_mb = median(sent);
   return s;
 }
@@ -88,9 +114,10 @@ std::string all_to_all_text(const AllToAllSummary& s) {
   if (s.steps == 0) return "";
   return fmt::format(
       "all-to-alls (expert parallelism, median of {} step{}, per rank): {:g} per step, {:.2f} ms "
-      "({:.3f} MB sent), {:.2f} ms exposed ({:.1f} % hidden by OVERLAP_F_B)\n",
+      "({:.3f} MB sent), {:.2f} ms exposed ({:.1f} % hidden by OVERLAP_F_B; {:.2f} ms of the "
+      "step with no thread computing)\n",
       s.steps, s.steps == 1 ? "" : "s", s.count, s.total_ms, s.sent_mb, s.exposed_ms,
-      100.0 * s.hidden());
+      100.0 * s.hidden(), s.exposed_wall_ms);
 }
 
 AllToAllProfile profile_all_to_all(const std::vector<RankReport>& ranks,

@@ -25,6 +25,7 @@ TEST(Report, AllToAllOutsideAnOverlapIsExposed) {
   EXPECT_EQ(s.count, 2);
   EXPECT_EQ(s.total_ns, 15);
   EXPECT_EQ(s.exposed_ns, 15);
+  EXPECT_EQ(s.exposed_wall_ns, 15);
   EXPECT_EQ(s.sent_bytes, 200);
 }
 
@@ -43,6 +44,9 @@ TEST(Report, AllToAllUnderTheOtherPartIsHidden) {
   EXPECT_EQ(s.count, 5);
   EXPECT_EQ(s.total_ns, 4 + 20 + 5 + 20 + 10);
   EXPECT_EQ(s.exposed_ns, 0 + 5 + 5 + 10 + 10);
+  // 120..125 is exposed in both parts' all-to-alls at once: the sum counts it twice, the wall
+  // time once (120..125, 150..160, 170..180)
+  EXPECT_EQ(s.exposed_wall_ns, 5 + 10 + 10);
 }
 
 TEST(Report, AllToAllSummaryLeavesTheFirstStepOut) {
@@ -61,6 +65,7 @@ TEST(Report, AllToAllSummaryLeavesTheFirstStepOut) {
   EXPECT_EQ(s.steps, 2);
   EXPECT_DOUBLE_EQ(s.total_ms, 2.0);
   EXPECT_DOUBLE_EQ(s.exposed_ms, 0.0);
+  EXPECT_DOUBLE_EQ(s.exposed_wall_ms, 0.0);
   EXPECT_DOUBLE_EQ(s.hidden(), 1.0);
   EXPECT_NE(all_to_all_text(s).find("100.0 % hidden"), std::string::npos) << all_to_all_text(s);
   EXPECT_EQ(all_to_all_text(AllToAllSummary{}), "");

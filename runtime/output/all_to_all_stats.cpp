@@ -60,8 +60,10 @@ AllToAllStep all_to_all_step(const StepTiming& t) {
     // The other part: the backward one for a forward all-to-all, and the other way round.
     const int64_t other_end = a.backward ? o->forward_end : o->backward_end;
     const int64_t in0 = std::max(a.start, o->begin), in1 = std::min(a.end, other_end);
-    if (a.start < std::min(a.end, o->begin)) pieces.emplace_back(a.start, std::min(a.end, o->begin));
-    if (std::max(a.start, other_end) < a.end) pieces.emplace_back(std::max(a.start, other_end), a.end);
+    if (a.start < std::min(a.end, o->begin))
+      pieces.emplace_back(a.start, std::min(a.end, o->begin));
+    if (std::max(a.start, other_end) < a.end)
+      pieces.emplace_back(std::max(a.start, other_end), a.end);
     int64_t covered = common(a.start, a.end, o->begin, other_end);
     for (const AllToAllSpan& b : t.all_to_all)  // the other part's own all-to-alls
       if (b.backward != a.backward && b.start >= o->begin && b.start <= other_end) {

@@ -23,11 +23,11 @@
 namespace pprt {
 
 struct AllToAllStep {
-  int count = 0;            // all-to-alls (split-size exchanges included)
-  int64_t total_ns = 0;     // the sum of their spans
-  int64_t exposed_ns = 0;   // the sum of their exposed parts (above)
+  int count = 0;                // all-to-alls (split-size exchanges included)
+  int64_t total_ns = 0;         // the sum of their spans
+  int64_t exposed_ns = 0;       // the sum of their exposed parts (above)
   int64_t exposed_wall_ns = 0;  // the union of their exposed parts: each instant once
-  int64_t sent_bytes = 0;   // to the other ranks of the group
+  int64_t sent_bytes = 0;       // to the other ranks of the group
 };
 
 // One rank's step.

@@ -28,6 +28,7 @@
 #include "runtime/model/precision.h"
 #include "runtime/model/stage.h"
 #include "runtime/output/all_to_all_stats.h"
+#include "runtime/output/allocator_peak.h"
 #include "runtime/output/param_dump.h"
 #include "runtime/output/profile.h"
 #include "runtime/output/report.h"
@@ -327,6 +328,8 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
   StepTimeout timeouts(job.timeout, job.step_timeout);
   log.start();
   for (int step = static_cast<int>(job.start_step); step < job.last_step(); ++step) {
+    // The allocator's peak covers the steps after the first (the timed ones), or the only one.
+    if (step <= job.start_step + 1) reset_allocator_peak(model.device);
     const auto t0 = Clock::now();
     const std::chrono::milliseconds timeout = timeouts.current();
     grads.set_timeout(timeout);
@@ -392,6 +395,7 @@ RankReport train(const Job& job, const Place& place, LocalModel& model, StepGrad
   }
   saver.finish();
   report.save_write_seconds = saver.write_seconds();
+  report.allocator_peak_bytes = allocator_peak_bytes(model.device);
   return report;
 }
 

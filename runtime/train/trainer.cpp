@@ -278,7 +278,11 @@ void keep_timing(const Job& job, int step, StepReport& rep, Clock::time_point re
                  int64_t own_ns, int64_t step_ns, RankReport& report) {
   constexpr int kAnalysedSteps = 20;
   report.peak_inflight = std::max(report.peak_inflight, rep.peak_inflight);
-  report.peak_activation_bytes = std::max(report.peak_activation_bytes, rep.peak_activation_bytes);
+  // The first step's forwards also leave what the run allocates once and keeps (not held until a
+  // backward): the peak is over the steps after the first, as the timings (or the only step).
+  if (step != job.start_step || job.last_step() == job.start_step + 1)
+    report.peak_activation_bytes =
+        std::max(report.peak_activation_bytes, rep.peak_activation_bytes);
   report.offloaded_bytes = std::max(report.offloaded_bytes, rep.offloaded_bytes);
   if (step != job.start_step && step < job.last_step() - kAnalysedSteps) return;
   StepTiming& t = report.steps.emplace_back(std::move(rep));

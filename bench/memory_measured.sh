@@ -6,9 +6,12 @@
 #
 #   bench/memory_measured.sh [BUILD_DIR] [ROUNDS]      (default: build, 2)
 #
-# 1. The profile: pprun --profile of an Interleaved1F1B run of the model on 4 stages, stage 1
+# 1. The profile: pprun --profile of a DualPipeV run of the model on 4 stages and 2 ranks (the
+#    ranks of the plans compared: two processes on the machine, as when they run), stage 1
 #    recomputing selectively and stage 2 fully (the profile's `layers` then hold what each mode
-#    keeps and costs for the decoder layers, and its stages what keeping everything costs).
+#    keeps and costs for the decoder layers, and its stages what keeping everything costs). DualPipeV
+#    runs B (its overlapped pairs) and I and W (its fill and drain), so the profile has `b`, `i`, `w`
+#    and `weight_grad_memory` (what an I keeps for its W), which Auto's orders with I and W need.
 # 2. The plans, pp 2, 2 stages (Etttt|ttttL), 8 microbatches: 1F1B keeping everything; its
 #    measured peak activation bytes (the worst rank's) set the limit: that rank's parameters
 #    (the profile's, as ppcompile counts them) plus 0.6x its activation peak; Auto under that
@@ -17,7 +20,8 @@
 # 3. Each plan run by pprun, ROUNDS rounds: the whole step (the slowest rank, median over the
 #    steps after the first, the optimizer included: what the simulation's makespan covers) and
 #    each rank's peak activation bytes; ppcompile --from-json PLAN --cost PROFILE: the makespan and
-#    each rank's peak activation.
+#    each rank's peak held activation (`peak held`: between F and B/I and between I and W, as pprun
+#    measures; the stats' `peak activation` also counts what a recomputing B or I rebuilds).
 # 4. ZB-H2 against 1F1B keeping everything, recomputing fully and offloading (below).
 set -euo pipefail
 BUILD=${1:-build}
@@ -30,12 +34,12 @@ MODEL=(--hidden 256 --heads 8 --kv-heads 4 --ffn 704 --seq-len 128 --global-batc
        --progress none)
 SHAPE=(--layout 'Etttt|ttttL' --pp 2 --microbatches 8)
 
-"$PPC" --layout 'Ett|tt|tt|ttL' --pp 2 --microbatches 8 --schedule Interleaved1F1B --emit json \
+"$PPC" --layout 'Ett|tt|tt|ttL' --pp 2 --microbatches 8 --schedule DualPipeV --emit json \
   -o "$TMP/profiled.json"
 "$PPRUN" --plan "$TMP/profiled.json" "${MODEL[@]}" --steps 6 --profile "$TMP/profile.json" \
   --recompute stage1:selective,stage2:full > /dev/null
-echo "== profile (layers.t):"
-python3 -c 'import json,sys; print(" ", json.load(open(sys.argv[1]))["layers"]["t"])' \
+echo "== profile (layers.t, weight_grad_memory):"
+python3 -c 'import json,sys; p = json.load(open(sys.argv[1])); print(" ", p["layers"]["t"], p.get("weight_grad_memory"))' \
   "$TMP/profile.json"
 
 "$PPC" "${SHAPE[@]}" --schedule 1F1B --emit json -o "$TMP/none.json"
@@ -46,10 +50,12 @@ run() { # plan -> "whole_step_ms peak_bytes_rank0 peak_bytes_rank1"
   out=$("$PPRUN" --plan "$1" "${MODEL[@]}" --steps 6 2>&1)
   echo "$(grep -oP 'whole step \K[0-9.]+' <<<"$out") $(grep -oP 'peak activation bytes per rank: \K[0-9 ]+' <<<"$out")"
 }
-predict() { # plan -> "makespan peak_rank0 peak_rank1"
-  local s
+predict() { # plan -> "makespan held_rank0 held_rank1 peak_rank0 peak_rank1"
+  local s peaks held
   s=$("$PPC" --from-json "$1" --cost "$TMP/profile.json" --emit stats)
-  echo "$(sed -n 's/^makespan *//p' <<<"$s" | awk '{print $1}') $(awk '/^rank  busy/ {on = 1; next} on && NF >= 5 {printf "%s ", $5} on && NF < 5 {on = 0}' <<<"$s")"
+  peaks=$(awk '/^rank  busy/ {on = 1; next} on && $1 ~ /^[0-9]+$/ {printf "%s ", $5; next} {on = 0}' <<<"$s")
+  held=$(sed -n 's/^peak held *\([0-9.e+ ]*\) per rank.*/\1/p' <<<"$s")
+  echo "$(sed -n 's/^makespan *//p' <<<"$s" | awk '{print $1}') ${held:-$peaks} $peaks"
 }
 
 read -r _ b0 b1 <<<"$(run "$TMP/none.json")"
@@ -80,16 +86,17 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-printf '\n%-30s %12s %12s %7s  %-23s %-23s %s\n' plan "step (ms)" "predicted" ratio \
-  "peak bytes r0 / r1" "predicted r0 / r1" ratios
+printf '\n%-30s %12s %12s %7s  %-23s %-23s %-15s %s\n' plan "step (ms)" "predicted" ratio \
+  "peak bytes r0 / r1" "predicted r0 / r1" ratios "with transients r0 / r1"
 for p in auto full none; do
-  read -r pm p0 p1 <<<"$(predict "$TMP/$p.json")"
+  read -r pm p0 p1 q0 q1 <<<"$(predict "$TMP/$p.json")"
   ms=$(median <<<"${steps[$p]}")
   name=$([ "$p" = auto ] && echo "Auto, its modes" || ([ "$p" = full ] && echo "1F1B, --recompute full" || echo "1F1B, keeping everything"))
-  printf '%-30s %12s %12s %7s  %-23s %-23s %s\n' "$name" "$ms" "$pm" \
+  printf '%-30s %12s %12s %7s  %-23s %-23s %-15s %s\n' "$name" "$ms" "$pm" \
     "$(awk -v a="$pm" -v b="$ms" 'BEGIN {printf "%.3f", a / b}')" "${bytes0[$p]} / ${bytes1[$p]}" \
     "$(printf '%.0f / %.0f' "$p0" "$p1")" \
-    "$(awk -v a="$p0" -v b="${bytes0[$p]}" -v c="$p1" -v d="${bytes1[$p]}" 'BEGIN {printf "%.3f / %.3f", a / b, c / d}')"
+    "$(awk -v a="$p0" -v b="${bytes0[$p]}" -v c="$p1" -v d="${bytes1[$p]}" 'BEGIN {printf "%.3f / %.3f", a / b, c / d}')" \
+    "$(printf '%.0f / %.0f' "$q0" "$q1")"
 done
 
 # 4. ZB-H2 (issue 42, section 5): its peak comes from what each I keeps for its W, which neither

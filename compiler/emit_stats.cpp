@@ -1,7 +1,9 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
 #include <ostream>
+#include <string>
 
 #include "compiler/emit_text.h"
 #include "compiler/simulate.h"
@@ -45,6 +47,17 @@ void emit_stats(const Plan& plan, const VerifyReport& report, const Simulation& 
     const size_t ru = static_cast<size_t>(r);
     os << fmt::format("{:<5} {:<11g} {:<9.2f} {:<15} {:g}\n", r, sim.busy[ru],
                       100.0 * sim.rank_bubble[ru], report.peak_inflight[ru], sim.peak_memory[ru]);
+  }
+  bool differ = false;  // only under memory modes with transients
+  for (size_t r = 0; r < sim.peak_held.size(); ++r)
+    differ |= std::abs(sim.peak_held[r] - sim.peak_memory[r]) > 1e-9 * (1 + sim.peak_memory[r]);
+  if (differ) {
+    std::string held;
+    for (double h : sim.peak_held) held += fmt::format("{}{:g}", held.empty() ? "" : " ", h);
+    os << fmt::format(
+        "peak held     {} per rank (between F and B/I and between I and W; the modes' transients "
+        "left out: pprun's peak activation bytes)\n",
+        held);
   }
   os << "\nactions      ";
   bool first = true;

@@ -50,7 +50,9 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
     };
   sim_.unit = model.unit;
   sim_.peak_memory.assign(pp, 0.0);
+  sim_.peak_held.assign(pp, 0.0);
   mem_.assign(pp, 0.0);
+  held_now_.assign(pp, 0.0);
   if (timeline) {
     sim_.memory.assign(pp, {});
     for (size_t r = 0; r < pp; ++r) {
@@ -86,21 +88,30 @@ void SimulationRun::change_memory(int r, const Action& p, double start, double e
       lengths_ ? lengths_->cost(p.stage, p.microbatch) : costs_[static_cast<size_t>(p.stage)];
   const double act = c.activation, whole = act + c.transient;
   const double keep = whole * model_.weight_grad_memory;
+  double& held = held_now_[ru];
+  auto hold = [&](double delta) {
+    held += delta;
+    sim_.peak_held[ru] = std::max(sim_.peak_held[ru], held);
+  };
   switch (kind_info(p.kind).memory) {
     case Memory::Holds:
       change(start, act + c.forward_transient);
       if (c.forward_transient != 0) change(end, -c.forward_transient);
+      hold(act);
       break;
     case Memory::Frees:
       if (c.transient != 0) change(start, c.transient);
       change(end, -whole);
+      hold(-act);
       break;
     case Memory::FreesInput:
       if (c.transient != 0) change(start, c.transient);
       change(end, -(whole - keep));
+      hold(keep - act);
       break;
     case Memory::FreesWeight:
       if (keep != 0) change(end, -keep);
+      hold(-keep);
       break;
     case Memory::None:
       break;

@@ -26,6 +26,10 @@ struct Simulation {
   std::vector<double> rank_bubble;               // per rank: 1 - busy / makespan
   double bubble = 0;                             // overall: 1 - sum(busy) / (pp * makespan)
   std::vector<double> peak_memory;               // per rank: peak activation memory
+  // Per rank: the peak of what is held between F and B/I and between I and W, without the
+  // transients of memory modes (what a B or I rebuilds, what an F holds until offloaded): what
+  // pprun measures as peak activation bytes. Equal to peak_memory when no stage has a mode.
+  std::vector<double> peak_held;
   std::vector<std::vector<MemoryPoint>> memory;  // per rank, activation memory after each change
   double comm_bytes = 0;
   size_t messages = 0;
@@ -96,7 +100,8 @@ class SimulationRun {
   std::vector<StageCost> costs_;
   ExecCosts exec_;
   Simulation sim_;
-  std::vector<double> mem_;  // per rank: activation memory now
+  std::vector<double> mem_;       // per rank: activation memory now
+  std::vector<double> held_now_;  // per rank: of it, held between actions (Simulation::peak_held)
   MessageCosts messages_;    // per-boundary message costs (measured costs only)
   // Per microbatch, when the microbatches have lengths (lengths.h); null otherwise.
   std::shared_ptr<const LengthCosts> lengths_;

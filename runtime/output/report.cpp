@@ -45,9 +45,10 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepTiming, step, begin_unix_us, wall_ns, com
                                    sends, spans, all_to_all, overlaps)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DpReport, steps, bytes, buckets, span_ns, exposed_ns)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankReport, rank, peak_inflight, peak_activation_bytes,
-                                   offloaded_bytes, steps, save_seconds, save_bytes,
-                                   save_write_seconds, save_wait_seconds, write_steps, other_steps,
-                                   write_steps_s, other_steps_s, load_seconds, load_bytes, dp)
+                                   offloaded_bytes, allocator_peak_bytes, steps, save_seconds,
+                                   save_bytes, save_write_seconds, save_wait_seconds, write_steps,
+                                   other_steps, write_steps_s, other_steps_s, load_seconds,
+                                   load_bytes, dp)
 
 std::string to_json(const RankReport& r) {
   return json(r).dump();
@@ -148,6 +149,9 @@ TimingSummary analyse(const ppc::Plan& plan, const std::vector<RankReport>& rank
   s.offloaded_bytes.assign(static_cast<size_t>(plan.pp()), 0);
   for (const RankReport& r : ranks)
     s.offloaded_bytes[static_cast<size_t>(r.rank)] = r.offloaded_bytes;
+  s.allocator_peak_bytes.assign(static_cast<size_t>(plan.pp()), -1);
+  for (const RankReport& r : ranks)
+    s.allocator_peak_bytes[static_cast<size_t>(r.rank)] = r.allocator_peak_bytes;
   if (ranks.empty() || ranks.front().steps.empty()) return s;
   for (const RankReport& r : ranks) {
     s.sent_bytes += r.steps.back().sent_bytes;
@@ -232,6 +236,11 @@ std::string summary_text(const TimingSummary& s) {
                   [](int64_t b) { return b > 0; }))
     out += fmt::format("peak activation bytes per rank: {} (held between forward and backward)\n",
                        fmt::join(s.peak_activation_bytes, " "));
+  if (std::any_of(s.allocator_peak_bytes.begin(), s.allocator_peak_bytes.end(),
+                  [](int64_t b) { return b >= 0; }))
+    out += fmt::format(
+        "device allocator peak bytes per rank: {} (allocated, the steps after the first)\n",
+        fmt::join(s.allocator_peak_bytes, " "));
   if (std::any_of(s.offloaded_bytes.begin(), s.offloaded_bytes.end(),
                   [](int64_t b) { return b > 0; }))
     out += fmt::format("offloaded bytes per step per rank: {} (to host memory after forwards)\n",

@@ -90,6 +90,9 @@ struct RankReport {
   int peak_inflight = 0;
   int64_t peak_activation_bytes = 0;  // over the steps (StepReport::peak_activation_bytes)
   int64_t offloaded_bytes = 0;        // --offload: the most one step offloaded
+  // Not on the CPU: the device allocator's peak of allocated bytes over the steps after the
+  // first (allocator_peak.h; parameters, gradients, optimizer state, workspace); -1: the CPU.
+  int64_t allocator_peak_bytes = -1;
   std::vector<StepTiming> steps;      // the steps kept for analysis and the trace
   // Checkpoints saved: per save, the seconds this rank spent in it (training paused) and the
   // tensor bytes it wrote.
@@ -142,6 +145,7 @@ struct TimingSummary {
   std::vector<int> predicted_inflight;         // ppc::peak_inflight(plan)
   std::vector<int64_t> peak_activation_bytes;  // measured, per rank (RankReport's)
   std::vector<int64_t> offloaded_bytes;        // per step, per rank (RankReport's; --offload)
+  std::vector<int64_t> allocator_peak_bytes;   // per rank (RankReport's; -1: the CPU)
   double overhead_us_per_action = 0;  // wall - compute - wait - post, per action, all ranks
   double post_us_per_action = 0;      // posting to the transport, per communication batch action
   double step_ms = 0;                 // median over the analysed steps of max over ranks of wall

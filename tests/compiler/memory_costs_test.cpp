@@ -124,6 +124,9 @@ TEST(MemoryCosts, SimulatorTimesTheRecomputeAndCountsKeptBytesAndTheTransient) {
   const Simulation full = simulated(compiled("1F1B", "Et|tL", 2, 4, "full", cost), cost);
   // Two microbatches' inputs (2 x 2 layers x 2 bytes) and one microbatch rebuilt (2 x 8).
   EXPECT_EQ(full.peak_memory[0], 24);
+  // Held between F and B, the rebuilt transient left out (what pprun measures): the two inputs.
+  EXPECT_EQ(full.peak_held[0], 8);
+  EXPECT_EQ(keep.peak_held, keep.peak_memory);
   // Timed as a plan whose backward is longer by the forward: b = 2 + 1 per layer.
   CostFlags longer;
   longer.f = 1;

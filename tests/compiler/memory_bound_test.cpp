@@ -12,6 +12,7 @@
 #include <iostream>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/compare.h"
@@ -57,6 +58,20 @@ const char* const kPolicies[] = {"all:full",
                                  "all:full,stage0:none,stage3:selective",
                                  "stage1:offload,stage2:full"};
 
+// Every generated schedule's plan of `co` (its schedule replaced), by name; a schedule that does
+// not run that configuration (UserError) is left out.
+std::vector<std::pair<std::string, Plan>> every_named_plan(CompileOptions co) {
+  std::vector<std::pair<std::string, Plan>> out;
+  for (const ScheduleInfo& info : pptest::generated_schedules()) {
+    co.schedule = info.name;
+    try {
+      out.emplace_back(info.name, compile(co));
+    } catch (const UserError&) {
+    }
+  }
+  return out;
+}
+
 double simulated(const Plan& plan, const CostModel& cost) {
   return simulate(lower_for_model(plan, cost), cost).makespan;
 }
@@ -83,16 +98,8 @@ TEST(LowerBound, NoPlanWithMemoryModesSimulatesBelowIt) {
             co.microbatches = m;
             co.cost = &cc.cost;
             co.memory = parse_memory_policy(policy, "--recompute");
-            for (const ScheduleInfo& info : pptest::generated_schedules()) {
-              co.schedule = info.name;
-              Plan plan;
-              try {
-                plan = compile(co);
-              } catch (const UserError&) {
-                continue;  // not a configuration this schedule runs
-              }
-              check(plan, cc.cost, what + " " + info.name);
-            }
+            for (const auto& [name, plan] : every_named_plan(co))
+              check(plan, cc.cost, what + " " + name);
             SynthesisOptions so;
             so.layout = co.layout;
             so.has_model = true;
@@ -163,14 +170,8 @@ TEST(MemoryChoice, DeepSeekV3GoalsUnderSixTenthsOf1F1BsPeak) {
   const double limit = 0.6 * measure_plan(compile(co), deepseek, std::nullopt).peak_total;
   co.memory = parse_memory_policy("full", "--recompute");
   double best_named = std::numeric_limits<double>::infinity();
-  for (const ScheduleInfo& info : pptest::generated_schedules()) {
-    co.schedule = info.name;
-    Plan plan;
-    try {
-      plan = compile(co);
-    } catch (const UserError&) {
-      continue;  // not at one stage per rank (DualPipeV, ZBV)
-    }
+  // (DualPipeV and ZBV do not run at one stage per rank)
+  for (const auto& [name, plan] : every_named_plan(co)) {
     const CompareRow row = measure_plan(plan, deepseek, limit);
     if (row.fits) best_named = std::min(best_named, row.sim.makespan);
   }

@@ -32,6 +32,16 @@ const std::vector<std::string> kProfiledModel = {
     "--hidden",  "256", "--heads",        "8",  "--kv-heads", "4",    "--ffn",     "704",
     "--seq-len", "128", "--global-batch", "16", "--progress", "none", "--threads", "1"};
 
+// Four stages on two ranks, 4 microbatches: the shape the single-configuration tests profile.
+const std::vector<std::string> kFourStages = {"--layout", "Ett|tt|tt|tL",   "--pp",
+                                              "2",        "--microbatches", "4"};
+
+// ppcompile writes kFourStages's Interleaved1F1B plan (loop placement) to `path`.
+Proc interleaved_plan(const std::string& path) {
+  return ppcompile(
+      concat(kFourStages, {"--schedule", "Interleaved1F1B", "--emit", "json", "-o", path}));
+}
+
 double number(const std::string& text, const std::regex& re) {
   std::smatch m;
   if (!std::regex_search(text, m, re)) return -1;
@@ -115,10 +125,8 @@ INSTANTIATE_TEST_SUITE_P(Plans, Profile,
 TEST(ProfileOptimizer, TheVocabularyStagesCostMoreAndAVPlanStartsLate) {
   TempDir d;
   const std::string plan = d.file("plan.json"), prof = d.file("profile.json");
-  const std::vector<std::string> shape = {"--layout", "Ett|tt|tt|tL",   "--pp",
-                                          "2",        "--microbatches", "4"};
-  const Proc p =
-      ppcompile(concat(shape, {"--schedule", "Interleaved1F1B", "--emit", "json", "-o", plan}));
+  const std::vector<std::string>& shape = kFourStages;
+  const Proc p = interleaved_plan(plan);
   ASSERT_EQ(p.exit_code(), 0) << p.out;
   const Proc run = pprun(concat(
       kProfiledModel, {"--vocab", "16384", "--plan", plan, "--steps", "4", "--profile", prof}));
@@ -173,10 +181,8 @@ using namespace pprun_e2e;
 TEST(ProfileMemory, ARecomputeRunGivesEachModesCostsPerLayerKind) {
   TempDir d;
   const std::string plan = d.file("plan.json"), prof = d.file("profile.json");
-  const std::vector<std::string> shape = {"--layout", "Ett|tt|tt|tL",   "--pp",
-                                          "2",        "--microbatches", "4"};
-  const Proc p =
-      ppcompile(concat(shape, {"--schedule", "Interleaved1F1B", "--emit", "json", "-o", plan}));
+  const std::vector<std::string>& shape = kFourStages;
+  const Proc p = interleaved_plan(plan);
   ASSERT_EQ(p.exit_code(), 0) << p.out;
   const Proc run = pprun(concat(kProfiledModel, {"--plan", plan, "--steps", "3", "--profile", prof,
                                                  "--recompute", "stage1:selective,stage2:full"}));

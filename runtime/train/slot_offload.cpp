@@ -18,7 +18,7 @@ void SlotOffload::aim(std::optional<Offloader::Target>& target, size_t slot) {
 }
 
 int64_t SlotOffload::offload(size_t slot) {
-  if (!offloader_) return 0;
+  if (!offloader_ || backward_slot(next_compute(current_)) == slot) return 0;
   const AllocationMeter::Paused host;  // to the host, which holds no activation bytes
   return offloader_->offload(slot);
 }
@@ -26,13 +26,29 @@ int64_t SlotOffload::offload(size_t slot) {
 void SlotOffload::prefetch_after(size_t index, AllocationMeter& allocated, ActivationBytes& held) {
   if (!offloader_) return;
   offloader_->poll();
+  current_ = index;
+  // Its own: on the host still only where no earlier action prefetched it (nothing does before
+  // a rank's first compute action), else a no-op.
+  if (const std::optional<size_t> own = backward_slot(index)) bring_back(*own, allocated, held);
+  if (const std::optional<size_t> next = backward_slot(next_compute(index)))
+    bring_back(*next, allocated, held);
+}
+
+std::optional<size_t> SlotOffload::backward_slot(size_t index) const {
+  if (index >= actions_.size()) return std::nullopt;
+  const Action a = actions_[index].kind == ActionKind::OverlapFB ? actions_[index].backward_part()
+                                                                  : actions_[index];
+  if (a.kind != ActionKind::B && a.kind != ActionKind::I) return std::nullopt;
+  return slot_of_(a.stage, a.microbatch);
+}
+
+size_t SlotOffload::next_compute(size_t index) const {
   size_t j = index + 1;
   while (j < actions_.size() && ppc::is_comm(actions_[j].kind)) ++j;
-  if (j == actions_.size()) return;
-  const Action next =
-      actions_[j].kind == ActionKind::OverlapFB ? actions_[j].backward_part() : actions_[j];
-  if (next.kind != ActionKind::B && next.kind != ActionKind::I) return;
-  const size_t slot = slot_of_(next.stage, next.microbatch);
+  return j;
+}
+
+void SlotOffload::bring_back(size_t slot, AllocationMeter& allocated, ActivationBytes& held) {
   const int64_t live = allocated.live();
   offloader_->prefetch(slot);
   held.add(slot, allocated.live() - live);

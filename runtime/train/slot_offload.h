@@ -3,9 +3,11 @@
 // and what the slots hold meanwhile on the activation-bytes count (activation_bytes.h).
 //
 // The plan says which compute action comes next on the rank, so a prefetch starts when the action
-// before a B or I (an OVERLAP_F_B's backward part) of an offloaded slot starts: no guessing. What
-// goes to the host is not counted as activation bytes (the host copies are allocated with the
-// count paused); what a prefetch brings back is, from the prefetch on.
+// before a B or I (an OVERLAP_F_B's backward part) of an offloaded slot starts: no guessing. A slot
+// whose B or I is the very next compute action after its F stays on the device (a round trip that
+// frees nothing). What goes to the host is not counted as activation bytes (the host copies are
+// allocated with the count paused); what comes back is, from the moment it is asked for: a
+// prefetch, or the B or I itself where nothing prefetched it.
 //
 // Included only by LibTorch translation units.
 #pragma once
@@ -42,20 +44,30 @@ class SlotOffload {
   // While `target` (emplaced here when on) lives (a slot's F), what offloaded layers save goes to
   // `slot`.
   void aim(std::optional<Offloader::Target>& target, size_t slot);
-  // After the slot's F: its saved tensors to the host, not counted as activation bytes. Returns
-  // the bytes copied (0 when off).
+  // After the slot's F (of the compute action that started last): its saved tensors to the host,
+  // not counted as activation bytes, unless the rank's next compute action is the slot's B or I.
+  // Returns the bytes copied (0 when off).
   int64_t offload(size_t slot);
-  // When compute action `index` starts: if the rank's next compute action is a B or I of an
-  // offloaded slot, its activations start back now, and `held` counts what they bring back
-  // (`allocated`'s growth meanwhile).
+  // When compute action `index` starts: the slot of its own B or I (an OVERLAP_F_B's backward
+  // part), if still on the host, comes back now; and if the rank's next compute action is a B or I
+  // of an offloaded slot, its activations start back now. `held` counts what comes back
+  // (`allocated`'s growth meanwhile) on its slot.
   void prefetch_after(size_t index, AllocationMeter& allocated, ActivationBytes& held);
   // After the slot's B or W: nothing of it is kept any more.
   void release(size_t slot);
 
  private:
+  // The slot whose B or I compute action `index` runs (as its backward part), if any.
+  std::optional<size_t> backward_slot(size_t index) const;
+  // The rank's compute action after `index` (actions_.size() if none).
+  size_t next_compute(size_t index) const;
+  // Brings `slot` back, `held` counting it.
+  void bring_back(size_t slot, AllocationMeter& allocated, ActivationBytes& held);
+
   std::unique_ptr<Offloader> offloader_;
   const std::vector<ppc::Action>& actions_;
   SlotOf slot_of_;
+  size_t current_ = 0;  // the compute action that started last
 };
 
 }  // namespace pprt

@@ -326,7 +326,8 @@ TEST(Faults, BadRecomputeAndOffload) {
 }
 
 // Issue 42: --offload on the CPU with the tests' host copy runs, the plan's stages offloaded (the
-// summary's bytes offloaded per rank), and gives the losses of keeping everything, bit for bit.
+// summary's bytes offloaded per rank: none where each F's I comes right after it), and gives the
+// losses of keeping everything, bit for bit.
 TEST(Training, OffloadWithTheTestHostCopyGivesTheSameLosses) {
   TempDir d;
   const std::string plan = compile(d, "Ett|ttL", 2, "ZB-H1", 4);
@@ -343,7 +344,8 @@ TEST(Training, OffloadWithTheTestHostCopyGivesTheSameLosses) {
       off.out, m, std::regex(R"(offloaded bytes per step per rank: ([0-9]+) ([0-9]+) )")))
       << off.out;
   EXPECT_GT(std::stoll(m[1].str()), 0) << off.out;
-  EXPECT_GT(std::stoll(m[2].str()), 0) << off.out;
+  // ZB-H1's last rank runs each F's I right after it: those stay on the device (slot_offload.h).
+  EXPECT_EQ(std::stoll(m[2].str()), 0) << off.out;
   EXPECT_EQ(kept.out.find("offloaded bytes"), std::string::npos) << kept.out;
   const auto got = losses(d.file("o.jsonl")), want = losses(d.file("k.jsonl"));
   ASSERT_EQ(want.size(), 3u);

@@ -1,6 +1,7 @@
 #include "compiler/simulate.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "compiler/diagnostic.h"
 #include "compiler/lengths.h"
@@ -46,13 +47,14 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
   // eager model finish() times the plan itself (the run it is given is the verifier's).
   if (timeline && model.messages == MessageModel::Rendezvous)
     exec_.on_compute = [this](int r, const Action& a, double start, double end) {
-      for_each_part(a, [&](const Action& p) { change_memory(r, p, start, end); });
+      run_action(r, a, start, end);
     };
   sim_.unit = model.unit;
   sim_.peak_memory.assign(pp, 0.0);
   sim_.peak_held.assign(pp, 0.0);
   mem_.assign(pp, 0.0);
   held_now_.assign(pp, 0.0);
+  next_.assign(pp, 0);
   if (timeline) {
     sim_.memory.assign(pp, {});
     for (size_t r = 0; r < pp; ++r) {
@@ -63,51 +65,97 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
   }
 }
 
-// A rise at a forward's start, a fall at a backward's end (the kind's Memory), in the order the
-// rank runs them.
-void SimulationRun::change_memory(int r, const Action& p, double start, double end) {
+namespace {
+
+// The B or I that `a` runs (an OVERLAP_F_B's backward part), if any.
+std::optional<Action> backward_of(const Action& a) {
+  const Action b = a.kind == ActionKind::OverlapFB ? a.backward_part() : a;
+  if (b.kind != ActionKind::B && b.kind != ActionKind::I) return std::nullopt;
+  return b;
+}
+
+// Whether the forward part of `a` keeps its offloaded part on the device: `next`, the rank's next
+// compute action, runs its own microbatch's B or I on the same stage (pprun's
+// runtime/train/slot_offload.h: the round trip would free nothing).
+bool stays(const Action& a, const Action* next) {
+  if (!next || (a.kind != ActionKind::F && a.kind != ActionKind::OverlapFB)) return false;
+  const std::optional<Action> b = backward_of(*next);
+  return b && b->stage == a.stage && b->microbatch == a.microbatch;
+}
+
+}  // namespace
+
+// Offloading (pprun, runtime/train/slot_offload.h): when a compute action starts, the offloaded
+// part of the rank's next B or I starts back, so it is held from then on.
+void SimulationRun::run_action(int r, const Action& a, double start, double end) {
+  const size_t ru = static_cast<size_t>(r);
+  const std::vector<Action>& order = plan_.compute[ru];
+  const size_t k = next_[ru]++;
+  PPC_INTERNAL_ASSERT(k < order.size(), "a rank's compute actions in its order");
+  const Action* next = k + 1 < order.size() ? &order[k + 1] : nullptr;
+  const bool kept = stays(a, next);
+  if (const std::optional<Action> b = next ? backward_of(*next) : std::nullopt; b && !kept) {
+    const StageCost& c =
+        lengths_ ? lengths_->cost(b->stage, b->microbatch) : costs_[static_cast<size_t>(b->stage)];
+    if (c.forward_transient != 0) {
+      mem_change(r, start, c.forward_transient);
+      held_change(r, c.forward_transient);
+    }
+  }
+  for_each_part(a, [&](const Action& p) { change_memory(r, p, start, end, kept); });
+}
+
+void SimulationRun::mem_change(int r, double t, double delta) {
   const size_t ru = static_cast<size_t>(r);
   double& mem = mem_[ru];
-  double& peak = sim_.peak_memory[ru];
-  auto change = [&](double t, double delta) {
-    mem += delta;
-    if (mem < 1e-12 && mem > -1e-12) mem = 0;
-    if (timeline_) {
-      auto& points = sim_.memory[ru];
-      if (!points.empty() && points.back().time == t)
-        points.back().value = mem;
-      else
-        points.push_back({t, mem});
-    }
-    peak = std::max(peak, mem);
-  };
+  mem += delta;
+  if (mem < 1e-12 && mem > -1e-12) mem = 0;
+  if (timeline_) {
+    auto& points = sim_.memory[ru];
+    if (!points.empty() && points.back().time == t)
+      points.back().value = mem;
+    else
+      points.push_back({t, mem});
+  }
+  sim_.peak_memory[ru] = std::max(sim_.peak_memory[ru], mem);
+}
+
+void SimulationRun::held_change(int r, double delta) {
+  double& held = held_now_[static_cast<size_t>(r)];
+  held += delta;
+  sim_.peak_held[static_cast<size_t>(r)] = std::max(sim_.peak_held[static_cast<size_t>(r)], held);
+}
+
+// A rise at a forward's start, a fall at a backward's end (the kind's Memory), in the order the
+// rank runs them.
+void SimulationRun::change_memory(int r, const Action& p, double start, double end, bool stays) {
+  auto change = [&](double t, double delta) { mem_change(r, t, delta); };
   // Under a memory mode (memory_costs.h) a stage keeps `activation` from F to its backward, and
   // holds its transients while an F (offloaded after it) or a B or I (recomputed or fetched back
-  // before it) runs; what an I leaves for its W is a share of the whole activation.
+  // before it) runs; what an I leaves for its W is a share of the whole activation. The offloaded
+  // part (`forward_transient`) is back from the start of the action before the B or I (run_action),
+  // or never left (`stays`); a B or I itself rebuilds the recomputed part.
   const StageCost& c =
       lengths_ ? lengths_->cost(p.stage, p.microbatch) : costs_[static_cast<size_t>(p.stage)];
   const double act = c.activation, whole = act + c.transient;
   const double keep = whole * model_.weight_grad_memory;
-  double& held = held_now_[ru];
-  auto hold = [&](double delta) {
-    held += delta;
-    sim_.peak_held[ru] = std::max(sim_.peak_held[ru], held);
-  };
+  const double rebuilt = c.transient - c.forward_transient;  // recomputed in the B or I
+  auto hold = [&](double delta) { held_change(r, delta); };
   switch (kind_info(p.kind).memory) {
     case Memory::Holds:
       change(start, act + c.forward_transient);
-      if (c.forward_transient != 0) change(end, -c.forward_transient);
-      hold(act);
+      if (c.forward_transient != 0 && !stays) change(end, -c.forward_transient);
+      hold(act + (stays ? c.forward_transient : 0.0));
       break;
     case Memory::Frees:
-      if (c.transient != 0) change(start, c.transient);
+      if (rebuilt != 0) change(start, rebuilt);
       change(end, -whole);
-      hold(-act);
+      hold(-act - c.forward_transient);
       break;
     case Memory::FreesInput:
-      if (c.transient != 0) change(start, c.transient);
+      if (rebuilt != 0) change(start, rebuilt);
       change(end, -(whole - keep));
-      hold(keep - act);
+      hold(keep - act - c.forward_transient);
       break;
     case Memory::FreesWeight:
       if (keep != 0) change(end, -keep);
@@ -131,7 +179,7 @@ Simulation SimulationRun::finish_eager() {
   ExecCosts costs = exec_;
   if (timeline_)
     costs.on_compute = [this](int r, const Action& a, double start, double end) {
-      for_each_part(a, [&](const Action& p) { change_memory(r, p, start, end); });
+      run_action(r, a, start, end);
     };
   EagerOptions options;
   if (model_.post > 0) options.post = {model_.post};
@@ -145,8 +193,7 @@ Simulation SimulationRun::finish_timed(Execution&& ex) {
   const int pp = plan_.pp();
   if (!timeline_)  // the peaks: the same changes in the same order, without their times
     for (int r = 0; r < pp; ++r)
-      for (const Action& a : plan_.compute[static_cast<size_t>(r)])
-        for_each_part(a, [&](const Action& p) { change_memory(r, p, 0, 0); });
+      for (const Action& a : plan_.compute[static_cast<size_t>(r)]) run_action(r, a, 0, 0);
   Simulation sim = std::move(sim_);
   sim.busy = std::move(ex.busy);
   sim.first_start = std::move(ex.first_start);

@@ -91,8 +91,14 @@ class SimulationRun {
 
  private:
   Simulation finish_timed(Execution&& ex);
-  // The activation memory of `rank` as it runs plain action `part` from start to end.
-  void change_memory(int rank, const Action& part, double start, double end);
+  // The activation memory of `rank` as it runs its next compute action `a` (in its order) from
+  // start to end: a prefetch for the action after it (an offloaded B or I), then each part.
+  void run_action(int rank, const Action& a, double start, double end);
+  // The activation memory of `rank` as it runs plain action `part` from start to end; `stays`: an
+  // F whose offloaded part stays on the device (its own B or I comes next).
+  void change_memory(int rank, const Action& part, double start, double end, bool stays);
+  void mem_change(int rank, double time, double delta);  // the activation memory now
+  void held_change(int rank, double delta);              // of it, what is held between actions
 
   const Plan& plan_;
   const CostModel& model_;
@@ -102,6 +108,7 @@ class SimulationRun {
   Simulation sim_;
   std::vector<double> mem_;       // per rank: activation memory now
   std::vector<double> held_now_;  // per rank: of it, held between actions (Simulation::peak_held)
+  std::vector<size_t> next_;      // per rank: the index of its next compute action
   MessageCosts messages_;    // per-boundary message costs (measured costs only)
   // Per microbatch, when the microbatches have lengths (lengths.h); null otherwise.
   std::shared_ptr<const LengthCosts> lengths_;

@@ -146,8 +146,20 @@ TEST(MemoryCosts, OffloadHidesItsTransfersUnlessTheHostLinkIsSlow) {
   const Plan off = compiled("1F1B", "Et|tL", 2, 4, "offload", cost);
   const Simulation fast = simulated(off, cost);
   EXPECT_DOUBLE_EQ(fast.makespan, keep.makespan);
-  // Nothing kept between F and B: one microbatch's activation during an F or a B.
-  EXPECT_EQ(fast.peak_memory[0], 20);
+  // Nothing kept between F and B, but a B's activation comes back when the action before it
+  // starts (pprun's prefetch, runtime/train/slot_offload.h): the first rank holds two
+  // microbatches' during an F (its own, and the next B's on its way back) and during its last two
+  // Bs, as many as keeping everything at pp 2; the last rank runs each B right after its F, so
+  // that one stays (one microbatch's, as keeping everything).
+  EXPECT_EQ(keep.peak_memory[0], 40);
+  EXPECT_EQ(fast.peak_memory[0], 40);
+  EXPECT_EQ(fast.peak_memory[1], keep.peak_memory[1]);
+  EXPECT_EQ(fast.peak_held[1], keep.peak_held[1]);
+  // Deeper, the first rank keeps four microbatches' and, offloading, two at most.
+  const Simulation keep4 = simulated(compiled("1F1B", "Et|t|t|tL", 4, 8, "", cost), cost);
+  const Simulation fast4 = simulated(compiled("1F1B", "Et|t|t|tL", 4, 8, "offload", cost), cost);
+  EXPECT_EQ(keep4.peak_memory[0], 80);
+  EXPECT_EQ(fast4.peak_memory[0], 40);
   cost.host_bandwidth = 2;  // 10 each way, 20 both: 14 exposed in each B
   const std::vector<StageCost> c = stage_costs(off, cost);
   EXPECT_EQ(c[0].offload, 10);

@@ -27,6 +27,8 @@ struct MoeCase {
   std::vector<std::string> flags = {};
   int steps = 3;    // steps of both runs (issue 40 asks 10 of the ep cases)
   bool dp = false;  // --dp 2 without --ep in the pipelined run (when not ep)
+  // The parameters after the last step compared too (not in bf16 over 10 steps: see below).
+  bool params = true;
 };
 
 void PrintTo(const MoeCase& c, std::ostream* os) {
@@ -64,11 +66,13 @@ TEST_P(MoeParity, LossesAuxLossAndParameters) {
   both = concat(both, c.flags);
   if (c.ep) pipelined = {"--dp", "2", "--ep", "2"};
   if (c.dp && !c.ep) pipelined = {"--dp", "2"};
-  const Proc pipe = pprun(concat(concat(both, pipelined),
-                                 {"--metrics", d.file("p.jsonl"), "--dump-params", d.file("pd")}));
+  const std::vector<std::string> dump_p = {"--dump-params", d.file("pd")},
+                                 dump_r = {"--dump-params", d.file("rd")};
+  const Proc pipe = pprun(concat(concat(concat(both, pipelined), {"--metrics", d.file("p.jsonl")}),
+                                 c.params ? dump_p : std::vector<std::string>{}));
   ASSERT_EQ(pipe.exit_code(), 0) << pipe.out;
-  const Proc ref = pprun(
-      concat(both, {"--reference", "--metrics", d.file("r.jsonl"), "--dump-params", d.file("rd")}));
+  const Proc ref = pprun(concat(concat(both, {"--reference", "--metrics", d.file("r.jsonl")}),
+                                c.params ? dump_r : std::vector<std::string>{}));
   ASSERT_EQ(ref.exit_code(), 0) << ref.out;
   EXPECT_NE(pipe.out.find("4 experts (top 2"), std::string::npos) << pipe.out;
 
@@ -83,6 +87,7 @@ TEST_P(MoeParity, LossesAuxLossAndParameters) {
     expect_field(d.file("p.jsonl"), d.file("r.jsonl"), "load_balancing_loss", steps, tol);
   if (c.layout.find('m') != std::string::npos)
     expect_field(d.file("p.jsonl"), d.file("r.jsonl"), "mtp_loss", steps, tol);
+  if (!c.params) return;
   // Under --ep each replica's dump holds its own experts: together, every expert once.
   const auto dumps = expect_dumps_within(d.file("pd"), d.file("rd"), c.bf16 ? 1e-2 : 1e-4);
   // The MoE layers' parameters are there: the router, every expert, the shared expert; the
@@ -130,8 +135,8 @@ INSTANTIATE_TEST_SUITE_P(
 // Expert parallelism: each MoE layer's 4 experts sharded over 2 data-parallel replicas (pp 2 x dp
 // 2 x ep 2, 4 processes), tokens dispatched and combined by Gloo's all-to-all, equal to the
 // unpipelined --reference (which holds every expert) in fp32 and in bf16 (without the
-// load-balancing loss in the loss: see above), each step's losses over 10 steps in fp32 (issue
-// 40), 3 in bf16.
+// load-balancing loss in the loss: see above), each step's losses over 10 steps (issue 40), the
+// parameters after 10 steps in fp32, after 3 in bf16.
 const nlohmann::json kNoAux = {{"aux_loss_coef", 0.0}};
 
 MoeCase with_flags(MoeCase c, std::vector<std::string> flags) {
@@ -142,6 +147,19 @@ MoeCase with_flags(MoeCase c, std::vector<std::string> flags) {
 // Issue 40's parity over 10 steps (the losses each step, the parameters after the last).
 MoeCase ten_steps(MoeCase c) {
   c.steps = 10;
+  return c;
+}
+
+// The same in bf16: each step's losses within 2e-3 (issue 40), the parameters left to the 3-step
+// cases. Over 10 steps an expert weight ends 0.0106-0.012 from --reference's (seen in all four
+// schedules; the limit above is 1e-2, a few bf16 ulps of these weights): an expert that few tokens
+// reach gets a gradient near zero, which the pipelined run sums in another order (microbatches,
+// the all-to-all's combine) and AdamW's normalized update turns into a step of the learning rate
+// whichever its sign; the losses stay within 2e-3.
+MoeCase ten_steps_losses(MoeCase c) {
+  c.steps = 10;
+  c.params = false;
+  c.name += "_10_steps";
   return c;
 }
 
@@ -168,12 +186,17 @@ INSTANTIATE_TEST_SUITE_P(
         ten_steps(MoeCase{"ZBH2_ep2", "Ettt|mL", "ZB-H2", 2, 4, kNoAux, true}),
         ten_steps(MoeCase{"DualPipeV_ep2", "Et|tt|t,m|L", "DualPipeV", 2, 4, kNoAux, true}),
         ten_steps(MoeCase{"DualPipe_ep2", "Ett|tmL", "DualPipe", 2, 4, kNoAux, true}),
-        // bf16, 3 steps: at 10 the losses stay within 2e-3 of --reference, but a parameter drifts
-        // past the 1e-2 below (seen: 0.0106 to 0.012, an expert weight, in all four).
+        // bf16, 3 steps with the parameters, 10 with the losses (ten_steps_losses).
         MoeCase{"OneFOneB_ep2_bf16", "Ett|tmL", "1F1B", 2, 4, kNoAux, true, true},
         MoeCase{"ZBH2_ep2_bf16", "Ettt|mL", "ZB-H2", 2, 4, kNoAux, true, true},
         MoeCase{"DualPipeV_ep2_bf16", "Et|tt|t,m|L", "DualPipeV", 2, 4, kNoAux, true, true},
         MoeCase{"DualPipe_ep2_bf16", "Ett|tmL", "DualPipe", 2, 4, kNoAux, true, true},
+        ten_steps_losses(MoeCase{"OneFOneB_ep2_bf16", "Ett|tmL", "1F1B", 2, 4, kNoAux, true, true}),
+        ten_steps_losses(MoeCase{"ZBH2_ep2_bf16", "Ettt|mL", "ZB-H2", 2, 4, kNoAux, true, true}),
+        ten_steps_losses(
+            MoeCase{"DualPipeV_ep2_bf16", "Et|tt|t,m|L", "DualPipeV", 2, 4, kNoAux, true, true}),
+        ten_steps_losses(
+            MoeCase{"DualPipe_ep2_bf16", "Ett|tmL", "DualPipe", 2, 4, kNoAux, true, true}),
         // bf16 without expert parallelism
         MoeCase{"OneFOneB_bf16", "Ett|tmL", "1F1B", 2, 4, nlohmann::json::object(), false, true},
         // Full recomputation reruns each MoE layer's dispatch and combine inside its backward, on

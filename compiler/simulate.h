@@ -22,10 +22,10 @@ struct MemoryPoint {
 
 struct Simulation {
   double makespan = 0;
-  std::vector<double> busy;                      // per rank: time spent computing
-  std::vector<double> rank_bubble;               // per rank: 1 - busy / makespan
-  double bubble = 0;                             // overall: 1 - sum(busy) / (pp * makespan)
-  std::vector<double> peak_memory;               // per rank: peak activation memory
+  std::vector<double> busy;         // per rank: time spent computing
+  std::vector<double> rank_bubble;  // per rank: 1 - busy / makespan
+  double bubble = 0;                // overall: 1 - sum(busy) / (pp * makespan)
+  std::vector<double> peak_memory;  // per rank: peak activation memory
   // Per rank: the peak of what is held between F and B/I and between I and W, without the
   // transients of memory modes (what a B or I rebuilds, what an F holds until offloaded): what
   // pprun measures as peak activation bytes. Equal to peak_memory when no stage has a mode.
@@ -109,7 +109,7 @@ class SimulationRun {
   std::vector<double> mem_;       // per rank: activation memory now
   std::vector<double> held_now_;  // per rank: of it, held between actions (Simulation::peak_held)
   std::vector<size_t> next_;      // per rank: the index of its next compute action
-  MessageCosts messages_;    // per-boundary message costs (measured costs only)
+  MessageCosts messages_;         // per-boundary message costs (measured costs only)
   // Per microbatch, when the microbatches have lengths (lengths.h); null otherwise.
   std::shared_ptr<const LengthCosts> lengths_;
 };

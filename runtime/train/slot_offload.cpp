@@ -37,7 +37,7 @@ void SlotOffload::prefetch_after(size_t index, AllocationMeter& allocated, Activ
 std::optional<size_t> SlotOffload::backward_slot(size_t index) const {
   if (index >= actions_.size()) return std::nullopt;
   const Action a = actions_[index].kind == ActionKind::OverlapFB ? actions_[index].backward_part()
-                                                                  : actions_[index];
+                                                                 : actions_[index];
   if (a.kind != ActionKind::B && a.kind != ActionKind::I) return std::nullopt;
   return slot_of_(a.stage, a.microbatch);
 }

@@ -37,8 +37,9 @@ at::Tensor to_device_async(const at::Tensor& t, const at::Device& device) {
 // all-reduce and before the statistics are read back: on a GPU the host then waits for the norm
 // and the all-reduce only (the one synchronisation between replays), while AdamW runs; the
 // queuing counts in `own_ns`.
-StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job, const TrainerPlace& place,
-                       const at::Device& device, std::chrono::milliseconds timeout, int64_t& own_ns,
+StepStats gather_stats(ParamStore& store, const StepReport& rep, const Job& job,
+                       const TrainerPlace& place, const at::Device& device,
+                       std::chrono::milliseconds timeout, int64_t& own_ns,
                        std::optional<FusedUpdate> fused) {
   const auto t0 = Clock::now();
   const auto mbs = static_cast<size_t>(job.plan.microbatches);

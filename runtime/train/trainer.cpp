@@ -86,8 +86,9 @@ void resume(const Job& job, ParamStore& store, torch::optim::AdamW& opt, RankRep
 // `targets` (if given): with rows of documents, the predicted targets (data/documents.h) of the
 // step's global batch, every replica's rows (each rank draws the other replicas' rows itself, as
 // they depend on (seed, step, row) alone: no message); else 0.
-at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step, const TrainerPlace& place,
-                        const at::Device& device, double* targets = nullptr) {
+at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step,
+                        const TrainerPlace& place, const at::Device& device,
+                        double* targets = nullptr) {
   std::vector<int64_t> rows;
   const int len = job.setup.seq_len + 1;
   const int share = job.train.global_batch / place.replicas;
@@ -111,7 +112,6 @@ at::Tensor batch_tensor(const TokenSource& data, const Job& job, int step, const
 void zero_grads(ParamStore& store) {
   for (NamedParam& p : store.params()) p.tensor.mutable_grad() = at::Tensor();
 }
-
 
 // Clips by the global norm (like torch.nn.utils.clip_grad_norm_).
 void clip_gradients(ParamStore& store, const TrainOptions& o, double norm) {
@@ -396,8 +396,8 @@ void train_rank_impl(const Job& job, int rank, int local_rank, const RankGroups&
       ppc::write_file_atomically(
           job.out.profile_path,
           profile_json(plan, rows, grads.boundary_elements(), gather_profiles(store, topo), all,
-                       job.train.dtype == Precision::Bf16 ? 2 : 4, transport,
-                       job.setup.seq_len, by_length),
+                       job.train.dtype == Precision::Bf16 ? 2 : 4, transport, job.setup.seq_len,
+                       by_length),
           "--profile");
     }
   }

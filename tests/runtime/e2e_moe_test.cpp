@@ -193,10 +193,10 @@ INSTANTIATE_TEST_SUITE_P(
         MoeCase{"DualPipe_ep2_bf16", "Ett|tmL", "DualPipe", 2, 4, kNoAux, true, true},
         ten_steps_losses(MoeCase{"OneFOneB_ep2_bf16", "Ett|tmL", "1F1B", 2, 4, kNoAux, true, true}),
         ten_steps_losses(MoeCase{"ZBH2_ep2_bf16", "Ettt|mL", "ZB-H2", 2, 4, kNoAux, true, true}),
-        ten_steps_losses(
-            MoeCase{"DualPipeV_ep2_bf16", "Et|tt|t,m|L", "DualPipeV", 2, 4, kNoAux, true, true}),
-        ten_steps_losses(
-            MoeCase{"DualPipe_ep2_bf16", "Ett|tmL", "DualPipe", 2, 4, kNoAux, true, true}),
+        ten_steps_losses(MoeCase{"DualPipeV_ep2_bf16", "Et|tt|t,m|L", "DualPipeV", 2, 4, kNoAux,
+                                 true, true}),
+        ten_steps_losses(MoeCase{"DualPipe_ep2_bf16", "Ett|tmL", "DualPipe", 2, 4, kNoAux, true,
+                                 true}),
         // bf16 without expert parallelism
         MoeCase{"OneFOneB_bf16", "Ett|tmL", "1F1B", 2, 4, nlohmann::json::object(), false, true},
         // Full recomputation reruns each MoE layer's dispatch and combine inside its backward, on

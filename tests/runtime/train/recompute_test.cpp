@@ -311,8 +311,8 @@ TEST(Offload, PeakCountsWhatComesBack) {
   EXPECT_LE(off.peak_bytes[0], none.peak_bytes[0]);
   std::printf("1F1B, second step: peak activation bytes none %lld / %lld, offload %lld / %lld\n",
               static_cast<long long>(none.peak_bytes[0]),
-              static_cast<long long>(none.peak_bytes[1]),
-              static_cast<long long>(off.peak_bytes[0]), static_cast<long long>(off.peak_bytes[1]));
+              static_cast<long long>(none.peak_bytes[1]), static_cast<long long>(off.peak_bytes[0]),
+              static_cast<long long>(off.peak_bytes[1]));
 }
 
 // Per layer kind and per stage, mixed with recomputation: only what the rules name is offloaded.

@@ -4,7 +4,7 @@
 # run by pprun side by side (alternating round by round, with 1F1B keeping everything as the
 # reference), each against what ppcompile predicts for it from a profile of the model.
 #
-#   bench/memory_measured.sh [BUILD_DIR] [ROUNDS]      (default: build, 2)
+#   bench/memory_measured.sh [BUILD_DIR] [ROUNDS]      (default: build, 3)
 #
 # 1. The profile: pprun --profile of a DualPipeV run of the model on 4 stages and 2 ranks (the
 #    ranks of the plans compared: two processes on the machine, as when they run), stage 1
@@ -17,15 +17,19 @@
 #    (the profile's, as ppcompile counts them) plus 0.6x its activation peak; Auto under that
 #    limit (ppcompile --schedule Auto --memory-limit LIMIT --cost PROFILE: it records the modes it
 #    chose in the plan, which pprun follows); 1F1B with --recompute full.
-# 3. Each plan run by pprun, ROUNDS rounds: the whole step (the slowest rank, median over the
-#    steps after the first, the optimizer included: what the simulation's makespan covers) and
-#    each rank's peak activation bytes; ppcompile --from-json PLAN --cost PROFILE: the makespan and
-#    each rank's peak held activation (`peak held`: between F and B/I and between I and W, as pprun
-#    measures; the stats' `peak activation` also counts what a recomputing B or I rebuilds).
+# 3. ROUNDS rounds, each profiling again (step 1's command) and then running each plan with
+#    pprun: the whole step (the slowest rank, median over the steps after the first, the optimizer
+#    included: what the simulation's makespan covers) and each rank's peak activation bytes; and
+#    ppcompile --from-json PLAN --cost (that round's profile): the makespan and each rank's peak
+#    held activation (`peak held`: between F and B/I and between I and W, as pprun measures; the
+#    stats' `peak activation` also counts what a recomputing B or I rebuilds). A round's
+#    prediction thus comes from times taken minutes before its runs, under the same load; the
+#    table gives the medians over the rounds (of the steps, the predictions and their ratios).
+#    Each round prints the load average (uptime).
 # 4. ZB-H2 against 1F1B keeping everything, recomputing fully and offloading (below).
 set -euo pipefail
 BUILD=${1:-build}
-ROUNDS=${2:-2}
+ROUNDS=${2:-3}
 PPC=$BUILD/tools/ppcompile/ppcompile
 PPRUN=$BUILD/tools/pprun/pprun
 TMP=$(mktemp -d)
@@ -36,11 +40,14 @@ SHAPE=(--layout 'Etttt|ttttL' --pp 2 --microbatches 8)
 
 "$PPC" --layout 'Ett|tt|tt|ttL' --pp 2 --microbatches 8 --schedule DualPipeV --emit json \
   -o "$TMP/profiled.json"
-"$PPRUN" --plan "$TMP/profiled.json" "${MODEL[@]}" --steps 6 --profile "$TMP/profile.json" \
-  --recompute stage1:selective,stage2:full > /dev/null
-echo "== profile (layers.t, weight_grad_memory):"
-python3 -c 'import json,sys; p = json.load(open(sys.argv[1])); print(" ", p["layers"]["t"], p.get("weight_grad_memory"))' \
-  "$TMP/profile.json"
+profile() { # file: the profile of step 1
+  "$PPRUN" --plan "$TMP/profiled.json" "${MODEL[@]}" --steps 6 --profile "$1" \
+    --recompute stage1:selective,stage2:full > /dev/null
+  python3 -c 'import json,sys; p = json.load(open(sys.argv[1])); print("   profile: layers", p["layers"], "weight_grad_memory", p.get("weight_grad_memory"))' \
+    "$1"
+}
+echo "== profile ($(uptime | sed 's/.*load/load/')):"
+profile "$TMP/profile.json"
 
 "$PPC" "${SHAPE[@]}" --schedule 1F1B --emit json -o "$TMP/none.json"
 "$PPC" "${SHAPE[@]}" --schedule 1F1B --recompute full --emit json -o "$TMP/full.json"
@@ -50,9 +57,9 @@ run() { # plan -> "whole_step_ms peak_bytes_rank0 peak_bytes_rank1"
   out=$("$PPRUN" --plan "$1" "${MODEL[@]}" --steps 6 2>&1)
   echo "$(grep -oP 'whole step \K[0-9.]+' <<<"$out") $(grep -oP 'peak activation bytes per rank: \K[0-9 ]+' <<<"$out")"
 }
-predict() { # plan -> "makespan held_rank0 held_rank1 peak_rank0 peak_rank1"
+predict() { # plan profile -> "makespan held_rank0 held_rank1 peak_rank0 peak_rank1"
   local s peaks held
-  s=$("$PPC" --from-json "$1" --cost "$TMP/profile.json" --emit stats)
+  s=$("$PPC" --from-json "$1" --cost "$2" --emit stats)
   peaks=$(awk '/^rank  busy/ {on = 1; next} on && $1 ~ /^[0-9]+$/ {printf "%s ", $5; next} {on = 0}' <<<"$s")
   held=$(sed -n 's/^peak held *\([0-9.e+ ]*\) per rank.*/\1/p' <<<"$s")
   echo "$(sed -n 's/^makespan *//p' <<<"$s" | awk '{print $1}') ${held:-$peaks} $peaks"
@@ -75,29 +82,48 @@ echo "   limit = parameters $params + 0.6 x $peak = $LIMIT bytes"
 "$PPC" --from-json "$TMP/full.json" --cost "$TMP/profile.json" --memory-limit "$LIMIT" \
   --emit stats | grep -E '^memory limit' | sed 's/^/   1F1B full: /'
 
-declare -A steps bytes0 bytes1
+declare -A steps preds ratios held0 held1 bytes0 bytes1 trans0 trans1
 for round in $(seq "$ROUNDS"); do
+  prof="$TMP/profile.json"
+  if [ "$round" -gt 1 ]; then
+    prof="$TMP/profile_$round.json"
+    echo "round $round  profile ($(uptime | sed 's/.*load/load/'))"
+    profile "$prof"
+  fi
   for p in auto full none; do
     read -r ms r0 r1 <<<"$(run "$TMP/$p.json")"
-    echo "round $round  $p: whole step $ms ms, peak activation bytes $r0 / $r1"
+    read -r pm p0 p1 q0 q1 <<<"$(predict "$TMP/$p.json" "$prof")"
+    ratio=$(awk -v a="$pm" -v b="$ms" 'BEGIN {printf "%.3f", a / b}')
+    echo "round $round  $p: whole step $ms ms (predicted $pm, $ratio), peak activation bytes" \
+      "$r0 / $r1 (predicted held $p0 / $p1; $(uptime | sed 's/.*load/load/'))"
     steps[$p]+="$ms "
+    preds[$p]+="$pm "
+    ratios[$p]+="$ratio "
+    held0[$p]+="$p0 "
+    held1[$p]+="$p1 "
     bytes0[$p]=$r0
     bytes1[$p]=$r1
+    trans0[$p]=$q0
+    trans1[$p]=$q1
   done
 done
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-printf '\n%-30s %12s %12s %7s  %-23s %-23s %-15s %s\n' plan "step (ms)" "predicted" ratio \
-  "peak bytes r0 / r1" "predicted r0 / r1" ratios "with transients r0 / r1"
+printf '\n%-26s %10s %10s %7s  %-23s %-23s %-13s %s\n' "plan (medians of $ROUNDS)" "step (ms)" \
+  "predicted" ratio "peak bytes r0 / r1" "predicted held r0 / r1" "held ratios" \
+  "with transients r0 / r1"
 for p in auto full none; do
-  read -r pm p0 p1 q0 q1 <<<"$(predict "$TMP/$p.json")"
   ms=$(median <<<"${steps[$p]}")
+  pm=$(median <<<"${preds[$p]}")
+  p0=$(median <<<"${held0[$p]}")
+  p1=$(median <<<"${held1[$p]}")
   name=$([ "$p" = auto ] && echo "Auto, its modes" || ([ "$p" = full ] && echo "1F1B, --recompute full" || echo "1F1B, keeping everything"))
-  printf '%-30s %12s %12s %7s  %-23s %-23s %-15s %s\n' "$name" "$ms" "$pm" \
-    "$(awk -v a="$pm" -v b="$ms" 'BEGIN {printf "%.3f", a / b}')" "${bytes0[$p]} / ${bytes1[$p]}" \
+  printf '%-26s %10s %10s %7s  %-23s %-23s %-13s %s\n' "$name" "$ms" "$pm" \
+    "$(median <<<"${ratios[$p]}")" "${bytes0[$p]} / ${bytes1[$p]}" \
     "$(printf '%.0f / %.0f' "$p0" "$p1")" \
     "$(awk -v a="$p0" -v b="${bytes0[$p]}" -v c="$p1" -v d="${bytes1[$p]}" 'BEGIN {printf "%.3f / %.3f", a / b, c / d}')" \
-    "$(printf '%.0f / %.0f' "$q0" "$q1")"
+    "$(printf '%.0f / %.0f' "${trans0[$p]}" "${trans1[$p]}")"
 done
+echo "(steps per round: ${steps[auto]}/ ${steps[full]}/ ${steps[none]}; ratios: ${ratios[auto]}/ ${ratios[full]}/ ${ratios[none]})"
 
 # 4. ZB-H2 (issue 42, section 5): its peak comes from what each I keeps for its W, which neither
 #    recomputation (the I reruns the forward and keeps the W's inputs as without it) nor

@@ -38,25 +38,38 @@ void apply_memory_policy(const Plan& plan, const CostModel& model, std::vector<S
   const double host = model.host_bandwidth ? *model.host_bandwidth : model.bandwidth;
   for (int s = 0; s < plan.num_stages(); ++s) {
     const auto& layers = plan.layout.stages[static_cast<size_t>(plan.layout_stage(s))];
-    double act = 0, f = 0, kept = 0, rebuilt = 0, recompute = 0, offloaded = 0;
+    double act = 0, f = 0, kept = 0, recompute = 0, offloaded = 0;
+    int after_first = 0, keep_input = 0;  // layers after the stage's first; of them, under full
     // An empty stage (a generic --stages stage) counts as one layer costing model.empty_stage.
     static const std::vector<LayerKind> kOne{LayerKind::Decoder};
     for (LayerKind k : layers.empty() ? kOne : layers) {
       const LayerCost& l = layers.empty() ? model.empty_stage : model.layer(k);
-      const LayerModeCost m = layer_mode_cost(l, model, plan.memory.mode_of(s, k));
+      const MemoryMode mode = plan.memory.mode_of(s, k);
+      const LayerModeCost m = layer_mode_cost(l, model, mode);
+      keep_input += after_first++ > 0 && mode == MemoryMode::Full;
       act += model.unit ? 1.0 : l.activation;
       f += model.unit ? 1.0 : l.f;
       kept += m.kept;
-      rebuilt += m.rebuilt;
       recompute += m.recompute;
       offloaded += m.offloaded;
     }
     if (act <= 0 || kept >= act) continue;  // keeps everything (or has nothing to keep)
     StageCost& c = costs[static_cast<size_t>(s)];
-    const double scale = c.activation / act;
-    c.transient = rebuilt * scale;
-    c.forward_transient = offloaded * scale;
-    c.activation = c.activation - c.transient;
+    // The stage keeps `c.activation` keeping everything; each layer's mode saves the bytes of its
+    // activation it does not keep. A stage's activation can be less than its layers' sum (a
+    // measured stage, whose layers' entries each count their output): a layer that does not keep
+    // its input lets the stage free the output of the layer before it. A fully recomputing layer
+    // keeps its input, so that share of the difference comes back per such layer after the first
+    // (whose input comes from outside the stage's forward: a message or the tokens). Unit costs
+    // count a stage as 1 whatever its layers: the layers' proportion of it.
+    const double freed = std::max(0.0, act - c.activation);
+    const double share = after_first > 1 ? static_cast<double>(keep_input) / (after_first - 1) : 0;
+    const double kept_bytes =
+        model.unit ? kept * c.activation / act
+                   : std::clamp(c.activation - (act - kept) + freed * share, 0.0, c.activation);
+    c.transient = c.activation - kept_bytes;
+    c.forward_transient = offloaded * c.activation / act;
+    c.activation = kept_bytes;
     c.recompute = f > 0 ? c.f * recompute / f : 0.0;
     c.offload = host > 0 ? c.forward_transient / host : 0.0;
     c.exposed = std::max(0.0, 2 * c.offload - (c.f + c.b));

@@ -34,10 +34,13 @@ struct LayerModeCost {
 };
 LayerModeCost layer_mode_cost(const LayerCost& layer, const CostModel& model, MemoryMode mode);
 
-// `costs` (stage_costs_keeping_all(plan, model)) under plan.memory: each stage's activation scaled
-// to what its layers' modes keep, its B and I longer by the recomputation, the transients and the
-// offload's transfer set (StageCost). Stage costs that were measured per stage are scaled by the
-// ratios the per-layer costs give (what is kept over the activation, the recomputation over f).
+// `costs` (stage_costs_keeping_all(plan, model)) under plan.memory: each stage's activation less
+// what its layers' modes do not keep, its B and I longer by the recomputation, the transients and
+// the offload's transfer set (StageCost). A stage measured per stage that holds less than its
+// layers' entries add up to (each counts its output, freed once a next layer that does not keep
+// its input has run) keeps that difference again for its fully recomputed layers after its first;
+// its recomputation is scaled by the layers' ratio (recomputation over f). Under unit costs a
+// stage keeps the share of its unit that its layers keep.
 // An offload's transfers (one each way per microbatch) overlap the stage's compute; the part of
 // both that exceeds the stage's F + B is exposed, added to its B and I.
 void apply_memory_policy(const Plan& plan, const CostModel& model, std::vector<StageCost>& costs);

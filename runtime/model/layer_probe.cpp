@@ -34,7 +34,7 @@ LayerProbe* LayerProbe::current() {
 }
 
 LayerProbe::Layer::Layer(char symbol, ppc::MemoryMode mode, int position) : previous_(tl_layer) {
-  tl_layer = LayerSample{symbol, mode, false, position, 0, 0};
+  tl_layer = LayerSample{symbol, mode, false, position, 0, 0, 0};
 }
 LayerProbe::Layer::~Layer() {
   tl_layer = previous_;

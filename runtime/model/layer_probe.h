@@ -27,6 +27,8 @@ struct LayerSample {
   int position = 0;    // the layer's position in the model (tells a stage's layers apart)
   int64_t ns = 0;      // time
   int64_t bytes = 0;   // forward: what it left allocated (0 for a rerun)
+  int64_t output = 0;  // forward: its output's bytes (what a fully recomputing layer keeps of its
+                       // own: its input is the layer before's output)
 };
 
 class LayerProbe {

@@ -272,8 +272,11 @@ struct Stage::Impl {
     const auto ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
             .count();
-    probe->add(
-        LayerSample{b.place.symbol, mode, false, b.place.position, ns, probe->live() - live});
+    int64_t output = 0;
+    for (const NamedTensor& t : y)
+      if (t.tensor.defined()) output += static_cast<int64_t>(t.tensor.nbytes());
+    probe->add(LayerSample{b.place.symbol, mode, false, b.place.position, ns,
+                           probe->live() - live, output});
     return y;
   }
 

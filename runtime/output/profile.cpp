@@ -49,7 +49,8 @@ json layers_json(const std::vector<LayerMedians>& layers) {
                  {"count", l.count},
                  {"f", l.f},
                  {"bytes", l.bytes},
-                 {"recompute", l.recompute}});
+                 {"recompute", l.recompute},
+                 {"output", l.output}});
   return j;
 }
 std::vector<LayerMedians> layers_from(const json& j) {
@@ -58,14 +59,15 @@ std::vector<LayerMedians> layers_from(const json& j) {
     out.push_back(LayerMedians{e.at("symbol").get<std::string>().at(0),
                                *ppc::parse_memory_mode(e.at("mode").get<std::string>()),
                                e.at("count").get<int>(), e.at("f").get<double>(),
-                               e.at("bytes").get<double>(), e.at("recompute").get<double>()});
+                               e.at("bytes").get<double>(), e.at("recompute").get<double>(),
+                               e.at("output").get<double>()});
   return out;
 }
 
 // Issue 42's memory modes, per layer symbol and mode: one layer's forward time, the bytes it keeps
 // until its backward and its recomputation's time, the means over the stages' layers.
 struct ModeMeans {
-  double f = 0, bytes = 0, recompute = 0;
+  double f = 0, bytes = 0, recompute = 0, output = 0;
   int n = 0;
 };
 struct LayerModes {
@@ -85,11 +87,12 @@ LayerModes layer_modes(const std::vector<StageMedians>& medians) {
       e.f += l.f * l.count;
       e.bytes += l.bytes * l.count;
       e.recompute += l.recompute * l.count;
+      e.output += l.output * l.count;
       e.n += l.count;
       out.any |= l.mode != ppc::MemoryMode::None;
     }
   for (auto& [key, e] : out.means)
-    if (e.n > 0) e.f /= e.n, e.bytes /= e.n, e.recompute /= e.n;
+    if (e.n > 0) e.f /= e.n, e.bytes /= e.n, e.recompute /= e.n, e.output /= e.n;
   return out;
 }
 
@@ -127,6 +130,10 @@ json layers_entries(const LayerModes& modes) {
             rounded(std::round(std::clamp(r->bytes, 0.0, e.bytes)));
         entry[fmt::format("recompute_{}", name)] = rounded(std::max(r->recompute, 0.0));
       }
+    // A kind that never recomputed fully (the output head, on one stage): what full would keep of
+    // its own, its output (its input is the layer before's output).
+    if (!entry.contains("activation_full"))
+      entry["activation_full"] = rounded(std::round(std::clamp(e.output, 0.0, e.bytes)));
     out[std::string(1, symbol)] = entry;
   }
   // A symbol that ran under recomputation only: its forward time (what it keeps is unknown).
@@ -164,13 +171,13 @@ std::vector<StageMedians> ProfileRecorder::medians(std::optional<int64_t> length
   // layers' positions.
   using LayerKey = std::tuple<int, char, ppc::MemoryMode>;
   struct LayerSteps {
-    std::vector<double> f, bytes, recompute;
+    std::vector<double> f, bytes, recompute, output;
     std::set<int> positions;
   };
   std::map<LayerKey, LayerSteps> layers;
   for (auto it = first; it != by_step_.end(); ++it) {
     struct Sum {
-      double ns = 0, bytes = 0, rerun_ns = 0;
+      double ns = 0, bytes = 0, rerun_ns = 0, output = 0;
       int n = 0;
     };
     std::map<LayerKey, Sum> step_layers;
@@ -185,6 +192,7 @@ std::vector<StageMedians> ProfileRecorder::medians(std::optional<int64_t> length
           }
           sum.ns += static_cast<double>(l.ns);
           sum.bytes += static_cast<double>(l.bytes);
+          sum.output += static_cast<double>(l.output);
           ++sum.n;
           layers[k].positions.insert(l.position);
         }
@@ -194,6 +202,7 @@ std::vector<StageMedians> ProfileRecorder::medians(std::optional<int64_t> length
       ls.f.push_back(sum.ns / sum.n / 1e6);
       ls.bytes.push_back(sum.bytes / sum.n);
       ls.recompute.push_back(sum.rerun_ns / sum.n / 1e6);
+      ls.output.push_back(sum.output / sum.n);
     }
     for (const auto& [key, samples] : it->second) {
       double ns = 0, bytes = 0;
@@ -243,7 +252,8 @@ std::vector<StageMedians> ProfileRecorder::medians(std::optional<int64_t> length
     if (ls.f.empty()) continue;
     const auto& [stage, symbol, mode] = k;
     out[stage].layers.push_back(LayerMedians{symbol, mode, static_cast<int>(ls.positions.size()),
-                                             median(ls.f), median(ls.bytes), median(ls.recompute)});
+                                             median(ls.f), median(ls.bytes), median(ls.recompute),
+                                             median(ls.output)});
   }
   std::vector<StageMedians> list;
   for (auto& [stage, m] : out) list.push_back(m);

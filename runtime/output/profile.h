@@ -57,6 +57,7 @@ struct LayerMedians {
   double f = 0;          // ms, one layer's forward
   double bytes = 0;      // what one layer's forward leaves allocated until its backward
   double recompute = 0;  // ms, one layer's reruns in its backward (0: none)
+  double output = 0;     // one layer's output's bytes
 };
 
 // A stage's medians on one rank: times in milliseconds (nullopt: that kind never ran there).

@@ -116,6 +116,39 @@ TEST(MemoryCosts, RecomputationLengthensTheBackwardAndTheInputGradientOnly) {
   EXPECT_GT(makespan_lower_bound(full, cost).value, makespan_lower_bound(keep, cost).value);
 }
 
+// A measured stage holds less than its layers' entries add up to: each entry counts the layer's
+// output, which the next layer frees when it does not keep its input (pprun's `t` and `L` keep
+// their normalized inputs, not the inputs). A fully recomputed layer keeps its input: the stage
+// then holds each layer's output (`activation_full`), what pprun measures (bench/README.md,
+// issue 42 section 4: 1F1B full on `Etttt` predicted 0.80x of the measured peak before).
+TEST(MemoryCosts, AMeasuredStageUnderFullRecomputationKeepsItsLayersOutputs) {
+  // Hidden states of 2 bytes. Ett: E 2 + t 10 + t 10, the two t free their inputs: 18. ttL: the
+  // first t's input is the message (not the forward's), so 10 + 10 + 6 less two inputs: 22.
+  const CostModel cost = parse_cost_model(
+      R"({"layout": "Ett|ttL",
+          "stages": [{"f": 1, "b": 2, "activation": 18}, {"f": 1, "b": 2, "activation": 22}],
+          "layers": {"E": {"f": 0.1, "activation": 2, "activation_full": 2},
+                     "t": {"f": 0.4, "activation": 10, "activation_full": 2},
+                     "L": {"f": 0.2, "activation": 6, "activation_full": 1}}})",
+      "cost.json");
+  const Plan full = compiled("1F1B", "Ett|ttL", 2, 4, "full", cost);
+  const std::vector<StageCost> c = stage_costs(full, cost);
+  EXPECT_DOUBLE_EQ(c[0].activation, 6);  // E's output and each t's (the last, the stage's)
+  EXPECT_DOUBLE_EQ(c[0].transient, 12);
+  EXPECT_DOUBLE_EQ(c[1].activation, 5);  // the two t's outputs and the loss
+  EXPECT_DOUBLE_EQ(c[1].transient, 17);
+  // 1F1B: rank 0 holds two microbatches between F and B.
+  EXPECT_DOUBLE_EQ(simulated(full, cost).peak_held[0], 12);
+  // L keeping everything frees its input, the second t's output: the first t's output (which
+  // the second t keeps) and L's 6.
+  const Plan mixed = compiled("1F1B", "Ett|ttL", 2, 4, "full,L:none", cost);
+  EXPECT_DOUBLE_EQ(stage_costs(mixed, cost)[1].activation, 8);
+  // Keeping everything: the measured stages.
+  const Plan none = compiled("1F1B", "Ett|ttL", 2, 4, "", cost);
+  EXPECT_DOUBLE_EQ(stage_costs(none, cost)[0].activation, 18);
+  EXPECT_DOUBLE_EQ(stage_costs(none, cost)[1].activation, 22);
+}
+
 TEST(MemoryCosts, SimulatorTimesTheRecomputeAndCountsKeptBytesAndTheTransient) {
   const CostModel cost = small_costs();
   // 1F1B, pp 2: rank 0 holds two microbatches before its first backward.

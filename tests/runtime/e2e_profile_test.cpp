@@ -219,6 +219,36 @@ TEST(ProfileMemory, ARecomputeRunGivesEachModesCostsPerLayerKind) {
   const double m0 = number(keep.out, std::regex(R"(makespan\s+([0-9.]+))")),
                m1 = number(rec.out, std::regex(R"(makespan\s+([0-9.]+))"));
   EXPECT_GT(m1, m0) << keep.out << rec.out;  // the recomputation's time
+
+  // The memory it predicts from the profile for a plan of other stages, 1F1B with full
+  // recomputation on `Etttt|tttL` (rank 0 holds two microbatches, rank 1 one), against what pprun
+  // measures running it: within 10 % per rank (issue 42, section 4). Each fully recomputed layer
+  // keeps its output (the next one's input), which its measured stage, keeping everything, freed.
+  const std::string full_plan = d.file("full.json");
+  const Proc fp = ppcompile({"--layout", "Etttt|tttL", "--pp", "2", "--microbatches", "4",
+                             "--schedule", "1F1B", "--recompute", "full", "--emit", "json", "-o",
+                             full_plan});
+  ASSERT_EQ(fp.exit_code(), 0) << fp.out;
+  const Proc predicted =
+      ppcompile({"--from-json", full_plan, "--cost", prof, "--emit", "stats"});
+  ASSERT_EQ(predicted.exit_code(), 0) << predicted.out;
+  const Proc measured =
+      pprun(concat(kProfiledModel, {"--plan", full_plan, "--steps", "2"}));
+  ASSERT_EQ(measured.exit_code(), 0) << measured.out;
+  std::smatch held, bytes;
+  ASSERT_TRUE(std::regex_search(predicted.out, held,
+                                std::regex(R"(peak held\s+([0-9.e+]+) ([0-9.e+]+) per rank)")))
+      << predicted.out;
+  ASSERT_TRUE(std::regex_search(measured.out, bytes,
+                                std::regex(R"(peak activation bytes per rank: ([0-9]+) ([0-9]+))")))
+      << measured.out;
+  for (size_t r = 1; r <= 2; ++r) {
+    const double want = std::stod(bytes[r].str()), got = std::stod(held[r].str());
+    EXPECT_GT(want, 0) << measured.out;
+    EXPECT_NEAR(got / want, 1.0, 0.1) << "rank " << r - 1 << ": predicted " << got
+                                      << ", measured " << want << "\n"
+                                      << predicted.out << measured.out;
+  }
 }
 
 }  // namespace

@@ -10,232 +10,28 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <map>
-#include <tuple>
 #include <utility>
 
 #include "compiler/compile.h"
 #include "compiler/cost_model.h"
 #include "compiler/diagnostic.h"
 #include "compiler/layout.h"
-#include "compiler/lower_for_model.h"
 #include "compiler/measured_costs.h"
 #include "compiler/schedule.h"
 #include "compiler/synthesize.h"
 
-namespace ppc {
+#include "compiler/balance_evaluator.h"
 
-// --- scoring splits ------------------------------------------------------------------------------
+namespace ppc {
 
 namespace {
 
-struct Score {
-  double makespan = std::numeric_limits<double>::infinity();
-  double peak_total = 0;
-  double overflow = 0;  // how far the peak is over the memory limit (0: fits)
-};
-
-// a is better than b: fits where b does not (or overflows less), else a shorter makespan (by more
-// than rounding noise).
-bool better(const Score& a, const Score& b) {
-  if (a.overflow != b.overflow) return a.overflow < b.overflow;
-  return a.makespan < b.makespan * (1 - 1e-12);
-}
-
-// A split whose lower bound is `bound` cannot beat `best` (a split that fits). The bound sums
-// stage costs from prefix sums, the simulator from the layers: a margin far above rounding keeps
-// the pruning safe.
-bool cannot_beat(double bound, const Score& best) {
-  return best.overflow == 0 && bound * (1 - 1e-9) >= best.makespan;
-}
-
-// One compute action's contribution to a rank's busy time, aggregated over microbatches.
-// Compute actions of one kind on the same stages, aggregated over microbatches. The action's
-// stages are layout stages, so that action_cost prices it from per-layout-stage costs exactly as
-// the simulator prices the plan's actions.
-struct Term {
-  Action action;
-  double count;
-};
-
-struct RankShape {
-  int first_stage = 0;     // plan stage of the forward (part) of the rank's first compute
-  int last_backward = -1;  // plan stage of the backward (part) of its last B or I, or -1
-  std::vector<Term> all;   // every compute action of the rank
-  std::vector<Term> upto;  // those up to and including that last B or I
-};
-
-std::vector<Term> aggregate(const Plan& plan, const std::vector<Action>& acts, size_t end) {
-  std::map<std::tuple<int, int, int, int>, double> counts;
-  for (size_t i = 0; i < end; ++i) {
-    const Action& a = acts[i];
-    const int s1 = plan.layout_stage(a.stage);
-    const int s2 = is_compound(a.kind) ? plan.layout_stage(a.stage2) : -1;
-    counts[{static_cast<int>(a.kind), static_cast<int>(a.sub_kind), s1, s2}] += 1;
-  }
-  std::vector<Term> out;
-  for (const auto& [key, count] : counts) {
-    const auto [kind, sub, s1, s2] = key;
-    const Action a = is_compound(static_cast<ActionKind>(kind))
-                         ? Action::overlap(s1, 0, static_cast<ActionKind>(sub), s2, 0)
-                         : Action::compute(static_cast<ActionKind>(kind), s1, 0);
-    out.push_back(Term{a, count});
-  }
-  return out;
-}
-
-// Splits of one model into the stages of one compiled schedule: stage costs, a lower bound on
-// the simulated makespan (from the fixed compute orders) and the simulation itself.
-class Evaluator {
- public:
-  Evaluator(Plan base, const CostModel& cost, std::optional<double> limit,
-            const std::vector<LayerKind>& layers)
-      : plan_(std::move(base)), cost_(cost), limit_(limit), layers_(layers) {
-    const size_t n = layers.size();
-    pf_.assign(n + 1, {0, 0, 0, 0, 0, 0});
-    const std::vector<StageCost> per_layer = model_layer_costs(cost_, layers);  // measured too
-    for (size_t j = 0; j < n; ++j) {
-      const StageCost& l = per_layer[j];
-      const StageCost& p = pf_[j];
-      pf_[j + 1] = StageCost{
-          p.f + l.f,          p.b + l.b, p.i + l.i, p.w + l.w, p.activation + l.activation,
-          p.params + l.params};
-    }
-    const LayerCost& e = cost_.empty_stage;
-    empty_ = StageCost{e.f, e.backward(), e.i, e.w, e.activation, e.params};
-    msg_ = min_message_time(cost_);  // the shortest: a bound for every boundary
-    for (int r = 0; r < plan_.pp(); ++r) {
-      const auto& acts = plan_.compute[static_cast<size_t>(r)];
-      RankShape shape;
-      size_t last = acts.size();
-      for (size_t i = acts.size(); i-- > 0;) {
-        const Action& a = acts[i];
-        int backward = -1;  // the stage of its B or I (part)
-        for_each_part(a, [&](const Action& p) {
-          if (is_backward_input(p.kind)) backward = p.stage;
-        });
-        if (backward >= 0) {
-          last = i;
-          shape.last_backward = backward;
-          break;
-        }
-      }
-      if (!acts.empty()) shape.first_stage = acts.front().stage;
-      shape.all = aggregate(plan_, acts, acts.size());
-      if (last < acts.size()) shape.upto = aggregate(plan_, acts, last + 1);
-      ranks_.push_back(std::move(shape));
-    }
-  }
-
-  int stages() const { return plan_.layout.num_stages(); }
-  int layers() const { return static_cast<int>(layers_.size()); }
-  long long simulations() const { return simulations_; }
-  long long compute_actions() const {
-    long long n = 0;
-    for (const auto& r : plan_.compute) n += static_cast<long long>(r.size());
-    return n;
-  }
-
-  StageCost stage_cost(int from, int to) const {
-    if (from == to) return empty_;
-    const StageCost &a = pf_[static_cast<size_t>(from)], &b = pf_[static_cast<size_t>(to)];
-    return StageCost{
-        b.f - a.f,          b.b - a.b, b.i - a.i, b.w - a.w, b.activation - a.activation,
-        b.params - a.params};
-  }
-
-  // Stage costs of the first `known` stages of `cuts`; the rest cost nothing (a lower bound).
-  void costs_of(const std::vector<int>& cuts, int known, std::vector<StageCost>& out) const {
-    out.assign(static_cast<size_t>(stages()), StageCost{0, 0, 0, 0, 0, 0});
-    for (int k = 0; k < known; ++k)
-      out[static_cast<size_t>(k)] =
-          stage_cost(cuts[static_cast<size_t>(k)], cuts[static_cast<size_t>(k) + 1]);
-  }
-
-  // Parameter memory of the most loaded rank.
-  double max_params(const std::vector<StageCost>& c) const {
-    double worst = 0;
-    for (int r = 0; r < plan_.pp(); ++r) {
-      double sum = 0;
-      for (int s : plan_.placement.rank_stages[static_cast<size_t>(r)])
-        sum += c[static_cast<size_t>(plan_.layout_stage(s))].params;
-      worst = std::max(worst, sum);
-    }
-    return worst;
-  }
-
-  // A lower bound on the simulated makespan with stage costs `c`, valid for every split whose
-  // stage costs are at least `c` (compute durations only grow with stage costs): a rank starts no
-  // earlier than its first forward's input can arrive, is then busy for the sum of its actions,
-  // and after its last B or I the gradient still has to run through every stage below.
-  double lower_bound(const std::vector<StageCost>& c) const {
-    const int S = plan_.num_stages();
-    fchain_.assign(static_cast<size_t>(S), 0.0);
-    bchain_.assign(static_cast<size_t>(S), 0.0);
-    for (int s = 0; s < S; ++s) {
-      const int p = plan_.prev_stage(s);
-      if (p < 0) continue;
-      const StageCost& cp = c[static_cast<size_t>(plan_.layout_stage(p))];
-      const double hop = plan_.rank_of(p) != plan_.rank_of(s) ? msg_ : 0.0;
-      fchain_[static_cast<size_t>(s)] = fchain_[static_cast<size_t>(p)] + cp.f + hop;
-      bchain_[static_cast<size_t>(s)] =
-          bchain_[static_cast<size_t>(p)] + std::min(cp.b, cp.i) + hop;
-    }
-    double bound = 0;
-    for (const RankShape& r : ranks_) {
-      const double start = fchain_[static_cast<size_t>(r.first_stage)];
-      bound = std::max(bound, start + busy(r.all, c));
-      if (r.last_backward >= 0)
-        bound = std::max(bound,
-                         start + busy(r.upto, c) + bchain_[static_cast<size_t>(r.last_backward)]);
-    }
-    return bound;
-  }
-
-  // Compiles the split like ppcompile does (lower_for_model) and simulates it.
-  Score evaluate(const std::vector<int>& cuts) {
-    auto it = cache_.find(cuts);
-    if (it != cache_.end()) return it->second;
-    for (size_t k = 0; k + 1 < cuts.size(); ++k)
-      plan_.layout.stages[k].assign(layers_.begin() + cuts[k], layers_.begin() + cuts[k + 1]);
-    const Plan lowered = lower_for_model(plan_, cost_);
-    const Simulation sim = simulate(lowered, cost_);
-    Score s;
-    s.makespan = sim.makespan;
-    for (size_t r = 0; r < sim.peak_memory.size(); ++r)
-      s.peak_total = std::max(s.peak_total, sim.peak_memory[r] + sim.param_memory[r]);
-    if (limit_) s.overflow = std::max(0.0, s.peak_total - *limit_);
-    ++simulations_;
-    cache_.emplace(cuts, s);
-    return s;
-  }
-
-  bool seen(const std::vector<int>& cuts) const { return cache_.count(cuts) != 0; }
-
- private:
-  // Durations only grow with stage costs (action_cost is monotone in each), so costs that are
-  // lower bounds give a lower bound.
-  double busy(const std::vector<Term>& terms, const std::vector<StageCost>& c) const {
-    double sum = 0;
-    for (const Term& t : terms) sum += t.count * action_cost(t.action, c, cost_);
-    return sum;
-  }
-
-  Plan plan_;
-  CostModel cost_;
-  std::optional<double> limit_;
-  std::vector<LayerKind> layers_;
-  std::vector<StageCost> pf_;  // prefix sums of the layers' costs
-  StageCost empty_;
-  double msg_ = 0;
-  std::vector<RankShape> ranks_;
-  mutable std::vector<double> fchain_, bchain_;
-  std::map<std::vector<int>, Score> cache_;
-  long long simulations_ = 0;
-};
+using balancing::better;
+using balancing::cannot_beat;
+using balancing::Evaluator;
+using balancing::Score;
 
 // --- the search ----------------------------------------------------------------------------------
-
 class Search {
  public:
   static constexpr int kPatience = 32;

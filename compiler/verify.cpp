@@ -15,512 +15,331 @@
 #include "compiler/lower_send_recv.h"
 #include "compiler/parallel.h"
 #include "compiler/stuck.h"
+#include "compiler/verifier.h"
 
 namespace ppc {
 
-namespace {
+namespace verifier {
 
-constexpr int kNumKinds = kNumPlainKinds;  // the kinds that index count tables
+void Verifier::run() {
+  if (!prepare()) return;
+  // One pass over every rank's order: ranges and ownership, counts, and (for a lowered plan)
+  // that its compute actions are the compute order. Ranks are independent: each writes only
+  // its own result and the counts of the stages it holds.
+  std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
+  size_t total = 0;
+  for (const auto& r : order()) total += r.size();
+  parallel_for(plan_.pp(), worth_threads(total),
+               [&](int r) { scan_rank(r, scans[static_cast<size_t>(r)]); });
+  finish(scans, nullptr);
+}
 
-class Verifier {
-  // What scanning one rank found.
-  struct ScanResult {
-    std::vector<std::string> errors;
-    bool truncated = false;
-    size_t compute_actions = 0, comm_actions = 0;
-    void error(std::string msg, size_t max) {
-      if (errors.size() < max)
-        errors.push_back(std::move(msg));
-      else
-        truncated = true;
-    }
-  };
-
- public:
-  // `streamed`: the plan is being lowered in place (run_streamed); verify its lowered order.
-  Verifier(const Plan& plan, VerifyReport& rep, const VerifyOptions& opts, bool streamed = false)
-      : plan_(plan),
-        rep_(rep),
-        opts_(opts),
-        max_errors_(std::max<size_t>(opts.max_errors, 1)),
-        streamed_(streamed),
-        lowered_(streamed || (plan.is_lowered() && !opts.compute_only)) {}
-
-  void run() {
-    if (!prepare()) return;
-    // One pass over every rank's order: ranges and ownership, counts, and (for a lowered plan)
-    // that its compute actions are the compute order. Ranks are independent: each writes only
-    // its own result and the counts of the stages it holds.
-    std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
-    size_t total = 0;
-    for (const auto& r : order()) total += r.size();
-    parallel_for(plan_.pp(), worth_threads(total),
-                 [&](int r) { scan_rank(r, scans[static_cast<size_t>(r)]); });
-    finish(scans, nullptr);
-  }
-
-  // run() for a plan that `lower` lowers in place (lower_in_place with the feed it is given) on
-  // this thread: a second thread scans each rank's lowered order as lowering publishes it, and
-  // runs the deadlock model on the way.
-  void run_streamed(const std::function<void(LoweringFeed*)>& lower) {
-    if (!prepare()) return;
-    LoweringFeed feed;
-    std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
-    std::optional<Execution> execution;  // the deadlock model's run, if the scan passed
-    {
-      std::jthread scanner([&] { scan_stream(feed, scans, execution); });
-      // Ends the feed if `lower` leaves without lowering (before the scanner is joined).
-      struct EndFeed {
-        LoweringFeed& feed;
-        ~EndFeed() {
-          if (feed.state() == LoweringFeed::State::Pending) feed.end(false);
-        }
-      } end_feed{feed};
-      lower(&feed);
-    }
-    finish(scans, execution ? &*execution : nullptr);
-  }
-
- private:
-  // The checks before the scan, and the scan's tables; false if the plan fails them.
-  bool prepare() {
-    if (!check_shape() || !check_enough_actions()) return false;
-    const int S = plan_.num_stages();
-    next_rank_.assign(static_cast<size_t>(S), -1);
-    prev_rank_.assign(static_cast<size_t>(S), -1);
-    for (int st = 0; st < S; ++st) {
-      if (const int n = plan_.next_stage(st); n >= 0) next_rank_[st] = plan_.rank_of(n);
-      if (const int p = plan_.prev_stage(st); p >= 0) prev_rank_[st] = plan_.rank_of(p);
-    }
-    count_.assign(static_cast<size_t>(kNumKinds) * plan_.num_stages() * plan_.microbatches, 0);
-    return true;
-  }
-
-  // After the scan: its results, the counts, and check 3 (the deadlock model, or its run made
-  // beside the scan).
-  void finish(std::vector<ScanResult>& scans, Execution* streamed) {
-    for (auto& sc : scans) {
-      rep_.compute_actions += sc.compute_actions;
-      rep_.comm_actions += sc.comm_actions;
-      for (auto& e : sc.errors) error(std::move(e));
-      if (sc.truncated) rep_.truncated = true;
-    }
-    if (!rep_.ok()) return;
-    check_counts();
-    if (!rep_.ok()) return;
-    if (lowered_) {
-      run_deadlock_model(streamed);
-    } else if (opts_.check_runs) {
-      try {
-        check_compute_order_runs(plan_);
-      } catch (const UserError& e) {
-        error(e.message());
+void Verifier::run_streamed(const std::function<void(LoweringFeed*)>& lower) {
+  if (!prepare()) return;
+  LoweringFeed feed;
+  std::vector<ScanResult> scans(static_cast<size_t>(plan_.pp()));
+  std::optional<Execution> execution;  // the deadlock model's run, if the scan passed
+  {
+    std::jthread scanner([&] { scan_stream(feed, scans, execution); });
+    // Ends the feed if `lower` leaves without lowering (before the scanner is joined).
+    struct EndFeed {
+      LoweringFeed& feed;
+      ~EndFeed() {
+        if (feed.state() == LoweringFeed::State::Pending) feed.end(false);
       }
-    }
+    } end_feed{feed};
+    lower(&feed);
   }
+  finish(scans, execution ? &*execution : nullptr);
+}
 
-  void error(std::string msg) {
-    if (rep_.errors.size() < max_errors_)
-      rep_.errors.push_back(std::move(msg));
-    else
-      rep_.truncated = true;
+bool Verifier::prepare() {
+  if (!check_shape() || !check_enough_actions()) return false;
+  const int S = plan_.num_stages();
+  next_rank_.assign(static_cast<size_t>(S), -1);
+  prev_rank_.assign(static_cast<size_t>(S), -1);
+  for (int st = 0; st < S; ++st) {
+    if (const int n = plan_.next_stage(st); n >= 0) next_rank_[st] = plan_.rank_of(n);
+    if (const int p = plan_.prev_stage(st); p >= 0) prev_rank_[st] = plan_.rank_of(p);
   }
-  const std::vector<std::vector<Action>>& order() const {
-    return lowered_ ? plan_.lowered : plan_.compute;
-  }
-  std::string where(int rank, size_t i, const Action& a) const {
-    return fmt::format("rank {}, action {} ({})", rank, i, to_string(a));
-  }
+  count_.assign(static_cast<size_t>(kNumKinds) * plan_.num_stages() * plan_.microbatches, 0);
+  return true;
+}
 
-  bool check_shape() {
-    const int pp = plan_.pp();
-    if (pp < 1 || plan_.num_stages() < 1 || plan_.microbatches < 1) {
-      error(fmt::format("plan has pp {}, {} stages and {} microbatches; each must be at least 1",
-                        pp, plan_.num_stages(), plan_.microbatches));
-      return false;
-    }
-    if (plan_.copies < 1 || plan_.num_stages() % plan_.copies != 0) {
-      error(
-          fmt::format("plan has {} model copies for {} stages", plan_.copies, plan_.num_stages()));
-      return false;
-    }
-    if (static_cast<int>(plan_.compute.size()) != pp) {
-      error(fmt::format("plan has compute orders for {} ranks, expected pp = {}",
-                        plan_.compute.size(), pp));
-      return false;
-    }
-    if (lowered_ && !streamed_ && static_cast<int>(plan_.lowered.size()) != pp) {
-      error(fmt::format("plan has lowered orders for {} ranks, expected pp = {}",
-                        plan_.lowered.size(), pp));
-      return false;
-    }
-    for (int s = 0; s < plan_.num_stages(); ++s) {
-      int r = plan_.rank_of(s);
-      if (r < 0 || r >= pp) {
-        error(fmt::format("placement puts stage {} on rank {}, outside 0..{}", s, r, pp - 1));
-        return false;
-      }
-    }
-    return true;
+void Verifier::finish(std::vector<ScanResult>& scans, Execution* streamed) {
+  for (auto& sc : scans) {
+    rep_.compute_actions += sc.compute_actions;
+    rep_.comm_actions += sc.comm_actions;
+    for (auto& e : sc.errors) error(std::move(e));
+    if (sc.truncated) rep_.truncated = true;
   }
+  if (!rep_.ok()) return;
+  check_counts();
+  if (!rep_.ok()) return;
+  if (lowered_) {
+    run_deadlock_model(streamed);
+  } else if (opts_.check_runs) {
+    try {
+      check_compute_order_runs(plan_);
+    } catch (const UserError& e) {
+      error(e.message());
+    }
+  }
+}
 
-  // Every (stage, microbatch) a model copy runs needs an F and a B (or an F, an I and a W), and
-  // one compute action does at most two of these (an OVERLAP_F_B): a plan with fewer compute
-  // actions than (stage, microbatch) pairs is wrong. Saying so here, from the orders' sizes,
-  // keeps the tables below (an entry per stage and microbatch) in proportion to the plan's size,
-  // whatever stage and microbatch counts it claims.
-  bool check_enough_actions() {
-    size_t actions = 0;
-    for (const auto& r : plan_.compute) actions += r.size();
-    const size_t pairs = static_cast<size_t>(plan_.num_stages()) *
-                         static_cast<size_t>(plan_.microbatches) /
-                         static_cast<size_t>(plan_.copies);
-    if (actions >= pairs) return true;
-    error(fmt::format(
-        "the plan has {} compute actions, but its {} stages and {} microbatches need at least {} "
-        "(a forward and a backward for each stage and microbatch)",
-        actions, plan_.num_stages(), plan_.microbatches, pairs));
+bool Verifier::check_shape() {
+  const int pp = plan_.pp();
+  if (pp < 1 || plan_.num_stages() < 1 || plan_.microbatches < 1) {
+    error(fmt::format("plan has pp {}, {} stages and {} microbatches; each must be at least 1", pp,
+                      plan_.num_stages(), plan_.microbatches));
     return false;
   }
-
-  // Range, ownership and peer checks of one plain action (or one part of an OverlapFB); counts it
-  // when it passes.
-  void check_part(int rank, size_t i, const Action& whole, const Action& a, ScanResult& out) {
-    if (!part_ok(rank, i, whole, a, out)) return;
-    uint8_t& c = count_[cindex(a.kind, a.stage, a.microbatch)];
-    if (c < 255) ++c;
+  if (plan_.copies < 1 || plan_.num_stages() % plan_.copies != 0) {
+    error(fmt::format("plan has {} model copies for {} stages", plan_.copies, plan_.num_stages()));
+    return false;
   }
-
-  // The checks of part_ok without a word, with what they read held in locals (the counts are
-  // bytes, which may alias anything: the compiler would reload every field after each count).
-  struct Fast {
-    unsigned stages, microbatches;
-    const int* stage_rank;
-    const int* next_rank;
-    const int* prev_rank;
-    bool one_copy;
-    uint8_t* count;
-  };
-  Fast fast() {
-    return Fast{static_cast<unsigned>(plan_.num_stages()),
-                static_cast<unsigned>(plan_.microbatches),
-                plan_.placement.stage_rank.data(),
-                next_rank_.data(),
-                prev_rank_.data(),
-                plan_.copies == 1,
-                count_.data()};
+  if (static_cast<int>(plan_.compute.size()) != pp) {
+    error(fmt::format("plan has compute orders for {} ranks, expected pp = {}",
+                      plan_.compute.size(), pp));
+    return false;
   }
-
-  // True when plain action `a` passes every check of part_ok; otherwise part_ok looks again and
-  // says what is wrong (millions of actions pass; few, if any, do not).
-  bool passes(const Fast& f, int rank, const Action& a) const {
-    const unsigned s = static_cast<unsigned>(a.stage), mb = static_cast<unsigned>(a.microbatch);
-    if (s >= f.stages || mb >= f.microbatches || f.stage_rank[s] != rank) return false;
-    if (!f.one_copy && !plan_.runs(a.stage, a.microbatch)) return false;
-    if (!is_comm(a.kind)) return true;
-    // comm_match: SEND_F and RECV_B exchange with the next stage, RECV_F and SEND_B the previous.
-    const int peer = peer_is_next(a.kind) ? f.next_rank[s] : f.prev_rank[s];
-    return peer >= 0 && peer != rank && (a.peer < 0 || a.peer == peer);
+  if (lowered_ && !streamed_ && static_cast<int>(plan_.lowered.size()) != pp) {
+    error(fmt::format("plan has lowered orders for {} ranks, expected pp = {}",
+                      plan_.lowered.size(), pp));
+    return false;
   }
-
-  // check_action for a run of actions: the ones that pass are counted here, the others (and every
-  // OverlapFB) go through check_action.
-  void check_actions(const Fast f, int rank, const Action* const data, size_t begin, size_t end,
-                     ScanResult& out) {
-    size_t compute = 0, comm = 0;
-    for (size_t i = begin; i < end; ++i) {  // locals: the count stores cannot change them
-      const Action& a = data[i];
-      if (is_compound(a.kind) || !passes(f, rank, a)) {
-        check_action(rank, i, a, out);
-        continue;
-      }
-      uint8_t& c =
-          f.count[(static_cast<size_t>(a.kind) * f.stages + static_cast<unsigned>(a.stage)) *
-                      f.microbatches +
-                  static_cast<unsigned>(a.microbatch)];
-      c = static_cast<uint8_t>(c + (c < 255));
-      if (is_comm(a.kind))
-        ++comm;
-      else
-        ++compute;
+  for (int s = 0; s < plan_.num_stages(); ++s) {
+    int r = plan_.rank_of(s);
+    if (r < 0 || r >= pp) {
+      error(fmt::format("placement puts stage {} on rank {}, outside 0..{}", s, r, pp - 1));
+      return false;
     }
-    out.compute_actions += compute;
-    out.comm_actions += comm;
   }
+  return true;
+}
 
-  bool part_ok(int rank, size_t i, const Action& whole, const Action& a, ScanResult& out) {
-    auto error = [&](std::string msg) { out.error(std::move(msg), max_errors_); };
-    const int s = a.stage, mb = a.microbatch;
-    if (s < 0 || s >= plan_.num_stages()) {
-      error(fmt::format("{}: stage {} does not exist (the plan has stages 0..{})",
-                        where(rank, i, whole), s, plan_.num_stages() - 1));
-      return false;
+bool Verifier::check_enough_actions() {
+  size_t actions = 0;
+  for (const auto& r : plan_.compute) actions += r.size();
+  const size_t pairs = static_cast<size_t>(plan_.num_stages()) *
+                       static_cast<size_t>(plan_.microbatches) / static_cast<size_t>(plan_.copies);
+  if (actions >= pairs) return true;
+  error(fmt::format(
+      "the plan has {} compute actions, but its {} stages and {} microbatches need at least {} "
+      "(a forward and a backward for each stage and microbatch)",
+      actions, plan_.num_stages(), plan_.microbatches, pairs));
+  return false;
+}
+
+void Verifier::check_part(int rank, size_t i, const Action& whole, const Action& a,
+                          ScanResult& out) {
+  if (!part_ok(rank, i, whole, a, out)) return;
+  uint8_t& c = count_[cindex(a.kind, a.stage, a.microbatch)];
+  if (c < 255) ++c;
+}
+
+Verifier::Fast Verifier::fast() {
+  return Fast{static_cast<unsigned>(plan_.num_stages()),
+              static_cast<unsigned>(plan_.microbatches),
+              plan_.placement.stage_rank.data(),
+              next_rank_.data(),
+              prev_rank_.data(),
+              plan_.copies == 1,
+              count_.data()};
+}
+
+bool Verifier::passes(const Fast& f, int rank, const Action& a) const {
+  const unsigned s = static_cast<unsigned>(a.stage), mb = static_cast<unsigned>(a.microbatch);
+  if (s >= f.stages || mb >= f.microbatches || f.stage_rank[s] != rank) return false;
+  if (!f.one_copy && !plan_.runs(a.stage, a.microbatch)) return false;
+  if (!is_comm(a.kind)) return true;
+  // comm_match: SEND_F and RECV_B exchange with the next stage, RECV_F and SEND_B the previous.
+  const int peer = peer_is_next(a.kind) ? f.next_rank[s] : f.prev_rank[s];
+  return peer >= 0 && peer != rank && (a.peer < 0 || a.peer == peer);
+}
+
+void Verifier::check_actions(const Fast f, int rank, const Action* const data, size_t begin,
+                             size_t end, ScanResult& out) {
+  size_t compute = 0, comm = 0;
+  for (size_t i = begin; i < end; ++i) {  // locals: the count stores cannot change them
+    const Action& a = data[i];
+    if (is_compound(a.kind) || !passes(f, rank, a)) {
+      check_action(rank, i, a, out);
+      continue;
     }
-    if (mb < 0 || mb >= plan_.microbatches) {
-      error(fmt::format("{}: microbatch {} does not exist (the plan has microbatches 0..{})",
-                        where(rank, i, whole), mb, plan_.microbatches - 1));
-      return false;
-    }
-    if (plan_.rank_of(s) != rank) {
-      error(fmt::format("{}: stage {} is held by rank {}, not rank {}", where(rank, i, whole), s,
-                        plan_.rank_of(s), rank));
-      return false;
-    }
-    if (!plan_.runs(s, mb)) {
-      error(fmt::format(
-          "{}: microbatch {} goes through model copy {}, but stage {} belongs to copy {}",
-          where(rank, i, whole), mb, plan_.copy_of_microbatch(mb), s, plan_.copy_of_stage(s)));
-      return false;
-    }
-    if (!is_comm(a.kind)) return true;
-    const CommMatch m = comm_match(plan_, a);
-    if (m.stage < 0) {
-      error(fmt::format("{}: stage {} has no {} stage to exchange with", where(rank, i, whole), s,
-                        peer_is_next(a.kind) ? "next" : "previous"));
-      return false;
-    }
-    if (m.rank == rank) {
-      error(fmt::format(
-          "{}: stages {} and {} are both on rank {}; they pass tensors locally, without SEND/RECV",
-          where(rank, i, whole), s, m.stage, rank));
-      return false;
-    }
-    if (a.peer >= 0 && a.peer != m.rank) {
-      error(fmt::format("{}: peer is rank {}, but stage {} is on rank {}", where(rank, i, whole),
-                        a.peer, m.stage, m.rank));
-      return false;
-    }
-    return true;
+    uint8_t& c = f.count[(static_cast<size_t>(a.kind) * f.stages + static_cast<unsigned>(a.stage)) *
+                             f.microbatches +
+                         static_cast<unsigned>(a.microbatch)];
+    c = static_cast<uint8_t>(c + (c < 255));
+    if (is_comm(a.kind))
+      ++comm;
+    else
+      ++compute;
   }
+  out.compute_actions += compute;
+  out.comm_actions += comm;
+}
 
-  void check_action(int rank, size_t i, const Action& a, ScanResult& out) {
-    if (is_compound(a.kind)) {
-      check_part(rank, i, a, a.forward_part(), out);
-      check_part(rank, i, a, a.backward_part(), out);
+bool Verifier::part_ok(int rank, size_t i, const Action& whole, const Action& a, ScanResult& out) {
+  auto error = [&](std::string msg) { out.error(std::move(msg), max_errors_); };
+  const int s = a.stage, mb = a.microbatch;
+  if (s < 0 || s >= plan_.num_stages()) {
+    error(fmt::format("{}: stage {} does not exist (the plan has stages 0..{})",
+                      where(rank, i, whole), s, plan_.num_stages() - 1));
+    return false;
+  }
+  if (mb < 0 || mb >= plan_.microbatches) {
+    error(fmt::format("{}: microbatch {} does not exist (the plan has microbatches 0..{})",
+                      where(rank, i, whole), mb, plan_.microbatches - 1));
+    return false;
+  }
+  if (plan_.rank_of(s) != rank) {
+    error(fmt::format("{}: stage {} is held by rank {}, not rank {}", where(rank, i, whole), s,
+                      plan_.rank_of(s), rank));
+    return false;
+  }
+  if (!plan_.runs(s, mb)) {
+    error(fmt::format(
+        "{}: microbatch {} goes through model copy {}, but stage {} belongs to copy {}",
+        where(rank, i, whole), mb, plan_.copy_of_microbatch(mb), s, plan_.copy_of_stage(s)));
+    return false;
+  }
+  if (!is_comm(a.kind)) return true;
+  const CommMatch m = comm_match(plan_, a);
+  if (m.stage < 0) {
+    error(fmt::format("{}: stage {} has no {} stage to exchange with", where(rank, i, whole), s,
+                      peer_is_next(a.kind) ? "next" : "previous"));
+    return false;
+  }
+  if (m.rank == rank) {
+    error(fmt::format(
+        "{}: stages {} and {} are both on rank {}; they pass tensors locally, without SEND/RECV",
+        where(rank, i, whole), s, m.stage, rank));
+    return false;
+  }
+  if (a.peer >= 0 && a.peer != m.rank) {
+    error(fmt::format("{}: peer is rank {}, but stage {} is on rank {}", where(rank, i, whole),
+                      a.peer, m.stage, m.rank));
+    return false;
+  }
+  return true;
+}
+
+void Verifier::check_action(int rank, size_t i, const Action& a, ScanResult& out) {
+  if (is_compound(a.kind)) {
+    check_part(rank, i, a, a.forward_part(), out);
+    check_part(rank, i, a, a.backward_part(), out);
+    ++out.compute_actions;
+  } else {
+    check_part(rank, i, a, a, out);
+    if (is_comm(a.kind))
+      ++out.comm_actions;
+    else
       ++out.compute_actions;
-    } else {
-      check_part(rank, i, a, a, out);
-      if (is_comm(a.kind))
-        ++out.comm_actions;
-      else
-        ++out.compute_actions;
-    }
   }
+}
 
-  void scan_rank(int r, ScanResult& out) {
-    auto error = [&](std::string msg) { out.error(std::move(msg), max_errors_); };
-    const auto& comp = plan_.compute[static_cast<size_t>(r)];
-    const Fast f = fast();
-    if (!lowered_) {
-      check_actions(f, r, comp.data(), 0, comp.size(), out);
-      return;
-    }
-    const auto& low = plan_.lowered[static_cast<size_t>(r)];
-    check_actions(f, r, low.data(), 0, low.size(), out);
+void Verifier::scan_rank(int r, ScanResult& out) {
+  auto error = [&](std::string msg) { out.error(std::move(msg), max_errors_); };
+  const auto& comp = plan_.compute[static_cast<size_t>(r)];
+  const Fast f = fast();
+  if (!lowered_) {
+    check_actions(f, r, comp.data(), 0, comp.size(), out);
+    return;
+  }
+  const auto& low = plan_.lowered[static_cast<size_t>(r)];
+  check_actions(f, r, low.data(), 0, low.size(), out);
+  OrderMatch match;
+  match_compute_order(r, low.data(), 0, low.size(), match);
+  end_compute_order(r, match);
+  for (auto& e : match.errors) error(std::move(e));
+}
+
+void Verifier::match_compute_order(int r, const Action* low, size_t begin, size_t end,
+                                   OrderMatch& m) {
+  const auto& comp = plan_.compute[static_cast<size_t>(r)];
+  for (size_t i = begin; i < end && m.same; ++i) {
+    if (is_comm(low[i].kind)) continue;
+    const size_t k = m.k++;
+    if (k < comp.size() && comp[k] == low[i]) continue;
+    m.errors.push_back(fmt::format(
+        "{}: the lowered order's compute actions differ from the compute order{}",
+        where(r, i, low[i]),
+        k < comp.size() ? fmt::format(" (which has {} there)", to_string(comp[k])) : ""));
+    m.same = false;
+  }
+}
+
+void Verifier::end_compute_order(int r, OrderMatch& m) {
+  const auto& comp = plan_.compute[static_cast<size_t>(r)];
+  if (m.same && m.k < comp.size())
+    m.errors.push_back(fmt::format("rank {}: the lowered order lacks compute action {} ({})", r,
+                                   m.k, to_string(comp[m.k])));
+}
+
+void Verifier::scan_stream(const LoweringFeed& feed, std::vector<ScanResult>& scans,
+                           std::optional<Execution>& execution) {
+  if (feed.wait_until_started() == LoweringFeed::State::Failed) return;
+  const int pp = plan_.pp();
+  std::vector<const Action*> orders;
+  std::vector<size_t> sizes;
+  for (int r = 0; r < pp; ++r) {
+    orders.push_back(feed.data(r));
+    sizes.push_back(feed.final_size(r));
+  }
+  GrowingExecution model(plan_, opts_.costs, opts_.record_times, max_errors_, std::move(orders),
+                         std::move(sizes));
+  struct Progress {
+    size_t done = 0;  // actions scanned
     OrderMatch match;
-    match_compute_order(r, low.data(), 0, low.size(), match);
-    end_compute_order(r, match);
-    for (auto& e : match.errors) error(std::move(e));
-  }
-
-  // Where comparing a rank's lowered order with its compute order has got to.
-  struct OrderMatch {
-    size_t k = 0;      // compute actions seen (the next one's index in the compute order)
-    bool same = true;  // they equal the compute order so far
-    std::vector<std::string> errors;
   };
-  void match_compute_order(int r, const Action* low, size_t begin, size_t end, OrderMatch& m) {
-    const auto& comp = plan_.compute[static_cast<size_t>(r)];
-    for (size_t i = begin; i < end && m.same; ++i) {
-      if (is_comm(low[i].kind)) continue;
-      const size_t k = m.k++;
-      if (k < comp.size() && comp[k] == low[i]) continue;
-      m.errors.push_back(fmt::format(
-          "{}: the lowered order's compute actions differ from the compute order{}",
-          where(r, i, low[i]),
-          k < comp.size() ? fmt::format(" (which has {} there)", to_string(comp[k])) : ""));
-      m.same = false;
-    }
-  }
-  void end_compute_order(int r, OrderMatch& m) {
-    const auto& comp = plan_.compute[static_cast<size_t>(r)];
-    if (m.same && m.k < comp.size())
-      m.errors.push_back(fmt::format("rank {}: the lowered order lacks compute action {} ({})", r,
-                                     m.k, to_string(comp[m.k])));
-  }
-
-  // The scanner of run_streamed: scan_rank over each rank's lowered order as the feed publishes
-  // it and, while every action so far passed, the deadlock model, run as far as the orders
-  // written so far let it (GrowingExecution).
-  void scan_stream(const LoweringFeed& feed, std::vector<ScanResult>& scans,
-                   std::optional<Execution>& execution) {
-    if (feed.wait_until_started() == LoweringFeed::State::Failed) return;
-    const int pp = plan_.pp();
-    std::vector<const Action*> orders;
-    std::vector<size_t> sizes;
-    for (int r = 0; r < pp; ++r) {
-      orders.push_back(feed.data(r));
-      sizes.push_back(feed.final_size(r));
-    }
-    GrowingExecution model(plan_, opts_.costs, opts_.record_times, max_errors_, std::move(orders),
-                           std::move(sizes));
-    struct Progress {
-      size_t done = 0;  // actions scanned
-      OrderMatch match;
-    };
-    std::vector<Progress> at(static_cast<size_t>(pp));
-    const Fast f = fast();
-    bool clean = true;  // no action failed its checks: the model may run them
-    while (true) {
-      const unsigned version = feed.version();         // read first: see wait_for_change
-      const LoweringFeed::State state = feed.state();  // Done: the sizes read next are final
-      if (state == LoweringFeed::State::Failed) break;
-      bool progressed = false;
-      for (int r = 0; r < pp; ++r) {
-        Progress& p = at[static_cast<size_t>(r)];
-        const size_t n = feed.written(r);
-        if (n == p.done) continue;
-        ScanResult& out = scans[static_cast<size_t>(r)];
-        const Action* low = feed.data(r);
-        check_actions(f, r, low, p.done, n, out);
-        match_compute_order(r, low, p.done, n, p.match);
-        clean = clean && out.errors.empty() && !out.truncated;
-        if (clean) model.extend(r, n);
-        p.done = n;
-        progressed = true;
-      }
-      if (state == LoweringFeed::State::Done) break;
-      if (!progressed) feed.wait_for_change(version);  // asleep until lowering publishes more
-    }
+  std::vector<Progress> at(static_cast<size_t>(pp));
+  const Fast f = fast();
+  bool clean = true;  // no action failed its checks: the model may run them
+  while (true) {
+    const unsigned version = feed.version();         // read first: see wait_for_change
+    const LoweringFeed::State state = feed.state();  // Done: the sizes read next are final
+    if (state == LoweringFeed::State::Failed) break;
+    bool progressed = false;
     for (int r = 0; r < pp; ++r) {
       Progress& p = at[static_cast<size_t>(r)];
+      const size_t n = feed.written(r);
+      if (n == p.done) continue;
       ScanResult& out = scans[static_cast<size_t>(r)];
-      end_compute_order(r, p.match);
-      for (auto& e : p.match.errors) out.error(std::move(e), max_errors_);
+      const Action* low = feed.data(r);
+      check_actions(f, r, low, p.done, n, out);
+      match_compute_order(r, low, p.done, n, p.match);
+      clean = clean && out.errors.empty() && !out.truncated;
+      if (clean) model.extend(r, n);
+      p.done = n;
+      progressed = true;
     }
-    for (const auto& out : scans) clean = clean && out.errors.empty() && !out.truncated;
-    if (clean && feed.state() == LoweringFeed::State::Done) execution.emplace(model.finish());
+    if (state == LoweringFeed::State::Done) break;
+    if (!progressed) feed.wait_for_change(version);  // asleep until lowering publishes more
   }
-
-  size_t cindex(ActionKind k, int s, int mb) const {
-    return (static_cast<size_t>(k) * plan_.num_stages() + static_cast<size_t>(s)) *
-               plan_.microbatches +
-           static_cast<size_t>(mb);
+  for (int r = 0; r < pp; ++r) {
+    Progress& p = at[static_cast<size_t>(r)];
+    ScanResult& out = scans[static_cast<size_t>(r)];
+    end_compute_order(r, p.match);
+    for (auto& e : p.match.errors) out.error(std::move(e), max_errors_);
   }
+  for (const auto& out : scans) clean = clean && out.errors.empty() && !out.truncated;
+  if (clean && feed.state() == LoweringFeed::State::Done) execution.emplace(model.finish());
+}
 
-  // "; see rank 0, action 3 (0F1), rank 0, action 9 (0F1)": the actions of rank `rank` of the
-  // given kinds for (stage, mb), to locate a count error (only run on the error path).
-  std::string see(std::initializer_list<std::tuple<int, ActionKind, int>> what, int mb) const {
-    std::string out;
-    int shown = 0;
-    for (const auto& w : what) {
-      const int rank = std::get<0>(w), stage = std::get<2>(w);
-      const ActionKind kind = std::get<1>(w);
-      const auto& ops = order()[static_cast<size_t>(rank)];
-      for (size_t i = 0; i < ops.size(); ++i) {
-        bool hit = false;
-        for_each_part(ops[i], [&](const Action& p) {
-          hit = hit || (p.kind == kind && p.stage == stage && p.microbatch == mb);
-        });
-        if (!hit) continue;
-        if (shown++ == 4) return out + ", ...";
-        out += (out.empty() ? "; see " : ", ") + where(rank, i, ops[i]);
-      }
-    }
-    return out;
-  }
+void Verifier::run_deadlock_model(Execution* streamed) {
+  rep_.checked_lowered = true;
+  Execution ex = streamed ? std::move(*streamed)
+                          : execute(plan_, opts_.costs, opts_.record_times, max_errors_);
+  rep_.batches = ex.batches;
+  for (const auto& e : ex.errors) error(e);
+  if (!ex.stuck.empty()) error("deadlock: " + explain_stuck(ex.stuck));
+  if (opts_.execution) *opts_.execution = std::move(ex);
+}
 
-  void check_counts() {
-    const int S = plan_.num_stages(), M = plan_.microbatches;
-    const size_t plane = static_cast<size_t>(S) * static_cast<size_t>(M);
-    for (int s = 0; s < S; ++s) {
-      // The counts of stage s (and of the ops its neighbours exchange with it) per microbatch.
-      auto row = [&](ActionKind k, int stage) {
-        return count_.data() + cindex(k, stage < 0 ? s : stage, 0);
-      };
-      const uint8_t* f = row(ActionKind::F, s);
-      const uint8_t* b = f + plane;  // the kinds are consecutive planes: F, B, I, W, ...
-      const uint8_t* i = b + plane;
-      const uint8_t* w = i + plane;
-      const bool fwd = lowered_ && forward_crosses_ranks(plan_, s);
-      const bool bwd = lowered_ && backward_crosses_ranks(plan_, s);
-      const uint8_t* sf = row(ActionKind::SendF, s);
-      const uint8_t* rf = row(ActionKind::RecvF, fwd ? plan_.next_stage(s) : -1);
-      const uint8_t* sb = row(ActionKind::SendB, s);
-      const uint8_t* rb = row(ActionKind::RecvB, bwd ? plan_.prev_stage(s) : -1);
-      for (int mb = 0; mb < M; ++mb) {
-        const size_t m = static_cast<size_t>(mb);
-        const bool right = f[m] == 1 && (b[m] + i[m] == 1) && i[m] == w[m] &&
-                           (!fwd || (sf[m] == 1 && rf[m] == 1)) &&
-                           (!bwd || (sb[m] == 1 && rb[m] == 1));
-        if (!right && plan_.runs(s, mb)) explain_counts(s, mb);
-      }
-      if (rep_.truncated) return;
-    }
-  }
+}  // namespace verifier
 
-  // The errors check_counts finds at (s, mb).
-  void explain_counts(int s, int mb) {
-    auto n = [&](ActionKind k, int stage, int m) {
-      return static_cast<int>(count_[cindex(k, stage, m)]);
-    };
-    using K = ActionKind;
-    const int f = n(K::F, s, mb), b = n(K::B, s, mb), i = n(K::I, s, mb), w = n(K::W, s, mb);
-    const int r = plan_.rank_of(s);
-    if (f != 1)
-      error(fmt::format(
-          "rank {}: stage {} microbatch {} has {} forwards (F), expected exactly 1{}", r, s, mb, f,
-          f > 0 ? see({{r, K::F, s}}, mb) : see({{r, K::B, s}, {r, K::I, s}, {r, K::W, s}}, mb)));
-    if (!((b == 1 && i == 0 && w == 0) || (b == 0 && i == 1 && w == 1)))
-      error(fmt::format(
-          "rank {}: stage {} microbatch {} has {} B, {} I and {} W; expected one B, or one I "
-          "and one W{}",
-          r, s, mb, b, i, w,
-          b + i + w > 0 ? see({{r, K::B, s}, {r, K::I, s}, {r, K::W, s}}, mb)
-                        : see({{r, K::F, s}}, mb)));
-    if (!lowered_) return;
-    if (forward_crosses_ranks(plan_, s)) {
-      const int nx = plan_.next_stage(s), q = plan_.rank_of(nx);
-      const int sf = n(K::SendF, s, mb), rf = n(K::RecvF, nx, mb);
-      if (sf != 1 || rf != 1)
-        error(fmt::format(
-            "activation of stage {} microbatch {} (rank {} -> rank {}): {} SEND_F and {} "
-            "RECV_F, expected one of each{}",
-            s, mb, r, q, sf, rf, see({{r, K::SendF, s}, {q, K::RecvF, nx}}, mb)));
-    }
-    if (backward_crosses_ranks(plan_, s)) {
-      const int pv = plan_.prev_stage(s), q = plan_.rank_of(pv);
-      const int sb = n(K::SendB, s, mb), rb = n(K::RecvB, pv, mb);
-      if (sb != 1 || rb != 1)
-        error(
-            fmt::format("gradient of stage {} microbatch {} (rank {} -> rank {}): {} SEND_B and {} "
-                        "RECV_B, expected one of each{}",
-                        s, mb, r, q, sb, rb, see({{r, K::SendB, s}, {q, K::RecvB, pv}}, mb)));
-    }
-  }
-
-  void run_deadlock_model(Execution* streamed) {
-    rep_.checked_lowered = true;
-    Execution ex = streamed ? std::move(*streamed)
-                            : execute(plan_, opts_.costs, opts_.record_times, max_errors_);
-    rep_.batches = ex.batches;
-    for (const auto& e : ex.errors) error(e);
-    if (!ex.stuck.empty()) error("deadlock: " + explain_stuck(ex.stuck));
-    if (opts_.execution) *opts_.execution = std::move(ex);
-  }
-
-  const Plan& plan_;
-  VerifyReport& rep_;
-  const VerifyOptions& opts_;
-  size_t max_errors_;
-  bool streamed_;               // run_streamed: the plan is being lowered
-  bool lowered_;                // verify the lowered order (else the compute order)
-  std::vector<uint8_t> count_;  // per (kind, stage, microbatch), saturating
-  std::vector<int> next_rank_,
-      prev_rank_;  // per stage: the rank of its next / previous stage, or -1
-};
-
-}  // namespace
+using verifier::Verifier;
 
 std::vector<int> peak_inflight(const Plan& plan) {
   std::vector<int> peaks(static_cast<size_t>(plan.pp()), 0);

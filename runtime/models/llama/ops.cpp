@@ -1,4 +1,4 @@
-// The model's operations (ops.h), attention apart (attention.cpp).
+// The model's operations (ops.h), attention and RMSNorm apart (attention.cpp, rms_norm.cpp).
 #include "runtime/models/llama/ops.h"
 
 #include <ATen/ATen.h>
@@ -11,6 +11,7 @@
 #include "runtime/model/precision.h"
 #include "runtime/models/llama/aten_support.h"
 #include "runtime/models/llama/cpu_kernels.h"
+#include "runtime/models/llama/op_grads.h"
 
 namespace pprt {
 
@@ -27,14 +28,8 @@ Kernels kernels_on(Kernels k, const at::Device& device) {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-namespace {
+namespace op_grads {
 
-// Weight gradients, added to the parameters' .grad. The first one of a step (after zero_grads,
-// .grad is undefined) becomes .grad; later ones are added in place, by the product itself where
-// there is one (addmm_ into .grad: no gradient tensor per microbatch, and no second pass over it).
-// B and W both come here, in the same order, so I then W gives B's gradients bit for bit.
-// A gradient in another dtype than the parameter's (bf16 into an fp32 master) is added in the
-// parameter's.
 void accumulate(at::Tensor& param, const at::Tensor& g) {
   at::Tensor& grad = param.mutable_grad();
   if (!grad.defined())
@@ -45,6 +40,23 @@ void accumulate(at::Tensor& param, const at::Tensor& g) {
 at::Tensor rows_of(const at::Tensor& t) {
   return t.reshape({-1, t.size(-1)});
 }
+
+WeightWork* work_of(AutogradContext* ctx) {
+  return reinterpret_cast<WeightWork*>(ctx->saved_data["work"].toInt());
+}
+at::Tensor* param_of(AutogradContext* ctx) {
+  return reinterpret_cast<at::Tensor*>(ctx->saved_data["param"].toInt());
+}
+void remember(AutogradContext* ctx, WeightWork* work, at::Tensor* param) {
+  ctx->saved_data["work"] = reinterpret_cast<int64_t>(work);
+  ctx->saved_data["param"] = reinterpret_cast<int64_t>(param);
+}
+
+}  // namespace op_grads
+
+namespace {
+
+using namespace op_grads;  // op_grads.h
 
 // Whether a product of `a` (bf16 on a GPU) for an fp32 master is taken from cuBLAS in fp32:
 // the GEMM accumulates in fp32 and writes its fp32 result, not rounded to bf16 (the CPU's products
@@ -87,46 +99,10 @@ void accumulate_fused_linear(const std::vector<at::Tensor*>& params, const at::T
     first += p->size(0);
   }
 }
-void accumulate_scale(at::Tensor& param, const at::Tensor& x, const at::Tensor& gy, bool fused) {
-  if (fused && cpu_float({&param, &x, &gy})) {
-    at::Tensor& grad = param.mutable_grad();
-    if (!grad.defined()) grad = at::zeros_like(param);
-    const at::Tensor xc = x.contiguous(), gyc = gy.contiguous();
-    const int64_t n = xc.size(-1);
-    kernels::scale_grad_accumulate(gyc.data_ptr<float>(), xc.data_ptr<float>(), xc.numel() / n, n,
-                                   grad.data_ptr<float>());
-    return;
-  }
-  accumulate(param, rows_of(gy * x).sum(0));
-}
-// The same as a tensor of its own (returned to autograd).
-at::Tensor scale_weight_grad(const at::Tensor& param, const at::Tensor& x, const at::Tensor& gy,
-                             bool fused) {
-  if (fused && cpu_float({&param, &x, &gy})) {
-    at::Tensor gw = at::zeros_like(param).detach();
-    const at::Tensor xc = x.contiguous(), gyc = gy.contiguous();
-    const int64_t n = xc.size(-1);
-    kernels::scale_grad_accumulate(gyc.data_ptr<float>(), xc.data_ptr<float>(), xc.numel() / n, n,
-                                   gw.data_ptr<float>());
-    return gw;
-  }
-  return rows_of(gy * x).sum(0);
-}
 void accumulate_embedding(at::Tensor& param, const at::Tensor& ids, const at::Tensor& gy) {
   at::Tensor& grad = param.mutable_grad();
   if (!grad.defined()) grad = at::zeros_like(param);
   grad.index_add_(0, ids.reshape({-1}), rows_of(gy));
-}
-
-WeightWork* work_of(AutogradContext* ctx) {
-  return reinterpret_cast<WeightWork*>(ctx->saved_data["work"].toInt());
-}
-at::Tensor* param_of(AutogradContext* ctx) {
-  return reinterpret_cast<at::Tensor*>(ctx->saved_data["param"].toInt());
-}
-void remember(AutogradContext* ctx, WeightWork* work, at::Tensor* param) {
-  ctx->saved_data["work"] = reinterpret_cast<int64_t>(work);
-  ctx->saved_data["param"] = reinterpret_cast<int64_t>(param);
 }
 
 // y = x W^T: dW = gy^T x, as a tensor of its own (returned to autograd), in the master's dtype.
@@ -359,123 +335,6 @@ struct SwiGluFn : torch::autograd::Function<SwiGluFn> {
   }
 };
 
-// y = g * x / sqrt(mean(x^2) + eps): RMSNorm as one function, whose backward is written out
-// (d/dx = rstd * (gy*g - xn * mean(gy*g * xn))) rather than recorded op by op.
-struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& g,
-                            double eps, WeightWork* work, at::Tensor* param, bool fused) {
-    remember(ctx, work, param);
-    fused = fused && cpu_float({&x, &g});
-    ctx->saved_data["fused"] = fused;
-    if (fused) {
-      const at::Tensor xc = x.contiguous(), gc = g.contiguous();
-      const int64_t n = xc.size(-1), rows = xc.numel() / n;
-      at::Tensor xn = at::empty_like(xc), y = at::empty_like(xc);
-      auto sizes = xc.sizes().vec();
-      sizes.back() = 1;
-      at::Tensor rstd = at::empty(sizes, xc.options());
-      kernels::rms_norm_forward(xc.data_ptr<float>(), gc.data_ptr<float>(), static_cast<float>(eps),
-                                rows, n, xn.data_ptr<float>(), y.data_ptr<float>(),
-                                rstd.data_ptr<float>());
-      ctx->save_for_backward({xn, rstd, gc});
-      return y;
-    }
-    const at::Tensor rstd = (x.square().mean({-1}, true) + eps).rsqrt();
-    const at::Tensor xn = x * rstd;
-    ctx->save_for_backward({xn, rstd, g});
-    return xn * g;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& xn = saved[0];
-    const at::Tensor& rstd = saved[1];
-    const at::Tensor& g = saved[2];
-    const bool fused = ctx->saved_data["fused"].toBool();
-    WeightWork* work = work_of(ctx);
-    at::Tensor gy = grads[0], gx;
-    if (fused) {
-      // Contiguous, also for the weight gradient kept for W (deferred work keeps what it is
-      // given: see linear_backward).
-      gy = gy.contiguous();
-      if (work || ctx->needs_input_grad(0)) {
-        gx = at::empty_like(xn);
-        const int64_t n = xn.size(-1);
-        kernels::rms_norm_backward(gy.data_ptr<float>(), g.data_ptr<float>(), xn.data_ptr<float>(),
-                                   rstd.data_ptr<float>(), xn.numel() / n, n, gx.data_ptr<float>());
-      }
-    } else if (work || ctx->needs_input_grad(0)) {
-      const at::Tensor gxn = gy * g;
-      gx = (gxn - xn * (gxn * xn).mean({-1}, true)) * rstd;
-    }
-    at::Tensor gg;
-    at::Tensor* param = param_of(ctx);
-    if (!work) {
-      if (ctx->needs_input_grad(1)) gg = scale_weight_grad(*param, xn, gy, fused);
-    } else if (work->deferring()) {
-      work->defer([param, xn, gy, fused] { accumulate_scale(*param, xn, gy, fused); });
-    } else {
-      accumulate_scale(*param, xn, gy, fused);
-    }
-    return {gx, gg, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-// The same RMSNorm through LibTorch's fused entry points (Kernels::Fused): at::_fused_rms_norm
-// (one kernel on CUDA: the statistics in fp32, y = x * rstd * g computed in fp32 and rounded once
-// to x's dtype, rstd kept for the backward) on x as it comes, bf16 included (no widened copy).
-// The backward computes x's gradient with at::_fused_rms_norm_backward where LibTorch has it
-// (CUDA), in fp32 ATen operations elsewhere (the CPU has no fused backward), and the scale's
-// gradient, sum over rows of gy * x * rstd, always in fp32 ATen operations: at once (B) or in the
-// W, from x, rstd and gy. Where the device's kernel takes no fp32 scale with a bf16 input
-// (aten_support.h), the scale goes in as a bf16 copy (its gradient stays fp32).
-struct FusedRmsNormFn : torch::autograd::Function<FusedRmsNormFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& g,
-                            double eps, WeightWork* work, at::Tensor* param) {
-    remember(ctx, work, param);
-    at::Tensor scale = g;
-    if (x.scalar_type() != g.scalar_type() && !x.is_cpu() &&
-        !aten_support::rms_norm_takes_fp32_scale(x.device()))
-      scale = g.detach().to(x.scalar_type());
-    auto [y, rstd] = at::_fused_rms_norm(x, {x.size(-1)}, scale, eps);
-    ctx->save_for_backward({x, rstd, scale});
-    return y;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& rstd = saved[1];
-    const at::Tensor& scale = saved[2];
-    const at::Tensor gy = grads[0].contiguous();
-    WeightWork* work = work_of(ctx);
-    at::Tensor gx;
-    if (work || ctx->needs_input_grad(0)) {
-      if (x.is_cuda()) {
-        gx = std::get<0>(
-            at::_fused_rms_norm_backward(gy, x, {x.size(-1)}, rstd, scale, {true, false}));
-      } else {  // rstd * (gy*g - xn * mean(gy*g * xn)), xn = x * rstd, in fp32
-        const at::Tensor xn = at::mul(widened(x), rstd), gxn = at::mul(widened(gy), widened(scale));
-        gx = ((gxn - xn * (gxn * xn).mean({-1}, true)) * rstd).to(x.scalar_type());
-      }
-    }
-    at::Tensor gg;
-    at::Tensor* param = param_of(ctx);
-    auto scale_grad = [](const at::Tensor& master, const at::Tensor& x, const at::Tensor& rstd,
-                         const at::Tensor& gy) {  // in fp32 (rstd's), then the master's dtype
-      return master_grad(master, rows_of(at::mul(gy, at::mul(x, rstd))).sum(0));
-    };
-    if (!work) {
-      if (ctx->needs_input_grad(1)) gg = scale_grad(*param, x, rstd, gy);
-    } else if (work->deferring()) {
-      work->defer([param, x, rstd, gy, scale_grad] {
-        accumulate(*param, scale_grad(*param, x, rstd, gy));
-      });
-    } else {
-      accumulate(*param, scale_grad(*param, x, rstd, gy));
-    }
-    return {gx, gg, at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
 // y = W[ids]
 struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& w, const at::Tensor& ids,
@@ -569,17 +428,6 @@ at::Tensor fused_bias(const at::Tensor& x, const std::vector<at::Tensor*>& bs, F
   PPC_INTERNAL_ASSERT(bs.size() == 3, "fused biases: q, k and v");
   const at::Tensor& b = bf.of(bs, x.scalar_type());  // a working copy in x's dtype (bf16)
   return FusedBias3Fn::apply(x, *bs[0], *bs[1], *bs[2], b, work, bs[0], bs[1], bs[2]);
-}
-
-at::Tensor rms_norm(const at::Tensor& x, at::Tensor* g, double eps, WeightWork* work,
-                    Kernels kernels) {
-  kernels = kernels_on(kernels, x.device());
-  if (fused(kernels)) return FusedRmsNormFn::apply(x, *g, eps, work, g);
-  if (x.scalar_type() == g->scalar_type())
-    return RmsNormFn::apply(x, *g, eps, work, g, kernels == Kernels::Auto);
-  // Mixed precision: in fp32 (g's), through autograd's casts on either side.
-  return RmsNormFn::apply(x.to(g->scalar_type()), *g, eps, work, g, kernels == Kernels::Auto)
-      .to(x.scalar_type());
 }
 
 at::Tensor embedding(at::Tensor* w, const at::Tensor& ids, WeightWork* work) {

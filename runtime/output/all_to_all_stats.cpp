@@ -7,6 +7,8 @@
 #include <climits>
 #include <utility>
 
+#include "runtime/output/median.h"
+
 namespace pprt {
 
 namespace {
@@ -25,13 +27,6 @@ int64_t union_length(std::vector<std::pair<int64_t, int64_t>> pieces) {
     reached = e;
   }
   return length;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // The steps kept for analysis: the first of the run left out when there are others.

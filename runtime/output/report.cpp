@@ -11,6 +11,7 @@
 #include "compiler/deadlock_model.h"
 #include "compiler/dependencies.h"
 #include "compiler/verify.h"
+#include "runtime/output/median.h"
 
 namespace pprt {
 
@@ -71,13 +72,6 @@ std::vector<RankReport> gather_reports(Store& store, const Topology& topology) {
 }
 
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // When the first rank began step `k` (unix us).
 int64_t first_begin_us(const std::vector<RankReport>& ranks, size_t k) {

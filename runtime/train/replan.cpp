@@ -13,19 +13,13 @@
 #include "runtime/data/token_source.h"
 #include "runtime/fail.h"
 #include "runtime/job.h"
+#include "runtime/output/median.h"
 
 namespace pprt {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 }  // namespace
 

@@ -5,13 +5,20 @@
 # reference), each against what ppcompile predicts for it from a profile of the model.
 #
 #   bench/memory_measured.sh [BUILD_DIR] [ROUNDS]      (default: build, 3)
+#   env: PROFILE_LAYOUT PROFILE_SCHEDULE PROFILE_RECOMPUTE: the plan profiled (1. below)
 #
-# 1. The profile: pprun --profile of a DualPipeV run of the model on 4 stages and 2 ranks (the
-#    ranks of the plans compared: two processes on the machine, as when they run), stage 1
-#    recomputing selectively and stage 2 fully (the profile's `layers` then hold what each mode
-#    keeps and costs for the decoder layers, and its stages what keeping everything costs). DualPipeV
-#    runs B (its overlapped pairs) and I and W (its fill and drain), so the profile has `b`, `i`, `w`
-#    and `weight_grad_memory` (what an I keeps for its W), which Auto's orders with I and W need.
+# 1. The profile: pprun --profile of the plans' own layout and ranks (Etttt|ttttL, pp 2: two
+#    processes on the machine, as when they run) under ZB-H1, stage 0 recomputing fully (the
+#    profile's `layers` then hold what full recomputation keeps and costs for E and t, stage 1 what
+#    keeping everything costs, and the profile converts stage 0 back to keeping everything).
+#    ZB-H1 runs I and W, so the profile has `i`, `w` and `weight_grad_memory` (what an I keeps for
+#    its W), which Auto's orders with I and W need; measured on the layout compared, it is that
+#    layout's (a four-stage DualPipeV profile gives 0.774 where these stages keep 0.920, and its
+#    per-stage times carry four stages' overheads: PROFILE_LAYOUT='Ett|tt|tt|ttL'
+#    PROFILE_SCHEDULE=DualPipeV PROFILE_RECOMPUTE=stage1:selective,stage2:full, the default until
+#    2026-12-07 09:40, predicts Auto's rank 0 at 0.83 of its held peak and 1F1B's steps 11 % long).
+#    No stage recomputes selectively, so the selective mode's fields are the compiler's defaults;
+#    Auto's choice is printed (it chose full recomputation in every run so far).
 # 2. The plans, pp 2, 2 stages (Etttt|ttttL), 8 microbatches: 1F1B keeping everything; its
 #    measured peak activation bytes (the worst rank's) set the limit: that rank's parameters
 #    (the profile's, as ppcompile counts them) plus 0.6x its activation peak; Auto under that
@@ -38,11 +45,16 @@ MODEL=(--hidden 256 --heads 8 --kv-heads 4 --ffn 704 --seq-len 128 --global-batc
        --progress none)
 SHAPE=(--layout 'Etttt|ttttL' --pp 2 --microbatches 8)
 
-"$PPC" --layout 'Ett|tt|tt|ttL' --pp 2 --microbatches 8 --schedule DualPipeV --emit json \
-  -o "$TMP/profiled.json"
+# The plan profiled (env: PROFILE_LAYOUT, PROFILE_SCHEDULE, PROFILE_RECOMPUTE).
+PROFILE_LAYOUT=${PROFILE_LAYOUT:-Etttt|ttttL}
+PROFILE_SCHEDULE=${PROFILE_SCHEDULE:-ZB-H1}
+PROFILE_RECOMPUTE=${PROFILE_RECOMPUTE:-stage0:full}
+"$PPC" --layout "$PROFILE_LAYOUT" --pp 2 --microbatches 8 --schedule "$PROFILE_SCHEDULE" \
+  --emit json -o "$TMP/profiled.json"
+echo "== profiled: $PROFILE_SCHEDULE on $PROFILE_LAYOUT, --recompute $PROFILE_RECOMPUTE"
 profile() { # file: the profile of step 1
   "$PPRUN" --plan "$TMP/profiled.json" "${MODEL[@]}" --steps 6 --profile "$1" \
-    --recompute stage1:selective,stage2:full > /dev/null
+    --recompute "$PROFILE_RECOMPUTE" > /dev/null
   python3 -c 'import json,sys; p = json.load(open(sys.argv[1])); print("   profile: layers", p["layers"], "weight_grad_memory", p.get("weight_grad_memory"))' \
     "$1"
 }

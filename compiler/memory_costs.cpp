@@ -68,7 +68,10 @@ void apply_memory_policy(const Plan& plan, const CostModel& model, std::vector<S
         model.unit ? kept * c.activation / act
                    : std::clamp(c.activation - (act - kept) + freed * share, 0.0, c.activation);
     c.transient = c.activation - kept_bytes;
-    c.forward_transient = offloaded * c.activation / act;
+    // What goes to the host is what offloading does not keep: the layers' offloaded entries, as
+    // kept_bytes counts them (at most what the stage does not keep; unit costs: their proportion).
+    c.forward_transient =
+        model.unit ? offloaded * c.activation / act : std::min(offloaded, c.transient);
     c.activation = kept_bytes;
     c.recompute = f > 0 ? c.f * recompute / f : 0.0;
     c.offload = host > 0 ? c.forward_transient / host : 0.0;

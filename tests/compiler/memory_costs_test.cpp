@@ -147,6 +147,19 @@ TEST(MemoryCosts, AMeasuredStageUnderFullRecomputationKeepsItsLayersOutputs) {
   const Plan none = compiled("1F1B", "Ett|ttL", 2, 4, "", cost);
   EXPECT_DOUBLE_EQ(stage_costs(none, cost)[0].activation, 18);
   EXPECT_DOUBLE_EQ(stage_costs(none, cost)[1].activation, 22);
+  // Offloading: what goes to the host is what the stage no longer keeps (its activation less the
+  // offloaded layers' entries, at least nothing: t:offload keeps 18 - 20 -> 0 and 22 - 20 = 2), so
+  // a B rebuilds nothing: all of its transient comes back from the host.
+  for (const char* policy : {"t:offload", "offload"}) {
+    const Plan off = compiled("1F1B", "Ett|ttL", 2, 4, policy, cost);
+    const std::vector<StageCost> o = stage_costs(off, cost);
+    for (size_t k = 0; k < o.size(); ++k) {
+      EXPECT_DOUBLE_EQ(o[k].forward_transient, o[k].transient) << policy << " stage " << k;
+      EXPECT_DOUBLE_EQ(o[k].activation + o[k].transient, k == 0 ? 18 : 22) << policy;
+    }
+  }
+  EXPECT_DOUBLE_EQ(
+      stage_costs(compiled("1F1B", "Ett|ttL", 2, 4, "t:offload", cost), cost)[1].activation, 2);
 }
 
 TEST(MemoryCosts, SimulatorTimesTheRecomputeAndCountsKeptBytesAndTheTransient) {

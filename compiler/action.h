@@ -56,6 +56,23 @@ void for_each_part(const Action& a, Fn&& fn) {
   }
 }
 
+// The B or I compute action `a` runs (an OVERLAP_F_B's backward part), if any.
+inline std::optional<Action> backward_run(const Action& a) {
+  const Action b = a.kind == ActionKind::OverlapFB ? a.backward_part() : a;
+  if (b.kind != ActionKind::B && b.kind != ActionKind::I) return std::nullopt;
+  return b;
+}
+
+// Whether compute action `a` runs an F (an OVERLAP_F_B's forward part) whose own B or I (same
+// stage and microbatch) is `next`'s, the rank's next compute action: offloading keeps that F's
+// activations on the device (the round trip would free nothing). pprun's offloading
+// (runtime/train/slot_offload.h) and the simulator's memory follow this one rule.
+inline bool own_backward_next(const Action& a, const Action& next) {
+  if (a.kind != ActionKind::F && a.kind != ActionKind::OverlapFB) return false;
+  const std::optional<Action> b = backward_run(next);
+  return b && b->stage == a.stage && b->microbatch == a.microbatch;
+}
+
 // PyTorch notation. The peer is not printed.
 std::string to_string(const Action& a);
 void append_to(std::string& out, const Action& a);

@@ -65,26 +65,6 @@ SimulationRun::SimulationRun(const Plan& plan, const CostModel& model, bool time
   }
 }
 
-namespace {
-
-// The B or I that `a` runs (an OVERLAP_F_B's backward part), if any.
-std::optional<Action> backward_of(const Action& a) {
-  const Action b = a.kind == ActionKind::OverlapFB ? a.backward_part() : a;
-  if (b.kind != ActionKind::B && b.kind != ActionKind::I) return std::nullopt;
-  return b;
-}
-
-// Whether the forward part of `a` keeps its offloaded part on the device: `next`, the rank's next
-// compute action, runs its own microbatch's B or I on the same stage (pprun's
-// runtime/train/slot_offload.h: the round trip would free nothing).
-bool stays(const Action& a, const Action* next) {
-  if (!next || (a.kind != ActionKind::F && a.kind != ActionKind::OverlapFB)) return false;
-  const std::optional<Action> b = backward_of(*next);
-  return b && b->stage == a.stage && b->microbatch == a.microbatch;
-}
-
-}  // namespace
-
 // Offloading (pprun, runtime/train/slot_offload.h): when a compute action starts, the offloaded
 // part of the rank's next B or I starts back, so it is held from then on.
 void SimulationRun::run_action(int r, const Action& a, double start, double end) {
@@ -93,8 +73,8 @@ void SimulationRun::run_action(int r, const Action& a, double start, double end)
   const size_t k = next_[ru]++;
   PPC_INTERNAL_ASSERT(k < order.size(), "a rank's compute actions in its order");
   const Action* next = k + 1 < order.size() ? &order[k + 1] : nullptr;
-  const bool kept = stays(a, next);
-  if (const std::optional<Action> b = next ? backward_of(*next) : std::nullopt; b && !kept) {
+  const bool kept = next && own_backward_next(a, *next);
+  if (const std::optional<Action> b = next ? backward_run(*next) : std::nullopt; b && !kept) {
     const StageCost& c =
         lengths_ ? lengths_->cost(b->stage, b->microbatch) : costs_[static_cast<size_t>(b->stage)];
     if (c.forward_transient != 0) {

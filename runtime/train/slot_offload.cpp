@@ -5,7 +5,6 @@
 namespace pprt {
 
 using ppc::Action;
-using ppc::ActionKind;
 
 SlotOffload::SlotOffload(bool on, const c10::Device& device, size_t slots, bool host_copy,
                          const std::vector<Action>& actions, SlotOf slot_of)
@@ -18,7 +17,10 @@ void SlotOffload::aim(std::optional<Offloader::Target>& target, size_t slot) {
 }
 
 int64_t SlotOffload::offload(size_t slot) {
-  if (!offloader_ || backward_slot(next_compute(current_)) == slot) return 0;
+  if (!offloader_) return 0;
+  if (const size_t next = next_compute(current_);
+      next < actions_.size() && ppc::own_backward_next(actions_[current_], actions_[next]))
+    return 0;
   const AllocationMeter::Paused host;  // to the host, which holds no activation bytes
   return offloader_->offload(slot);
 }
@@ -36,10 +38,9 @@ void SlotOffload::prefetch_after(size_t index, AllocationMeter& allocated, Activ
 
 std::optional<size_t> SlotOffload::backward_slot(size_t index) const {
   if (index >= actions_.size()) return std::nullopt;
-  const Action a = actions_[index].kind == ActionKind::OverlapFB ? actions_[index].backward_part()
-                                                                 : actions_[index];
-  if (a.kind != ActionKind::B && a.kind != ActionKind::I) return std::nullopt;
-  return slot_of_(a.stage, a.microbatch);
+  const std::optional<Action> b = ppc::backward_run(actions_[index]);
+  if (!b) return std::nullopt;
+  return slot_of_(b->stage, b->microbatch);
 }
 
 size_t SlotOffload::next_compute(size_t index) const {

@@ -232,12 +232,7 @@ bool offloads_something(const ppc::Plan& plan, int rank) {
   for (size_t k = 0; k < order.size(); ++k) {
     const ppc::Action& a = order[k];
     if (a.kind != ppc::ActionKind::F && a.kind != ppc::ActionKind::OverlapFB) continue;
-    if (k + 1 == order.size()) return true;
-    const ppc::Action& n = order[k + 1];
-    const ppc::Action b = n.kind == ppc::ActionKind::OverlapFB ? n.backward_part() : n;
-    const bool own = (b.kind == ppc::ActionKind::B || b.kind == ppc::ActionKind::I) &&
-                     b.stage == a.stage && b.microbatch == a.microbatch;
-    if (!own) return true;
+    if (k + 1 == order.size() || !ppc::own_backward_next(a, order[k + 1])) return true;
   }
   return false;
 }
